@@ -1,0 +1,42 @@
+# PGXS build: `make && make install` builds and installs the extension;
+# `make installcheck` runs pg_regress, the isolation specs and the TAP tests
+# on throwaway clusters with the library preloaded (see test/run-all).
+
+EXTENSION = idempotency
+MODULE_big = idempotency
+DATA = idempotency--0.1.sql
+PGFILEDESC = "idempotency - exactly-once processing of retried requests"
+
+SOURCES = \
+	src/boundary/boundary.cpp \
+	src/entry/module.cpp \
+	src/entry/settings.cpp \
+	src/fingerprint/fingerprint.cpp \
+	src/fingerprint/request_hash.cpp \
+	src/protocol/call.cpp \
+	src/protocol/claim.cpp \
+	src/protocol/fn.cpp \
+	src/protocol/rules.cpp \
+	src/storage/keys.cpp \
+	src/worker/worker.cpp
+OBJS = $(SOURCES:.cpp=.o)
+
+REGRESS = $(basename $(notdir $(wildcard $(srcdir)/sql/*.sql)))
+REGRESS_OPTS = --temp-instance=tmp_check/regress --temp-config=$(srcdir)/test/preload.conf
+ISOLATION = $(basename $(notdir $(wildcard $(srcdir)/specs/*.spec)))
+ISOLATION_OPTS = --temp-instance=tmp_check/isolation --temp-config=$(srcdir)/test/preload.conf
+TAP_TESTS = 1
+
+PG_CONFIG ?= pg_config
+PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-register -Wno-missing-field-initializers \
+	-isystem $(shell $(PG_CONFIG) --includedir-server) -I$(srcdir)/src
+SHLIB_LINK += -lstdc++
+
+# No LLVM bitcode for the JIT: the extension's functions are not inlinable
+# expressions, and the bitcode step would need clang.
+override with_llvm = no
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+srcdir ?= .

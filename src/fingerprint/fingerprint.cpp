@@ -1,0 +1,259 @@
+// SHA-256 written from FIPS 180-4, and the framed request encoding fed to it.
+//
+// No PostgreSQL header: this unit is linked into the unit tests as well as
+// the extension. Nothing here allocates or throws.
+#include "fingerprint/fingerprint.hpp"
+
+#include <cstring>
+#include <type_traits>
+
+namespace idempotency::fingerprint {
+
+// PostgreSQL code may hold these across an ereport() longjmp, which runs no
+// destructors; that is only safe if there is nothing to destroy.
+static_assert(std::is_trivially_destructible_v<Sha256>);
+static_assert(std::is_trivially_destructible_v<RequestFingerprint>);
+
+namespace {
+
+constexpr std::size_t block_size = 64;
+
+// FIPS 180-4 section 4.2.2: first 32 bits of the fractional parts of the
+// cube roots of the first 64 primes.
+constexpr std::uint32_t round_constants[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1,
+    0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3,
+    0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
+    0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147,
+    0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
+    0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
+    0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208,
+    0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+};
+
+// FIPS 180-4 section 5.3.3: first 32 bits of the fractional parts of the
+// square roots of the first 8 primes.
+constexpr std::uint32_t initial_state[8] = {
+    0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
+};
+
+constexpr std::uint32_t rotr(std::uint32_t x, unsigned n) noexcept {
+  return (x >> n) | (x << (32 - n));
+}
+
+// The six logical functions of FIPS 180-4 section 4.1.2.
+constexpr std::uint32_t ch(std::uint32_t x, std::uint32_t y,
+                           std::uint32_t z) noexcept {
+  return (x & y) ^ (~x & z);
+}
+constexpr std::uint32_t maj(std::uint32_t x, std::uint32_t y,
+                            std::uint32_t z) noexcept {
+  return (x & y) ^ (x & z) ^ (y & z);
+}
+constexpr std::uint32_t big_sigma0(std::uint32_t x) noexcept {
+  return rotr(x, 2) ^ rotr(x, 13) ^ rotr(x, 22);
+}
+constexpr std::uint32_t big_sigma1(std::uint32_t x) noexcept {
+  return rotr(x, 6) ^ rotr(x, 11) ^ rotr(x, 25);
+}
+constexpr std::uint32_t small_sigma0(std::uint32_t x) noexcept {
+  return rotr(x, 7) ^ rotr(x, 18) ^ (x >> 3);
+}
+constexpr std::uint32_t small_sigma1(std::uint32_t x) noexcept {
+  return rotr(x, 17) ^ rotr(x, 19) ^ (x >> 10);
+}
+
+// SHA-256 reads and writes words big-endian whatever the host order is;
+// assembling bytes by shifting keeps that portable.
+std::uint32_t load_be32(const std::uint8_t *p) noexcept {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) |
+         (std::uint32_t{p[2]} << 8) | std::uint32_t{p[3]};
+}
+
+void store_be32(std::uint32_t v, std::uint8_t *p) noexcept {
+  for (int i = 3; i >= 0; --i) {
+    p[i] = static_cast<std::uint8_t>(v);
+    v >>= 8;
+  }
+}
+
+void store_be64(std::uint64_t v, std::uint8_t *p) noexcept {
+  for (int i = 7; i >= 0; --i) {
+    p[i] = static_cast<std::uint8_t>(v);
+    v >>= 8;
+  }
+}
+
+// Frame lengths are little-endian (a choice of this encoding, not of
+// SHA-256); fixed width so a length can never run into the bytes after it.
+void store_le64(std::uint64_t v, std::uint8_t *p) noexcept {
+  for (int i = 0; i < 8; ++i) {
+    p[i] = static_cast<std::uint8_t>(v);
+    v >>= 8;
+  }
+}
+
+} // namespace
+
+Sha256::Sha256() noexcept : state_{}, total_bytes_(0), buffer_{}, buffered_(0) {
+  std::memcpy(state_, initial_state, sizeof state_);
+}
+
+// FIPS 180-4 section 6.2.2: one 512-bit block into the running state.
+void Sha256::compress(const std::uint8_t *block) noexcept {
+  std::uint32_t w[64];
+  for (int t = 0; t < 16; ++t)
+    w[t] = load_be32(block + 4 * t);
+  for (int t = 16; t < 64; ++t)
+    w[t] =
+        small_sigma1(w[t - 2]) + w[t - 7] + small_sigma0(w[t - 15]) + w[t - 16];
+
+  std::uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
+  std::uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
+  for (int t = 0; t < 64; ++t) {
+    const std::uint32_t t1 =
+        h + big_sigma1(e) + ch(e, f, g) + round_constants[t] + w[t];
+    const std::uint32_t t2 = big_sigma0(a) + maj(a, b, c);
+    h = g;
+    g = f;
+    f = e;
+    e = d + t1;
+    d = c;
+    c = b;
+    b = a;
+    a = t1 + t2;
+  }
+  state_[0] += a;
+  state_[1] += b;
+  state_[2] += c;
+  state_[3] += d;
+  state_[4] += e;
+  state_[5] += f;
+  state_[6] += g;
+  state_[7] += h;
+}
+
+void Sha256::update(const void *data, std::size_t size) noexcept {
+  // A zero-length update may come with a null pointer (an empty value).
+  if (size == 0)
+    return;
+  auto *in = static_cast<const std::uint8_t *>(data);
+  total_bytes_ += size;
+
+  // Top up a partially filled block first.
+  if (buffered_ > 0) {
+    const std::size_t take =
+        size < block_size - buffered_ ? size : block_size - buffered_;
+    std::memcpy(buffer_ + buffered_, in, take);
+    buffered_ += take;
+    in += take;
+    size -= take;
+    if (buffered_ < block_size)
+      return;
+    compress(buffer_);
+    buffered_ = 0;
+  }
+
+  // Whole blocks straight from the input, without copying.
+  for (; size >= block_size; in += block_size, size -= block_size)
+    compress(in);
+
+  if (size > 0) {
+    std::memcpy(buffer_, in, size);
+    buffered_ = size;
+  }
+}
+
+// FIPS 180-4 section 5.1.1: append a 1 bit, zeros up to 56 mod 64 bytes,
+// then the message length in bits as a big-endian 64-bit integer.
+void Sha256::finish(std::uint8_t (&digest)[digest_size]) noexcept {
+  const std::uint64_t bit_length = total_bytes_ * 8;
+
+  buffer_[buffered_++] = 0x80;
+  // No room for the length in this block: pad it out and start another.
+  if (buffered_ > block_size - 8) {
+    std::memset(buffer_ + buffered_, 0, block_size - buffered_);
+    compress(buffer_);
+    buffered_ = 0;
+  }
+  std::memset(buffer_ + buffered_, 0, block_size - 8 - buffered_);
+  store_be64(bit_length, buffer_ + block_size - 8);
+  compress(buffer_);
+  buffered_ = 0;
+
+  for (int i = 0; i < 8; ++i)
+    store_be32(state_[i], digest + 4 * i);
+}
+
+namespace {
+
+// One tag per kind of field; distinct tags keep a NULL argument from ever
+// encoding like a value, and fn from encoding like an argument.
+constexpr std::uint8_t tag_function = 0x01;
+constexpr std::uint8_t tag_argument = 0x02;
+constexpr std::uint8_t tag_null_argument = 0x03;
+// Inside an argument frame: its type name, then its value.
+constexpr std::uint8_t tag_type_name = 0x04;
+constexpr std::uint8_t tag_value = 0x05;
+
+constexpr std::size_t frame_header_size = 1 + 8;
+
+void write_frame_header(std::uint8_t tag, std::uint64_t size,
+                        std::uint8_t (&out)[frame_header_size]) noexcept {
+  out[0] = tag;
+  store_le64(size, out + 1);
+}
+
+} // namespace
+
+RequestFingerprint::RequestFingerprint(const char *fn,
+                                       std::size_t fn_size) noexcept {
+  add_field(tag_function, fn, fn_size);
+}
+
+void RequestFingerprint::add_field(std::uint8_t tag, const void *data,
+                                   std::size_t size) noexcept {
+  std::uint8_t header[frame_header_size];
+  write_frame_header(tag, size, header);
+  hash_.update(header, sizeof header);
+  hash_.update(data, size);
+}
+
+// An argument frame holds two inner frames (type name, value). Its length is
+// known up front, so the inner frames are hashed as they stream by without
+// being assembled in a buffer.
+void RequestFingerprint::add_argument(const char *type_name,
+                                      std::size_t type_name_size,
+                                      const void *value,
+                                      std::size_t value_size) noexcept {
+  const std::uint64_t inner_size = std::uint64_t{frame_header_size} +
+                                   type_name_size + frame_header_size +
+                                   value_size;
+  std::uint8_t header[frame_header_size];
+  write_frame_header(tag_argument, inner_size, header);
+  hash_.update(header, sizeof header);
+  add_field(tag_type_name, type_name, type_name_size);
+  add_field(tag_value, value, value_size);
+}
+
+void RequestFingerprint::add_null_argument(
+    const char *type_name, std::size_t type_name_size) noexcept {
+  add_field(tag_null_argument, type_name, type_name_size);
+}
+
+void RequestFingerprint::finish_hex(char (&out)[hex_size]) noexcept {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::uint8_t digest[Sha256::digest_size];
+  hash_.finish(digest);
+  for (std::size_t i = 0; i < Sha256::digest_size; ++i) {
+    out[2 * i] = digits[digest[i] >> 4];
+    out[2 * i + 1] = digits[digest[i] & 0x0f];
+  }
+  out[hex_size - 1] = '\0';
+}
+
+} // namespace idempotency::fingerprint

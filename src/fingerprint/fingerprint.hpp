@@ -1,0 +1,55 @@
+// Request fingerprints: a SHA-256 digest over a canonical, unambiguous
+// encoding of `fn` and its arguments' types and values.
+//
+// This unit includes no PostgreSQL header. Its types are trivially
+// destructible and it never throws, so PostgreSQL code may hold one across
+// calls that can ereport() (a longjmp over it skips nothing).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace idempotency::fingerprint {
+
+// Incremental SHA-256 (FIPS 180-4).
+class Sha256 {
+public:
+  static constexpr std::size_t digest_size = 32;
+
+  Sha256() noexcept;
+  void update(const void *data, std::size_t size) noexcept;
+  // Writes the digest and leaves the object in an unspecified state.
+  void finish(std::uint8_t (&digest)[digest_size]) noexcept;
+
+private:
+  void compress(const std::uint8_t *block) noexcept;
+
+  std::uint32_t state_[8];
+  std::uint64_t total_bytes_;
+  std::uint8_t buffer_[64];
+  std::size_t buffered_;
+};
+
+// Lower-case hex digest plus terminating NUL.
+constexpr std::size_t hex_size = 2 * Sha256::digest_size + 1;
+
+// Builds the fingerprint of one request. Every field is framed with a tag
+// and its length, so no two different requests share an encoding
+// ("ab","c" and "a","bc" differ; a NULL differs from an empty value).
+class RequestFingerprint {
+public:
+  RequestFingerprint(const char *fn, std::size_t fn_size) noexcept;
+  void add_argument(const char *type_name, std::size_t type_name_size,
+                    const void *value, std::size_t value_size) noexcept;
+  void add_null_argument(const char *type_name,
+                         std::size_t type_name_size) noexcept;
+  // Writes the lower-case hex digest, NUL-terminated.
+  void finish_hex(char (&out)[hex_size]) noexcept;
+
+private:
+  void add_field(std::uint8_t tag, const void *data, std::size_t size) noexcept;
+
+  Sha256 hash_;
+};
+
+} // namespace idempotency::fingerprint

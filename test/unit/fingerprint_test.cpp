@@ -1,0 +1,335 @@
+// Unit tests for SHA-256 and the request fingerprint encoding.
+//
+// Expected digests are NIST FIPS 180-4 example vectors, or values computed
+// with coreutils `sha256sum` (noted at each use).
+#include "fingerprint/fingerprint.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <ostream>
+#include <string>
+
+namespace {
+
+using idempotency::fingerprint::hex_size;
+using idempotency::fingerprint::RequestFingerprint;
+using idempotency::fingerprint::Sha256;
+
+std::string to_hex(const std::uint8_t (&digest)[Sha256::digest_size]) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  for (std::uint8_t byte : digest) {
+    out += digits[byte >> 4];
+    out += digits[byte & 0x0f];
+  }
+  return out;
+}
+
+std::string sha256_hex(const std::string &message) {
+  Sha256 hash;
+  hash.update(message.data(), message.size());
+  std::uint8_t digest[Sha256::digest_size];
+  hash.finish(digest);
+  return to_hex(digest);
+}
+
+// --- SHA-256 ---------------------------------------------------------------
+
+TEST(Sha256, NistEmptyString) {
+  EXPECT_EQ(sha256_hex(""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+}
+
+TEST(Sha256, NistAbc) {
+  EXPECT_EQ(sha256_hex("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(Sha256, Nist448Bits) {
+  EXPECT_EQ(
+      sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+      "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+TEST(Sha256, NistOneMillionA) {
+  EXPECT_EQ(sha256_hex(std::string(1000000, 'a')),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(Sha256, OneMillionAInOddChunks) {
+  // Chunks of 997 bytes never line up with the 64-byte block.
+  const std::string chunk(997, 'a');
+  Sha256 hash;
+  std::size_t left = 1000000;
+  while (left > 0) {
+    const std::size_t n = left < chunk.size() ? left : chunk.size();
+    hash.update(chunk.data(), n);
+    left -= n;
+  }
+  std::uint8_t digest[Sha256::digest_size];
+  hash.finish(digest);
+  EXPECT_EQ(to_hex(digest),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+// Lengths around the padding boundaries: 55 bytes is the longest message
+// whose padding fits in one block, 56 needs a second block, 64 is exactly
+// one block. Expected values from `head -c N /dev/zero | tr '\0' a |
+// sha256sum`.
+struct BoundaryCase {
+  std::size_t length;
+  const char *hex;
+};
+
+// Readable test names in ctest output instead of a raw byte dump.
+void PrintTo(const BoundaryCase &c, std::ostream *os) {
+  *os << c.length << " bytes";
+}
+
+class Sha256Boundary : public ::testing::TestWithParam<BoundaryCase> {};
+
+TEST_P(Sha256Boundary, MatchesSha256sum) {
+  const BoundaryCase &c = GetParam();
+  EXPECT_EQ(sha256_hex(std::string(c.length, 'a')), c.hex);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BlockEdges, Sha256Boundary,
+    ::testing::Values(
+        BoundaryCase{55,
+                     "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e"
+                     "910f734318"},
+        BoundaryCase{56,
+                     "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970"
+                     "686ec6738a"},
+        BoundaryCase{63,
+                     "7d3e74a05d7db15bce4ad9ec0658ea98e3f06eeecf16b4c6fff2da"
+                     "457ddc2f34"},
+        BoundaryCase{64,
+                     "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337"
+                     "df154668eb"},
+        BoundaryCase{65,
+                     "635361c48bb9eab14198e76ea8ab7f1a41685d6ad62aa9146d301d"
+                     "4f17eb0ae0"}),
+    [](const ::testing::TestParamInfo<BoundaryCase> &info) {
+      return "Length" + std::to_string(info.param.length);
+    });
+
+TEST(Sha256, IncrementalSplitAtEveryOffsetMatchesOneShot) {
+  // 150 bytes of varied content: spans more than two blocks, so splits land
+  // before, on and after both block boundaries.
+  std::string message;
+  for (int i = 0; i < 150; ++i)
+    message += static_cast<char>((i * 37 + 11) & 0xff);
+  const std::string expected = sha256_hex(message);
+
+  for (std::size_t split = 0; split <= message.size(); ++split) {
+    Sha256 hash;
+    hash.update(message.data(), split);
+    hash.update(message.data() + split, message.size() - split);
+    std::uint8_t digest[Sha256::digest_size];
+    hash.finish(digest);
+    EXPECT_EQ(to_hex(digest), expected) << "split at " << split;
+  }
+}
+
+TEST(Sha256, ByteAtATimeMatchesOneShot) {
+  const std::string message =
+      "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  Sha256 hash;
+  for (char ch : message)
+    hash.update(&ch, 1);
+  std::uint8_t digest[Sha256::digest_size];
+  hash.finish(digest);
+  EXPECT_EQ(to_hex(digest),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+TEST(Sha256, EmptyUpdateWithNullPointerIsANoOp) {
+  Sha256 hash;
+  hash.update(nullptr, 0);
+  hash.update("abc", 3);
+  hash.update(nullptr, 0);
+  std::uint8_t digest[Sha256::digest_size];
+  hash.finish(digest);
+  EXPECT_EQ(to_hex(digest),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+// --- RequestFingerprint ----------------------------------------------------
+
+std::string hex_of(RequestFingerprint &fp) {
+  char out[hex_size];
+  fp.finish_hex(out);
+  return std::string(out);
+}
+
+void add_text(RequestFingerprint &fp, const char *type, const std::string &v) {
+  fp.add_argument(type, std::strlen(type), v.data(), v.size());
+}
+
+TEST(RequestFingerprint, HexIsLowerCase64CharsAndNulTerminated) {
+  RequestFingerprint fp("f", 1);
+  char out[hex_size];
+  std::memset(out, 'X', sizeof out);
+  fp.finish_hex(out);
+  ASSERT_EQ(hex_size, 65u);
+  EXPECT_EQ(out[64], '\0');
+  EXPECT_EQ(std::strlen(out), 64u);
+  for (int i = 0; i < 64; ++i)
+    EXPECT_TRUE((out[i] >= '0' && out[i] <= '9') ||
+                (out[i] >= 'a' && out[i] <= 'f'))
+        << "char " << i << " is '" << out[i] << "'";
+}
+
+// Pins the wire encoding: stored fingerprints must stay comparable across
+// releases. The encoding is fn "f", int4 300, NULL text:
+//   01 | 01 00 00 00 00 00 00 00 | 'f'
+//   02 | 1a 00 00 00 00 00 00 00                  (argument, 26 bytes inside)
+//     04 | 04 00 00 00 00 00 00 00 | 'int4'
+//     05 | 04 00 00 00 00 00 00 00 | 2c 01 00 00
+//   03 | 04 00 00 00 00 00 00 00 | 'text'
+// and the expected value is `printf` of those bytes piped into `sha256sum`.
+TEST(RequestFingerprint, EncodingIsStable) {
+  RequestFingerprint fp("f", 1);
+  const std::uint8_t int4_300[] = {0x2c, 0x01, 0x00, 0x00};
+  fp.add_argument("int4", 4, int4_300, sizeof int4_300);
+  fp.add_null_argument("text", 4);
+  EXPECT_EQ(hex_of(fp),
+            "f1991d3c3bf3e7f21e34350b4f426d7f5418983158e89a1fda5674a9f4a64780");
+}
+
+TEST(RequestFingerprint, EmptyFunctionNameIsFramed) {
+  // printf '\x01\x00\x00\x00\x00\x00\x00\x00\x00' | sha256sum
+  RequestFingerprint fp("", 0);
+  EXPECT_EQ(hex_of(fp),
+            "a536aa3cede6ea3c1f3e0357c3c60e0f216a8c89b853df13b29daa8f85065dfb");
+}
+
+TEST(RequestFingerprint, SameInputsGiveSameHex) {
+  auto build = [] {
+    RequestFingerprint fp("public.charge", 13);
+    add_text(fp, "text", "order-17");
+    add_text(fp, "numeric", "12.50");
+    fp.add_null_argument("text", 4);
+    return hex_of(fp);
+  };
+  EXPECT_EQ(build(), build());
+}
+
+TEST(RequestFingerprint, ArgumentBoundariesMatter) {
+  RequestFingerprint a("f", 1);
+  add_text(a, "text", "ab");
+  add_text(a, "text", "c");
+
+  RequestFingerprint b("f", 1);
+  add_text(b, "text", "a");
+  add_text(b, "text", "bc");
+
+  EXPECT_NE(hex_of(a), hex_of(b));
+}
+
+TEST(RequestFingerprint, FunctionNameAndArgumentBoundaryMatters) {
+  RequestFingerprint a("fa", 2);
+  add_text(a, "text", "b");
+
+  RequestFingerprint b("f", 1);
+  add_text(b, "text", "ab");
+
+  EXPECT_NE(hex_of(a), hex_of(b));
+}
+
+TEST(RequestFingerprint, TypeNameAndValueBoundaryMatters) {
+  RequestFingerprint a("f", 1);
+  add_text(a, "text", "xy");
+
+  RequestFingerprint b("f", 1);
+  add_text(b, "textx", "y");
+
+  EXPECT_NE(hex_of(a), hex_of(b));
+}
+
+TEST(RequestFingerprint, NullDiffersFromEmptyValue) {
+  RequestFingerprint null_arg("f", 1);
+  null_arg.add_null_argument("text", 4);
+
+  RequestFingerprint empty_arg("f", 1);
+  empty_arg.add_argument("text", 4, nullptr, 0);
+
+  EXPECT_NE(hex_of(null_arg), hex_of(empty_arg));
+}
+
+TEST(RequestFingerprint, NullDiffersFromNoArgument) {
+  RequestFingerprint none("f", 1);
+  RequestFingerprint null_arg("f", 1);
+  null_arg.add_null_argument("text", 4);
+  EXPECT_NE(hex_of(none), hex_of(null_arg));
+}
+
+TEST(RequestFingerprint, NullTypeNameMatters) {
+  RequestFingerprint a("f", 1);
+  a.add_null_argument("int4", 4);
+  RequestFingerprint b("f", 1);
+  b.add_null_argument("int8", 4);
+  EXPECT_NE(hex_of(a), hex_of(b));
+}
+
+TEST(RequestFingerprint, TypeNameMattersForSameBytes) {
+  // 300 as the same little-endian bytes under two type names: only the
+  // type name tells them apart.
+  const std::uint8_t bytes[] = {0x2c, 0x01, 0x00, 0x00};
+
+  RequestFingerprint as_int4("f", 1);
+  as_int4.add_argument("int4", 4, bytes, sizeof bytes);
+
+  RequestFingerprint as_int8("f", 1);
+  as_int8.add_argument("int8", 4, bytes, sizeof bytes);
+
+  EXPECT_NE(hex_of(as_int4), hex_of(as_int8));
+}
+
+TEST(RequestFingerprint, Int4AndInt8Of300Differ) {
+  const std::int32_t v4 = 300;
+  const std::int64_t v8 = 300;
+
+  RequestFingerprint a("f", 1);
+  a.add_argument("int4", 4, &v4, sizeof v4);
+
+  RequestFingerprint b("f", 1);
+  b.add_argument("int8", 4, &v8, sizeof v8);
+
+  EXPECT_NE(hex_of(a), hex_of(b));
+}
+
+TEST(RequestFingerprint, ArgumentOrderMatters) {
+  RequestFingerprint a("f", 1);
+  add_text(a, "text", "x");
+  add_text(a, "text", "y");
+
+  RequestFingerprint b("f", 1);
+  add_text(b, "text", "y");
+  add_text(b, "text", "x");
+
+  EXPECT_NE(hex_of(a), hex_of(b));
+}
+
+TEST(RequestFingerprint, FunctionNameMatters) {
+  RequestFingerprint a("f", 1);
+  RequestFingerprint b("g", 1);
+  EXPECT_NE(hex_of(a), hex_of(b));
+}
+
+TEST(RequestFingerprint, LargeValueCrossesBlocks) {
+  // A value longer than several SHA-256 blocks, and one byte different.
+  std::string big(1000, 'v');
+  RequestFingerprint a("f", 1);
+  add_text(a, "bytea", big);
+  big[999] = 'w';
+  RequestFingerprint b("f", 1);
+  add_text(b, "bytea", big);
+  EXPECT_NE(hex_of(a), hex_of(b));
+}
+
+} // namespace

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Configure, build and run the unit tests (PostgreSQL-free units) into
+# build/unit at the repository root. Works from any working directory.
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+build_dir="$repo_root/build/unit"
+jobs="$(nproc 2>/dev/null || echo 2)"
+
+cmake -S "$repo_root" -B "$build_dir"
+cmake --build "$build_dir" -j "$jobs"
+ctest --test-dir "$build_dir" --output-on-failure -j "$jobs"
