@@ -1,0 +1,168 @@
+#include "protocol/fn.hpp"
+
+#include "protocol/rules.hpp"
+
+namespace idempotency::protocol {
+
+namespace {
+
+void add_arg(FnArgs &args, Oid type, Datum value, bool is_null) {
+  // An untyped literal arrives as a C string of type unknown; bind it as text.
+  if (type == UNKNOWNOID) {
+    type = TEXTOID;
+    if (!is_null)
+      value = CStringGetTextDatum(DatumGetCString(value));
+  }
+  args.types[args.count] = type;
+  args.values[args.count] = value;
+  args.nulls[args.count] = is_null;
+  args.count++;
+}
+
+void allocate(FnArgs &args, int capacity) {
+  args.count = 0;
+  args.types = static_cast<Oid *>(palloc(sizeof(Oid) * Max(capacity, 1)));
+  args.values = static_cast<Datum *>(palloc(sizeof(Datum) * Max(capacity, 1)));
+  args.nulls = static_cast<bool *>(palloc(sizeof(bool) * Max(capacity, 1)));
+}
+
+FnArgs collect_variadic_array(FunctionCallInfo fcinfo, int position) {
+  FnArgs args;
+  if (PG_ARGISNULL(position)) {
+    allocate(args, 0);
+    return args;
+  }
+  ArrayType *array = PG_GETARG_ARRAYTYPE_P(position);
+  Oid element_type = ARR_ELEMTYPE(array);
+  int16 typlen;
+  bool typbyval;
+  char typalign;
+  get_typlenbyvalalign(element_type, &typlen, &typbyval, &typalign);
+  Datum *values;
+  bool *nulls;
+  int count;
+  deconstruct_array(array, element_type, typlen, typbyval, typalign, &values,
+                    &nulls, &count);
+  allocate(args, count);
+  for (int i = 0; i < count; i++)
+    add_arg(args, element_type, values[i], nulls[i]);
+  return args;
+}
+
+// to_jsonb() learns its argument's type from the call expression, so it is
+// called through an FmgrInfo whose fn_expr carries a typed placeholder.
+Datum to_jsonb_of(Datum value, Oid type) {
+  FmgrInfo flinfo;
+  fmgr_info(F_TO_JSONB, &flinfo);
+  List *call_args = list_make1(makeNullConst(type, -1, InvalidOid));
+  flinfo.fn_expr = reinterpret_cast<Node *>(
+      makeFuncExpr(F_TO_JSONB, JSONBOID, call_args, InvalidOid, InvalidOid,
+                   COERCE_EXPLICIT_CALL));
+  return FunctionCall1(&flinfo, value);
+}
+
+Datum jsonb_null() {
+  JsonbValue null_value;
+  null_value.type = jbvNull;
+  return JsonbPGetDatum(JsonbValueToJsonb(&null_value));
+}
+
+// One row as jsonb: its single value, or an object of its columns.
+Datum row_to_jsonb(HeapTuple row, TupleDesc desc) {
+  if (row_is_object(desc->natts))
+    return to_jsonb_of(heap_copy_tuple_as_datum(row, desc), RECORDOID);
+  bool is_null;
+  Datum value = SPI_getbinval(row, desc, 1, &is_null);
+  if (is_null)
+    return jsonb_null();
+  return to_jsonb_of(value, SPI_gettypeid(desc, 1));
+}
+
+Datum rows_to_jsonb(SPITupleTable *table, uint64 rows) {
+  auto *elements = static_cast<Datum *>(palloc(sizeof(Datum) * rows));
+  for (uint64 i = 0; i < rows; i++)
+    elements[i] = row_to_jsonb(table->vals[i], table->tupdesc);
+  ArrayType *array =
+      construct_array(elements, (int)rows, JSONBOID, -1, false, TYPALIGN_INT);
+  return to_jsonb_of(PointerGetDatum(array), JSONBARRAYOID);
+}
+
+Datum result_to_jsonb(SPITupleTable *table, uint64 rows, bool *is_null) {
+  *is_null = false;
+  int columns = table == nullptr ? 0 : table->tupdesc->natts;
+  switch (result_shape(rows, columns)) {
+  case ResultShape::no_response:
+    *is_null = true;
+    return (Datum)0;
+  case ResultShape::value:
+  case ResultShape::object:
+    if (row_is_object(columns))
+      BlessTupleDesc(table->tupdesc);
+    return row_to_jsonb(table->vals[0], table->tupdesc);
+  case ResultShape::array:
+    if (row_is_object(columns))
+      BlessTupleDesc(table->tupdesc);
+    if (rows > (uint64)MaxArraySize)
+      ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                      errmsg("fn returned too many rows for one response")));
+    return rows_to_jsonb(table, rows);
+  }
+  pg_unreachable();
+}
+
+SPIPlanPtr prepare_one_statement(text *fn, const FnArgs &args) {
+  char *sql = text_to_cstring(fn);
+  SPIPlanPtr plan = SPI_prepare(sql, args.count, args.types);
+  if (plan == nullptr)
+    elog(ERROR, "SPI_prepare failed for fn: %s",
+         SPI_result_code_string(SPI_result));
+  if (list_length(SPI_plan_get_plan_sources(plan)) != 1)
+    ereport(ERROR, (errcode(ERRCODE_SYNTAX_ERROR),
+                    errmsg("fn must be exactly one SQL statement")));
+  return plan;
+}
+
+// SPI refuses some statements by return code rather than by error.
+void check_execution(int rc) {
+  if (rc == SPI_ERROR_TRANSACTION)
+    ereport(ERROR,
+            (errcode(ERRCODE_INVALID_TRANSACTION_TERMINATION),
+             errmsg("fn cannot commit, roll back or otherwise control the "
+                    "transaction"),
+             errdetail("fn runs inside the caller's transaction, which "
+                       "commits or rolls back the key with it.")));
+  if (rc == SPI_ERROR_COPY)
+    ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                    errmsg("fn cannot run COPY to or from the client")));
+  if (rc < 0)
+    elog(ERROR, "running fn failed: %s", SPI_result_code_string(rc));
+}
+
+} // namespace
+
+FnArgs collect_args(FunctionCallInfo fcinfo, int first) {
+  if (PG_NARGS() > first && get_fn_expr_variadic(fcinfo->flinfo))
+    return collect_variadic_array(fcinfo, first);
+  FnArgs args;
+  allocate(args, PG_NARGS() - first);
+  for (int i = first; i < PG_NARGS(); i++)
+    add_arg(args, get_fn_expr_argtype(fcinfo->flinfo, i), PG_GETARG_DATUM(i),
+            PG_ARGISNULL(i));
+  return args;
+}
+
+Datum run_fn(text *fn, const FnArgs &args, MemoryContext result_context,
+             bool *is_null) {
+  SPIPlanPtr plan = prepare_one_statement(fn, args);
+  auto *nulls = static_cast<char *>(palloc(Max(args.count, 1)));
+  for (int i = 0; i < args.count; i++)
+    nulls[i] = args.nulls[i] ? 'n' : ' ';
+  check_execution(SPI_execute_plan(plan, args.values, nulls, false, 0));
+
+  MemoryContext spi_context = MemoryContextSwitchTo(result_context);
+  Datum response = result_to_jsonb(SPI_tuptable, SPI_processed, is_null);
+  MemoryContextSwitchTo(spi_context);
+  return response;
+}
+
+} // namespace idempotency::protocol

@@ -1,0 +1,27 @@
+// fn: the caller's one SQL statement, its arguments, and how its result
+// becomes the stored jsonb response.
+#pragma once
+
+#include "pg.hpp"
+
+namespace idempotency::protocol {
+
+struct FnArgs {
+  int count;
+  Oid *types;
+  Datum *values;
+  bool *nulls;
+};
+
+// The arguments after the first `first` ones, as bound to $1 ... $n. Handles
+// both a spread VARIADIC "any" list and an explicit VARIADIC array; an
+// untyped literal ('abc') binds as text.
+FnArgs collect_args(FunctionCallInfo fcinfo, int first);
+
+// Runs fn with the caller's rights inside the current SPI connection and
+// returns its result as jsonb allocated in result_context (see README,
+// "Result to jsonb"). *is_null is set when fn returned no rows.
+Datum run_fn(text *fn, const FnArgs &args, MemoryContext result_context,
+             bool *is_null);
+
+} // namespace idempotency::protocol

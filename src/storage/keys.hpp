@@ -1,0 +1,45 @@
+// Key storage: the table idempotency.keys and its primary key index.
+//
+// Reads go straight to the index with a dirty snapshot, which also sees rows
+// of transactions still in progress: that is how a call learns that another
+// transaction holds a key, and which transaction to wait for. Writes go
+// through SPI with the table owner's rights, because callers have no write
+// access to the table.
+#pragma once
+
+#include "pg.hpp"
+
+namespace idempotency::storage {
+
+// A key in its scope (the role that calls).
+struct KeyRef {
+  Oid scope;
+  text *key;
+};
+
+enum class KeyState {
+  absent,      // no row, or only rows of rolled-back transactions
+  expired,     // a committed row past its TTL: absent for callers
+  in_progress, // a row written or being replaced by an open transaction
+  done,        // a committed (or our own) row within its TTL
+};
+
+struct KeyProbe {
+  KeyState state;
+  TransactionId holder; // in_progress: the transaction to wait for
+  text *request_hash;   // done: the stored fingerprint
+  Datum response;       // done: the stored response
+  bool response_is_null;
+};
+
+// Looks the key up. Under REPEATABLE READ or SERIALIZABLE, a row committed
+// by another transaction after this transaction's snapshot raises 40001.
+// Values are copied into the current memory context.
+KeyProbe probe(const KeyRef &key, TimestampTz now);
+
+// Stores a completed call: inserts the row, or replaces an expired one.
+void store(const KeyRef &key, text *request_hash, Datum response,
+           bool response_is_null, TimestampTz created_at,
+           TimestampTz expires_at, bool replace_expired);
+
+} // namespace idempotency::storage
