@@ -22,10 +22,11 @@ SOURCES = \
 OBJS = $(SOURCES:.cpp=.o)
 
 REGRESS = $(basename $(notdir $(wildcard $(srcdir)/sql/*.sql)))
-REGRESS_OPTS = --temp-instance=tmp_check/regress --temp-config=$(srcdir)/test/preload.conf
+REGRESS_OPTS = --temp-instance=tmp_regress --temp-config=$(srcdir)/test/preload.conf
 ISOLATION = $(basename $(notdir $(wildcard $(srcdir)/specs/*.spec)))
-ISOLATION_OPTS = --temp-instance=tmp_check/isolation --temp-config=$(srcdir)/test/preload.conf
+ISOLATION_OPTS = --temp-instance=tmp_isolation --temp-config=$(srcdir)/test/preload.conf
 TAP_TESTS = 1
+EXTRA_CLEAN = tmp_regress tmp_isolation output_iso results regression.diffs regression.out
 
 PG_CONFIG ?= pg_config
 PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-register -Wno-missing-field-initializers \
@@ -40,3 +41,12 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 srcdir ?= .
+
+# One suite at a time, for test/run-all.
+.PHONY: installcheck-regress installcheck-isolation installcheck-tap
+installcheck-regress:
+	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
+installcheck-isolation:
+	$(pg_isolation_regress_installcheck) $(ISOLATION_OPTS) $(ISOLATION)
+installcheck-tap:
+	$(prove_installcheck)
