@@ -21,7 +21,9 @@ SOURCES = \
 	src/worker/worker.cpp
 OBJS = $(SOURCES:.cpp=.o)
 
-REGRESS = $(basename $(notdir $(wildcard $(srcdir)/sql/*.sql)))
+# call_retry runs first: it creates the extension, the accounts of the retry
+# scenario and the sqlstate_of() helper that later files use.
+REGRESS = call_retry $(filter-out call_retry,$(basename $(notdir $(wildcard $(srcdir)/sql/*.sql))))
 REGRESS_OPTS = --temp-instance=tmp_regress --temp-config=$(srcdir)/test/preload.conf
 ISOLATION = $(basename $(notdir $(wildcard $(srcdir)/specs/*.spec)))
 ISOLATION_OPTS = --temp-instance=tmp_isolation --temp-config=$(srcdir)/test/preload.conf

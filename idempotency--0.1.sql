@@ -5,6 +5,9 @@
 -- OPERATOR(pg_catalog.x), so objects planted in the caller's search_path
 -- cannot take their place.
 
+-- Every role may call the functions; the schema is usable by all.
+GRANT USAGE ON SCHEMA idempotency TO PUBLIC;
+
 -- One row per (scope, key). A row is written once, when the call that
 -- claimed the key has run fn, in the caller's transaction; it becomes
 -- visible to others when that transaction commits, so a committed row is
