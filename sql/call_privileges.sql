@@ -35,10 +35,12 @@ RESET SESSION AUTHORIZATION;
 SELECT scope, key, response FROM idempotency.keys WHERE key = 'shared-key' ORDER BY scope::text;
 SELECT * FROM alice_data;
 
--- Every object of the extension is reached through its schema.
-SELECT p.proname, p.prosecdef AS security_definer, p.proisstrict AS strict
-  FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
- WHERE n.nspname = 'idempotency' ORDER BY p.proname, p.pronargs;
+-- idempotent_call runs with the caller's rights, and is not strict so that
+-- a NULL key is an error rather than a silent NULL.
+SELECT p.oid::regprocedure AS function, p.prosecdef AS security_definer, p.proisstrict AS strict
+  FROM pg_proc AS p
+ WHERE p.pronamespace = 'idempotency'::regnamespace AND p.proname = 'idempotent_call'
+ ORDER BY p.pronargs;
 
 DELETE FROM idempotency.keys WHERE scope IN ('regress_alice'::regrole, 'regress_bob'::regrole);
 DROP TABLE alice_data, secrets;

@@ -33,9 +33,8 @@ EncodedValue encode_value(Oid type, Datum value) {
   return {text_form, strlen(text_form)};
 }
 
-} // namespace
-
-text *compute_request_hash(text *fn, const protocol::FnArgs &args) {
+void hash_request(text *fn, const protocol::FnArgs &args,
+                  char (&hex)[hex_size]) {
   RequestFingerprint fingerprint(VARDATA_ANY(fn), VARSIZE_ANY_EXHDR(fn));
   for (int i = 0; i < args.count; i++) {
     const char *type_name = format_type_be_qualified(args.types[i]);
@@ -47,8 +46,31 @@ text *compute_request_hash(text *fn, const protocol::FnArgs &args) {
     fingerprint.add_argument(type_name, strlen(type_name), encoded.data,
                              encoded.size);
   }
-  char hex[hex_size];
   fingerprint.finish_hex(hex);
+}
+
+// Send functions of text-like types convert to the client encoding; hashing
+// in the database encoding keeps a request's fingerprint the same whatever
+// client_encoding the retry arrives with, and never fails to convert.
+template <typename Body> void in_database_encoding(Body body) {
+  int client_encoding = pg_get_client_encoding();
+  if (client_encoding == GetDatabaseEncoding()) {
+    body();
+    return;
+  }
+  SetClientEncoding(GetDatabaseEncoding());
+  PG_TRY();
+  { body(); }
+  PG_FINALLY();
+  { SetClientEncoding(client_encoding); }
+  PG_END_TRY();
+}
+
+} // namespace
+
+text *compute_request_hash(text *fn, const protocol::FnArgs &args) {
+  char hex[hex_size];
+  in_database_encoding([&] { hash_request(fn, args, hex); });
   return cstring_to_text(hex);
 }
 

@@ -36,6 +36,9 @@ template <typename Wait> bool wait_until(TimestampTz deadline, Wait wait) {
     set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION,
                       GUC_ACTION_SAVE, true, 0, false);
     wait();
+    // A lock timeout that fired just as the lock was granted leaves a cancel
+    // pending; take it here, where it counts as a timeout, not later.
+    CHECK_FOR_INTERRUPTS();
     AtEOXact_GUC(true, guc_level);
     ReleaseCurrentSubTransaction();
   }
@@ -77,13 +80,17 @@ ClaimResult acquire(Claim &claim, TimestampTz deadline) {
     LockRelease(&claim.tag, ExclusiveLock, false);
     return ClaimResult::recursive;
   }
-  if (taken == LOCKACQUIRE_NOT_AVAIL) {
-    if (deadline == 0)
+  // Wait for the holder inside wait_until's subtransaction, but take the
+  // claim itself outside it: a lock taken in a subtransaction passes to the
+  // transaction's resource owner, where release() could not find it.
+  LOCKTAG *tag = &claim.tag;
+  while (taken == LOCKACQUIRE_NOT_AVAIL) {
+    if (deadline == 0 || !wait_until(deadline, [tag] {
+          LockAcquire(tag, ExclusiveLock, false, false);
+          LockRelease(tag, ExclusiveLock, false);
+        }))
       return ClaimResult::busy;
-    LOCKTAG *tag = &claim.tag;
-    if (!wait_until(deadline,
-                    [tag] { LockAcquire(tag, ExclusiveLock, false, false); }))
-      return ClaimResult::busy;
+    taken = LockAcquire(tag, ExclusiveLock, false, true);
   }
   claim.held = true;
   return ClaimResult::acquired;
