@@ -16,6 +16,7 @@ SOURCES = \
 	src/protocol/call.cpp \
 	src/protocol/claim.cpp \
 	src/protocol/fn.cpp \
+	src/protocol/plan_cache.cpp \
 	src/protocol/rules.cpp \
 	src/storage/keys.cpp \
 	src/worker/worker.cpp

@@ -2,6 +2,8 @@
 
 #include "protocol/rules.hpp"
 
+#include "protocol/plan_cache.hpp"
+
 namespace idempotency::protocol {
 
 namespace {
@@ -110,18 +112,6 @@ Datum result_to_jsonb(SPITupleTable *table, uint64 rows, bool *is_null) {
   pg_unreachable();
 }
 
-SPIPlanPtr prepare_one_statement(text *fn, const FnArgs &args) {
-  char *sql = text_to_cstring(fn);
-  SPIPlanPtr plan = SPI_prepare(sql, args.count, args.types);
-  if (plan == nullptr)
-    elog(ERROR, "SPI_prepare failed for fn: %s",
-         SPI_result_code_string(SPI_result));
-  if (list_length(SPI_plan_get_plan_sources(plan)) != 1)
-    ereport(ERROR, (errcode(ERRCODE_SYNTAX_ERROR),
-                    errmsg("fn must be exactly one SQL statement")));
-  return plan;
-}
-
 // SPI refuses some statements by return code rather than by error.
 void check_execution(int rc) {
   if (rc == SPI_ERROR_TRANSACTION)
@@ -153,7 +143,7 @@ FnArgs collect_args(FunctionCallInfo fcinfo, int first) {
 
 Datum run_fn(text *fn, const FnArgs &args, MemoryContext result_context,
              bool *is_null) {
-  SPIPlanPtr plan = prepare_one_statement(fn, args);
+  SPIPlanPtr plan = fn_plan(fn, args);
   auto *nulls = static_cast<char *>(palloc(Max(args.count, 1)));
   for (int i = 0; i < args.count; i++)
     nulls[i] = args.nulls[i] ? 'n' : ' ';
