@@ -1,6 +1,34 @@
 -- idempotency 0.1: the key table and the call.
 \echo Use "CREATE EXTENSION idempotency" to load this file. \quit
 
+-- Refuse a schema idempotency that someone else prepared: objects planted in
+-- it, or a right to create them, would shadow or replace ours. CREATE
+-- EXTENSION makes the schema itself when it does not exist.
+DO $$
+DECLARE
+  target pg_catalog.oid := pg_catalog.to_regnamespace('idempotency');
+BEGIN
+  IF NOT (SELECT r.rolsuper
+            FROM pg_catalog.pg_namespace AS n
+            JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+           WHERE n.oid OPERATOR(pg_catalog.=) target)
+     OR EXISTS (SELECT 1 FROM pg_catalog.pg_depend AS d
+                 WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
+                   AND d.refobjid OPERATOR(pg_catalog.=) target
+                   AND d.classid OPERATOR(pg_catalog.<>) 'pg_catalog.pg_extension'::pg_catalog.regclass)
+     OR EXISTS (SELECT 1 FROM pg_catalog.pg_namespace AS n, pg_catalog.aclexplode(n.nspacl) AS a
+                 WHERE n.oid OPERATOR(pg_catalog.=) target
+                   AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+                   AND a.grantee OPERATOR(pg_catalog.<>) n.nspowner)
+  THEN
+    RAISE EXCEPTION 'schema idempotency already exists and is not safe to install into'
+      USING ERRCODE = '42P06',
+            DETAIL = 'It must be owned by a superuser, hold no objects, and grant CREATE to no one else.',
+            HINT = 'Drop or rename the existing schema idempotency, then run CREATE EXTENSION again.';
+  END IF;
+END
+$$;
+
 -- Every name below is schema-qualified and every operator is spelled
 -- OPERATOR(pg_catalog.x), so objects planted in the caller's search_path
 -- cannot take their place.

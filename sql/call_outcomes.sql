@@ -85,9 +85,9 @@ COMMIT;
 -- up in the lock table (max_locks_per_transaction is 64 by default).
 SHOW max_locks_per_transaction;
 BEGIN;
-SELECT count(idempotency.idempotent_call('batch-' || i, NULL, 'SELECT $1 * 2', i)) AS calls
+SELECT count(idempotency.idempotent_call('inbox-batch-' || i, NULL, 'SELECT $1 * 2', i)) AS calls
   FROM generate_series(1, 10000) AS i;
 SELECT count(*) AS locks_held FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory';
 COMMIT;
 SELECT count(*) AS batch_keys, sum((response)::int) AS sum_of_responses
-  FROM idempotency.keys WHERE key LIKE 'batch-%';
+  FROM idempotency.keys WHERE key LIKE 'inbox-batch-%';

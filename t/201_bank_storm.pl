@@ -1,0 +1,529 @@
+# A bank under retries: clients move money through idempotent_call, each
+# retrying its key until it gets a definite answer, while the test injects
+# faults (client-side timeouts, pg_cancel_backend, pg_terminate_backend,
+# statement_timeout inside fn, kill -9 of backends with restart_after_crash).
+# At the end the ledger must show every acknowledged key exactly once, the
+# balances must match the ledger, and every answer for a key must be the
+# first one, byte for byte.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+use POSIX ();
+use Time::HiRes qw(time sleep);
+
+my $clients = 16;
+# IDEMPOTENCY_STORM_SECONDS makes a longer storm for a local soak run.
+my $storm_seconds = $ENV{IDEMPOTENCY_STORM_SECONDS} // 15;
+# After the storm, clients finish their open keys; a key still unanswered
+# after this long is stuck.
+my $drain_seconds = 60;
+my $accounts = 40;
+my $initial_balance = 1_000_000;
+my $max_kill9 = 3;
+# Set when the clients start.
+my $storm_end;
+
+my $node = PostgreSQL::Test::Cluster->new('storm');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', qq{
+shared_preload_libraries = 'idempotency'
+restart_after_crash = on
+max_connections = 80
+log_min_messages = warning
+log_min_error_statement = panic
+});
+$node->start;
+
+$node->safe_psql(
+	'postgres', qq{
+CREATE EXTENSION idempotency;
+CREATE ROLE teller LOGIN;
+CREATE SCHEMA bank;
+GRANT USAGE ON SCHEMA bank TO teller;
+CREATE TABLE bank.accounts (id int PRIMARY KEY, balance bigint NOT NULL);
+-- No unique constraint on op_key: a second execution of a key must show up
+-- here as a second row, not be stopped by the ledger itself.
+CREATE TABLE bank.ledger (
+    seq      bigserial PRIMARY KEY,
+    op_key   text NOT NULL,
+    from_id  int NOT NULL,
+    to_id    int NOT NULL,
+    amount   bigint NOT NULL);
+INSERT INTO bank.accounts SELECT i, $initial_balance FROM generate_series(1, $accounts) AS i;
+GRANT SELECT, UPDATE ON bank.accounts TO teller;
+GRANT SELECT, INSERT ON bank.ledger TO teller;
+GRANT USAGE ON SEQUENCE bank.ledger_seq_seq TO teller;
+
+-- Sleeps for the session's bank.delay seconds, half before and half after
+-- its writes, so faults land both before fn writes and between its writes
+-- and the commit. clock_timestamp() makes every execution's response unique.
+CREATE FUNCTION bank.transfer(op_key text, from_id int, to_id int, amount bigint)
+RETURNS jsonb LANGUAGE plpgsql AS \$\$
+DECLARE
+  delay float8 := coalesce(nullif(current_setting('bank.delay', true), ''), '0')::float8;
+  entry bigint;
+  from_balance bigint;
+  to_balance bigint;
+BEGIN
+  PERFORM pg_sleep(delay / 2);
+  PERFORM 1 FROM bank.accounts WHERE id IN (from_id, to_id) ORDER BY id FOR UPDATE;
+  UPDATE bank.accounts SET balance = balance - amount WHERE id = from_id
+    RETURNING balance INTO from_balance;
+  UPDATE bank.accounts SET balance = balance + amount WHERE id = to_id
+    RETURNING balance INTO to_balance;
+  INSERT INTO bank.ledger (op_key, from_id, to_id, amount)
+    VALUES (op_key, from_id, to_id, amount) RETURNING seq INTO entry;
+  PERFORM pg_sleep(delay / 2);
+  RETURN jsonb_build_object('seq', entry, 'from_balance', from_balance,
+                            'to_balance', to_balance, 'at', clock_timestamp());
+END \$\$;
+});
+
+my $workdir = PostgreSQL::Test::Utils::tempdir;
+my $psql = $node->installed_command('psql');
+my $host = $node->host;
+my $port = $node->port;
+
+# Answers after which a client retries the same key: IK409 (someone else
+# holds it), and the errors that leave it knowing nothing about its request
+# (cancelled statement, terminated or crashed backend, server restarting or
+# full, deadlock, serialization failure). A broken connection and a
+# client-side timeout are retried too.
+my %retryable_sqlstate = map { $_ => 1 } qw(
+  IK409 57014 57P01 57P02 57P03 53300 40P01 40001);
+
+# Starts one attempt in a fresh connection, in the background.
+sub start_attempt
+{
+	my ($statements, $client_timeout) = @_;
+	my @command = (
+		'timeout', '-s', 'KILL', $client_timeout, $psql, '-X', '-q', '-A',
+		'-t', '-h', $host, '-p', $port, '-U', 'teller', '-d', 'postgres',
+		'-v', 'ON_ERROR_STOP=1', '-v', 'VERBOSITY=verbose',
+		map { ('-c', $_) } @$statements);
+	my $attempt = { out => '', err => '' };
+	$attempt->{handle} = IPC::Run::start(\@command, '<', \undef, '>',
+		\$attempt->{out}, '2>', \$attempt->{err});
+	return $attempt;
+}
+
+# Waits for an attempt; returns (outcome, response, replayed, detail).
+# outcome is ok, IK422, timeout, a retryable SQLSTATE, broken (no SQLSTATE:
+# the connection failed) or unexpected.
+sub finish_attempt
+{
+	my ($attempt) = @_;
+	$attempt->{handle}->finish;
+	my ($out, $err) = ($attempt->{out}, $attempt->{err});
+	# timeout(1) ends itself with the signal it sent, after killing psql.
+	my $status = $attempt->{handle}->full_result(0);
+	my ($exit, $signal) = ($status >> 8, $status & 127);
+	return ('timeout') if $signal == 9 || $exit == 124 || $exit == 137;
+	if ($exit == 0)
+	{
+		my ($response, $replayed) = $out =~ /^(\{.*\})\|([tf])$/m
+		  or return ('unexpected', undef, undef, "unparsable output: $out");
+		return ('ok', $response, $replayed eq 't');
+	}
+	if ($err =~ /(?:ERROR|FATAL):\s+([0-9A-Z]{5}):\s*(.*)/)
+	{
+		my ($sqlstate, $message) = ($1, $2);
+		return ('IK422') if $sqlstate eq 'IK422';
+		return ($sqlstate, undef, undef, $message)
+		  if $retryable_sqlstate{$sqlstate};
+		return ('unexpected', undef, undef, "$sqlstate: $message");
+	}
+	return ('broken', undef, undef, $err)
+	  if $err =~ /server closed the connection|connection to server|could not send|terminating connection|no connection to the server|SSL SYSCALL/;
+	return ('unexpected', undef, undef, "exit $exit: $err");
+}
+
+sub attempt
+{
+	return finish_attempt(start_attempt(@_));
+}
+
+# The request of a key shared by a pair of clients is a function of the key,
+# so both send the same request.
+sub shared_request
+{
+	my ($pair, $n) = @_;
+	my $from = ($pair * 7 + $n * 13) % $accounts + 1;
+	my $to = ($from + $n % ($accounts - 1)) % $accounts + 1;
+	return ($from, $to, ($pair * 31 + $n * 17) % 97 + 1);
+}
+
+# The select list of one call: its response as text, and whether it was a
+# replay.
+sub call_sql
+{
+	my ($key, $from, $to, $amount) = @_;
+	return "idempotency.idempotent_call('$key', NULL, "
+	  . "'SELECT bank.transfer(\$1, \$2, \$3, \$4)', '$key'::text, $from, $to, "
+	  . "${amount}::bigint)::text, idempotency.last_call_replayed()";
+}
+
+sub log_attempt
+{
+	my ($log, $request, $amount, $outcome, $response, $replayed, $detail) = @_;
+	$detail //= '';
+	$detail =~ s/[\t\n]/ /g;
+	print $log join("\t",
+		$request->{key}, $request->{from}, $request->{to}, $amount, $outcome,
+		$response // '', defined $replayed ? ($replayed ? 't' : 'f') : '',
+		$detail),
+	  "\n";
+}
+
+# One client: a sequence of keys, each retried until a definite answer (a
+# response, or IK422 for a payload), logging every attempt as a line
+#   key \t from \t to \t amount \t outcome \t response \t replayed \t detail
+sub run_client
+{
+	my ($client) = @_;
+	srand($client * 7919 + $$);
+	open my $log, '>', "$workdir/client$client.log" or die $!;
+	$log->autoflush(1);
+	my $give_up = $storm_end + $drain_seconds;
+	my $pair = $client % ($clients / 2);
+	my ($unique_n, $shared_n) = (0, 0);
+
+	while (time < $storm_end)
+	{
+		my ($key, $from, $to, $amount, $may_mutate);
+		if (rand() < 0.25)
+		{
+			# Shared with the paired client: concurrent duplicates.
+			$shared_n++;
+			$key = "shared-$pair-$shared_n";
+			($from, $to, $amount) = shared_request($pair, $shared_n);
+			$may_mutate = 0;
+		}
+		else
+		{
+			$unique_n++;
+			$key = sprintf('c%02d-%05d-%08x', $client, $unique_n, int(rand(2**32)));
+			$from = 1 + int(rand($accounts));
+			$to = 1 + ($from + int(rand($accounts - 1))) % $accounts;
+			$amount = 1 + int(rand(100));
+			$may_mutate = 1;
+		}
+		my $request = { key => $key, from => $from, to => $to };
+		my $sent = $amount;
+		my $acknowledged;
+		my $explicit_transaction = rand() < 0.3;
+		while (!defined $acknowledged)
+		{
+			if (time > $give_up)
+			{
+				log_attempt($log, $request, $sent, 'stuck');
+				last;
+			}
+			my $storming = time < $storm_end;
+			my $delay = $storming && rand() < 0.35 ? sprintf('%.3f', rand(0.3)) : 0;
+			# A double click: the same request again, at the same moment,
+			# from another connection, while the first is inside fn.
+			my $double_click = $storming && rand() < 0.1;
+			$delay = '0.100' if $double_click && $delay < 0.1;
+			my @statements = ("SET bank.delay = $delay");
+			push @statements, 'SET statement_timeout = 100'
+			  if $storming && rand() < 0.2;
+			push @statements, 'SET idempotency.wait_timeout = 150'
+			  if rand() < 0.2;
+			if ($explicit_transaction)
+			{
+				push @statements, 'BEGIN', 'SELECT ' . call_sql($key, $from, $to, $sent),
+				  "SELECT pg_sleep($delay / 2)", 'COMMIT';
+			}
+			else
+			{
+				push @statements, 'SELECT ' . call_sql($key, $from, $to, $sent);
+			}
+			my $client_timeout = $storming && rand() < 0.1 ? 0.15 : 20;
+			my $first = start_attempt(\@statements, $client_timeout);
+			my $twin = $double_click
+			  ? start_attempt([ 'SELECT ' . call_sql($key, $from, $to, $sent) ], 20)
+			  : undef;
+			my ($outcome, $response, $replayed, $detail) = finish_attempt($first);
+			log_attempt($log, $request, $sent, $outcome, $response, $replayed,
+				$detail);
+			if ($twin)
+			{
+				my @twin_result = finish_attempt($twin);
+				log_attempt($log, $request, $sent, @twin_result);
+				($outcome, $response, $replayed, $detail) = @twin_result
+				  if $outcome ne 'ok' && $twin_result[0] eq 'ok';
+			}
+
+			if ($outcome eq 'ok')
+			{
+				$acknowledged = $response;
+			}
+			elsif ($outcome eq 'IK422')
+			{
+				# The other payload of this key was applied: go back to the
+				# one the key was not refused for.
+				$sent = $sent == $amount ? $amount + 1000 : $amount;
+			}
+			elsif ($outcome eq 'unexpected')
+			{
+				sleep 0.05;
+			}
+			else
+			{
+				# Unknown outcome: retry; now and then a buggy client
+				# retries the key with another payload.
+				$sent = $amount + 1000
+				  if $may_mutate && $outcome eq 'timeout' && rand() < 0.5;
+				sleep(0.005 + rand(0.03));
+			}
+		}
+		# A duplicate delivery of an acknowledged request must replay.
+		if (defined $acknowledged && rand() < 0.3)
+		{
+			my ($outcome, $response, $replayed, $detail) =
+			  attempt([ 'SELECT ' . call_sql($key, $from, $to, $sent) ], 20);
+			log_attempt($log, $request, $sent, $outcome, $response, $replayed,
+				$detail);
+		}
+		# A different request under an acknowledged key must be refused.
+		if (defined $acknowledged && $may_mutate && rand() < 0.1)
+		{
+			my $other = $sent == $amount ? $amount + 1000 : $amount;
+			my ($outcome, $response, $replayed, $detail) =
+			  attempt([ 'SELECT ' . call_sql($key, $from, $to, $other) ], 20);
+			log_attempt($log, $request, $other, $outcome, $response, $replayed,
+				$detail);
+		}
+	}
+	close $log;
+}
+
+# Faults from outside the clients, until the storm ends.
+sub inject_faults
+{
+	my %injected = (cancel => 0, terminate => 0, kill9 => 0);
+	my $next_kill9 = time + $storm_seconds / ($max_kill9 + 1);
+	while (time < $storm_end)
+	{
+		sleep(0.1 + rand(0.2));
+		my ($rc, $pids) = $node->psql(
+			'postgres',
+			"SELECT pid FROM pg_stat_activity WHERE usename = 'teller' "
+			  . "AND state = 'active' ORDER BY random() LIMIT 3");
+		next if $rc != 0 || $pids eq '';
+		my @pids = split /\n/, $pids;
+		if ($injected{kill9} < $max_kill9 && time > $next_kill9)
+		{
+			kill 'KILL', $pids[0];
+			$injected{kill9}++;
+			$next_kill9 = time + $storm_seconds / ($max_kill9 + 1);
+			# Wait out the crash restart before the next fault.
+			$node->poll_query_until('postgres', 'SELECT true');
+			next;
+		}
+		my $fault = rand() < 0.6 ? 'cancel' : 'terminate';
+		my ($done) = $node->psql('postgres',
+			"SELECT pg_${fault}_backend($pids[-1])");
+		$injected{$fault}++ if $done == 0;
+	}
+	return \%injected;
+}
+
+my $started = time;
+$storm_end = $started + $storm_seconds;
+my @children;
+for my $client (1 .. $clients)
+{
+	my $pid = fork // die "fork: $!";
+	if ($pid == 0)
+	{
+		# Children leave through _exit: the END blocks of the test modules
+		# (which stop the cluster) belong to the parent.
+		eval { run_client($client); 1 } or print STDERR "client $client: $@";
+		POSIX::_exit(0);
+	}
+	push @children, $pid;
+}
+my $injected = inject_faults();
+waitpid($_, 0) for @children;
+my $elapsed = time - $started;
+
+# Every attempt of every client.
+my (%attempts_by_key, %figures);
+for my $client (1 .. $clients)
+{
+	open my $log, '<', "$workdir/client$client.log"
+	  or die "client $client left no log: $!";
+	while (my $line = <$log>)
+	{
+		chomp $line;
+		my ($key, $from, $to, $amount, $outcome, $response, $replayed, $detail)
+		  = split /\t/, $line, 8;
+		push @{ $attempts_by_key{$key} },
+		  {
+			from => $from,
+			to => $to,
+			amount => $amount,
+			outcome => $outcome,
+			response => $response,
+			replayed => $replayed,
+			detail => $detail
+		  };
+		$figures{calls}++;
+		$figures{"outcome $outcome"}++;
+		$figures{replays}++ if $outcome eq 'ok' && $replayed eq 't';
+	}
+}
+
+# What the database holds.
+my %ledger;
+for my $row (split /\n/,
+	$node->safe_psql('postgres', 'SELECT op_key, seq, amount FROM bank.ledger'))
+{
+	my ($key, $seq, $amount) = split /\|/, $row;
+	push @{ $ledger{$key} }, { seq => $seq, amount => $amount };
+}
+my %stored = map { split /\|/, $_, 2 } split /\n/, $node->safe_psql(
+	'postgres',
+	"SELECT key, response::text FROM idempotency.keys WHERE scope = 'teller'::regrole");
+
+my @violations;
+my $violation = sub { push @violations, join(' ', @_) };
+
+for my $key (sort keys %attempts_by_key)
+{
+	my @attempts = @{ $attempts_by_key{$key} };
+	my @answers = grep { $_->{outcome} eq 'ok' } @attempts;
+	$violation->("$key: $_->{outcome} $_->{detail}")
+	  for grep { $_->{outcome} =~ /^(stuck|unexpected)$/ } @attempts;
+	my $rows = $ledger{$key} // [];
+	$figures{retries} += @attempts - 1;
+	if (!@answers)
+	{
+		$violation->("$key: never answered");
+		next;
+	}
+	my $first = $answers[0];
+	$violation->("$key: acknowledged, but " . scalar(@$rows) . ' ledger rows')
+	  if @$rows != 1;
+	# Clients' logs are not in time order, but all answers must be equal,
+	# and at most one of them may come from running fn.
+	for my $answer (@answers[ 1 .. $#answers ])
+	{
+		$violation->("$key: answer differs from the first: "
+			  . "$answer->{response} vs $first->{response}")
+		  if $answer->{response} ne $first->{response};
+	}
+	my $runs = grep { $_->{replayed} ne 't' } @answers;
+	$violation->("$key: $runs answers ran fn") if $runs > 1;
+	next unless @$rows == 1;
+	my ($seq) = $first->{response} =~ /"seq": (\d+)/;
+	$violation->("$key: the answer (seq $seq) is not the ledger's execution "
+		  . "(seq $rows->[0]{seq})")
+	  if !defined $seq || $seq != $rows->[0]{seq};
+	$violation->("$key: applied amount $rows->[0]{amount}, acknowledged "
+		  . "for $first->{amount}")
+	  if $rows->[0]{amount} != $first->{amount};
+	for my $refused (grep { $_->{outcome} eq 'IK422' } @attempts)
+	{
+		$violation->("$key: payload $refused->{amount} was refused with "
+			  . "IK422 but applied")
+		  if $rows->[0]{amount} == $refused->{amount};
+	}
+	$violation->("$key: stored response differs from the answer")
+	  if ($stored{$key} // '') ne $first->{response};
+}
+for my $key (keys %ledger)
+{
+	$violation->("$key: in the ledger but never sent")
+	  unless $attempts_by_key{$key};
+	$violation->("$key: in the ledger but no key stored")
+	  unless defined $stored{$key};
+}
+
+# A replay of every acknowledged key now, by one session, still answers the
+# first response.
+my @acknowledged = grep {
+	grep { $_->{outcome} eq 'ok' } @{ $attempts_by_key{$_} }
+} sort keys %attempts_by_key;
+my $replay_script = join(";\n",
+	map {
+		my ($first) = grep { $_->{outcome} eq 'ok' } @{ $attempts_by_key{$_} };
+		"SELECT '$_', "
+		  . call_sql($_, $first->{from}, $first->{to}, $first->{amount})
+	} @acknowledged) . ";\n";
+my ($replay_out, $replay_err) = ('', '');
+IPC::Run::run(
+	[
+		$psql, '-X', '-q', '-A', '-t', '-h', $host, '-p', $port, '-U', 'teller',
+		'-d', 'postgres', '-v', 'ON_ERROR_STOP=1'
+	],
+	'<', \$replay_script, '>', \$replay_out, '2>', \$replay_err);
+is($replay_err, '', 'the final replay of every acknowledged key raised no error');
+my %final = map { my ($k, $r, $f) = split /\|/, $_; ($k => [ $r, $f ]) }
+  split /\n/, $replay_out;
+for my $key (@acknowledged)
+{
+	my ($first) = grep { $_->{outcome} eq 'ok' } @{ $attempts_by_key{$key} };
+	my ($response, $replayed) = @{ $final{$key} // [ '', '' ] };
+	$violation->("$key: final replay answered $response, first answer was "
+		  . $first->{response})
+	  if $response ne $first->{response};
+	$violation->("$key: final call ran fn again") if $replayed ne 't';
+}
+
+# Money: the ledger explains every balance, and none was created or lost.
+my $mismatched = $node->safe_psql(
+	'postgres', qq{
+SELECT count(*) FROM bank.accounts AS a
+ WHERE a.balance <> $initial_balance
+       - coalesce((SELECT sum(amount) FROM bank.ledger WHERE from_id = a.id), 0)
+       + coalesce((SELECT sum(amount) FROM bank.ledger WHERE to_id = a.id), 0)});
+$violation->("$mismatched accounts whose balance the ledger does not explain")
+  if $mismatched != 0;
+my $total = $node->safe_psql('postgres', 'SELECT sum(balance) FROM bank.accounts');
+$violation->("money created or lost: total $total")
+  if $total != $accounts * $initial_balance;
+my $duplicated = $node->safe_psql('postgres',
+	'SELECT count(*) FROM (SELECT op_key FROM bank.ledger GROUP BY op_key HAVING count(*) > 1) AS d');
+$violation->("$duplicated keys with two or more ledger rows") if $duplicated != 0;
+
+$figures{keys} = keys %attempts_by_key;
+$figures{'acknowledged keys'} = @acknowledged;
+$figures{'ledger rows'} = $node->safe_psql('postgres', 'SELECT count(*) FROM bank.ledger');
+$figures{"faults injected: $_"} = $injected->{$_} for keys %$injected;
+$figures{'faults injected: client timeouts'} = $figures{'outcome timeout'} // 0;
+$figures{'statement timeouts'} = scalar grep {
+	$_->{detail} =~ /statement timeout/
+} map { @$_ } values %attempts_by_key;
+$figures{'409s'} = $figures{'outcome IK409'} // 0;
+$figures{'422s'} = $figures{'outcome IK422'} // 0;
+$figures{violations} = @violations;
+$figures{seconds} = sprintf('%.1f', $elapsed);
+diag(sprintf('%-36s %s', $_, $figures{$_})) for sort keys %figures;
+diag("violation: $_") for @violations[ 0 .. ($#violations < 30 ? $#violations : 29) ];
+
+is(scalar @violations, 0, 'no violation of exactly-once');
+# Every kind of fault happened (the figures above say how often).
+cmp_ok($injected->{kill9}, '>=', 1, 'the storm crashed the server');
+cmp_ok($injected->{cancel}, '>=', 1, 'the storm cancelled backends');
+cmp_ok($injected->{terminate}, '>=', 1, 'the storm terminated backends');
+cmp_ok($figures{'faults injected: client timeouts'}, '>=', 1,
+	'clients timed out');
+cmp_ok($figures{'statement timeouts'}, '>=', 1,
+	'statement_timeout fired inside fn');
+cmp_ok($figures{'409s'}, '>=', 1, 'concurrent duplicates met IK409');
+cmp_ok($figures{'422s'}, '>=', 1, 'changed requests met IK422');
+cmp_ok($figures{replays}, '>=', 1, 'retries were answered by replays');
+cmp_ok(scalar(@acknowledged), '>=', 100, 'the storm processed enough keys');
+ok($node->log_contains('terminated by signal 9'),
+	'the server log shows the crash restarts');
+
+$node->stop;
+done_testing();
