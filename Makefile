@@ -19,6 +19,10 @@ SOURCES = \
 	src/protocol/plan_cache.cpp \
 	src/protocol/rules.cpp \
 	src/storage/keys.cpp \
+	src/worker/database_round.cpp \
+	src/worker/expire.cpp \
+	src/worker/settings.cpp \
+	src/worker/status.cpp \
 	src/worker/worker.cpp
 OBJS = $(SOURCES:.cpp=.o)
 

@@ -99,3 +99,61 @@ CREATE FUNCTION idempotency.last_call_replayed()
 RETURNS pg_catalog.bool
 AS 'MODULE_PATHNAME', 'idempotency_last_call_replayed'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+-- Expiry
+--
+-- A key's TTL is fixed when it is claimed: expires_at = created_at + the
+-- idempotency.ttl in force then, so expiry goes by expires_at. The index is
+-- expiry's access path: each pass of a round goes on in it from where the
+-- last one stopped, so a round reads only expired keys, whatever the
+-- table's size (the README compares it with BRIN and partitions).
+CREATE INDEX keys_expires_at_idx ON idempotency.keys (expires_at);
+
+-- One expiry round in this database, now, in the caller's transaction;
+-- returns how many keys it deleted. It deletes the keys of every role, so
+-- only superusers may run it, and roles they grant EXECUTE to.
+CREATE FUNCTION idempotency.expire()
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'idempotency_expire'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.expire() IS
+    'deletes the keys of this database that are past their TTL, in the caller''s transaction; returns how many';
+
+REVOKE ALL ON FUNCTION idempotency.expire() FROM PUBLIC;
+
+-- What the expiry worker did, per database where the extension is
+-- installed; kept in shared memory (needs the library preloaded) and empty
+-- after a restart.
+CREATE FUNCTION idempotency.expiry_status(
+    OUT datid pg_catalog.oid,
+    OUT running_since pg_catalog.timestamptz,
+    OUT last_started pg_catalog.timestamptz,
+    OUT last_finished pg_catalog.timestamptz,
+    OUT last_deleted pg_catalog.int8,
+    OUT last_error pg_catalog.text,
+    OUT rounds pg_catalog.int8,
+    OUT total_deleted pg_catalog.int8,
+    OUT failed_rounds pg_catalog.int8)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idempotency_expiry_status'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+CREATE VIEW idempotency.expiry_status AS
+    SELECT s.datid, d.datname, s.running_since, s.last_started,
+           s.last_finished,
+           s.last_finished OPERATOR(pg_catalog.-) s.last_started AS last_duration,
+           s.last_deleted, s.last_error, s.rounds, s.total_deleted,
+           s.failed_rounds
+      FROM idempotency.expiry_status() AS s
+      LEFT JOIN pg_catalog.pg_database AS d
+        ON d.oid OPERATOR(pg_catalog.=) s.datid;
+
+COMMENT ON VIEW idempotency.expiry_status IS
+    'the expiry worker''s last round in each database where the extension is installed: when, how long, keys deleted, error';
+
+-- Monitoring roles may watch the worker.
+REVOKE ALL ON FUNCTION idempotency.expiry_status() FROM PUBLIC;
+REVOKE ALL ON idempotency.expiry_status FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idempotency.expiry_status() TO pg_monitor;
+GRANT SELECT ON idempotency.expiry_status TO pg_monitor;

@@ -16,6 +16,7 @@ void _PG_init(void) {
   if (IsBinaryUpgrade)
     return;
   idempotency::settings::define();
+  idempotency::worker::define_settings();
   MarkGUCPrefixReserved("idempotency");
   if (process_shared_preload_libraries_in_progress)
     idempotency::worker::register_launcher();

@@ -1,0 +1,128 @@
+-- Key expiry: a key's TTL is the idempotency.ttl in force when it was
+-- claimed; past it the key is absent for idempotent_call (fn runs again)
+-- whether or not it has been deleted yet; idempotency.expire() deletes the
+-- expired keys now and is only for privileged roles.
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS idempotency;
+RESET client_min_messages;
+-- Keys other tests left expired are not this test's business.
+SELECT idempotency.expire() AS expired_before \gset
+
+-- fn's result is the run number: a replay answers an old number, a run a
+-- new one.
+CREATE SEQUENCE expiry_runs;
+CREATE FUNCTION run(key text, OUT response jsonb, OUT replayed boolean)
+LANGUAGE plpgsql AS $$
+BEGIN
+  response := idempotency.idempotent_call(key, NULL, 'SELECT nextval(''expiry_runs'')');
+  replayed := idempotency.last_call_replayed();
+END $$;
+CREATE FUNCTION ttl_of(key text) RETURNS interval LANGUAGE sql AS $$
+  SELECT expires_at - created_at FROM idempotency.keys WHERE keys.key = ttl_of.key
+$$;
+
+-- The default TTL, and a per-key TTL with SET LOCAL that ends with the
+-- transaction.
+SHOW idempotency.ttl;
+SELECT * FROM run('daily');
+BEGIN;
+SET LOCAL idempotency.ttl = '7 days';
+SELECT * FROM run('refund');
+COMMIT;
+SHOW idempotency.ttl;
+SELECT * FROM run('after-refund');
+SELECT key, ttl_of(key) FROM idempotency.keys
+ WHERE key IN ('daily', 'refund', 'after-refund') ORDER BY key;
+-- A replay keeps the key's own TTL, whatever the TTL in force now.
+SET idempotency.ttl = '1 hour';
+SELECT * FROM run('refund');
+SELECT ttl_of('refund');
+RESET idempotency.ttl;
+
+-- Bad TTLs are refused.
+SET idempotency.ttl = '0';
+SET idempotency.ttl = '-1 day';
+SET idempotency.ttl = 'soon';
+
+-- A key past its TTL runs fn again, although its row is still there; the
+-- new run gets the TTL in force now.
+BEGIN;
+SET LOCAL idempotency.ttl = '1 microsecond';
+SELECT * FROM run('brief');
+COMMIT;
+SELECT count(*) AS rows_still_stored FROM idempotency.keys WHERE key = 'brief';
+SELECT * FROM run('brief');
+SELECT * FROM run('brief');
+SELECT ttl_of('brief');
+
+-- expire() deletes the expired keys of every role, and only those.
+CREATE ROLE regress_expiry_user;
+GRANT EXECUTE ON FUNCTION run(text) TO regress_expiry_user;
+GRANT USAGE ON SEQUENCE expiry_runs TO regress_expiry_user;
+BEGIN;
+SET LOCAL idempotency.ttl = '1 microsecond';
+SELECT * FROM run('old-1');
+SELECT * FROM run('old-2');
+SET LOCAL ROLE regress_expiry_user;
+SELECT * FROM run('old-of-another-role');
+COMMIT;
+SELECT idempotency.expire();
+SELECT key FROM idempotency.keys
+ WHERE key IN ('daily', 'refund', 'after-refund', 'brief', 'old-1', 'old-2', 'old-of-another-role')
+ ORDER BY key;
+SELECT idempotency.expire();
+-- A deleted key runs fn again.
+SELECT * FROM run('old-1');
+
+-- expire() runs in the caller's transaction: rolled back, the keys stay.
+BEGIN;
+SET LOCAL idempotency.ttl = '1 microsecond';
+SELECT * FROM run('kept-by-rollback');
+COMMIT;
+BEGIN;
+SELECT idempotency.expire();
+ROLLBACK;
+SELECT count(*) FROM idempotency.keys WHERE key = 'kept-by-rollback';
+-- It writes: not in a read-only transaction.
+BEGIN READ ONLY;
+SELECT idempotency.expire();
+ROLLBACK;
+SELECT idempotency.expire();
+
+-- Who may run expire(): superusers, and roles granted EXECUTE on it. The
+-- worker's status is for pg_monitor.
+\set VERBOSITY terse
+SET ROLE regress_expiry_user;
+SELECT idempotency.expire();
+SELECT count(*) FROM idempotency.expiry_status;
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION idempotency.expire() TO regress_expiry_user;
+GRANT pg_monitor TO regress_expiry_user;
+SET ROLE regress_expiry_user;
+SELECT idempotency.expire();
+SELECT count(*) >= 0 AS may_read_status FROM idempotency.expiry_status;
+RESET ROLE;
+\set VERBOSITY default
+
+-- The expiry settings.
+SHOW idempotency.expire_interval;
+SHOW idempotency.expire_batch_size;
+SHOW idempotency.expire_batch_delay;
+SET idempotency.expire_interval = '1s';
+SET idempotency.expire_batch_size = 0;
+-- A smaller batch changes nothing but the number of passes.
+SET idempotency.expire_batch_size = 1;
+BEGIN;
+SET LOCAL idempotency.ttl = '1 microsecond';
+SELECT r.* FROM generate_series(1, 3) AS g, run('batch-' || g) AS r;
+COMMIT;
+SELECT idempotency.expire();
+RESET idempotency.expire_batch_size;
+
+REVOKE EXECUTE ON FUNCTION idempotency.expire() FROM regress_expiry_user;
+REVOKE pg_monitor FROM regress_expiry_user;
+DROP FUNCTION run(text);
+DROP FUNCTION ttl_of(text);
+DROP SEQUENCE expiry_runs;
+SELECT idempotency.expire() AS expired_after \gset
+DROP ROLE regress_expiry_user;

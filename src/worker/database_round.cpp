@@ -1,0 +1,166 @@
+#include <algorithm>
+
+#include "worker/database_round.hpp"
+
+#include "worker/expire.hpp"
+#include "worker/settings.hpp"
+#include "worker/status.hpp"
+
+extern "C" {
+PGDLLEXPORT void idempotency_database_worker_main(Datum main_arg);
+}
+
+namespace idempotency::worker {
+
+void describe_database_worker(BackgroundWorker *worker, Oid database,
+                              pid_t notify_pid) {
+  memset(worker, 0, sizeof(BackgroundWorker));
+  worker->bgw_flags =
+      BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+  worker->bgw_start_time = BgWorkerStart_RecoveryFinished;
+  worker->bgw_restart_time = BGW_NEVER_RESTART;
+  strlcpy(worker->bgw_library_name, "idempotency", BGW_MAXLEN);
+  strlcpy(worker->bgw_function_name, "idempotency_database_worker_main",
+          BGW_MAXLEN);
+  snprintf(worker->bgw_name, BGW_MAXLEN, "idempotency expiry for database %u",
+           database);
+  strlcpy(worker->bgw_type, database_worker_type, BGW_MAXLEN);
+  worker->bgw_main_arg = ObjectIdGetDatum(database);
+  worker->bgw_notify_pid = notify_pid;
+}
+
+bool database_wanted_alone(Oid database) {
+  LOCKTAG tag;
+  SET_LOCKTAG_OBJECT(tag, InvalidOid, DatabaseRelationId, database, 0);
+  if (LockAcquire(&tag, RowExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
+    return true;
+  LockRelease(&tag, RowExclusiveLock, true);
+  return false;
+}
+
+namespace {
+
+void begin_transaction(const char *activity) {
+  SetCurrentStatementStartTimestamp();
+  StartTransactionCommand();
+  PushActiveSnapshot(GetTransactionSnapshot());
+  pgstat_report_activity(STATE_RUNNING, activity);
+}
+
+void commit_transaction() {
+  PopActiveSnapshot();
+  CommitTransactionCommand();
+}
+
+// Whether to stop the round early: when the database is wanted alone, so
+// that DROP DATABASE and CREATE DATABASE ... TEMPLATE, which wait a few
+// seconds for other connections to leave, find this one gone.
+bool must_leave() {
+  CHECK_FOR_INTERRUPTS();
+  if (!database_wanted_alone(MyDatabaseId))
+    return false;
+  elog(DEBUG1, "idempotency expiry round stopped early: another command "
+               "needs the database alone");
+  return true;
+}
+
+// idempotency.expire_batch_delay; a signal (SIGTERM, or a barrier that
+// DROP DATABASE waits for) cuts it short.
+void pause_after_batch() {
+  int delay_ms = settings::expire_batch_delay_ms();
+  if (delay_ms == 0)
+    return;
+  (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                  delay_ms, PG_WAIT_EXTENSION);
+  ResetLatch(MyLatch);
+}
+
+// Runs passes until no expired key is left: each collects keys in a
+// read-only transaction, then deletes them in batches of
+// idempotency.expire_batch_size, each batch its own short transaction.
+void run_passes(TimestampTz cutoff, MemoryContext pass_context,
+                volatile int64 *deleted) {
+  int batch_size = settings::expire_batch_size();
+  ExpiryCursor cursor{};
+  for (;;) {
+    if (must_leave())
+      return;
+    begin_transaction("collecting expired idempotency keys");
+    ExpiredKeys keys = collect_expired(cutoff, keys_per_pass(batch_size),
+                                       &cursor, pass_context);
+    commit_transaction();
+
+    for (int from = 0; from < keys.count; from += batch_size) {
+      if (must_leave())
+        return;
+      begin_transaction("deleting expired idempotency keys");
+      *deleted += delete_expired(cutoff, keys.tids + from,
+                                 std::min(batch_size, keys.count - from));
+      commit_transaction();
+      if (from + batch_size < keys.count || !keys.finished)
+        pause_after_batch();
+    }
+    MemoryContextReset(pass_context);
+    if (keys.finished)
+      return;
+  }
+}
+
+// Looks up whether the extension is installed and, if so, the round's
+// cutoff; without the extension the database is left alone, silently.
+bool prepare_round(TimestampTz started, TimestampTz *cutoff) {
+  SetCurrentStatementStartTimestamp();
+  StartTransactionCommand();
+  bool installed = extension_installed();
+  if (installed)
+    *cutoff = expiry_cutoff(started);
+  CommitTransactionCommand();
+  return installed;
+}
+
+void run_round() {
+  Oid database = MyDatabaseId;
+  TimestampTz started = GetCurrentTimestamp();
+  TimestampTz cutoff = 0;
+  if (!prepare_round(started, &cutoff)) {
+    status::forget(database);
+    return;
+  }
+  status::round_started(database, started);
+
+  // Read after an error; volatile so the longjmp keeps its value.
+  volatile int64 deleted = 0;
+  MemoryContext context = CurrentMemoryContext;
+  MemoryContext pass_context = AllocSetContextCreate(
+      context, "idempotency expiry pass", ALLOCSET_DEFAULT_SIZES);
+  PG_TRY();
+  { run_passes(cutoff, pass_context, &deleted); }
+  PG_CATCH();
+  {
+    // Record the error, then let the worker's own error handling log it
+    // and end the process; the launcher goes on with the next database.
+    MemoryContextSwitchTo(context);
+    ErrorData *error = CopyErrorData();
+    status::round_finished(database, GetCurrentTimestamp(), deleted,
+                           error->message);
+    PG_RE_THROW();
+  }
+  PG_END_TRY();
+  MemoryContextDelete(pass_context);
+  pgstat_report_activity(STATE_IDLE, nullptr);
+  status::round_finished(database, GetCurrentTimestamp(), deleted, nullptr);
+}
+
+} // namespace
+
+} // namespace idempotency::worker
+
+void idempotency_database_worker_main(Datum main_arg) {
+  pqsignal(SIGTERM, die);
+  BackgroundWorkerUnblockSignals();
+  BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg),
+                                            InvalidOid, 0);
+  pgstat_report_appname(idempotency::worker::database_worker_type);
+  idempotency::worker::run_round();
+  proc_exit(0);
+}

@@ -1,0 +1,256 @@
+#include <algorithm>
+
+#include "worker/expire.hpp"
+
+#include "boundary/boundary.hpp"
+#include "protocol/claim.hpp"
+#include "worker/settings.hpp"
+
+namespace idempotency::worker {
+
+namespace {
+
+// Column numbers of idempotency.keys, as created by the install script.
+constexpr AttrNumber att_scope = 1;
+constexpr AttrNumber att_key = 2;
+constexpr AttrNumber att_expires_at = 7;
+
+constexpr const char *expires_at_index = "keys_expires_at_idx";
+
+// A pass collects row addresses only (6 bytes each), so it can go much
+// further than a batch; large passes keep a round's scans few.
+constexpr int min_keys_per_pass = 100000;
+
+pg_attribute_noreturn() void report_missing_index() {
+  ereport(ERROR,
+          (errcode(ERRCODE_UNDEFINED_OBJECT),
+           errmsg("index idempotency.%s on idempotency.keys (expires_at) "
+                  "does not exist",
+                  expires_at_index),
+           errhint("Recreate it with CREATE INDEX %s ON idempotency.keys "
+                   "(expires_at).",
+                   expires_at_index)));
+  pg_unreachable();
+}
+
+Oid key_table_oid() {
+  Oid table =
+      get_relname_relid("keys", get_namespace_oid("idempotency", false));
+  if (!OidIsValid(table))
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                    errmsg("table idempotency.keys does not exist")));
+  return table;
+}
+
+Relation open_expires_at_index(Oid table) {
+  Oid index = get_relname_relid(expires_at_index,
+                                get_namespace_oid("idempotency", false));
+  if (!OidIsValid(index))
+    report_missing_index();
+  Relation rel = index_open(index, AccessShareLock);
+  Form_pg_index form = rel->rd_index;
+  if (form->indrelid != table || form->indkey.values[0] != att_expires_at ||
+      rel->rd_rel->relam != BTREE_AM_OID)
+    report_missing_index();
+  return rel;
+}
+
+bool examined_before(const ExpiryCursor &cursor, TimestampTz expires_at,
+                     ItemPointer tid) {
+  return cursor.positioned && expires_at == cursor.expires_at &&
+         ItemPointerCompare(tid, const_cast<ItemPointer>(&cursor.tid)) <= 0;
+}
+
+void append(ExpiredKeys *keys, int *capacity, int limit, ItemPointer tid) {
+  if (keys->count == *capacity) {
+    *capacity = std::min(limit, *capacity * 2);
+    keys->tids = static_cast<ItemPointerData *>(
+        repalloc(keys->tids, *capacity * sizeof(ItemPointerData)));
+  }
+  keys->tids[keys->count++] = *tid;
+}
+
+// Deletes the key in `slot` unless a caller holds it. The key's claim (the
+// lock idempotent_call holds from its last look at the key until it has
+// stored its own row) is taken without waiting and kept only for the
+// delete: a caller that saw the key expired is never robbed of the row it is
+// about to replace, and a caller that comes later sees the row deleted. A row
+// locked or changed by another transaction is not waited for either.
+bool delete_unless_held(Relation table, TupleTableSlot *slot,
+                        Snapshot snapshot) {
+  bool isnull = false;
+  Datum key_datum = slot_getattr(slot, att_key, &isnull);
+  storage::KeyRef key;
+  key.scope = DatumGetObjectId(slot_getattr(slot, att_scope, &isnull));
+  key.key = DatumGetTextPP(key_datum);
+
+  protocol::Claim claim = protocol::claim_for(key);
+  bool held_elsewhere = LockAcquire(&claim.tag, ExclusiveLock, false, true) ==
+                        LOCKACQUIRE_NOT_AVAIL;
+  if (reinterpret_cast<Pointer>(key.key) != DatumGetPointer(key_datum))
+    pfree(key.key);
+  if (held_elsewhere)
+    return false;
+
+  TM_FailureData failure;
+  TM_Result result = table_tuple_delete(
+      table, &slot->tts_tid, GetCurrentCommandId(true), snapshot,
+      InvalidSnapshot, false /* wait */, &failure, false /* changingPart */);
+  LockRelease(&claim.tag, ExclusiveLock, false);
+  return result == TM_Ok;
+}
+
+TimestampTz expires_at_of(TupleTableSlot *slot) {
+  bool isnull = false;
+  return DatumGetTimestampTz(slot_getattr(slot, att_expires_at, &isnull));
+}
+
+} // namespace
+
+bool extension_installed() {
+  return OidIsValid(get_extension_oid("idempotency", true));
+}
+
+TimestampTz expiry_cutoff(TimestampTz now) {
+  TimestampTz cutoff = now;
+  int backends = pgstat_fetch_stat_numbackends();
+  for (int i = 1; i <= backends; i++) {
+    LocalPgBackendStatus *local = pgstat_fetch_stat_local_beentry(i);
+    if (local == nullptr)
+      continue;
+    const PgBackendStatus &backend = local->backendStatus;
+    // Only sessions and background workers can call idempotent_call.
+    bool may_call = backend.st_backendType == B_BACKEND ||
+                    backend.st_backendType == B_BG_WORKER;
+    if (!may_call || backend.st_databaseid != MyDatabaseId ||
+        backend.st_procpid == MyProcPid)
+      continue;
+    TimestampTz started = backend.st_xact_start_timestamp;
+    if (started != 0 && started < cutoff)
+      cutoff = started;
+  }
+  return cutoff;
+}
+
+int keys_per_pass(int batch_size) {
+  return std::max(batch_size, min_keys_per_pass);
+}
+
+ExpiredKeys collect_expired(TimestampTz cutoff, int limit, ExpiryCursor *cursor,
+                            MemoryContext result_context) {
+  Oid table_oid = key_table_oid();
+  Relation table = table_open(table_oid, AccessShareLock);
+  Relation index = open_expires_at_index(table_oid);
+
+  ScanKeyData scan_keys[2];
+  int nkeys = 0;
+  ScanKeyInit(&scan_keys[nkeys++], 1, BTLessEqualStrategyNumber,
+              F_TIMESTAMPTZ_LE, TimestampTzGetDatum(cutoff));
+  if (cursor->positioned)
+    ScanKeyInit(&scan_keys[nkeys++], 1, BTGreaterEqualStrategyNumber,
+                F_TIMESTAMPTZ_GE, TimestampTzGetDatum(cursor->expires_at));
+  IndexScanDesc scan =
+      index_beginscan(table, index, GetActiveSnapshot(), nkeys, 0);
+  // The index tuple tells the entries up to the cursor apart without a
+  // visit to the heap.
+  scan->xs_want_itup = true;
+  index_rescan(scan, scan_keys, nkeys, nullptr, 0);
+  TupleTableSlot *slot = table_slot_create(table, nullptr);
+
+  int capacity = std::min(limit, 1024);
+  ExpiredKeys keys{static_cast<ItemPointerData *>(MemoryContextAlloc(
+                       result_context, capacity * sizeof(ItemPointerData))),
+                   0, true};
+  ItemPointer tid;
+  while ((tid = index_getnext_tid(scan, ForwardScanDirection)) != nullptr) {
+    CHECK_FOR_INTERRUPTS();
+    bool isnull = false;
+    TimestampTz expires_at = DatumGetTimestampTz(
+        index_getattr(scan->xs_itup, 1, scan->xs_itupdesc, &isnull));
+    if (examined_before(*cursor, expires_at, tid))
+      continue;
+    if (keys.count == limit) {
+      keys.finished = false;
+      break;
+    }
+    cursor->positioned = true;
+    cursor->expires_at = expires_at;
+    cursor->tid = *tid;
+    if (index_fetch_heap(scan, slot))
+      append(&keys, &capacity, limit, &slot->tts_tid);
+  }
+
+  ExecDropSingleTupleTableSlot(slot);
+  index_endscan(scan);
+  index_close(index, NoLock);
+  table_close(table, NoLock);
+
+  // Deleting in heap order dirties each page once per batch.
+  std::sort(keys.tids, keys.tids + keys.count,
+            [](const ItemPointerData &a, const ItemPointerData &b) {
+              return ItemPointerCompare(const_cast<ItemPointer>(&a),
+                                        const_cast<ItemPointer>(&b)) < 0;
+            });
+  return keys;
+}
+
+int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
+                     int count) {
+  Relation table = table_open(key_table_oid(), RowExclusiveLock);
+  Snapshot snapshot = GetActiveSnapshot();
+  TupleTableSlot *slot = table_slot_create(table, nullptr);
+  // Rows collected earlier may be gone with their pages: VACUUM may have
+  // truncated the table before this transaction locked it.
+  BlockNumber blocks = RelationGetNumberOfBlocks(table);
+
+  int64 deleted = 0;
+  for (int i = 0; i < count; i++) {
+    CHECK_FOR_INTERRUPTS();
+    ItemPointerData tid = tids[i];
+    if (ItemPointerGetBlockNumber(&tid) >= blocks ||
+        !table_tuple_fetch_row_version(table, &tid, snapshot, slot))
+      continue;
+    // Replaced by a caller, or a new row in a reused slot: not expired.
+    if (expires_at_of(slot) > cutoff)
+      continue;
+    if (delete_unless_held(table, slot, snapshot))
+      deleted++;
+  }
+
+  ExecDropSingleTupleTableSlot(slot);
+  table_close(table, NoLock);
+  return deleted;
+}
+
+namespace {
+
+// idempotency.expire(): one round now, in the caller's transaction; the
+// cutoff is the transaction's start, the instant idempotent_call compares
+// expires_at with.
+Datum expire_body(FunctionCallInfo) {
+  PreventCommandDuringRecovery("idempotency.expire()");
+  PreventCommandIfReadOnly("idempotency.expire()");
+  PreventCommandIfParallelMode("idempotency.expire()");
+
+  TimestampTz cutoff = expiry_cutoff(GetCurrentTransactionStartTimestamp());
+  int limit = keys_per_pass(settings::expire_batch_size());
+  MemoryContext pass_context = AllocSetContextCreate(
+      CurrentMemoryContext, "idempotency expiry pass", ALLOCSET_DEFAULT_SIZES);
+  ExpiryCursor cursor{};
+  int64 deleted = 0;
+  for (;;) {
+    ExpiredKeys keys = collect_expired(cutoff, limit, &cursor, pass_context);
+    deleted += delete_expired(cutoff, keys.tids, keys.count);
+    MemoryContextReset(pass_context);
+    if (keys.finished)
+      break;
+  }
+  MemoryContextDelete(pass_context);
+  PG_RETURN_INT64(deleted);
+}
+
+} // namespace
+
+} // namespace idempotency::worker
+
+IDEMPOTENCY_SQL_FUNCTION(idempotency_expire, idempotency::worker::expire_body)

@@ -1,0 +1,181 @@
+# The expiry worker cleans every database where the extension is installed
+# and leaves the others alone; SIGHUP changes its interval; CREATE DATABASE
+# ... TEMPLATE and DROP DATABASE of a database it is working in succeed.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+
+my $node = PostgreSQL::Test::Cluster->new('expiry');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'idempotency'
+idempotency.expire_interval = '1s'
+});
+$node->start;
+my $log_start = -s $node->logfile;
+
+# Claims keys through idempotent_call with the given TTL.
+sub claim_keys
+{
+	my ($db, $ttl, @keys) = @_;
+	$node->safe_psql($db,
+		"SET idempotency.ttl = '$ttl';"
+		  . join('',
+			map { "SELECT idempotency.idempotent_call('$_', NULL, 'SELECT 1');" }
+			  @keys));
+}
+
+sub count_keys
+{
+	my ($db, $condition) = @_;
+	return $node->safe_psql($db,
+		"SELECT count(*) FROM idempotency.keys WHERE $condition");
+}
+
+# Rounds the worker has finished in $db, read from the status view of
+# database $via.
+sub rounds_done
+{
+	my ($via, $db) = @_;
+	return $node->safe_psql($via,
+		"SELECT coalesce(sum(rounds), 0) FROM idempotency.expiry_status WHERE datname = '$db'"
+	);
+}
+
+sub wait_for_rounds
+{
+	my ($via, $db, $rounds) = @_;
+	$node->poll_query_until($via,
+		"SELECT coalesce(sum(rounds), 0) >= $rounds FROM idempotency.expiry_status WHERE datname = '$db'"
+	) or die "no $rounds rounds in $db";
+}
+
+sub worker_in
+{
+	my ($db) = @_;
+	$node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'idempotency expiry' AND datname = '$db'"
+	) or die "the expiry worker never worked in $db";
+}
+
+is( $node->safe_psql(
+		'postgres',
+		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'idempotency launcher' AND datname IS NULL"
+	),
+	'1',
+	'the launcher runs, connected to no database');
+
+# Two databases with the extension, and one with a look-alike table but no
+# extension: the worker must go by the extension, not by the table.
+for my $db ('served_a', 'served_b')
+{
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	$node->safe_psql($db, 'CREATE EXTENSION idempotency');
+}
+$node->safe_psql('postgres', 'CREATE DATABASE plain');
+$node->safe_psql(
+	'plain', q{
+CREATE SCHEMA idempotency;
+CREATE TABLE idempotency.keys AS
+    SELECT current_user::regrole AS scope, 'k' || g AS key, 'h' AS request_hash,
+           'done' AS status, '1'::jsonb AS response,
+           now() - interval '2 days' AS created_at,
+           now() - interval '1 day' AS expires_at
+      FROM generate_series(1, 10) AS g;
+});
+
+for my $db ('served_a', 'served_b')
+{
+	claim_keys($db, '1 microsecond', 'gone-1', 'gone-2');
+	claim_keys($db, '1 day', 'kept');
+}
+for my $db ('served_a', 'served_b')
+{
+	$node->poll_query_until($db,
+		"SELECT count(*) = 0 FROM idempotency.keys WHERE key LIKE 'gone-%'")
+	  or die "expired keys stay in $db";
+	pass("expired keys deleted in $db");
+	is(count_keys($db, "key = 'kept'"), '1', "live key kept in $db");
+}
+
+# Two more rounds in served_a: the round in between visited every database.
+wait_for_rounds('served_a', 'served_a', rounds_done('served_a', 'served_a') + 2);
+is(count_keys('plain', 'true'),
+	'10', 'a database without the extension is left alone');
+is( $node->safe_psql(
+		'served_a',
+		"SELECT string_agg(datname || ':' || total_deleted || ':' || coalesce(last_error, 'ok'), ',' ORDER BY datname) FROM idempotency.expiry_status"
+	),
+	'served_a:2:ok,served_b:2:ok',
+	'the status view shows the served databases and what was deleted');
+unlike(
+	substr(slurp_file($node->logfile), $log_start),
+	qr/\b(ERROR|FATAL|PANIC):/,
+	'no errors in the log');
+
+# SIGHUP: a long interval stops the rounds, a short one resumes them.
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET idempotency.expire_interval = '1h'; SELECT pg_reload_conf()"
+);
+sleep 2;    # any round already under way ends
+my $rounds = rounds_done('served_a', 'served_a');
+claim_keys('served_a', '1 microsecond', 'waits-for-reload');
+sleep 3;
+is(count_keys('served_a', "key = 'waits-for-reload'"),
+	'1', 'after a reload to 1h, no round runs for seconds');
+is(rounds_done('served_a', 'served_a'), $rounds, 'no round was counted');
+
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET idempotency.expire_interval = '1s'; SELECT pg_reload_conf()"
+);
+$node->poll_query_until('served_a',
+	"SELECT count(*) = 0 FROM idempotency.keys WHERE key = 'waits-for-reload'")
+  or die 'the reload to 1s was not picked up';
+pass('after a reload to 1s, the next round runs');
+
+# A database with a backlog the worker works through slowly, so that it is
+# still connected when CREATE DATABASE ... TEMPLATE and DROP DATABASE come.
+$node->safe_psql('postgres', 'CREATE DATABASE busy');
+$node->safe_psql(
+	'busy', q{
+CREATE EXTENSION idempotency;
+ALTER DATABASE busy SET idempotency.expire_batch_size = 1;
+ALTER DATABASE busy SET idempotency.expire_batch_delay = '100ms';
+INSERT INTO idempotency.keys
+    SELECT current_user::regrole, 'k' || g, 'h', 'done', '1'::jsonb,
+           now() - interval '2 days', now() - interval '1 day'
+      FROM generate_series(1, 1000) AS g;
+});
+
+worker_in('busy');
+my $started = time;
+$node->safe_psql('postgres', 'CREATE DATABASE busy_copy TEMPLATE busy');
+my $elapsed = time - $started;
+cmp_ok($elapsed, '<', 4,
+	'CREATE DATABASE ... TEMPLATE of a database being cleaned succeeds at once'
+);
+cmp_ok(count_keys('busy', 'true'),
+	'>', 0, 'the round in that database was not over');
+
+worker_in('busy');
+$started = time;
+$node->safe_psql('postgres', 'DROP DATABASE busy');
+$elapsed = time - $started;
+cmp_ok($elapsed, '<', 4,
+	'DROP DATABASE of a database being cleaned succeeds at once');
+
+$node->poll_query_until('busy_copy',
+	'SELECT count(*) = 0 FROM idempotency.keys')
+  or die 'the copy is not cleaned';
+pass('the copy of a served database is served too');
+unlike(
+	substr(slurp_file($node->logfile), $log_start),
+	qr/being accessed by other users/,
+	'nobody was told the database is in use');
+
+$node->stop;
+done_testing();
