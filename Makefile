@@ -4,7 +4,7 @@
 
 EXTENSION = idempotency
 MODULE_big = idempotency
-DATA = idempotency--0.1.sql
+DATA = idempotency--0.1.sql idempotency--0.1--0.2.sql
 PGFILEDESC = "idempotency - exactly-once processing of retried requests"
 
 SOURCES = \
@@ -18,6 +18,7 @@ SOURCES = \
 	src/protocol/fn.cpp \
 	src/protocol/plan_cache.cpp \
 	src/protocol/rules.cpp \
+	src/stats/stats.cpp \
 	src/storage/keys.cpp \
 	src/worker/database_round.cpp \
 	src/worker/expire.cpp \

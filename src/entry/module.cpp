@@ -4,6 +4,8 @@
 #include "boundary/boundary.hpp"
 #include "entry/settings.hpp"
 #include "protocol/call.hpp"
+#include "stats/stats.hpp"
+#include "worker/status.hpp"
 #include "worker/worker.hpp"
 
 extern "C" {
@@ -12,14 +14,42 @@ PG_MODULE_MAGIC;
 void _PG_init(void);
 }
 
+namespace {
+
+shmem_request_hook_type previous_shmem_request_hook = nullptr;
+shmem_startup_hook_type previous_shmem_startup_hook = nullptr;
+
+// Shared memory exists only when the library is preloaded: the call
+// statistics and the expiry worker's status live there.
+void request_shared_memory() {
+  if (previous_shmem_request_hook != nullptr)
+    previous_shmem_request_hook();
+  idempotency::stats::request_shared_memory();
+  idempotency::worker::status::request_shared_memory();
+}
+
+void attach_shared_memory() {
+  if (previous_shmem_startup_hook != nullptr)
+    previous_shmem_startup_hook();
+  idempotency::stats::attach_shared_memory();
+  idempotency::worker::status::attach_shared_memory();
+}
+
+} // namespace
+
 void _PG_init(void) {
   if (IsBinaryUpgrade)
     return;
   idempotency::settings::define();
   idempotency::worker::define_settings();
   MarkGUCPrefixReserved("idempotency");
-  if (process_shared_preload_libraries_in_progress)
-    idempotency::worker::register_launcher();
+  if (!process_shared_preload_libraries_in_progress)
+    return;
+  previous_shmem_request_hook = shmem_request_hook;
+  shmem_request_hook = request_shared_memory;
+  previous_shmem_startup_hook = shmem_startup_hook;
+  shmem_startup_hook = attach_shared_memory;
+  idempotency::worker::register_launcher();
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include "protocol/call.hpp"
 #include "protocol/claim.hpp"
 #include "protocol/fn.hpp"
+#include "stats/stats.hpp"
 #include "storage/keys.hpp"
 
 namespace idempotency::protocol {
@@ -73,6 +74,7 @@ bool same_text(const text *a, const text *b) {
 }
 
 pg_attribute_noreturn() void report_in_progress(const Request &request) {
+  stats::count(stats::Event::conflict);
   ereport(ERROR, (errcode(errcode_key_in_progress),
                   errmsg("idempotency key \"%s\" is being processed by another "
                          "transaction",
@@ -83,7 +85,8 @@ pg_attribute_noreturn() void report_in_progress(const Request &request) {
 
 Datum replay(const Request &request, const storage::KeyProbe &stored,
              FunctionCallInfo fcinfo) {
-  if (!same_text(stored.request_hash, request.request_hash))
+  if (!same_text(stored.request_hash, request.request_hash)) {
+    stats::count(stats::Event::mismatch);
     ereport(ERROR,
             (errcode(errcode_key_reused),
              errmsg("idempotency key \"%s\" was already used with a different "
@@ -92,6 +95,8 @@ Datum replay(const Request &request, const storage::KeyProbe &stored,
              errdetail("A key identifies one request; its stored response "
                        "belongs to a request with another fingerprint."),
              errhint("Use a new idempotency key for a new request.")));
+  }
+  stats::count(stats::Event::replayed);
   last = LastCall::replayed;
   if (stored.response_is_null)
     PG_RETURN_NULL();
@@ -117,6 +122,7 @@ Datum run_and_store(const Request &request, Claim &claim, bool replace_expired,
 
   // The row now shows the key as in progress to everyone else.
   release(claim);
+  stats::count(stats::Event::ran);
   last = LastCall::ran;
   if (response_is_null)
     PG_RETURN_NULL();

@@ -4,6 +4,7 @@
 
 #include "boundary/boundary.hpp"
 #include "protocol/claim.hpp"
+#include "stats/stats.hpp"
 #include "worker/settings.hpp"
 
 namespace idempotency::worker {
@@ -219,6 +220,7 @@ int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
 
   ExecDropSingleTupleTableSlot(slot);
   table_close(table, NoLock);
+  stats::count_expired(deleted);
   return deleted;
 }
 

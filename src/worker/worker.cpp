@@ -25,21 +25,6 @@ constexpr const char *launcher_type = "idempotency launcher";
 // starts the launcher again after this many seconds.
 constexpr int launcher_restart_seconds = 5;
 
-shmem_request_hook_type previous_shmem_request_hook = nullptr;
-shmem_startup_hook_type previous_shmem_startup_hook = nullptr;
-
-void request_shared_memory() {
-  if (previous_shmem_request_hook != nullptr)
-    previous_shmem_request_hook();
-  status::request_shared_memory();
-}
-
-void attach_shared_memory() {
-  if (previous_shmem_startup_hook != nullptr)
-    previous_shmem_startup_hook();
-  status::attach_shared_memory();
-}
-
 struct DatabaseList {
   Oid *oids;
   int count;
@@ -183,11 +168,6 @@ void run_round_logging_errors(MemoryContext round_context) {
 void define_settings() { settings::define(); }
 
 void register_launcher() {
-  previous_shmem_request_hook = shmem_request_hook;
-  shmem_request_hook = request_shared_memory;
-  previous_shmem_startup_hook = shmem_startup_hook;
-  shmem_startup_hook = attach_shared_memory;
-
   BackgroundWorker worker;
   memset(&worker, 0, sizeof(worker));
   // A database connection (to none) is what lets it read pg_database.

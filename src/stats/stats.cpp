@@ -1,0 +1,165 @@
+#include "stats/stats.hpp"
+
+#include "boundary/boundary.hpp"
+
+extern "C" {
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+}
+
+namespace idempotency::stats {
+
+namespace {
+
+// Databases counted at once; a database beyond this is not counted (the
+// README says so). Slots of dropped databases are reused.
+constexpr int max_databases = 128;
+constexpr int event_kinds = 4;
+
+struct DatabaseCounters {
+  Oid database; // InvalidOid: free slot; written under SharedStats::mutex
+  pg_atomic_uint64 events[event_kinds];
+  pg_atomic_uint64 expired;
+  pg_atomic_uint64 reset_at; // TimestampTz of the last reset
+};
+
+struct SharedStats {
+  slock_t mutex;
+  DatabaseCounters databases[max_databases];
+};
+
+SharedStats *shared = nullptr;
+// This backend's slot, found once per backend (a backend serves one
+// database for its whole life).
+DatabaseCounters *own = nullptr;
+
+void init_counters(DatabaseCounters &slot, Oid database) {
+  for (auto &event : slot.events)
+    pg_atomic_init_u64(&event, 0);
+  pg_atomic_init_u64(&slot.expired, 0);
+  pg_atomic_init_u64(&slot.reset_at, (uint64)GetCurrentTimestamp());
+  slot.database = database;
+}
+
+bool database_exists(Oid database) {
+  return SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(database));
+}
+
+// The slot of `database`, created on first use; nullptr when every slot
+// belongs to a live database.
+DatabaseCounters *slot_of(Oid database) {
+  // Looked up outside the spinlock: a catalog lookup may raise an error.
+  bool reusable[max_databases];
+  for (int i = 0; i < max_databases; i++) {
+    Oid owner = shared->databases[i].database;
+    reusable[i] =
+        owner == InvalidOid || (owner != database && !database_exists(owner));
+  }
+  DatabaseCounters *found = nullptr;
+  SpinLockAcquire(&shared->mutex);
+  for (auto &slot : shared->databases)
+    if (slot.database == database) {
+      found = &slot;
+      break;
+    }
+  for (int i = 0; found == nullptr && i < max_databases; i++)
+    if (reusable[i]) {
+      found = &shared->databases[i];
+      init_counters(*found, database);
+    }
+  SpinLockRelease(&shared->mutex);
+  return found;
+}
+
+DatabaseCounters *own_slot() {
+  if (shared == nullptr || !OidIsValid(MyDatabaseId))
+    return nullptr;
+  if (own == nullptr)
+    own = slot_of(MyDatabaseId);
+  return own;
+}
+
+} // namespace
+
+void request_shared_memory() { RequestAddinShmemSpace(sizeof(SharedStats)); }
+
+void attach_shared_memory() {
+  bool found;
+  LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+  shared = static_cast<SharedStats *>(
+      ShmemInitStruct("idempotency stats", sizeof(SharedStats), &found));
+  if (!found) {
+    SpinLockInit(&shared->mutex);
+    for (auto &slot : shared->databases)
+      init_counters(slot, InvalidOid);
+  }
+  LWLockRelease(AddinShmemInitLock);
+}
+
+void count(Event event) {
+  if (DatabaseCounters *slot = own_slot())
+    pg_atomic_fetch_add_u64(&slot->events[static_cast<int>(event)], 1);
+}
+
+void count_expired(int64 keys) {
+  if (DatabaseCounters *slot = own_slot())
+    pg_atomic_fetch_add_u64(&slot->expired, keys);
+}
+
+namespace {
+
+constexpr int counter_columns = 7;
+
+void put_row(Tuplestorestate *store, TupleDesc desc, DatabaseCounters &slot) {
+  Datum values[counter_columns];
+  bool nulls[counter_columns] = {};
+  values[0] = ObjectIdGetDatum(slot.database);
+  values[1] = Int64GetDatum(
+      pg_atomic_read_u64(&slot.events[static_cast<int>(Event::ran)]));
+  values[2] = Int64GetDatum(
+      pg_atomic_read_u64(&slot.events[static_cast<int>(Event::replayed)]));
+  values[3] = Int64GetDatum(
+      pg_atomic_read_u64(&slot.events[static_cast<int>(Event::conflict)]));
+  values[4] = Int64GetDatum(
+      pg_atomic_read_u64(&slot.events[static_cast<int>(Event::mismatch)]));
+  values[5] = Int64GetDatum(pg_atomic_read_u64(&slot.expired));
+  values[6] =
+      TimestampTzGetDatum((TimestampTz)pg_atomic_read_u64(&slot.reset_at));
+  tuplestore_putvalues(store, desc, values, nulls);
+}
+
+// idempotency.stats_counters(): one row per counted database; this
+// database always has one when the counters exist.
+Datum counters_body(FunctionCallInfo fcinfo) {
+  InitMaterializedSRF(fcinfo, 0);
+  auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+  if (shared == nullptr)
+    return (Datum)0;
+  own_slot();
+  for (auto &slot : shared->databases)
+    if (OidIsValid(slot.database))
+      put_row(rsinfo->setResult, rsinfo->setDesc, slot);
+  return (Datum)0;
+}
+
+// idempotency.stats_reset(): zeroes this database's counters.
+Datum reset_body(FunctionCallInfo) {
+  if (DatabaseCounters *slot = own_slot()) {
+    for (auto &event : slot->events)
+      pg_atomic_write_u64(&event, 0);
+    pg_atomic_write_u64(&slot->expired, 0);
+    pg_atomic_write_u64(&slot->reset_at, (uint64)GetCurrentTimestamp());
+  }
+  PG_RETURN_VOID();
+}
+
+} // namespace
+
+} // namespace idempotency::stats
+
+IDEMPOTENCY_SQL_FUNCTION(idempotency_stats_counters,
+                         idempotency::stats::counters_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_stats_reset,
+                         idempotency::stats::reset_body)
