@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Packaging checks: `make install` honours DESTDIR and PG_CONFIG, installs
+# every versioned script the control file needs, and META.json agrees with
+# the control file.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+pg_config=${PG_CONFIG:-pg_config}
+stage=$(mktemp -d /tmp/idempotency-stage.XXXXXX)
+trap 'rm -rf "$stage"' EXIT
+passed=0
+failed=0
+check() {
+  local what=$1
+  shift
+  if "$@"; then
+    echo "ok - $what"
+    passed=$((passed + 1))
+  else
+    echo "not ok - $what"
+    failed=$((failed + 1))
+  fi
+}
+
+make -C "$repo" -s install DESTDIR="$stage" PG_CONFIG="$pg_config" >/dev/null
+libdir=$stage$("$pg_config" --pkglibdir)
+extdir=$stage$("$pg_config" --sharedir)/extension
+
+check "the library lands under DESTDIR" test -f "$libdir/idempotency.so"
+check "the control file lands under DESTDIR" test -f "$extdir/idempotency.control"
+default_version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$repo/idempotency.control")
+check "an install script for 0.1 is installed" test -f "$extdir/idempotency--0.1.sql"
+# Every version up to the default is reachable from 0.1 by update scripts.
+reachable() {
+  local version=0.1
+  while [ "$version" != "$default_version" ]; do
+    local next
+    next=$(cd "$extdir" && ls "idempotency--$version--"*.sql 2>/dev/null | head -n 1 |
+      sed "s/^idempotency--$version--\(.*\)\.sql$/\1/")
+    [ -n "$next" ] || return 1
+    version=$next
+  done
+}
+check "default_version $default_version is reachable from 0.1" reachable
+meta_version=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["provides"]["idempotency"]["version"])' "$repo/META.json")
+check "META.json provides version $meta_version for control version $default_version" \
+  test "$meta_version" = "$default_version.0"
+check "PG_CONFIG chooses the installation (a missing pg_config fails the build)" \
+  bash -c "! make -C '$repo' -s install DESTDIR='$stage/other' PG_CONFIG=/nonexistent/pg_config >/dev/null 2>&1"
+
+echo "packaging: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
