@@ -103,7 +103,8 @@ Datum replay(const Request &request, const storage::KeyProbe &stored,
   return stored.response;
 }
 
-Datum run_and_store(const Request &request, Claim &claim, bool replace_expired,
+Datum run_and_store(const storage::KeyTable &table, const Request &request,
+                    Claim &claim, bool replace_expired,
                     FunctionCallInfo fcinfo) {
   TimestampTz now = GetCurrentTransactionStartTimestamp();
   TimestampTz expires_at = DatumGetTimestampTz(
@@ -116,8 +117,8 @@ Datum run_and_store(const Request &request, Claim &claim, bool replace_expired,
   bool response_is_null;
   Datum response =
       run_fn(request.fn, request.args, caller_context, &response_is_null);
-  storage::store(request.key, request.request_hash, response, response_is_null,
-                 now, expires_at, replace_expired);
+  storage::store(table, request.key, request.request_hash, response,
+                 response_is_null, now, expires_at, replace_expired);
   SPI_finish();
 
   // The row now shows the key as in progress to everyone else.
@@ -144,11 +145,12 @@ Datum idempotent_call(FunctionCallInfo fcinfo) {
   TimestampTz now = GetCurrentTransactionStartTimestamp();
   TimestampTz deadline = wait_deadline();
   Claim claim = claim_for(request.key);
+  storage::KeyTable table = storage::key_table();
 
   // Each pass looks at the key afresh: after a wait the holder may have
   // committed (replay), rolled back (run), or still hold it (wait or IK409).
   for (;;) {
-    storage::KeyProbe stored = storage::probe(request.key, now);
+    storage::KeyProbe stored = storage::probe(table, request.key, now);
     if (stored.state == storage::KeyState::done) {
       release(claim);
       return replay(request, stored, fcinfo);
@@ -165,7 +167,7 @@ Datum idempotent_call(FunctionCallInfo fcinfo) {
     }
 
     if (claim.held)
-      return run_and_store(request, claim,
+      return run_and_store(table, request, claim,
                            stored.state == storage::KeyState::expired, fcinfo);
 
     switch (acquire(claim, deadline)) {

@@ -70,8 +70,19 @@ KeyProbe read_row(Relation rel, SysScanDesc scan, HeapTuple tuple,
 
 } // namespace
 
-KeyProbe probe(const KeyRef &key, TimestampTz now) {
-  Relation rel = table_open(keys_table_oid(), AccessShareLock);
+KeyTable key_table() {
+  KeyTable table;
+  table.relid = keys_table_oid();
+  HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(table.relid));
+  if (!HeapTupleIsValid(tuple))
+    elog(ERROR, "cache lookup failed for table idempotency.keys");
+  table.owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(tuple))->relowner;
+  ReleaseSysCache(tuple);
+  return table;
+}
+
+KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
+  Relation rel = table_open(table.relid, AccessShareLock);
 
   ScanKeyData scan_keys[2];
   ScanKeyInit(&scan_keys[0], att_scope, BTEqualStrategyNumber, F_OIDEQ,
@@ -166,20 +177,10 @@ uint64 execute_as_owner(SPIPlanPtr plan, Oid owner, Datum *values,
   return SPI_processed;
 }
 
-Oid table_owner() {
-  Oid owner = InvalidOid;
-  HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(keys_table_oid()));
-  if (!HeapTupleIsValid(tuple))
-    elog(ERROR, "cache lookup failed for table idempotency.keys");
-  owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(tuple))->relowner;
-  ReleaseSysCache(tuple);
-  return owner;
-}
-
 } // namespace
 
-void store(const KeyRef &key, text *request_hash, Datum response,
-           bool response_is_null, TimestampTz created_at,
+void store(const KeyTable &table, const KeyRef &key, text *request_hash,
+           Datum response, bool response_is_null, TimestampTz created_at,
            TimestampTz expires_at, bool replace_expired) {
   Datum values[store_nargs] = {
       ObjectIdGetDatum(key.scope),     PointerGetDatum(key.key),
@@ -187,14 +188,13 @@ void store(const KeyRef &key, text *request_hash, Datum response,
       TimestampTzGetDatum(created_at), TimestampTzGetDatum(expires_at)};
   char nulls[store_nargs] = {' ', ' ', ' ', response_is_null ? 'n' : ' ',
                              ' ', ' '};
-  Oid owner = table_owner();
 
   // The expired row may have been deleted meanwhile by the expiry worker:
   // then there is nothing to replace and the key is inserted.
   if (replace_expired &&
-      execute_as_owner(plan_for(true), owner, values, nulls) == 1)
+      execute_as_owner(plan_for(true), table.owner, values, nulls) == 1)
     return;
-  execute_as_owner(plan_for(false), owner, values, nulls);
+  execute_as_owner(plan_for(false), table.owner, values, nulls);
 }
 
 } // namespace idempotency::storage

@@ -11,6 +11,14 @@
 
 namespace idempotency::storage {
 
+// idempotency.keys of the current database, looked up once per call.
+struct KeyTable {
+  Oid relid;
+  Oid owner; // stores run with the owner's rights
+};
+
+KeyTable key_table();
+
 // A key in its scope (the role that calls).
 struct KeyRef {
   Oid scope;
@@ -35,11 +43,11 @@ struct KeyProbe {
 // Looks the key up. Under REPEATABLE READ or SERIALIZABLE, a row committed
 // by another transaction after this transaction's snapshot raises 40001.
 // Values are copied into the current memory context.
-KeyProbe probe(const KeyRef &key, TimestampTz now);
+KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now);
 
 // Stores a completed call: inserts the row, or replaces an expired one.
-void store(const KeyRef &key, text *request_hash, Datum response,
-           bool response_is_null, TimestampTz created_at,
+void store(const KeyTable &table, const KeyRef &key, text *request_hash,
+           Datum response, bool response_is_null, TimestampTz created_at,
            TimestampTz expires_at, bool replace_expired);
 
 } // namespace idempotency::storage
