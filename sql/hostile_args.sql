@@ -9,13 +9,6 @@ RESET client_min_messages;
 CREATE SCHEMA hostile_args;
 SET search_path = hostile_args, public;
 
-CREATE FUNCTION sqlstate_of(sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-  EXECUTE sql;
-  RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-  RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
 
 -- NULL arguments. An untyped NULL binds as text; a typed NULL keeps its
 -- type, and the type is part of the request.

@@ -16,13 +16,6 @@ CREATE FUNCTION run(label text) RETURNS text LANGUAGE sql
   AS $$ INSERT INTO hostile_contexts.runs VALUES (label) RETURNING 'ran ' || label $$;
 CREATE FUNCTION runs_of(label text) RETURNS bigint LANGUAGE sql
   AS $$ SELECT count(*) FROM hostile_contexts.runs WHERE runs.label = runs_of.label $$;
-CREATE FUNCTION sqlstate_of(sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-  EXECUTE sql;
-  RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-  RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
 
 -- force_parallel_mode: idempotent_call is PARALLEL UNSAFE, so a query that
 -- calls it is never handed to a parallel worker and runs as usual.

@@ -17,13 +17,6 @@ SET search_path = hostile_huge, public;
 CREATE TABLE runs (label text);
 CREATE FUNCTION run(label text) RETURNS void LANGUAGE sql
   AS $$ INSERT INTO hostile_huge.runs VALUES (label) $$;
-CREATE FUNCTION sqlstate_of(sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-  EXECUTE sql;
-  RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-  RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
 -- Calls fn under key and records the answer's size, digest, first and last
 -- three bytes, and whether it was a replay.
 CREATE TABLE answers (key text, bytes bigint, digest text, edges text, replayed bool);

@@ -14,13 +14,6 @@ CREATE ROLE regress_sec_auditor BYPASSRLS;
 GRANT USAGE ON SCHEMA security_rights TO PUBLIC;
 GRANT CREATE ON SCHEMA security_rights TO regress_sec_bob;
 
-CREATE FUNCTION sqlstate_of(sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-  EXECUTE sql;
-  RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-  RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
 CREATE TABLE orders (owner text, item text);
 GRANT SELECT, INSERT ON orders TO regress_sec_alice, regress_sec_bob;
 CREATE TABLE payroll (name text, salary int);
