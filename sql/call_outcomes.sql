@@ -91,3 +91,25 @@ SELECT count(*) AS locks_held FROM pg_locks WHERE pid = pg_backend_pid() AND loc
 COMMIT;
 SELECT count(*) AS batch_keys, sum((response)::int) AS sum_of_responses
   FROM idempotency.keys WHERE key LIKE 'inbox-batch-%';
+
+-- Rows are written straight to the table's indexes, which must be plain
+-- column indexes; another kind is refused (0A000) and nothing is stored.
+CREATE INDEX keys_lower_key ON idempotency.keys (lower(key));
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('k-expression-index', NULL, 'SELECT bump()')$$);
+DROP INDEX idempotency.keys_lower_key;
+SELECT count(*) AS stored FROM idempotency.keys WHERE key = 'k-expression-index';
+CREATE INDEX keys_created_at ON idempotency.keys (created_at);
+SELECT idempotency.idempotent_call('k-extra-index', NULL, 'SELECT 1');
+-- The extra index got the new row's entry: a scan of it finds every key.
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+EXPLAIN (COSTS OFF) SELECT count(*) FROM idempotency.keys WHERE created_at > '-infinity';
+SELECT count(*) AS through_index FROM idempotency.keys WHERE created_at > '-infinity';
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+SET enable_indexscan = off;
+SET enable_bitmapscan = off;
+SELECT count(*) AS through_heap FROM idempotency.keys WHERE created_at > '-infinity';
+RESET enable_indexscan;
+RESET enable_bitmapscan;
+DROP INDEX idempotency.keys_created_at;

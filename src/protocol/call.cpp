@@ -104,22 +104,17 @@ Datum replay(const Request &request, const storage::KeyProbe &stored,
 }
 
 Datum run_and_store(const storage::KeyTable &table, const Request &request,
-                    Claim &claim, bool replace_expired,
+                    Claim &claim, const ItemPointerData *expired_row,
                     FunctionCallInfo fcinfo) {
   TimestampTz now = GetCurrentTransactionStartTimestamp();
   TimestampTz expires_at = DatumGetTimestampTz(
       DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now),
                           IntervalPGetDatum(&settings::ttl())));
 
-  MemoryContext caller_context = CurrentMemoryContext;
-  if (SPI_connect() != SPI_OK_CONNECT)
-    elog(ERROR, "SPI_connect failed");
   bool response_is_null;
-  Datum response =
-      run_fn(request.fn, request.args, caller_context, &response_is_null);
+  Datum response = run_fn(request.fn, request.args, &response_is_null);
   storage::store(table, request.key, request.request_hash, response,
-                 response_is_null, now, expires_at, replace_expired);
-  SPI_finish();
+                 response_is_null, now, expires_at, expired_row);
 
   // The row now shows the key as in progress to everyone else.
   release(claim);
@@ -167,8 +162,10 @@ Datum idempotent_call(FunctionCallInfo fcinfo) {
     }
 
     if (claim.held)
-      return run_and_store(table, request, claim,
-                           stored.state == storage::KeyState::expired, fcinfo);
+      return run_and_store(
+          table, request, claim,
+          stored.state == storage::KeyState::expired ? &stored.row : nullptr,
+          fcinfo);
 
     switch (acquire(claim, deadline)) {
     case ClaimResult::acquired:

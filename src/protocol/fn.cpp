@@ -141,17 +141,21 @@ FnArgs collect_args(FunctionCallInfo fcinfo, int first) {
   return args;
 }
 
-Datum run_fn(text *fn, const FnArgs &args, MemoryContext result_context,
-             bool *is_null) {
+Datum run_fn(text *fn, const FnArgs &args, bool *is_null) {
+  MemoryContext result_context = CurrentMemoryContext;
+  if (SPI_connect() != SPI_OK_CONNECT)
+    elog(ERROR, "SPI_connect failed");
   SPIPlanPtr plan = fn_plan(fn, args);
   auto *nulls = static_cast<char *>(palloc(Max(args.count, 1)));
   for (int i = 0; i < args.count; i++)
     nulls[i] = args.nulls[i] ? 'n' : ' ';
   check_execution(SPI_execute_plan(plan, args.values, nulls, false, 0));
 
+  // The response outlives the SPI connection.
   MemoryContext spi_context = MemoryContextSwitchTo(result_context);
   Datum response = result_to_jsonb(SPI_tuptable, SPI_processed, is_null);
   MemoryContextSwitchTo(spi_context);
+  SPI_finish();
   return response;
 }
 

@@ -11,13 +11,18 @@ constexpr AttrNumber att_request_hash = 3;
 constexpr AttrNumber att_response = 5;
 constexpr AttrNumber att_expires_at = 7;
 
+pg_attribute_noreturn() void report_missing_table() {
+  ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                  errmsg("table idempotency.keys does not exist"),
+                  errhint("Run CREATE EXTENSION idempotency.")));
+  pg_unreachable();
+}
+
 Oid keys_table_oid() {
   Oid schema = get_namespace_oid("idempotency", false);
   Oid table = get_relname_relid("keys", schema);
   if (!OidIsValid(table))
-    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
-                    errmsg("table idempotency.keys does not exist"),
-                    errhint("Run CREATE EXTENSION idempotency.")));
+    report_missing_table();
   return table;
 }
 
@@ -57,6 +62,7 @@ KeyProbe read_row(Relation rel, SysScanDesc scan, HeapTuple tuple,
       DatumGetTimestampTz(heap_getattr(tuple, att_expires_at, desc, &isnull));
   if (expires_at <= now) {
     result.state = KeyState::expired;
+    result.row = tuple->t_self;
     return result;
   }
   check_visible_to_snapshot(rel, scan, tuple);
@@ -70,16 +76,7 @@ KeyProbe read_row(Relation rel, SysScanDesc scan, HeapTuple tuple,
 
 } // namespace
 
-KeyTable key_table() {
-  KeyTable table;
-  table.relid = keys_table_oid();
-  HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(table.relid));
-  if (!HeapTupleIsValid(tuple))
-    elog(ERROR, "cache lookup failed for table idempotency.keys");
-  table.owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(tuple))->relowner;
-  ReleaseSysCache(tuple);
-  return table;
-}
+KeyTable key_table() { return KeyTable{keys_table_oid()}; }
 
 KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
   Relation rel = table_open(table.relid, AccessShareLock);
@@ -121,80 +118,89 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
 
 namespace {
 
-SPIPlanPtr insert_plan = nullptr;
-SPIPlanPtr replace_plan = nullptr;
+constexpr int key_columns = 7;
 
-constexpr int store_nargs = 6;
-const Oid store_argtypes[store_nargs] = {
-    REGROLEOID, TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-
-// Plans are prepared once per backend and kept; the plan cache replans them
-// if the table is recreated. Every name and operator is qualified.
-SPIPlanPtr prepare_kept(const char *sql) {
-  SPIPlanPtr plan =
-      SPI_prepare(sql, store_nargs, const_cast<Oid *>(store_argtypes));
-  if (plan == nullptr)
-    elog(ERROR, "SPI_prepare failed for idempotency storage: %s",
-         SPI_result_code_string(SPI_result));
-  if (SPI_keepplan(plan) != 0)
-    elog(ERROR, "SPI_keepplan failed for idempotency storage");
-  return plan;
+HeapTuple form_row(Relation rel, const KeyRef &key, text *request_hash,
+                   Datum response, bool response_is_null,
+                   TimestampTz created_at, TimestampTz expires_at) {
+  // A row is written only once its call is done (see the install script).
+  static_assert(key_columns == att_expires_at, "one value per column");
+  Datum values[key_columns] = {ObjectIdGetDatum(key.scope),
+                               PointerGetDatum(key.key),
+                               PointerGetDatum(request_hash),
+                               CStringGetTextDatum("done"),
+                               response,
+                               TimestampTzGetDatum(created_at),
+                               TimestampTzGetDatum(expires_at)};
+  bool nulls[key_columns] = {false, false, false, false, response_is_null,
+                             false, false};
+  return heap_form_tuple(RelationGetDescr(rel), values, nulls);
 }
 
-SPIPlanPtr plan_for(bool replace_expired) {
-  if (replace_expired) {
-    if (replace_plan == nullptr)
-      replace_plan = prepare_kept(
-          "UPDATE idempotency.keys SET request_hash = $3, status = 'done', "
-          "response = $4, created_at = $5, expires_at = $6 "
-          "WHERE scope OPERATOR(pg_catalog.=) $1 "
-          "AND key OPERATOR(pg_catalog.=) $2 "
-          "AND expires_at OPERATOR(pg_catalog.<=) $5");
-    return replace_plan;
+// Removes the expired row the new one replaces. The expiry worker may have
+// deleted it meanwhile (then there is nothing to do); no one else changes a
+// row whose key this transaction has claimed.
+void delete_expired_row(Relation rel, ItemPointer row) {
+  TM_FailureData failure;
+  TM_Result result = table_tuple_delete(
+      rel, row, GetCurrentCommandId(true), GetActiveSnapshot(), InvalidSnapshot,
+      true /* wait */, &failure, false /* changingPart */);
+  if (result == TM_Ok || result == TM_Deleted)
+    return;
+  ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                  errmsg("could not serialize access due to concurrent update"),
+                  errdetail("An expired idempotency key was changed while "
+                            "being replaced.")));
+}
+
+// Adds the row's entries to every index of the table, checking uniqueness
+// as the executor does (waiting for an open transaction that inserted the
+// same key, raising 23505 if it commits).
+void insert_index_entries(Relation rel, HeapTuple row) {
+  TupleTableSlot *slot =
+      MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsHeapTuple);
+  ExecStoreHeapTuple(row, slot, false);
+  List *indexes = RelationGetIndexList(rel);
+  ListCell *cell;
+  foreach (cell, indexes) {
+    Relation index = index_open(lfirst_oid(cell), RowExclusiveLock);
+    IndexInfo *info = BuildIndexInfo(index);
+    if (info->ii_Expressions != NIL || info->ii_Predicate != NIL)
+      ereport(ERROR,
+              (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+               errmsg("index \"%s\" on idempotency.keys is not supported",
+                      RelationGetRelationName(index)),
+               errdetail("Indexes on idempotency.keys may not have "
+                         "expressions or predicates.")));
+    Datum values[INDEX_MAX_KEYS];
+    bool nulls[INDEX_MAX_KEYS];
+    FormIndexDatum(info, slot, nullptr, values, nulls);
+    index_insert(index, values, nulls, &row->t_self, rel,
+                 info->ii_Unique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, false,
+                 info);
+    index_close(index, NoLock);
   }
-  if (insert_plan == nullptr)
-    insert_plan = prepare_kept(
-        "INSERT INTO idempotency.keys "
-        "(scope, key, request_hash, status, response, created_at, expires_at) "
-        "VALUES ($1, $2, $3, 'done', $4, $5, $6)");
-  return insert_plan;
-}
-
-uint64 execute_as_owner(SPIPlanPtr plan, Oid owner, Datum *values,
-                        const char *nulls) {
-  Oid saved_user;
-  int saved_security_context;
-  GetUserIdAndSecContext(&saved_user, &saved_security_context);
-  SetUserIdAndSecContext(owner, saved_security_context |
-                                    SECURITY_LOCAL_USERID_CHANGE |
-                                    SECURITY_NOFORCE_RLS);
-  // An error here aborts the (sub)transaction, which restores the user.
-  int rc = SPI_execute_plan(plan, values, nulls, false, 0);
-  SetUserIdAndSecContext(saved_user, saved_security_context);
-  if (rc != SPI_OK_INSERT && rc != SPI_OK_UPDATE)
-    elog(ERROR, "storing idempotency key failed: %s",
-         SPI_result_code_string(rc));
-  return SPI_processed;
+  list_free(indexes);
+  ExecDropSingleTupleTableSlot(slot);
 }
 
 } // namespace
 
 void store(const KeyTable &table, const KeyRef &key, text *request_hash,
            Datum response, bool response_is_null, TimestampTz created_at,
-           TimestampTz expires_at, bool replace_expired) {
-  Datum values[store_nargs] = {
-      ObjectIdGetDatum(key.scope),     PointerGetDatum(key.key),
-      PointerGetDatum(request_hash),   response,
-      TimestampTzGetDatum(created_at), TimestampTzGetDatum(expires_at)};
-  char nulls[store_nargs] = {' ', ' ', ' ', response_is_null ? 'n' : ' ',
-                             ' ', ' '};
-
-  // The expired row may have been deleted meanwhile by the expiry worker:
-  // then there is nothing to replace and the key is inserted.
-  if (replace_expired &&
-      execute_as_owner(plan_for(true), table.owner, values, nulls) == 1)
-    return;
-  execute_as_owner(plan_for(false), table.owner, values, nulls);
+           TimestampTz expires_at, const ItemPointerData *expired_row) {
+  // fn may have dropped the extension (the drop rolls back with the error).
+  Relation rel = try_table_open(table.relid, RowExclusiveLock);
+  if (rel == nullptr)
+    report_missing_table();
+  if (expired_row != nullptr)
+    delete_expired_row(rel, const_cast<ItemPointer>(expired_row));
+  HeapTuple row = form_row(rel, key, request_hash, response, response_is_null,
+                           created_at, expires_at);
+  simple_heap_insert(rel, row);
+  insert_index_entries(rel, row);
+  heap_freetuple(row);
+  table_close(rel, NoLock);
 }
 
 } // namespace idempotency::storage

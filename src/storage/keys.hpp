@@ -3,8 +3,9 @@
 // Reads go straight to the index with a dirty snapshot, which also sees rows
 // of transactions still in progress: that is how a call learns that another
 // transaction holds a key, and which transaction to wait for. Writes go
-// through SPI with the table owner's rights, because callers have no write
-// access to the table.
+// straight to the heap and its indexes too: callers have no write access to
+// the table, and a fixed-shape row needs no executor (no triggers, no
+// constraint expressions to evaluate, no plan).
 #pragma once
 
 #include "pg.hpp"
@@ -14,7 +15,6 @@ namespace idempotency::storage {
 // idempotency.keys of the current database, looked up once per call.
 struct KeyTable {
   Oid relid;
-  Oid owner; // stores run with the owner's rights
 };
 
 KeyTable key_table();
@@ -35,6 +35,7 @@ enum class KeyState {
 struct KeyProbe {
   KeyState state;
   TransactionId holder; // in_progress: the transaction to wait for
+  ItemPointerData row;  // expired: the row a new call replaces
   text *request_hash;   // done: the stored fingerprint
   Datum response;       // done: the stored response
   bool response_is_null;
@@ -45,9 +46,11 @@ struct KeyProbe {
 // Values are copied into the current memory context.
 KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now);
 
-// Stores a completed call: inserts the row, or replaces an expired one.
+// Stores a completed call: inserts the row, after deleting the expired row
+// it replaces (`expired_row`, or nullptr). The primary key's unique check
+// is the final word: a second row for one key can never commit.
 void store(const KeyTable &table, const KeyRef &key, text *request_hash,
            Datum response, bool response_is_null, TimestampTz created_at,
-           TimestampTz expires_at, bool replace_expired);
+           TimestampTz expires_at, const ItemPointerData *expired_row);
 
 } // namespace idempotency::storage
