@@ -16,8 +16,8 @@ SOURCES = \
 	src/protocol/call.cpp \
 	src/protocol/claim.cpp \
 	src/protocol/fn.cpp \
-	src/protocol/plan_cache.cpp \
 	src/protocol/rules.cpp \
+	src/protocol/statement_cache.cpp \
 	src/stats/stats.cpp \
 	src/storage/keys.cpp \
 	src/worker/database_round.cpp \

@@ -191,12 +191,10 @@ void Sha256::finish(std::uint8_t (&digest)[digest_size]) noexcept {
 
 namespace {
 
-// One tag per kind of field; distinct tags keep a NULL argument from ever
-// encoding like a value, and fn from encoding like an argument.
+// One tag per kind of field; distinct tags keep a NULL from ever encoding
+// like a value, a type name like a value, and fn like either.
 constexpr std::uint8_t tag_function = 0x01;
-constexpr std::uint8_t tag_argument = 0x02;
-constexpr std::uint8_t tag_null_argument = 0x03;
-// Inside an argument frame: its type name, then its value.
+constexpr std::uint8_t tag_null_value = 0x03;
 constexpr std::uint8_t tag_type_name = 0x04;
 constexpr std::uint8_t tag_value = 0x05;
 
@@ -223,26 +221,18 @@ void RequestFingerprint::add_field(std::uint8_t tag, const void *data,
   hash_.update(data, size);
 }
 
-// An argument frame holds two inner frames (type name, value). Its length is
-// known up front, so the inner frames are hashed as they stream by without
-// being assembled in a buffer.
-void RequestFingerprint::add_argument(const char *type_name,
-                                      std::size_t type_name_size,
-                                      const void *value,
-                                      std::size_t value_size) noexcept {
-  const std::uint64_t inner_size = std::uint64_t{frame_header_size} +
-                                   type_name_size + frame_header_size +
-                                   value_size;
-  std::uint8_t header[frame_header_size];
-  write_frame_header(tag_argument, inner_size, header);
-  hash_.update(header, sizeof header);
+void RequestFingerprint::add_type(const char *type_name,
+                                  std::size_t type_name_size) noexcept {
   add_field(tag_type_name, type_name, type_name_size);
+}
+
+void RequestFingerprint::add_value(const void *value,
+                                   std::size_t value_size) noexcept {
   add_field(tag_value, value, value_size);
 }
 
-void RequestFingerprint::add_null_argument(
-    const char *type_name, std::size_t type_name_size) noexcept {
-  add_field(tag_null_argument, type_name, type_name_size);
+void RequestFingerprint::add_null() noexcept {
+  add_field(tag_null_value, nullptr, 0);
 }
 
 void RequestFingerprint::finish_hex(char (&out)[hex_size]) noexcept {

@@ -33,16 +33,18 @@ private:
 // Lower-case hex digest plus terminating NUL.
 constexpr std::size_t hex_size = 2 * Sha256::digest_size + 1;
 
-// Builds the fingerprint of one request. Every field is framed with a tag
-// and its length, so no two different requests share an encoding
-// ("ab","c" and "a","bc" differ; a NULL differs from an empty value).
+// Builds the fingerprint of one request: fn, then every argument's type
+// name, then every argument's value (or NULL), in argument order. Every
+// field is framed with a tag and its length, so no two different requests
+// share an encoding ("ab","c" and "a","bc" differ; a NULL differs from an
+// empty value). Types come before values so that the part that depends only
+// on fn and the argument types can be computed once and copied.
 class RequestFingerprint {
 public:
   RequestFingerprint(const char *fn, std::size_t fn_size) noexcept;
-  void add_argument(const char *type_name, std::size_t type_name_size,
-                    const void *value, std::size_t value_size) noexcept;
-  void add_null_argument(const char *type_name,
-                         std::size_t type_name_size) noexcept;
+  void add_type(const char *type_name, std::size_t type_name_size) noexcept;
+  void add_value(const void *value, std::size_t value_size) noexcept;
+  void add_null() noexcept;
   // Writes the lower-case hex digest, NUL-terminated.
   void finish_hex(char (&out)[hex_size]) noexcept;
 

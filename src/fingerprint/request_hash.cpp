@@ -1,5 +1,3 @@
-#include "fingerprint/fingerprint.hpp"
-
 #include "fingerprint/request_hash.hpp"
 
 namespace idempotency::fingerprint {
@@ -11,40 +9,24 @@ struct EncodedValue {
   std::size_t size;
 };
 
-Oid binary_send_function(Oid type) {
-  HeapTuple tuple = SearchSysCache1(TYPEOID, ObjectIdGetDatum(type));
-  if (!HeapTupleIsValid(tuple))
-    elog(ERROR, "cache lookup failed for type %u", type);
-  Oid send = reinterpret_cast<Form_pg_type>(GETSTRUCT(tuple))->typsend;
-  ReleaseSysCache(tuple);
-  return send;
-}
-
-EncodedValue encode_value(Oid type, Datum value) {
-  Oid send = binary_send_function(type);
-  if (OidIsValid(send)) {
-    bytea *bytes = OidSendFunctionCall(send, value);
+EncodedValue encode(const ValueEncoder &encoder, Datum value) {
+  if (encoder.binary) {
+    bytea *bytes = OidSendFunctionCall(encoder.function, value);
     return {VARDATA_ANY(bytes), VARSIZE_ANY_EXHDR(bytes)};
   }
-  Oid output;
-  bool is_varlena;
-  getTypeOutputInfo(type, &output, &is_varlena);
-  char *text_form = OidOutputFunctionCall(output, value);
+  char *text_form = OidOutputFunctionCall(encoder.function, value);
   return {text_form, strlen(text_form)};
 }
 
-void hash_request(text *fn, const protocol::FnArgs &args,
-                  char (&hex)[hex_size]) {
-  RequestFingerprint fingerprint(VARDATA_ANY(fn), VARSIZE_ANY_EXHDR(fn));
+void hash_values(RequestFingerprint fingerprint, const ValueEncoder *encoders,
+                 const protocol::FnArgs &args, char (&hex)[hex_size]) {
   for (int i = 0; i < args.count; i++) {
-    const char *type_name = format_type_be_qualified(args.types[i]);
     if (args.nulls[i]) {
-      fingerprint.add_null_argument(type_name, strlen(type_name));
+      fingerprint.add_null();
       continue;
     }
-    EncodedValue encoded = encode_value(args.types[i], args.values[i]);
-    fingerprint.add_argument(type_name, strlen(type_name), encoded.data,
-                             encoded.size);
+    EncodedValue encoded = encode(encoders[i], args.values[i]);
+    fingerprint.add_value(encoded.data, encoded.size);
   }
   fingerprint.finish_hex(hex);
 }
@@ -68,9 +50,33 @@ template <typename Body> void in_database_encoding(Body body) {
 
 } // namespace
 
-text *compute_request_hash(text *fn, const protocol::FnArgs &args) {
+ValueEncoder encoder_for(Oid type) {
+  HeapTuple tuple = SearchSysCache1(TYPEOID, ObjectIdGetDatum(type));
+  if (!HeapTupleIsValid(tuple))
+    elog(ERROR, "cache lookup failed for type %u", type);
+  Oid send = reinterpret_cast<Form_pg_type>(GETSTRUCT(tuple))->typsend;
+  ReleaseSysCache(tuple);
+  if (OidIsValid(send))
+    return {send, true};
+  Oid output;
+  bool is_varlena;
+  getTypeOutputInfo(type, &output, &is_varlena);
+  return {output, false};
+}
+
+RequestFingerprint prefix_for(text *fn, const protocol::FnArgs &args) {
+  RequestFingerprint prefix(VARDATA_ANY(fn), VARSIZE_ANY_EXHDR(fn));
+  for (int i = 0; i < args.count; i++) {
+    const char *type_name = format_type_be_qualified(args.types[i]);
+    prefix.add_type(type_name, strlen(type_name));
+  }
+  return prefix;
+}
+
+text *request_hash(const RequestFingerprint &prefix,
+                   const ValueEncoder *encoders, const protocol::FnArgs &args) {
   char hex[hex_size];
-  in_database_encoding([&] { hash_request(fn, args, hex); });
+  in_database_encoding([&] { hash_values(prefix, encoders, args, hex); });
   return cstring_to_text(hex);
 }
 

@@ -1,15 +1,33 @@
-// The request_hash computed when the caller passes NULL: SHA-256 over fn and
-// each argument's schema-qualified type name and value.
+// The request_hash computed when the caller passes NULL: SHA-256 over fn,
+// each argument's schema-qualified type name, and each argument's value.
+//
+// The part that depends only on fn and the argument types (the prefix) is
+// computed once per statement and kept with it (protocol/statement_cache);
+// a call then hashes only its values.
 #pragma once
+
+#include "fingerprint/fingerprint.hpp"
 
 #include "pg.hpp"
 #include "protocol/fn.hpp"
 
 namespace idempotency::fingerprint {
 
-// Values are encoded with the type's binary send function where it has one
-// (independent of DateStyle, extra_float_digits and other settings), else
-// with its text output function.
-text *compute_request_hash(text *fn, const protocol::FnArgs &args);
+// How an argument's value is turned into bytes: the type's binary send
+// function where it has one (independent of DateStyle, extra_float_digits
+// and other settings), else its text output function.
+struct ValueEncoder {
+  Oid function;
+  bool binary;
+};
+
+ValueEncoder encoder_for(Oid type);
+
+// fn and the argument types, hashed.
+RequestFingerprint prefix_for(text *fn, const protocol::FnArgs &args);
+
+// The fingerprint of one call, from its statement's prefix and encoders.
+text *request_hash(const RequestFingerprint &prefix,
+                   const ValueEncoder *encoders, const protocol::FnArgs &args);
 
 } // namespace idempotency::fingerprint

@@ -5,6 +5,7 @@
 #include "protocol/call.hpp"
 #include "protocol/claim.hpp"
 #include "protocol/fn.hpp"
+#include "protocol/statement_cache.hpp"
 #include "stats/stats.hpp"
 #include "storage/keys.hpp"
 
@@ -28,6 +29,7 @@ struct Request {
   text *request_hash;
   text *fn;
   FnArgs args;
+  Statement *statement;
 };
 
 // Validates the arguments; the key's size is checked before it is read.
@@ -57,9 +59,11 @@ Request read_request(FunctionCallInfo fcinfo) {
   request.key.key = PG_GETARG_TEXT_PP(arg_key);
   request.fn = PG_GETARG_TEXT_PP(arg_fn);
   request.args = collect_args(fcinfo, first_fn_arg);
+  request.statement = statement_for(request.fn, request.args);
   request.request_hash =
       PG_ARGISNULL(arg_request_hash)
-          ? fingerprint::compute_request_hash(request.fn, request.args)
+          ? fingerprint::request_hash(request.statement->fingerprint_prefix,
+                                      request.statement->encoders, request.args)
           : PG_GETARG_TEXT_PP(arg_request_hash);
   return request;
 }
@@ -112,7 +116,7 @@ Datum run_and_store(const storage::KeyTable &table, const Request &request,
                           IntervalPGetDatum(&settings::ttl())));
 
   bool response_is_null;
-  Datum response = run_fn(request.fn, request.args, &response_is_null);
+  Datum response = run_fn(*request.statement, request.args, &response_is_null);
   storage::store(table, request.key, request.request_hash, response,
                  response_is_null, now, expires_at, expired_row);
 

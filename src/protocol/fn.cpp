@@ -2,7 +2,7 @@
 
 #include "protocol/rules.hpp"
 
-#include "protocol/plan_cache.hpp"
+#include "protocol/statement_cache.hpp"
 
 namespace idempotency::protocol {
 
@@ -141,11 +141,11 @@ FnArgs collect_args(FunctionCallInfo fcinfo, int first) {
   return args;
 }
 
-Datum run_fn(text *fn, const FnArgs &args, bool *is_null) {
+Datum run_fn(Statement &statement, const FnArgs &args, bool *is_null) {
   MemoryContext result_context = CurrentMemoryContext;
   if (SPI_connect() != SPI_OK_CONNECT)
     elog(ERROR, "SPI_connect failed");
-  SPIPlanPtr plan = fn_plan(fn, args);
+  SPIPlanPtr plan = plan_of(statement);
   auto *nulls = static_cast<char *>(palloc(Max(args.count, 1)));
   for (int i = 0; i < args.count; i++)
     nulls[i] = args.nulls[i] ? 'n' : ' ';

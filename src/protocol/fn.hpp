@@ -18,9 +18,11 @@ struct FnArgs {
 // untyped literal ('abc') binds as text.
 FnArgs collect_args(FunctionCallInfo fcinfo, int first);
 
-// Runs fn with the caller's rights, through SPI, and returns its result as
-// jsonb in the current memory context (see README, "Result to jsonb").
-// *is_null is set when fn returned no rows.
-Datum run_fn(text *fn, const FnArgs &args, bool *is_null);
+struct Statement;
+
+// Runs fn - the statement's plan - with the caller's rights, through SPI, and
+// returns its result as jsonb in the current memory context (see README,
+// "Result to jsonb"). *is_null is set when fn returned no rows.
+Datum run_fn(Statement &statement, const FnArgs &args, bool *is_null);
 
 } // namespace idempotency::protocol

@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -166,8 +168,28 @@ std::string hex_of(RequestFingerprint &fp) {
   return std::string(out);
 }
 
-void add_text(RequestFingerprint &fp, const char *type, const std::string &v) {
-  fp.add_argument(type, std::strlen(type), v.data(), v.size());
+struct Arg {
+  std::string type;
+  std::optional<std::string> value; // nullopt: SQL NULL
+};
+
+// Builds a fingerprint the way the extension does: fn, every type, every
+// value.
+std::string fingerprint(const std::string &fn, const std::vector<Arg> &args) {
+  RequestFingerprint fp(fn.data(), fn.size());
+  for (const Arg &arg : args)
+    fp.add_type(arg.type.data(), arg.type.size());
+  for (const Arg &arg : args) {
+    if (arg.value)
+      fp.add_value(arg.value->data(), arg.value->size());
+    else
+      fp.add_null();
+  }
+  return hex_of(fp);
+}
+
+std::string bytes_of(const void *data, std::size_t size) {
+  return std::string(static_cast<const char *>(data), size);
 }
 
 TEST(RequestFingerprint, HexIsLowerCase64CharsAndNulTerminated) {
@@ -185,151 +207,110 @@ TEST(RequestFingerprint, HexIsLowerCase64CharsAndNulTerminated) {
 }
 
 // Pins the wire encoding: stored fingerprints must stay comparable across
-// releases. The encoding is fn "f", int4 300, NULL text:
+// releases. The encoding of fn "f" with arguments int4 300 and NULL text:
 //   01 | 01 00 00 00 00 00 00 00 | 'f'
-//   02 | 1a 00 00 00 00 00 00 00                  (argument, 26 bytes inside)
-//     04 | 04 00 00 00 00 00 00 00 | 'int4'
-//     05 | 04 00 00 00 00 00 00 00 | 2c 01 00 00
-//   03 | 04 00 00 00 00 00 00 00 | 'text'
+//   04 | 04 00 00 00 00 00 00 00 | 'int4'
+//   04 | 04 00 00 00 00 00 00 00 | 'text'
+//   05 | 04 00 00 00 00 00 00 00 | 2c 01 00 00
+//   03 | 00 00 00 00 00 00 00 00
 // and the expected value is `printf` of those bytes piped into `sha256sum`.
 TEST(RequestFingerprint, EncodingIsStable) {
-  RequestFingerprint fp("f", 1);
   const std::uint8_t int4_300[] = {0x2c, 0x01, 0x00, 0x00};
-  fp.add_argument("int4", 4, int4_300, sizeof int4_300);
-  fp.add_null_argument("text", 4);
-  EXPECT_EQ(hex_of(fp),
-            "f1991d3c3bf3e7f21e34350b4f426d7f5418983158e89a1fda5674a9f4a64780");
+  EXPECT_EQ(fingerprint("f", {{"int4", bytes_of(int4_300, sizeof int4_300)},
+                              {"text", std::nullopt}}),
+            "92f114a23ade7df6438f750ae3fb6d1bd1b69123be76401504bff1b1bd767bd6");
 }
 
 TEST(RequestFingerprint, EmptyFunctionNameIsFramed) {
   // printf '\x01\x00\x00\x00\x00\x00\x00\x00\x00' | sha256sum
-  RequestFingerprint fp("", 0);
-  EXPECT_EQ(hex_of(fp),
+  EXPECT_EQ(fingerprint("", {}),
             "a536aa3cede6ea3c1f3e0357c3c60e0f216a8c89b853df13b29daa8f85065dfb");
 }
 
 TEST(RequestFingerprint, SameInputsGiveSameHex) {
-  auto build = [] {
-    RequestFingerprint fp("public.charge", 13);
-    add_text(fp, "text", "order-17");
-    add_text(fp, "numeric", "12.50");
-    fp.add_null_argument("text", 4);
-    return hex_of(fp);
-  };
-  EXPECT_EQ(build(), build());
+  const std::vector<Arg> args = {{"text", "order-17"}, {"text", std::nullopt}};
+  EXPECT_EQ(fingerprint("public.charge", args),
+            fingerprint("public.charge", args));
 }
 
 TEST(RequestFingerprint, ArgumentBoundariesMatter) {
-  RequestFingerprint a("f", 1);
-  add_text(a, "text", "ab");
-  add_text(a, "text", "c");
-
-  RequestFingerprint b("f", 1);
-  add_text(b, "text", "a");
-  add_text(b, "text", "bc");
-
-  EXPECT_NE(hex_of(a), hex_of(b));
+  EXPECT_NE(fingerprint("f", {{"text", "ab"}, {"text", "c"}}),
+            fingerprint("f", {{"text", "a"}, {"text", "bc"}}));
 }
 
-TEST(RequestFingerprint, FunctionNameAndArgumentBoundaryMatters) {
-  RequestFingerprint a("fa", 2);
-  add_text(a, "text", "b");
-
-  RequestFingerprint b("f", 1);
-  add_text(b, "text", "ab");
-
-  EXPECT_NE(hex_of(a), hex_of(b));
+TEST(RequestFingerprint, FunctionAndTypeBoundaryMatters) {
+  EXPECT_NE(fingerprint("fa", {{"b", "x"}}), fingerprint("f", {{"ab", "x"}}));
 }
 
 TEST(RequestFingerprint, TypeNameAndValueBoundaryMatters) {
-  RequestFingerprint a("f", 1);
-  add_text(a, "text", "xy");
-
-  RequestFingerprint b("f", 1);
-  add_text(b, "textx", "y");
-
-  EXPECT_NE(hex_of(a), hex_of(b));
+  EXPECT_NE(fingerprint("f", {{"text", "xy"}}),
+            fingerprint("f", {{"textx", "y"}}));
 }
 
 TEST(RequestFingerprint, NullDiffersFromEmptyValue) {
-  RequestFingerprint null_arg("f", 1);
-  null_arg.add_null_argument("text", 4);
-
-  RequestFingerprint empty_arg("f", 1);
-  empty_arg.add_argument("text", 4, nullptr, 0);
-
-  EXPECT_NE(hex_of(null_arg), hex_of(empty_arg));
+  EXPECT_NE(fingerprint("f", {{"text", std::nullopt}}),
+            fingerprint("f", {{"text", ""}}));
 }
 
 TEST(RequestFingerprint, NullDiffersFromNoArgument) {
-  RequestFingerprint none("f", 1);
-  RequestFingerprint null_arg("f", 1);
-  null_arg.add_null_argument("text", 4);
-  EXPECT_NE(hex_of(none), hex_of(null_arg));
+  EXPECT_NE(fingerprint("f", {}), fingerprint("f", {{"text", std::nullopt}}));
 }
 
 TEST(RequestFingerprint, NullTypeNameMatters) {
-  RequestFingerprint a("f", 1);
-  a.add_null_argument("int4", 4);
-  RequestFingerprint b("f", 1);
-  b.add_null_argument("int8", 4);
-  EXPECT_NE(hex_of(a), hex_of(b));
+  EXPECT_NE(fingerprint("f", {{"int4", std::nullopt}}),
+            fingerprint("f", {{"int8", std::nullopt}}));
 }
 
 TEST(RequestFingerprint, TypeNameMattersForSameBytes) {
-  // 300 as the same little-endian bytes under two type names: only the
-  // type name tells them apart.
+  // 300 as the same little-endian bytes under two type names: only the type
+  // name tells them apart.
   const std::uint8_t bytes[] = {0x2c, 0x01, 0x00, 0x00};
-
-  RequestFingerprint as_int4("f", 1);
-  as_int4.add_argument("int4", 4, bytes, sizeof bytes);
-
-  RequestFingerprint as_int8("f", 1);
-  as_int8.add_argument("int8", 4, bytes, sizeof bytes);
-
-  EXPECT_NE(hex_of(as_int4), hex_of(as_int8));
+  EXPECT_NE(fingerprint("f", {{"int4", bytes_of(bytes, sizeof bytes)}}),
+            fingerprint("f", {{"int8", bytes_of(bytes, sizeof bytes)}}));
 }
 
 TEST(RequestFingerprint, Int4AndInt8Of300Differ) {
   const std::int32_t v4 = 300;
   const std::int64_t v8 = 300;
-
-  RequestFingerprint a("f", 1);
-  a.add_argument("int4", 4, &v4, sizeof v4);
-
-  RequestFingerprint b("f", 1);
-  b.add_argument("int8", 4, &v8, sizeof v8);
-
-  EXPECT_NE(hex_of(a), hex_of(b));
+  EXPECT_NE(fingerprint("f", {{"int4", bytes_of(&v4, sizeof v4)}}),
+            fingerprint("f", {{"int8", bytes_of(&v8, sizeof v8)}}));
 }
 
 TEST(RequestFingerprint, ArgumentOrderMatters) {
-  RequestFingerprint a("f", 1);
-  add_text(a, "text", "x");
-  add_text(a, "text", "y");
+  EXPECT_NE(fingerprint("f", {{"text", "x"}, {"text", "y"}}),
+            fingerprint("f", {{"text", "y"}, {"text", "x"}}));
+}
 
-  RequestFingerprint b("f", 1);
-  add_text(b, "text", "y");
-  add_text(b, "text", "x");
-
-  EXPECT_NE(hex_of(a), hex_of(b));
+TEST(RequestFingerprint, TypesAreTiedToTheirValuesByPosition) {
+  EXPECT_NE(fingerprint("f", {{"int4", "a"}, {"text", "b"}}),
+            fingerprint("f", {{"text", "a"}, {"int4", "b"}}));
 }
 
 TEST(RequestFingerprint, FunctionNameMatters) {
-  RequestFingerprint a("f", 1);
-  RequestFingerprint b("g", 1);
-  EXPECT_NE(hex_of(a), hex_of(b));
+  EXPECT_NE(fingerprint("f", {}), fingerprint("g", {}));
 }
 
 TEST(RequestFingerprint, LargeValueCrossesBlocks) {
   // A value longer than several SHA-256 blocks, and one byte different.
   std::string big(1000, 'v');
-  RequestFingerprint a("f", 1);
-  add_text(a, "bytea", big);
+  const std::string a = fingerprint("f", {{"bytea", big}});
   big[999] = 'w';
-  RequestFingerprint b("f", 1);
-  add_text(b, "bytea", big);
-  EXPECT_NE(hex_of(a), hex_of(b));
+  EXPECT_NE(a, fingerprint("f", {{"bytea", big}}));
+}
+
+TEST(RequestFingerprint, CopyOfThePrefixFinishesLikeAFreshBuild) {
+  // The extension hashes fn and the types once per statement and copies
+  // that state for every call; a copy must go on exactly like the original.
+  RequestFingerprint prefix("f", 1);
+  prefix.add_type("int4", 4);
+  prefix.add_type("text", 4);
+  for (const char *value : {"1", "22", "333"}) {
+    RequestFingerprint copy = prefix;
+    copy.add_value(value, std::strlen(value));
+    copy.add_null();
+    EXPECT_EQ(hex_of(copy),
+              fingerprint("f", {{"int4", value}, {"text", std::nullopt}}));
+  }
 }
 
 } // namespace
