@@ -14,7 +14,9 @@ constexpr int max_batch_size = 100000;
 
 int interval_seconds = default_interval_seconds;
 int batch_size = default_batch_size;
-int batch_delay_ms = 0;
+// Flat out, the worker takes a whole core from the callers; 5 ms after each
+// batch of 1000 still deletes over 100k keys a second (see README, Expiry).
+int batch_delay_ms = 5;
 
 } // namespace
 
@@ -38,8 +40,9 @@ void define() {
   DefineCustomIntVariable(
       "idempotency.expire_batch_delay",
       "Pause of the expiry worker after each batch.",
-      "Spreads the deletion of a large backlog over time; 0 goes on at once.",
-      &batch_delay_ms, 0, 0, 10000, PGC_SUSET, GUC_UNIT_MS, nullptr, nullptr,
+      "Spreads the deletion of a large backlog over time, leaving CPU and "
+      "I/O to callers; 0 goes on at once.",
+      &batch_delay_ms, 5, 0, 10000, PGC_SUSET, GUC_UNIT_MS, nullptr, nullptr,
       nullptr);
 }
 
