@@ -4,13 +4,6 @@ namespace idempotency::storage {
 
 namespace {
 
-// Column numbers of idempotency.keys, as created by the install script.
-constexpr AttrNumber att_scope = 1;
-constexpr AttrNumber att_key = 2;
-constexpr AttrNumber att_request_hash = 3;
-constexpr AttrNumber att_response = 5;
-constexpr AttrNumber att_expires_at = 7;
-
 pg_attribute_noreturn() void report_missing_table() {
   ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
                   errmsg("table idempotency.keys does not exist"),
@@ -53,24 +46,36 @@ void check_visible_to_snapshot(Relation rel, SysScanDesc scan,
                        "committed after this transaction's snapshot.")));
 }
 
-KeyProbe read_row(Relation rel, SysScanDesc scan, HeapTuple tuple,
-                  TimestampTz now) {
+bool is_expired(Relation rel, HeapTuple tuple, TimestampTz now) {
+  bool isnull = false;
+  return DatumGetTimestampTz(heap_getattr(
+             tuple, column::expires_at, RelationGetDescr(rel), &isnull)) <= now;
+}
+
+KeyProbe expired_row(HeapTuple tuple) {
+  KeyProbe result{};
+  result.state = KeyState::expired;
+  result.row = tuple->t_self;
+  return result;
+}
+
+KeyProbe done_row(Relation rel, SysScanDesc scan, HeapTuple tuple) {
+  check_visible_to_snapshot(rel, scan, tuple);
   KeyProbe result{};
   TupleDesc desc = RelationGetDescr(rel);
   bool isnull = false;
-  TimestampTz expires_at =
-      DatumGetTimestampTz(heap_getattr(tuple, att_expires_at, desc, &isnull));
-  if (expires_at <= now) {
-    result.state = KeyState::expired;
-    result.row = tuple->t_self;
-    return result;
-  }
-  check_visible_to_snapshot(rel, scan, tuple);
   result.state = KeyState::done;
-  result.request_hash = reinterpret_cast<text *>(
-      DatumGetPointer(copy_varlena(tuple, att_request_hash, desc, &isnull)));
+  result.request_hash = reinterpret_cast<text *>(DatumGetPointer(
+      copy_varlena(tuple, column::request_hash, desc, &isnull)));
   result.response =
-      copy_varlena(tuple, att_response, desc, &result.response_is_null);
+      copy_varlena(tuple, column::response, desc, &result.response_is_null);
+  return result;
+}
+
+KeyProbe in_progress(TransactionId holder) {
+  KeyProbe result{};
+  result.state = KeyState::in_progress;
+  result.holder = holder;
   return result;
 }
 
@@ -82,9 +87,9 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
   Relation rel = table_open(table.relid, AccessShareLock);
 
   ScanKeyData scan_keys[2];
-  ScanKeyInit(&scan_keys[0], att_scope, BTEqualStrategyNumber, F_OIDEQ,
+  ScanKeyInit(&scan_keys[0], column::scope, BTEqualStrategyNumber, F_OIDEQ,
               ObjectIdGetDatum(key.scope));
-  ScanKeyInit(&scan_keys[1], att_key, BTEqualStrategyNumber, F_TEXTEQ,
+  ScanKeyInit(&scan_keys[1], column::key, BTEqualStrategyNumber, F_TEXTEQ,
               PointerGetDatum(key.key));
   scan_keys[1].sk_collation = C_COLLATION_OID;
 
@@ -98,17 +103,27 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
   HeapTuple tuple;
   while ((tuple = systable_getnext(scan)) != nullptr) {
     // The dirty snapshot reports an open inserter in xmin and an open
-    // deleter or updater in xmax. Either way another transaction holds the
-    // key right now.
-    if (TransactionIdIsValid(dirty.xmin) || TransactionIdIsValid(dirty.xmax)) {
-      result.state = KeyState::in_progress;
-      result.holder =
-          TransactionIdIsValid(dirty.xmin) ? dirty.xmin : dirty.xmax;
+    // deleter in xmax. A row being inserted means another transaction holds
+    // the key right now.
+    if (TransactionIdIsValid(dirty.xmin)) {
+      result = in_progress(dirty.xmin);
       break;
     }
-    result = read_row(rel, scan, tuple, now);
-    if (result.state == KeyState::done)
+    bool expired = is_expired(rel, tuple, now);
+    // An expired row being deleted - by the expiry worker, or by a caller
+    // replacing it (who holds the key's claim and shows its new row) - is
+    // as absent as any expired row; store() waits for that delete to end.
+    // A live row being deleted is another transaction's business: wait.
+    if (TransactionIdIsValid(dirty.xmax) && !expired) {
+      result = in_progress(dirty.xmax);
       break;
+    }
+    if (expired) {
+      result = expired_row(tuple);
+      continue; // the key's new row, if any, may come next
+    }
+    result = done_row(rel, scan, tuple);
+    break;
   }
 
   systable_endscan(scan);
@@ -118,22 +133,19 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
 
 namespace {
 
-constexpr int key_columns = 7;
-
 HeapTuple form_row(Relation rel, const KeyRef &key, text *request_hash,
                    Datum response, bool response_is_null,
                    TimestampTz created_at, TimestampTz expires_at) {
   // A row is written only once its call is done (see the install script).
-  static_assert(key_columns == att_expires_at, "one value per column");
-  Datum values[key_columns] = {ObjectIdGetDatum(key.scope),
-                               PointerGetDatum(key.key),
-                               PointerGetDatum(request_hash),
-                               CStringGetTextDatum("done"),
-                               response,
-                               TimestampTzGetDatum(created_at),
-                               TimestampTzGetDatum(expires_at)};
-  bool nulls[key_columns] = {false, false, false, false, response_is_null,
-                             false, false};
+  Datum values[column::count] = {ObjectIdGetDatum(key.scope),
+                                 PointerGetDatum(key.key),
+                                 PointerGetDatum(request_hash),
+                                 CStringGetTextDatum("done"),
+                                 response,
+                                 TimestampTzGetDatum(created_at),
+                                 TimestampTzGetDatum(expires_at)};
+  bool nulls[column::count] = {false, false, false, false, response_is_null,
+                               false, false};
   return heap_form_tuple(RelationGetDescr(rel), values, nulls);
 }
 

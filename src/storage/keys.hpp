@@ -12,6 +12,18 @@
 
 namespace idempotency::storage {
 
+// Column numbers of idempotency.keys, as the install script creates it.
+namespace column {
+constexpr AttrNumber scope = 1;
+constexpr AttrNumber key = 2;
+constexpr AttrNumber request_hash = 3;
+constexpr AttrNumber status = 4;
+constexpr AttrNumber response = 5;
+constexpr AttrNumber created_at = 6;
+constexpr AttrNumber expires_at = 7;
+constexpr int count = 7;
+} // namespace column
+
 // idempotency.keys of the current database, looked up once per call.
 struct KeyTable {
   Oid relid;

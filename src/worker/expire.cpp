@@ -5,16 +5,12 @@
 #include "boundary/boundary.hpp"
 #include "protocol/claim.hpp"
 #include "stats/stats.hpp"
+#include "storage/keys.hpp"
 #include "worker/settings.hpp"
 
 namespace idempotency::worker {
 
 namespace {
-
-// Column numbers of idempotency.keys, as created by the install script.
-constexpr AttrNumber att_scope = 1;
-constexpr AttrNumber att_key = 2;
-constexpr AttrNumber att_expires_at = 7;
 
 constexpr const char *expires_at_index = "keys_expires_at_idx";
 
@@ -34,15 +30,6 @@ pg_attribute_noreturn() void report_missing_index() {
   pg_unreachable();
 }
 
-Oid key_table_oid() {
-  Oid table =
-      get_relname_relid("keys", get_namespace_oid("idempotency", false));
-  if (!OidIsValid(table))
-    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
-                    errmsg("table idempotency.keys does not exist")));
-  return table;
-}
-
 Relation open_expires_at_index(Oid table) {
   Oid index = get_relname_relid(expires_at_index,
                                 get_namespace_oid("idempotency", false));
@@ -50,7 +37,8 @@ Relation open_expires_at_index(Oid table) {
     report_missing_index();
   Relation rel = index_open(index, AccessShareLock);
   Form_pg_index form = rel->rd_index;
-  if (form->indrelid != table || form->indkey.values[0] != att_expires_at ||
+  if (form->indrelid != table ||
+      form->indkey.values[0] != storage::column::expires_at ||
       rel->rd_rel->relam != BTREE_AM_OID)
     report_missing_index();
   return rel;
@@ -80,9 +68,10 @@ void append(ExpiredKeys *keys, int *capacity, int limit, ItemPointer tid) {
 bool delete_unless_held(Relation table, TupleTableSlot *slot,
                         Snapshot snapshot) {
   bool isnull = false;
-  Datum key_datum = slot_getattr(slot, att_key, &isnull);
+  Datum key_datum = slot_getattr(slot, storage::column::key, &isnull);
   storage::KeyRef key;
-  key.scope = DatumGetObjectId(slot_getattr(slot, att_scope, &isnull));
+  key.scope =
+      DatumGetObjectId(slot_getattr(slot, storage::column::scope, &isnull));
   key.key = DatumGetTextPP(key_datum);
 
   protocol::Claim claim = protocol::claim_for(key);
@@ -103,7 +92,8 @@ bool delete_unless_held(Relation table, TupleTableSlot *slot,
 
 TimestampTz expires_at_of(TupleTableSlot *slot) {
   bool isnull = false;
-  return DatumGetTimestampTz(slot_getattr(slot, att_expires_at, &isnull));
+  return DatumGetTimestampTz(
+      slot_getattr(slot, storage::column::expires_at, &isnull));
 }
 
 } // namespace
@@ -139,7 +129,7 @@ int keys_per_pass(int batch_size) {
 
 ExpiredKeys collect_expired(TimestampTz cutoff, int limit, ExpiryCursor *cursor,
                             MemoryContext result_context) {
-  Oid table_oid = key_table_oid();
+  Oid table_oid = storage::key_table().relid;
   Relation table = table_open(table_oid, AccessShareLock);
   Relation index = open_expires_at_index(table_oid);
 
@@ -197,7 +187,7 @@ ExpiredKeys collect_expired(TimestampTz cutoff, int limit, ExpiryCursor *cursor,
 
 int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
                      int count) {
-  Relation table = table_open(key_table_oid(), RowExclusiveLock);
+  Relation table = table_open(storage::key_table().relid, RowExclusiveLock);
   Snapshot snapshot = GetActiveSnapshot();
   TupleTableSlot *slot = table_slot_create(table, nullptr);
   // Rows collected earlier may be gone with their pages: VACUUM may have
