@@ -8,16 +8,13 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
 use IPC::Run;
 
-my $node = PostgreSQL::Test::Cluster->new('crash');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq{
-shared_preload_libraries = 'idempotency'
-restart_after_crash = on
-});
-$node->start;
+my $node = preloaded_node('crash', conf => "restart_after_crash = on\n");
 
 $node->safe_psql(
 	'postgres', q{
@@ -48,23 +45,7 @@ sub call
 		call_sql($key, 0) . ', idempotency.last_call_replayed()');
 }
 
-# The SQLSTATE a statement fails with, or 'no error'.
-sub sqlstate_of
-{
-	my ($sql) = @_;
-	my ($rc, $stdout, $stderr) = $node->psql(
-		'postgres', $sql,
-		on_error_stop => 0,
-		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
-	return $stderr =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : 'no error';
-}
 
-sub runs_of
-{
-	my ($key) = @_;
-	return $node->safe_psql('postgres',
-		"SELECT count(*) FROM runs WHERE key = '$key'");
-}
 
 # Starts psql running the statements in the background, as application
 # $name; the test kills or abandons it.
@@ -131,7 +112,7 @@ wait_inside_fn('victim');
 my $in_open_transaction = start_session('bystander', 'BEGIN',
 	call_sql('kill-open', 0), 'SELECT pg_sleep(60)', 'COMMIT');
 wait_after_call('bystander');
-is(runs_of('kill-mid'), '0', 'fn of the victim has not committed its write');
+is(runs_of($node, 'kill-mid'), '0', 'fn of the victim has not committed its write');
 
 my $victim_pid = backend_pid('victim');
 kill 'KILL', $victim_pid;
@@ -149,14 +130,14 @@ is( $node->safe_psql('postgres',
 	'only the key committed before the crash is stored');
 my ($response, $replayed) = split /\|/, call('kill-mid');
 is($replayed, 'f', 'the key killed inside fn is not stuck: its retry runs fn');
-is(runs_of('kill-mid'), '1', '... exactly once');
+is(runs_of($node, 'kill-mid'), '1', '... exactly once');
 is(call('kill-mid'), "$response|t", '... and the next retry replays it');
 ($response, $replayed) = split /\|/, call('kill-open');
 is($replayed, 'f', 'the key of the open transaction is not stuck: its retry runs fn');
-is(runs_of('kill-open'), '1', '... exactly once');
+is(runs_of($node, 'kill-open'), '1', '... exactly once');
 is(call('kill-done'), ($committed =~ s/\|f$/|t/r),
 	'the key committed before the crash replays its response');
-is(runs_of('kill-done'), '1', '... without running fn again');
+is(runs_of($node, 'kill-done'), '1', '... without running fn again');
 
 # --- immediate shutdown with claims open ------------------------------------
 
@@ -167,9 +148,9 @@ my $holding_row = start_session('open-tx', 'BEGIN', call_sql('stop-open', 0),
 	'SELECT pg_sleep(60)', 'COMMIT');
 wait_after_call('open-tx');
 # A third caller meets both keys in progress.
-is(sqlstate_of(call_sql('stop-mid', 0)),
+is(sqlstate_of($node, call_sql('stop-mid', 0)),
 	'IK409', 'before the stop, a key inside fn answers IK409');
-is(sqlstate_of(call_sql('stop-open', 0)),
+is(sqlstate_of($node, call_sql('stop-open', 0)),
 	'IK409', 'before the stop, a key stored by an open transaction answers IK409');
 
 $node->stop('immediate');
@@ -183,14 +164,14 @@ is( $node->safe_psql('postgres',
 	'after the restart only the key committed before the stop is stored');
 ($response, $replayed) = split /\|/, call('stop-mid');
 is($replayed, 'f', 'the key that was inside fn is not stuck: its retry runs fn');
-is(runs_of('stop-mid'), '1', '... exactly once');
+is(runs_of($node, 'stop-mid'), '1', '... exactly once');
 is(call('stop-mid'), "$response|t", '... and the next retry replays it');
 ($response, $replayed) = split /\|/, call('stop-open');
 is($replayed, 'f', 'the key of the open transaction is not stuck: its retry runs fn');
-is(runs_of('stop-open'), '1', '... exactly once');
+is(runs_of($node, 'stop-open'), '1', '... exactly once');
 is(call('stop-done'), ($committed =~ s/\|f$/|t/r),
 	'the key committed before the stop replays its response');
-is(runs_of('stop-done'), '1', '... without running fn again');
+is(runs_of($node, 'stop-done'), '1', '... without running fn again');
 
 $node->stop;
 done_testing();

@@ -9,6 +9,10 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
+
 my $primary = PostgreSQL::Test::Cluster->new('primary');
 $primary->init(allows_streaming => 1);
 $primary->append_conf(
@@ -51,22 +55,7 @@ sub call_sql
 	  . 'idempotency.last_call_replayed()';
 }
 
-sub sqlstate_of
-{
-	my ($node, $sql) = @_;
-	my ($rc, $stdout, $stderr) = $node->psql(
-		'postgres', $sql,
-		on_error_stop => 0,
-		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
-	return $stderr =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : 'no error';
-}
 
-sub runs_of
-{
-	my ($node, $key) = @_;
-	return $node->safe_psql('postgres',
-		"SELECT count(*) FROM runs WHERE key = '$key'");
-}
 
 # Keys the primary acknowledged, with the response it answered.
 my %acknowledged;

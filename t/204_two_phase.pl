@@ -9,17 +9,14 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
 use IPC::Run;
 use Time::HiRes qw(time);
 
-my $node = PostgreSQL::Test::Cluster->new('twophase');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'idempotency'
-max_prepared_transactions = 5
-});
-$node->start;
+my $node = preloaded_node('twophase', conf => "max_prepared_transactions = 5\n");
 
 $node->safe_psql(
 	'postgres', q{
@@ -39,22 +36,7 @@ sub call_sql
 	  . "'SELECT work(\$1)', '$key'::text), idempotency.last_call_replayed()";
 }
 
-sub sqlstate_of
-{
-	my ($sql) = @_;
-	my ($rc, $stdout, $stderr) = $node->psql(
-		'postgres', $sql,
-		on_error_stop => 0,
-		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
-	return $stderr =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : 'no error';
-}
 
-sub runs_of
-{
-	my ($key) = @_;
-	return $node->safe_psql('postgres',
-		"SELECT count(*) FROM runs WHERE key = '$key'");
-}
 
 # Runs the call in one transaction and prepares it; returns the response
 # the call answered inside the prepared transaction.
@@ -100,30 +82,30 @@ sub finish_waiter
 # --- COMMIT PREPARED: the key replays ---------------------------------------
 
 my $prepared = prepare_call('2pc-commit', 'gid-commit');
-is(sqlstate_of(call_sql('2pc-commit')),
+is(sqlstate_of($node, call_sql('2pc-commit')),
 	'IK409', 'a key inside a prepared transaction answers IK409');
 my $started = time;
-is( sqlstate_of(
+is( sqlstate_of($node, 
 		"SET idempotency.wait_timeout = '300ms'; " . call_sql('2pc-commit')),
 	'IK409',
 	'... also after waiting out idempotency.wait_timeout');
 cmp_ok(time - $started, '>=', 0.3, '... which it did wait');
-is(runs_of('2pc-commit'), '0', 'the prepared run is not visible yet');
+is(runs_of($node, '2pc-commit'), '0', 'the prepared run is not visible yet');
 $node->safe_psql('postgres', "COMMIT PREPARED 'gid-commit'");
 is($node->safe_psql('postgres', call_sql('2pc-commit')),
 	"$prepared|t", 'after COMMIT PREPARED the key replays the prepared response');
-is(runs_of('2pc-commit'), '1', '... and fn ran once');
+is(runs_of($node, '2pc-commit'), '1', '... and fn ran once');
 
 # --- ROLLBACK PREPARED: the key runs ----------------------------------------
 
 prepare_call('2pc-rollback', 'gid-rollback');
-is(sqlstate_of(call_sql('2pc-rollback')),
+is(sqlstate_of($node, call_sql('2pc-rollback')),
 	'IK409', 'a key inside another prepared transaction answers IK409');
 $node->safe_psql('postgres', "ROLLBACK PREPARED 'gid-rollback'");
 my ($response, $replayed) = split /\|/,
   $node->safe_psql('postgres', call_sql('2pc-rollback'));
 is($replayed, 'f', 'after ROLLBACK PREPARED the next call runs fn');
-is(runs_of('2pc-rollback'), '1', '... once: the prepared run was rolled back');
+is(runs_of($node, '2pc-rollback'), '1', '... once: the prepared run was rolled back');
 is($node->safe_psql('postgres', call_sql('2pc-rollback')),
 	"$response|t", '... and then replays');
 
@@ -135,7 +117,7 @@ $node->safe_psql('postgres', "COMMIT PREPARED 'gid-wait-commit'");
 my ($out, $err) = finish_waiter($waiter);
 is($out, "$prepared|t", 'a waiter replays once the prepared transaction commits');
 is($err, '', '... without an error');
-is(runs_of('2pc-wait-commit'), '1', '... and fn ran once');
+is(runs_of($node, '2pc-wait-commit'), '1', '... and fn ran once');
 
 prepare_call('2pc-wait-rollback', 'gid-wait-rollback');
 $waiter = start_waiter('2pc-wait-rollback', 'waiter-rollback');
@@ -144,18 +126,18 @@ $node->safe_psql('postgres', "ROLLBACK PREPARED 'gid-wait-rollback'");
 like($out, qr/^\{.*\}\|f$/,
 	'a waiter runs fn once the prepared transaction rolls back');
 is($err, '', '... without an error');
-is(runs_of('2pc-wait-rollback'), '1', '... and fn ran once');
+is(runs_of($node, '2pc-wait-rollback'), '1', '... and fn ran once');
 
 # --- a prepared key survives a restart ----------------------------------------
 
 $prepared = prepare_call('2pc-restart', 'gid-restart');
 $node->restart;
-is(sqlstate_of(call_sql('2pc-restart')),
+is(sqlstate_of($node, call_sql('2pc-restart')),
 	'IK409', 'after a restart the prepared key still answers IK409');
 $node->safe_psql('postgres', "COMMIT PREPARED 'gid-restart'");
 is($node->safe_psql('postgres', call_sql('2pc-restart')),
 	"$prepared|t", '... and replays after COMMIT PREPARED');
-is(runs_of('2pc-restart'), '1', '... with fn run once');
+is(runs_of($node, '2pc-restart'), '1', '... with fn run once');
 
 is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_prepared_xacts'),
 	'0', 'no prepared transaction is left');

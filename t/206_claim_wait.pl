@@ -10,11 +10,11 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('claimwait');
-$node->init;
-$node->append_conf('postgresql.conf',
-	q{shared_preload_libraries = 'idempotency'});
-$node->start;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
+
+my $node = preloaded_node('claimwait');
 
 $node->safe_psql(
 	'postgres', q{
@@ -39,12 +39,6 @@ sub call_sql
 my $claim_locks = q{SELECT count(*) FROM pg_locks
  WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND objsubid = 19273};
 
-sub runs_of
-{
-	my ($key) = @_;
-	return $node->safe_psql('postgres',
-		"SELECT count(*) FROM runs WHERE key = '$key'");
-}
 
 sub pid_of
 {
@@ -112,13 +106,13 @@ my ($response, $out, $err) = scenario('wait-rollback', 'ROLLBACK');
 like($out, qr/^\{"at": "[^"]+", "key": "wait-rollback"\}\|f\n0$/,
 	'the waiter runs fn when the holder rolls back, holding no claim afterwards');
 is($err, '', '... with no error or warning');
-is(runs_of('wait-rollback'), '1', '... and fn ran once');
+is(runs_of($node, 'wait-rollback'), '1', '... and fn ran once');
 
 ($response, $out, $err) = scenario('wait-commit', 'COMMIT');
 is($out, "$response|t\n0",
 	'the waiter replays when the holder commits, holding no claim afterwards');
 is($err, '', '... with no error or warning');
-is(runs_of('wait-commit'), '1', '... and fn ran once');
+is(runs_of($node, 'wait-commit'), '1', '... and fn ran once');
 
 $node->stop;
 done_testing();

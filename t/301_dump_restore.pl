@@ -7,11 +7,11 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('dump_restore');
-$node->init;
-$node->append_conf('postgresql.conf',
-	q{shared_preload_libraries = 'idempotency'});
-$node->start;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
+
+my $node = preloaded_node('dump_restore');
 
 $node->safe_psql(
 	'postgres', q{

@@ -1,0 +1,45 @@
+# Helpers shared by the TAP tests: a node with the library preloaded, and
+# the two questions most tests ask of it.
+package IdempotencyTest;
+
+use strict;
+use warnings;
+
+use Exporter 'import';
+use PostgreSQL::Test::Cluster;
+
+our @EXPORT = qw(preloaded_node sqlstate_of runs_of);
+
+# A started node with shared_preload_libraries = 'idempotency', plus the
+# postgresql.conf lines in `conf` and the init options in `init`.
+sub preloaded_node
+{
+	my ($name, %options) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init(%{ $options{init} // {} });
+	$node->append_conf('postgresql.conf',
+		"shared_preload_libraries = 'idempotency'\n" . ($options{conf} // ''));
+	$node->start;
+	return $node;
+}
+
+# The SQLSTATE a statement fails with in database postgres, or 'no error'.
+sub sqlstate_of
+{
+	my ($node, $sql) = @_;
+	my ($rc, $stdout, $stderr) = $node->psql(
+		'postgres', $sql,
+		on_error_stop => 0,
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	return $stderr =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : 'no error';
+}
+
+# How often fn ran for `key`: the tests' fn records each run in table runs.
+sub runs_of
+{
+	my ($node, $key) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT count(*) FROM runs WHERE key = '$key'");
+}
+
+1;
