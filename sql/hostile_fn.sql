@@ -12,13 +12,6 @@ SET search_path = hostile_fn, public;
 CREATE TABLE runs (label text);
 CREATE FUNCTION run(label text) RETURNS text LANGUAGE sql
   AS $$ INSERT INTO hostile_fn.runs VALUES (label) RETURNING 'ran ' || label $$;
-CREATE FUNCTION sqlstate_of(sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-  EXECUTE sql;
-  RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-  RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
 -- How many keys of this file are stored.
 CREATE FUNCTION stored() RETURNS bigint LANGUAGE sql
   AS $$ SELECT count(*) FROM idempotency.keys WHERE key LIKE 'fn-%' $$;
@@ -48,7 +41,6 @@ SELECT idempotency.idempotent_call(k, NULL, 'SELECT hostile_fn.run($1)', k)
 -- read (its own keys only) and locked for reading, nothing more.
 CREATE ROLE regress_hostile_fn_user;
 GRANT USAGE ON SCHEMA hostile_fn TO regress_hostile_fn_user;
-GRANT EXECUTE ON FUNCTION sqlstate_of(text) TO regress_hostile_fn_user;
 SET ROLE regress_hostile_fn_user;
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('fn-keys', NULL, 'LOCK TABLE idempotency.keys')$$);
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('fn-keys', NULL, 'LOCK TABLE idempotency.keys IN SHARE ROW EXCLUSIVE MODE')$$);

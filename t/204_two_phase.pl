@@ -29,22 +29,13 @@ BEGIN
 END $$;
 });
 
-sub call_sql
-{
-	my ($key) = @_;
-	return "SELECT idempotency.idempotent_call('$key', NULL, "
-	  . "'SELECT work(\$1)', '$key'::text), idempotency.last_call_replayed()";
-}
-
-
-
 # Runs the call in one transaction and prepares it; returns the response
 # the call answered inside the prepared transaction.
 sub prepare_call
 {
 	my ($key, $gid) = @_;
 	my $out = $node->safe_psql('postgres',
-		'BEGIN; ' . call_sql($key) . "; PREPARE TRANSACTION '$gid'");
+		'BEGIN; ' . work_call_sql($key) . "; PREPARE TRANSACTION '$gid'");
 	my ($response, $replayed) = split /\|/, $out;
 	die "$key did not run inside $gid" unless $replayed eq 'f';
 	return $response;
@@ -61,7 +52,7 @@ sub start_waiter
 			'-v', 'VERBOSITY=verbose', '-d',
 			$node->connstr('postgres') . " application_name=$name",
 			'-c', "SET idempotency.wait_timeout = '60s'",
-			'-c', call_sql($key)
+			'-c', work_call_sql($key)
 		],
 		'<', \undef, '>', \$out, '2>', \$err);
 	$node->poll_query_until('postgres',
@@ -82,31 +73,31 @@ sub finish_waiter
 # --- COMMIT PREPARED: the key replays ---------------------------------------
 
 my $prepared = prepare_call('2pc-commit', 'gid-commit');
-is(sqlstate_of($node, call_sql('2pc-commit')),
+is(sqlstate_of($node, work_call_sql('2pc-commit')),
 	'IK409', 'a key inside a prepared transaction answers IK409');
 my $started = time;
 is( sqlstate_of($node, 
-		"SET idempotency.wait_timeout = '300ms'; " . call_sql('2pc-commit')),
+		"SET idempotency.wait_timeout = '300ms'; " . work_call_sql('2pc-commit')),
 	'IK409',
 	'... also after waiting out idempotency.wait_timeout');
 cmp_ok(time - $started, '>=', 0.3, '... which it did wait');
 is(runs_of($node, '2pc-commit'), '0', 'the prepared run is not visible yet');
 $node->safe_psql('postgres', "COMMIT PREPARED 'gid-commit'");
-is($node->safe_psql('postgres', call_sql('2pc-commit')),
+is($node->safe_psql('postgres', work_call_sql('2pc-commit')),
 	"$prepared|t", 'after COMMIT PREPARED the key replays the prepared response');
 is(runs_of($node, '2pc-commit'), '1', '... and fn ran once');
 
 # --- ROLLBACK PREPARED: the key runs ----------------------------------------
 
 prepare_call('2pc-rollback', 'gid-rollback');
-is(sqlstate_of($node, call_sql('2pc-rollback')),
+is(sqlstate_of($node, work_call_sql('2pc-rollback')),
 	'IK409', 'a key inside another prepared transaction answers IK409');
 $node->safe_psql('postgres', "ROLLBACK PREPARED 'gid-rollback'");
 my ($response, $replayed) = split /\|/,
-  $node->safe_psql('postgres', call_sql('2pc-rollback'));
+  $node->safe_psql('postgres', work_call_sql('2pc-rollback'));
 is($replayed, 'f', 'after ROLLBACK PREPARED the next call runs fn');
 is(runs_of($node, '2pc-rollback'), '1', '... once: the prepared run was rolled back');
-is($node->safe_psql('postgres', call_sql('2pc-rollback')),
+is($node->safe_psql('postgres', work_call_sql('2pc-rollback')),
 	"$response|t", '... and then replays');
 
 # --- waiters are released by the outcome --------------------------------------
@@ -132,10 +123,10 @@ is(runs_of($node, '2pc-wait-rollback'), '1', '... and fn ran once');
 
 $prepared = prepare_call('2pc-restart', 'gid-restart');
 $node->restart;
-is(sqlstate_of($node, call_sql('2pc-restart')),
+is(sqlstate_of($node, work_call_sql('2pc-restart')),
 	'IK409', 'after a restart the prepared key still answers IK409');
 $node->safe_psql('postgres', "COMMIT PREPARED 'gid-restart'");
-is($node->safe_psql('postgres', call_sql('2pc-restart')),
+is($node->safe_psql('postgres', work_call_sql('2pc-restart')),
 	"$prepared|t", '... and replays after COMMIT PREPARED');
 is(runs_of($node, '2pc-restart'), '1', '... with fn run once');
 

@@ -29,16 +29,8 @@ BEGIN
 END $$;
 });
 
-sub call_sql
-{
-	my ($key) = @_;
-	return "SELECT idempotency.idempotent_call('$key', NULL, "
-	  . "'SELECT work(\$1)', '$key'::text), idempotency.last_call_replayed()";
-}
-
 my $claim_locks = q{SELECT count(*) FROM pg_locks
  WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND objsubid = 19273};
-
 
 sub pid_of
 {
@@ -80,13 +72,13 @@ sub scenario
 
 	$gate->query_safe('SELECT pg_advisory_lock(4242)');
 	$holder->query_safe('BEGIN');
-	$holder->query_until(qr/sent/, "\\echo sent\n" . call_sql($key) . ";\n");
+	$holder->query_until(qr/sent/, "\\echo sent\n" . work_call_sql($key) . ";\n");
 	wait_until_waiting($holder_pid, 'advisory');
 
 	$waiter->query_safe('BEGIN');
 	$waiter->query_safe("SET LOCAL idempotency.wait_timeout = '60s'");
 	$waiter->query_until(qr/sent/,
-		"\\echo sent\n" . call_sql($key) . ";\n$claim_locks;\n");
+		"\\echo sent\n" . work_call_sql($key) . ";\n$claim_locks;\n");
 	wait_until_waiting($waiter_pid, 'advisory');
 
 	$gate->query_safe('SELECT pg_advisory_unlock(4242)');

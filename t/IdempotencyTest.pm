@@ -8,7 +8,7 @@ use warnings;
 use Exporter 'import';
 use PostgreSQL::Test::Cluster;
 
-our @EXPORT = qw(preloaded_node sqlstate_of runs_of);
+our @EXPORT = qw(preloaded_node sqlstate_of runs_of work_call_sql);
 
 # A started node with shared_preload_libraries = 'idempotency', plus the
 # postgresql.conf lines in `conf` and the init options in `init`.
@@ -40,6 +40,15 @@ sub runs_of
 	my ($node, $key) = @_;
 	return $node->safe_psql('postgres',
 		"SELECT count(*) FROM runs WHERE key = '$key'");
+}
+
+# A call whose fn is the tests' work(key) function, answering the response
+# and whether it was replayed.
+sub work_call_sql
+{
+	my ($key) = @_;
+	return "SELECT idempotency.idempotent_call('$key', NULL, "
+	  . "'SELECT work(\$1)', '$key'::text), idempotency.last_call_replayed()";
 }
 
 1;
