@@ -5,10 +5,10 @@
 //
 //  * SQL -> C++: every SQL-callable function is declared with
 //    IDEMPOTENCY_SQL_FUNCTION, which runs its body inside run_at_boundary().
-//    An exception that escapes the body is caught there, its message and
-//    SQLSTATE copied into palloc'd memory inside the catch, and reported with
-//    ereport() only after the catch block has ended, so no C++ exception ever
-//    reaches a PostgreSQL frame.
+//    An exception that escapes the body is caught there, its message copied
+//    into palloc'd memory inside the catch, and reported with ereport() only
+//    after the catch block has ended (53200 for std::bad_alloc, XX000
+//    otherwise), so no C++ exception ever reaches a PostgreSQL frame.
 //
 //  * PostgreSQL -> C++: code that calls PostgreSQL (and so may be longjmp'd
 //    out of) holds only trivially destructible values: plain structs, palloc'd
@@ -22,7 +22,6 @@
 #include <exception>
 #include <new>
 
-#include "boundary/sql_error.hpp"
 #include "pg.hpp"
 
 namespace idempotency {

@@ -143,7 +143,9 @@ Datum idempotent_call(FunctionCallInfo fcinfo) {
   Request request = read_request(fcinfo);
   TimestampTz now = GetCurrentTransactionStartTimestamp();
   TimestampTz deadline = wait_deadline();
-  Claim claim = claim_for(request.key);
+  // The claim's tag is derived only when the key must be claimed: a replay,
+  // the common retry, needs none.
+  Claim claim{};
   storage::KeyTable table = storage::key_table();
 
   // Each pass looks at the key afresh: after a wait the holder may have
@@ -171,6 +173,7 @@ Datum idempotent_call(FunctionCallInfo fcinfo) {
           stored.state == storage::KeyState::expired ? &stored.row : nullptr,
           fcinfo);
 
+    claim = claim_for(request.key);
     switch (acquire(claim, deadline)) {
     case ClaimResult::acquired:
       continue; // look again: the key may have been stored meanwhile

@@ -92,24 +92,20 @@ Datum rows_to_jsonb(SPITupleTable *table, uint64 rows) {
 Datum result_to_jsonb(SPITupleTable *table, uint64 rows, bool *is_null) {
   *is_null = false;
   int columns = table == nullptr ? 0 : table->tupdesc->natts;
-  switch (result_shape(rows, columns)) {
-  case ResultShape::no_response:
+  ResultShape shape = result_shape(rows, columns);
+  if (shape == ResultShape::no_response) {
     *is_null = true;
     return (Datum)0;
-  case ResultShape::value:
-  case ResultShape::object:
-    if (row_is_object(columns))
-      BlessTupleDesc(table->tupdesc);
-    return row_to_jsonb(table->vals[0], table->tupdesc);
-  case ResultShape::array:
-    if (row_is_object(columns))
-      BlessTupleDesc(table->tupdesc);
-    if (rows > (uint64)MaxArraySize)
-      ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                      errmsg("fn returned too many rows for one response")));
-    return rows_to_jsonb(table, rows);
   }
-  pg_unreachable();
+  // Rows become records, which to_jsonb finds through a blessed descriptor.
+  if (row_is_object(columns))
+    BlessTupleDesc(table->tupdesc);
+  if (shape != ResultShape::array)
+    return row_to_jsonb(table->vals[0], table->tupdesc);
+  if (rows > (uint64)MaxArraySize)
+    ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                    errmsg("fn returned too many rows for one response")));
+  return rows_to_jsonb(table, rows);
 }
 
 // SPI refuses some statements by return code rather than by error.
