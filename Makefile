@@ -4,7 +4,7 @@
 
 EXTENSION = idempotency
 MODULE_big = idempotency
-DATA = idempotency--0.1.sql idempotency--0.1--0.2.sql
+DATA = $(wildcard $(srcdir)/idempotency--*.sql)
 PGFILEDESC = "idempotency - exactly-once processing of retried requests"
 
 SOURCES = \
