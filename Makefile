@@ -4,7 +4,7 @@
 
 EXTENSION = idempotency
 MODULE_big = idempotency
-DATA = $(wildcard $(srcdir)/idempotency--*.sql)
+DATA = $(wildcard idempotency--*.sql)
 PGFILEDESC = "idempotency - exactly-once processing of retried requests"
 
 SOURCES = \
