@@ -161,7 +161,6 @@ TEST(Sha256, EmptyUpdateWithNullPointerIsANoOp) {
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
-
 // --- HMAC-SHA256 (RFC 4231 test cases) ---------------------------------------
 
 std::string hmac_hex(const std::string &key, const std::string &message) {
@@ -207,8 +206,9 @@ TEST(HmacSha256, CopyOfAKeyedObjectStartsAFreshMessage) {
     mac.update(message.data() + 10, message.size() - 10);
     std::uint8_t digest[HmacSha256::mac_size];
     mac.finish(digest);
-    EXPECT_EQ(to_hex(digest),
-              "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    EXPECT_EQ(
+        to_hex(digest),
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
   }
 }
 
