@@ -31,13 +31,15 @@ END
 $$;
 DELETE FROM pg_catalog.pg_statistic AS s
  WHERE s.starelid OPERATOR(pg_catalog.=) 'idempotency.keys'::pg_catalog.regclass
-    OR s.starelid IN (SELECT i.indexrelid FROM pg_catalog.pg_index AS i
-                       WHERE i.indrelid OPERATOR(pg_catalog.=) 'idempotency.keys'::pg_catalog.regclass);
+    OR s.starelid OPERATOR(pg_catalog.=) ANY (
+         SELECT i.indexrelid FROM pg_catalog.pg_index AS i
+          WHERE i.indrelid OPERATOR(pg_catalog.=) 'idempotency.keys'::pg_catalog.regclass);
 
 -- How many keys each role keeps and how many bytes their rows take (the
 -- row as stored, response included, compressed where PostgreSQL compressed
 -- it). It runs with its owner's rights, so it counts every role's keys while
--- showing no key or response; only monitoring roles may read it.
+-- showing no key or response; only monitoring roles may read it. It depends
+-- on keys.scope, so it comes after any change to that column.
 CREATE VIEW idempotency.key_usage AS
     SELECT k.scope AS role,
            pg_catalog.count(*) AS keys,

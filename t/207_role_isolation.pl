@@ -45,19 +45,28 @@ sub as_role
 sub call_sql
 {
 	my ($key, $fn) = @_;
-	return "SELECT idempotency.idempotent_call('$key', NULL, '$fn')";
+	return call_sql_of_key_expression("'$key'", $fn);
 }
 
-# Starts a session of `role` on `target` that calls `key` with fn gate(),
-# and waits until it sits inside fn, holding its claim.
+sub call_sql_of_key_expression
+{
+	my ($key_sql, $fn) = @_;
+	return "SELECT idempotency.idempotent_call($key_sql, NULL, '$fn')";
+}
+
+# Starts a session of `role` on `target` that calls `key` (or the key the
+# SQL expression `key_sql` gives) with fn gate(), and waits until it sits
+# inside fn, holding its claim.
 sub hold_claim
 {
-	my ($target, $role, $key) = @_;
+	my ($target, $role, $key, $key_sql) = @_;
+	$key_sql //= "'$key'";
 	my $session =
 	  $target->background_psql('postgres', extra_params => [ '-U', $role ]);
 	my $pid = $session->query_safe('SELECT pg_backend_pid()');
 	$session->query_until(qr/sent/,
-		"\\echo sent\n" . call_sql($key, 'SELECT gate()') . ";\n");
+		"\\echo sent\n"
+		  . call_sql_of_key_expression($key_sql, 'SELECT gate()') . ";\n");
 	$target->poll_query_until('postgres',
 		"SELECT count(*) = 1 FROM pg_locks WHERE pid = $pid AND locktype = 'advisory' AND NOT granted"
 	) or die "$role never reached fn";
@@ -112,6 +121,101 @@ $gate->query_safe('SELECT pg_advisory_unlock(4242)');
 like(($alice->query('SELECT 1'))[0], qr/alice/, 'alice\'s call completes');
 like(($bob->query('SELECT 1'))[0], qr/bob/, 'bob\'s call completes');
 $_->quit for $alice, $bob;
+
+# --- a collision built against the old tag ----------------------------------
+
+# The old tag was hash_bytes_extended(key, seed = role oid), Bob Jenkins'
+# lookup3, whose mix and final steps are bijections anyone can run
+# backwards. So alice can build a 24-byte key whose old tag is exactly the
+# old tag of bob's key: pick its first 12 bytes, run final and mix
+# backwards from bob's hash, and read the last 12 bytes off the difference.
+
+my $mask = 0xFFFFFFFF;
+sub rot { my ($x, $k) = @_; return (($x << $k) | ($x >> (32 - $k))) & $mask }
+sub add32 { return ($_[0] + $_[1]) & $mask }
+sub sub32 { return ($_[0] - $_[1]) & $mask }
+
+sub mix
+{
+	my ($x, $y, $z) = @_;
+	$x = sub32($x, $z); $x ^= rot($z, 4);  $z = add32($z, $y);
+	$y = sub32($y, $x); $y ^= rot($x, 6);  $x = add32($x, $z);
+	$z = sub32($z, $y); $z ^= rot($y, 8);  $y = add32($y, $x);
+	$x = sub32($x, $z); $x ^= rot($z, 16); $z = add32($z, $y);
+	$y = sub32($y, $x); $y ^= rot($x, 19); $x = add32($x, $z);
+	$z = sub32($z, $y); $z ^= rot($y, 4);  $y = add32($y, $x);
+	return ($x, $y, $z);
+}
+
+sub unmix
+{
+	my ($x, $y, $z) = @_;
+	$y = sub32($y, $x); $z ^= rot($y, 4);  $z = add32($z, $y);
+	$x = sub32($x, $z); $y ^= rot($x, 19); $y = add32($y, $x);
+	$z = sub32($z, $y); $x ^= rot($z, 16); $x = add32($x, $z);
+	$y = sub32($y, $x); $z ^= rot($y, 8);  $z = add32($z, $y);
+	$x = sub32($x, $z); $y ^= rot($x, 6);  $y = add32($y, $x);
+	$z = sub32($z, $y); $x ^= rot($z, 4);  $x = add32($x, $z);
+	return ($x, $y, $z);
+}
+
+sub unfinal
+{
+	my ($x, $y, $z) = @_;
+	$z = add32($z, rot($y, 24)); $z ^= $y;
+	$y = add32($y, rot($x, 14)); $y ^= $x;
+	$x = add32($x, rot($z, 4));  $x ^= $z;
+	$z = add32($z, rot($y, 16)); $z ^= $y;
+	$y = add32($y, rot($x, 25)); $y ^= $x;
+	$x = add32($x, rot($z, 11)); $x ^= $z;
+	$z = add32($z, rot($y, 14)); $z ^= $y;
+	return ($x, $y, $z);
+}
+
+# A 24-byte key, all bytes 0x01-0x7f (valid text), whose old tag under
+# alice's oid equals `target` (bob's hash, as its high and low halves).
+sub colliding_key
+{
+	my ($alice_oid, $target_high, $target_low) = @_;
+	my $first = 'alice-order:';
+	my $init = ($mask & (0x9e3779b9 + 24 + 3923095));
+	my @state = mix($init, add32($init, $alice_oid), $init);
+	my @words = unpack('V3', $first);
+	@state = mix(map { add32($state[$_], $words[$_]) } 0 .. 2);
+	for my $free (1 .. 10_000_000)
+	{
+		my @before = unmix(unfinal($free, $target_high, $target_low));
+		my $last = pack('V3', map { sub32($before[$_], $state[$_]) } 0 .. 2);
+		return unpack('H*', $first . $last) if $last =~ /^[\x01-\x7f]{12}$/;
+	}
+	die 'no key found';
+}
+
+my $alice_oid = $node->safe_psql('postgres', "SELECT 'alice'::regrole::oid");
+my $bob_oid = $node->safe_psql('postgres', "SELECT 'bob'::regrole::oid");
+my ($bob_high, $bob_low) = split /\|/,
+  $node->safe_psql('postgres',
+	"SELECT (h >> 32) & 4294967295, h & 4294967295 FROM hashtextextended('order-paid:2003', $bob_oid) AS h"
+  );
+my $forged =
+  "convert_from(decode('" . colliding_key($alice_oid, $bob_high, $bob_low) . "', 'hex'), 'UTF8')";
+is( $node->safe_psql('postgres',
+		"SELECT hashtextextended($forged, $alice_oid) = hashtextextended('order-paid:2003', $bob_oid)"
+	),
+	't',
+	'alice built a key whose old tag is the old tag of bob\'s order-paid:2003');
+
+$gate->query_safe('SELECT pg_advisory_lock(4242)');
+my ($forger) = hold_claim($node, 'alice', undef, $forged);
+is( as_role(
+		$node, 'bob',
+		"SET idempotency.wait_timeout = '1s'; "
+		  . call_sql('order-paid:2003', 'SELECT current_user::text')),
+	'"bob"',
+	'while alice holds that key, bob\'s order-paid:2003 runs: no IK409, no wait');
+$gate->query_safe('SELECT pg_advisory_unlock(4242)');
+$forger->query('SELECT 1');
+$forger->quit;
 
 # --- the secret without preloading -----------------------------------------
 
@@ -218,6 +322,27 @@ is($node->safe_psql('upgraded', $statistics),
 $node->safe_psql('upgraded', 'ANALYZE idempotency.keys');
 is($node->safe_psql('upgraded', $statistics),
 	'0', '... and ANALYZE gathers none after it');
+
+# --- a maximum lowered below settings in force --------------------------------
+
+# alice keeps 20 days for her keys; then a superuser lowers the maximum to an
+# hour in postgresql.conf, under the 24h default too. The server and the
+# library still start; alice's stored setting is skipped (WARNING) and her
+# keys get the default, cut to the maximum.
+$node->safe_psql('postgres', "ALTER ROLE alice SET idempotency.ttl = '20 days'");
+$node->append_conf('postgresql.conf', "idempotency.max_ttl = '1 hour'\n");
+$node->restart;
+my ($rc, $out, $err) = $node->psql(
+	'postgres', q{
+SHOW idempotency.ttl;
+SELECT idempotency.idempotent_call('after-lowering', NULL, 'SELECT 1');
+SELECT expires_at - created_at FROM idempotency.keys WHERE key = 'after-lowering';
+},
+	extra_params => [ '-U', 'alice' ]);
+is($out, "24h\n1\n01:00:00",
+	'keys of a role whose stored ttl exceeds a lowered max_ttl live max_ttl');
+like($err, qr/WARNING:.*idempotency.ttl.*must not exceed idempotency.max_ttl/s,
+	'... and the session is warned that its stored ttl was skipped');
 
 $node->stop;
 done_testing();

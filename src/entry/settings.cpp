@@ -105,11 +105,14 @@ void update_key_ttl() {
                       : max_ttl_value;
 }
 
-bool check_ttl(char **newval, void **extra, GucSource) {
+bool check_ttl(char **newval, void **extra, GucSource source) {
   Interval parsed;
   if (!check_span("idempotency.ttl", *newval, &parsed))
     return false;
-  if (comparable_usecs(parsed) > comparable_usecs(max_ttl_value)) {
+  // The built-in default is never refused (that would fail loading the
+  // library when max_ttl is under 24h): keys of it are cut to max_ttl.
+  if (source != PGC_S_DEFAULT &&
+      comparable_usecs(parsed) > comparable_usecs(max_ttl_value)) {
     GUC_check_errdetail("idempotency.ttl must not exceed idempotency.max_ttl "
                         "(%s).",
                         max_ttl_text);
