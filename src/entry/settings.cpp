@@ -61,8 +61,9 @@ bool expiry_in_range(const Interval &span) {
 
 // What a TTL (or its maximum) must be, whatever it is compared with: an
 // interval with no negative part and a positive length, so a key always
-// expires after it was created, in calendar time too ('-2 months 60 days'
-// is positive by the 30-day rule, yet ends before it starts in March).
+// expires after it was created, in calendar time too: '-2 months 60 days
+// 1 microsecond' is positive by the 30-day rule, yet ends before it starts
+// whenever the two months before hold 61 days or more.
 bool check_span(const char *name, char *text, Interval *parsed) {
   if (text == nullptr || !parse_interval(text, parsed)) {
     GUC_check_errdetail("%s must be an interval, such as '24h' or '7 days'.",
