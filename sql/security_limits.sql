@@ -50,8 +50,10 @@ RESET SESSION AUTHORIZATION;
 SELECT sqlstate_of($$SET idempotency.ttl = '31 days'$$);
 SELECT sqlstate_of($$ALTER ROLE regress_lim_alice SET idempotency.ttl = '31 days'$$);
 SELECT sqlstate_of(format($$ALTER DATABASE %I SET idempotency.ttl = '31 days'$$, current_database())) AS alter_database;
-SELECT count(*) AS role_settings FROM pg_db_role_setting
- WHERE setconfig::text LIKE '%idempotency.ttl%';
+SELECT count(*) AS stored_settings FROM pg_db_role_setting
+ WHERE setconfig::text LIKE '%idempotency.ttl%'
+   AND (setrole = 'regress_lim_alice'::regrole
+        OR setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database()));
 -- The maximum must be an interval that can work too.
 SELECT sqlstate_of($$SET idempotency.max_ttl = '300000 years'$$);
 SELECT sqlstate_of($$SET idempotency.max_ttl = '-1 day'$$);
