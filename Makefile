@@ -15,6 +15,7 @@ SOURCES = \
 	src/fingerprint/request_hash.cpp \
 	src/protocol/call.cpp \
 	src/protocol/claim.cpp \
+	src/protocol/claim_secret.cpp \
 	src/protocol/fn.cpp \
 	src/protocol/rules.cpp \
 	src/protocol/statement_cache.cpp \

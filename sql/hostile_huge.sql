@@ -13,6 +13,8 @@ DROP SCHEMA IF EXISTS hostile_huge CASCADE;
 RESET client_min_messages;
 CREATE SCHEMA hostile_huge;
 SET search_path = hostile_huge, public;
+-- Past idempotency.max_response_size's 10MB default: as a superuser may.
+SET idempotency.max_response_size = '1GB';
 
 CREATE TABLE runs (label text);
 CREATE FUNCTION run(label text) RETURNS void LANGUAGE sql
@@ -63,3 +65,4 @@ SET client_min_messages = warning;
 DROP SCHEMA hostile_huge CASCADE;
 RESET client_min_messages;
 RESET search_path;
+RESET idempotency.max_response_size;

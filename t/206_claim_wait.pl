@@ -30,7 +30,7 @@ END $$;
 });
 
 my $claim_locks = q{SELECT count(*) FROM pg_locks
- WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND objsubid = 19273};
+ WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND objsubid < 0};
 
 sub pid_of
 {

@@ -6,7 +6,14 @@ namespace {
 
 char *ttl_text = nullptr;
 Interval ttl_value;
+char *max_ttl_text = nullptr;
+Interval max_ttl_value;
+Interval key_ttl_value;
 int wait_timeout = 0;
+int max_response_size = 0;
+
+// 10MB, in bytes (GUC_UNIT_BYTE).
+constexpr int default_max_response_size = 10 * 1024 * 1024;
 
 // Parses an interval without raising errors (check hooks must not), accepting
 // what interval input accepts: '24h', '7 days', '1 day 2 hours', 'P1D'.
@@ -37,25 +44,52 @@ bool parse_interval(const char *text, Interval *out) {
   return itmin2interval(&itm, out) == 0;
 }
 
-bool interval_is_positive(const Interval &span) {
-  // Compare as PostgreSQL does: a month is 30 days, a day 24 hours.
-  long double total = span.time + (long double)span.day * USECS_PER_DAY +
-                      (long double)span.month * DAYS_PER_MONTH * USECS_PER_DAY;
-  return total > 0;
+// An interval's length as PostgreSQL orders intervals: a month is 30 days,
+// a day 24 hours.
+long double comparable_usecs(const Interval &span) {
+  return span.time + (long double)span.day * USECS_PER_DAY +
+         (long double)span.month * DAYS_PER_MONTH * USECS_PER_DAY;
 }
 
-bool check_ttl(char **newval, void **extra, GucSource) {
-  Interval parsed;
-  if (*newval == nullptr || !parse_interval(*newval, &parsed)) {
-    GUC_check_errdetail("idempotency.ttl must be an interval, such as '24h' "
-                        "or '7 days'.");
+// Whether a key of this TTL, claimed now, gets an expiry time within
+// timestamptz's range; a month counts as 31 days, its longest.
+bool expiry_in_range(const Interval &span) {
+  long double longest = span.time + (long double)span.day * USECS_PER_DAY +
+                        (long double)span.month * 31 * USECS_PER_DAY;
+  return GetCurrentTimestamp() + longest < END_TIMESTAMP;
+}
+
+// What a TTL (or its maximum) must be, whatever it is compared with: an
+// interval with no negative part and a positive length, so a key always
+// expires after it was created, in calendar time too: '-2 months 60 days
+// 1 microsecond' is positive by the 30-day rule, yet ends before it starts
+// whenever the two months before hold 61 days or more.
+bool check_span(const char *name, char *text, Interval *parsed) {
+  if (text == nullptr || !parse_interval(text, parsed)) {
+    GUC_check_errdetail("%s must be an interval, such as '24h' or '7 days'.",
+                        name);
     return false;
   }
-  if (!interval_is_positive(parsed)) {
-    GUC_check_errdetail("idempotency.ttl must be positive.");
+  if (parsed->month < 0 || parsed->day < 0 || parsed->time < 0) {
+    GUC_check_errdetail("%s must have no negative part.", name);
     return false;
   }
-  // GUC frees extra with free(); PostgreSQL 15 exports no guc_malloc.
+  if (comparable_usecs(*parsed) <= 0) {
+    GUC_check_errdetail("%s must be positive.", name);
+    return false;
+  }
+  if (!expiry_in_range(*parsed)) {
+    GUC_check_errdetail("%s puts expiry times past the end of timestamptz's "
+                        "range.",
+                        name);
+    return false;
+  }
+  return true;
+}
+
+// Hands the parsed value to the assign hook. GUC frees extra with free();
+// PostgreSQL 15 exports no guc_malloc.
+bool keep_parsed(const Interval &parsed, void **extra) {
   auto *copy = static_cast<Interval *>(malloc(sizeof(Interval)));
   if (copy == nullptr)
     return false;
@@ -64,13 +98,57 @@ bool check_ttl(char **newval, void **extra, GucSource) {
   return true;
 }
 
+// The TTL keys get: idempotency.ttl, or idempotency.max_ttl if a superuser
+// lowered it below a ttl set earlier (a ttl above it is refused when set).
+void update_key_ttl() {
+  key_ttl_value = comparable_usecs(ttl_value) <= comparable_usecs(max_ttl_value)
+                      ? ttl_value
+                      : max_ttl_value;
+}
+
+bool check_ttl(char **newval, void **extra, GucSource source) {
+  Interval parsed;
+  if (!check_span("idempotency.ttl", *newval, &parsed))
+    return false;
+  // The built-in default is never refused (that would fail loading the
+  // library when max_ttl is under 24h): keys of it are cut to max_ttl.
+  if (source != PGC_S_DEFAULT &&
+      comparable_usecs(parsed) > comparable_usecs(max_ttl_value)) {
+    GUC_check_errdetail("idempotency.ttl must not exceed idempotency.max_ttl "
+                        "(%s).",
+                        max_ttl_text);
+    return false;
+  }
+  return keep_parsed(parsed, extra);
+}
+
 void assign_ttl(const char *, void *extra) {
   ttl_value = *static_cast<Interval *>(extra);
+  update_key_ttl();
+}
+
+bool check_max_ttl(char **newval, void **extra, GucSource) {
+  Interval parsed;
+  return check_span("idempotency.max_ttl", *newval, &parsed) &&
+         keep_parsed(parsed, extra);
+}
+
+void assign_max_ttl(const char *, void *extra) {
+  max_ttl_value = *static_cast<Interval *>(extra);
+  update_key_ttl();
 }
 
 } // namespace
 
 void define() {
+  // Defined before idempotency.ttl, whose check compares with it.
+  DefineCustomStringVariable(
+      "idempotency.max_ttl", "The longest idempotency.ttl any role may set.",
+      "SET, ALTER ROLE ... SET and ALTER DATABASE ... SET refuse a longer "
+      "idempotency.ttl; a ttl set before this was lowered is cut to it.",
+      &max_ttl_text, "30 days", PGC_SUSET, 0, check_max_ttl, assign_max_ttl,
+      nullptr);
+
   DefineCustomStringVariable(
       "idempotency.ttl",
       "How long a processed idempotency key is kept and replayed.",
@@ -86,10 +164,20 @@ void define() {
       "back.",
       &wait_timeout, 0, 0, INT_MAX, PGC_USERSET, GUC_UNIT_MS, nullptr, nullptr,
       nullptr);
+
+  DefineCustomIntVariable(
+      "idempotency.max_response_size",
+      "The largest response idempotent_call stores.",
+      "A larger response from fn is an error, and nothing is stored. "
+      "Measured as the response's jsonb size before compression.",
+      &max_response_size, default_max_response_size, 0, INT_MAX, PGC_SUSET,
+      GUC_UNIT_BYTE, nullptr, nullptr, nullptr);
 }
 
-const Interval &ttl() { return ttl_value; }
+const Interval &ttl() { return key_ttl_value; }
 
 int wait_timeout_ms() { return wait_timeout; }
+
+Size max_response_bytes() { return (Size)max_response_size; }
 
 } // namespace idempotency::settings

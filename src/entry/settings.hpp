@@ -7,11 +7,15 @@ namespace idempotency::settings {
 
 void define();
 
-// idempotency.ttl: how long a key claimed now stays valid.
+// How long a key claimed now stays valid: idempotency.ttl, never more than
+// idempotency.max_ttl.
 const Interval &ttl();
 
 // idempotency.wait_timeout: how long a call waits for another transaction
 // that holds the same key, in milliseconds; 0 answers IK409 at once.
 int wait_timeout_ms();
+
+// idempotency.max_response_size: the largest response stored, in bytes.
+Size max_response_bytes();
 
 } // namespace idempotency::settings

@@ -1,4 +1,5 @@
-// SHA-256 written from FIPS 180-4, and the framed request encoding fed to it.
+// SHA-256 written from FIPS 180-4, HMAC-SHA256 over it (RFC 2104), and the
+// framed request encoding fed to SHA-256.
 //
 // No PostgreSQL header: this unit is linked into the unit tests as well as
 // the extension. Nothing here allocates or throws.
@@ -13,6 +14,7 @@ namespace idempotency::fingerprint {
 // destructors; that is only safe if there is nothing to destroy.
 static_assert(std::is_trivially_destructible_v<Sha256>);
 static_assert(std::is_trivially_destructible_v<RequestFingerprint>);
+static_assert(std::is_trivially_destructible_v<HmacSha256>);
 
 namespace {
 
@@ -187,6 +189,39 @@ void Sha256::finish(std::uint8_t (&digest)[digest_size]) noexcept {
 
   for (int i = 0; i < 8; ++i)
     store_be32(state_[i], digest + 4 * i);
+}
+
+// RFC 2104: H((K ^ opad) || H((K ^ ipad) || message)), where K is the key
+// zero-padded to one block, or its digest when it is longer than a block.
+HmacSha256::HmacSha256(const void *key, std::size_t key_size) noexcept {
+  std::uint8_t padded[block_size] = {};
+  if (key_size > block_size) {
+    Sha256 long_key;
+    long_key.update(key, key_size);
+    std::uint8_t digest[Sha256::digest_size];
+    long_key.finish(digest);
+    std::memcpy(padded, digest, sizeof digest);
+  } else if (key_size > 0) {
+    std::memcpy(padded, key, key_size);
+  }
+  std::uint8_t pad[block_size];
+  for (std::size_t i = 0; i < block_size; ++i)
+    pad[i] = padded[i] ^ 0x36;
+  inner_.update(pad, block_size);
+  for (std::size_t i = 0; i < block_size; ++i)
+    pad[i] = padded[i] ^ 0x5c;
+  outer_.update(pad, block_size);
+}
+
+void HmacSha256::update(const void *data, std::size_t size) noexcept {
+  inner_.update(data, size);
+}
+
+void HmacSha256::finish(std::uint8_t (&mac)[mac_size]) noexcept {
+  std::uint8_t inner_digest[Sha256::digest_size];
+  inner_.finish(inner_digest);
+  outer_.update(inner_digest, sizeof inner_digest);
+  outer_.finish(mac);
 }
 
 namespace {

@@ -1,5 +1,6 @@
 // Request fingerprints: a SHA-256 digest over a canonical, unambiguous
-// encoding of `fn` and its arguments' types and values.
+// encoding of `fn` and its arguments' types and values; and HMAC-SHA256, the
+// keyed MAC behind claim lock tags.
 //
 // This unit includes no PostgreSQL header. Its types are trivially
 // destructible and it never throws, so PostgreSQL code may hold one across
@@ -28,6 +29,23 @@ private:
   std::uint64_t total_bytes_;
   std::uint8_t buffer_[64];
   std::size_t buffered_;
+};
+
+// HMAC-SHA256 (RFC 2104): a keyed MAC that no one without the key can
+// predict, invert or collide. The key is absorbed once, at construction;
+// copying a keyed object is the cheap way to start each message.
+class HmacSha256 {
+public:
+  static constexpr std::size_t mac_size = Sha256::digest_size;
+
+  HmacSha256(const void *key, std::size_t key_size) noexcept;
+  void update(const void *data, std::size_t size) noexcept;
+  // Writes the MAC and leaves the object in an unspecified state.
+  void finish(std::uint8_t (&mac)[mac_size]) noexcept;
+
+private:
+  Sha256 inner_;
+  Sha256 outer_;
 };
 
 // Lower-case hex digest plus terminating NUL.

@@ -107,6 +107,24 @@ Datum replay(const Request &request, const storage::KeyProbe &stored,
   return stored.response;
 }
 
+// A superuser bounds what a role may keep: a response over
+// idempotency.max_response_size fails the call before anything is stored.
+void check_response_size(const Request &request, Datum response,
+                         bool response_is_null) {
+  if (response_is_null)
+    return;
+  Size bytes = toast_raw_datum_size(response);
+  if (bytes > settings::max_response_bytes())
+    ereport(ERROR,
+            (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+             errmsg("response of idempotency key \"%s\" is %zu bytes, over "
+                    "idempotency.max_response_size (%zu bytes)",
+                    key_text(request), (size_t)bytes,
+                    (size_t)settings::max_response_bytes()),
+             errhint("Have fn return less, or ask a superuser to raise "
+                     "idempotency.max_response_size.")));
+}
+
 Datum run_and_store(const storage::KeyTable &table, const Request &request,
                     Claim &claim, const ItemPointerData *expired_row,
                     FunctionCallInfo fcinfo) {
@@ -117,6 +135,7 @@ Datum run_and_store(const storage::KeyTable &table, const Request &request,
 
   bool response_is_null;
   Datum response = run_fn(*request.statement, request.args, &response_is_null);
+  check_response_size(request, response, response_is_null);
   storage::store(table, request.key, request.request_hash, response,
                  response_is_null, now, expires_at, expired_row);
 

@@ -1,16 +1,23 @@
 #include "protocol/claim.hpp"
 
-extern "C" {
-#include "common/hashfn.h"
-}
+#include "protocol/claim_secret.hpp"
 
 namespace idempotency::protocol {
 
 namespace {
 
-// locktag_field4 of claim locks: keeps them apart from pg_advisory_lock's
-// tags (which use 1 and 2); pg_locks shows it as objsubid.
-constexpr uint16 claim_lock_class = 0x4B49; // "IK"
+// The top bit of locktag_field4 marks claim locks: it keeps them apart from
+// pg_advisory_lock's tags (field4 1 and 2), and pg_locks, which shows field4
+// as the smallint objsubid, shows every claim with a negative objsubid.
+constexpr uint16 claim_lock_class = 0x8000;
+constexpr uint16 field4_mac_mask = 0x7FFF;
+
+void append_be32(uint8 *out, uint32 value) {
+  out[0] = (uint8)(value >> 24);
+  out[1] = (uint8)(value >> 16);
+  out[2] = (uint8)(value >> 8);
+  out[3] = (uint8)value;
+}
 
 // Runs a blocking heavyweight-lock wait with lock_timeout set to what is left
 // until the deadline, inside a subtransaction so a timeout can be caught and
@@ -63,13 +70,34 @@ template <typename Wait> bool wait_until(TimestampTz deadline, Wait wait) {
 
 } // namespace
 
+// The tag is database, role, then 47 bits of HMAC-SHA256(cluster secret,
+// database || role || key):
+// - the role sits in the tag itself, so no key of one role can ever take
+//   another role's lock, however it is chosen;
+// - the MAC covers database and role too, so two roles (or databases)
+//   working on the same key text show unrelated bits in pg_locks, and
+//   without the secret nobody can tell which key a tag belongs to;
+// - within one role and database, a claim falsely meets another key in
+//   flight with probability n / 2^47: with 50,000 keys in flight that is
+//   3.6e-10 per claim, and 50,000^2 / 2^48 = 8.9e-6 that any two of them
+//   meet. A false meeting costs a retry (IK409), never a second execution:
+//   the primary key decides that.
 Claim claim_for(const storage::KeyRef &key) {
-  uint64 hash = hash_bytes_extended(
-      reinterpret_cast<const unsigned char *>(VARDATA_ANY(key.key)),
-      VARSIZE_ANY_EXHDR(key.key), key.scope);
+  uint8 prefix[8];
+  append_be32(prefix, MyDatabaseId);
+  append_be32(prefix + 4, key.scope);
+  fingerprint::HmacSha256 mac = claim_mac();
+  mac.update(prefix, sizeof prefix);
+  mac.update(VARDATA_ANY(key.key), VARSIZE_ANY_EXHDR(key.key));
+  uint8 digest[fingerprint::HmacSha256::mac_size];
+  mac.finish(digest);
+
+  uint32 field3 = ((uint32)digest[0] << 24) | ((uint32)digest[1] << 16) |
+                  ((uint32)digest[2] << 8) | (uint32)digest[3];
+  uint16 field4 = claim_lock_class |
+                  ((((uint16)digest[4] << 8) | digest[5]) & field4_mac_mask);
   Claim claim{};
-  SET_LOCKTAG_ADVISORY(claim.tag, MyDatabaseId, (uint32)(hash >> 32),
-                       (uint32)hash, claim_lock_class);
+  SET_LOCKTAG_ADVISORY(claim.tag, MyDatabaseId, key.scope, field3, field4);
   claim.held = false;
   return claim;
 }

@@ -2,11 +2,12 @@
 //
 // While a call runs fn, its key has no row yet (the row is written once, with
 // the response). The claim covers that window: a transaction-level
-// heavyweight lock on a tag derived from the database, scope and key, taken
-// without waiting. Once the row is written the row itself shows the key as
-// in progress to others (through the dirty snapshot in storage::probe), so
-// the claim is released at once. A transaction therefore holds at most one
-// claim lock at a time, however many calls it makes.
+// heavyweight lock on a tag of the database, the scope (role) and a keyed MAC
+// of the key (see claim_for), taken without waiting. Once the row is written
+// the row itself shows the key as in progress to others (through the dirty
+// snapshot in storage::probe), so the claim is released at once. A transaction
+// therefore holds at most one claim lock at a time, however many calls it
+// makes.
 //
 // Correctness never rests on the claim: the primary key of idempotency.keys
 // makes a second execution of one key impossible to commit. The claim only

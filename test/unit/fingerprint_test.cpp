@@ -1,7 +1,7 @@
-// Unit tests for SHA-256 and the request fingerprint encoding.
+// Unit tests for SHA-256, HMAC-SHA256 and the request fingerprint encoding.
 //
-// Expected digests are NIST FIPS 180-4 example vectors, or values computed
-// with coreutils `sha256sum` (noted at each use).
+// Expected digests are NIST FIPS 180-4 example vectors, RFC 4231 HMAC
+// vectors, or values computed with coreutils `sha256sum` (noted at each use).
 #include "fingerprint/fingerprint.hpp"
 
 #include <gtest/gtest.h>
@@ -16,6 +16,7 @@
 namespace {
 
 using idempotency::fingerprint::hex_size;
+using idempotency::fingerprint::HmacSha256;
 using idempotency::fingerprint::RequestFingerprint;
 using idempotency::fingerprint::Sha256;
 
@@ -158,6 +159,57 @@ TEST(Sha256, EmptyUpdateWithNullPointerIsANoOp) {
   hash.finish(digest);
   EXPECT_EQ(to_hex(digest),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+// --- HMAC-SHA256 (RFC 4231 test cases) ---------------------------------------
+
+std::string hmac_hex(const std::string &key, const std::string &message) {
+  HmacSha256 mac(key.data(), key.size());
+  mac.update(message.data(), message.size());
+  std::uint8_t digest[HmacSha256::mac_size];
+  mac.finish(digest);
+  return to_hex(digest);
+}
+
+TEST(HmacSha256, Rfc4231Case1) {
+  EXPECT_EQ(hmac_hex(std::string(20, '\x0b'), "Hi There"),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+}
+
+TEST(HmacSha256, Rfc4231Case2KeyShorterThanTheDigest) {
+  EXPECT_EQ(hmac_hex("Jefe", "what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+
+TEST(HmacSha256, Rfc4231Case6KeyLongerThanABlock) {
+  EXPECT_EQ(hmac_hex(std::string(131, '\xaa'),
+                     "Test Using Larger Than Block-Size Key - Hash Key First"),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+}
+
+TEST(HmacSha256, Rfc4231Case7MessageLongerThanABlock) {
+  EXPECT_EQ(
+      hmac_hex(std::string(131, '\xaa'),
+               "This is a test using a larger than block-size key and a larger "
+               "than block-size data. The key needs to be hashed before being "
+               "used by the HMAC algorithm."),
+      "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
+}
+
+TEST(HmacSha256, CopyOfAKeyedObjectStartsAFreshMessage) {
+  // Each claim copies one keyed object; the copy must not share state.
+  const HmacSha256 keyed("Jefe", 4);
+  for (int round = 0; round < 2; ++round) {
+    HmacSha256 mac = keyed;
+    const std::string message = "what do ya want for nothing?";
+    mac.update(message.data(), 10);
+    mac.update(message.data() + 10, message.size() - 10);
+    std::uint8_t digest[HmacSha256::mac_size];
+    mac.finish(digest);
+    EXPECT_EQ(
+        to_hex(digest),
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  }
 }
 
 // --- RequestFingerprint ----------------------------------------------------

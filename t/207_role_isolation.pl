@@ -1,0 +1,348 @@
+# One role can neither block nor observe another role's keys:
+#
+# - claim locks carry the role in their tag and a keyed MAC of the key, so
+#   no key of alice's takes bob's lock, and pg_locks cannot be matched to a
+#   guessed key (as it could when the tag was hashtextextended(key, role));
+# - the secret behind the MAC is the same in every backend, with or without
+#   the library preloaded, so two callers of one key still meet;
+# - EXPLAIN's row estimates are the same whatever other roles store, so a
+#   binary search over key ranges or a count of a role's keys learns
+#   nothing; statistics gathered before the update to 0.3 are removed.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
+
+my $node = preloaded_node('role_isolation');
+
+my $setup = q{
+CREATE EXTENSION idempotency;
+CREATE ROLE alice LOGIN;
+CREATE ROLE bob LOGIN;
+CREATE ROLE carol LOGIN;
+-- Blocks while the test holds advisory lock 4242.
+CREATE FUNCTION gate() RETURNS text LANGUAGE sql
+  AS $$ SELECT pg_advisory_xact_lock_shared(4242)::text || current_user $$;
+};
+$node->safe_psql('postgres', $setup);
+
+sub as_role
+{
+	my ($target, $role, $sql) = @_;
+	my ($rc, $stdout, $stderr) = $target->psql(
+		'postgres', $sql,
+		on_error_stop => 0,
+		extra_params => [ '-U', $role, '-v', 'VERBOSITY=verbose' ]);
+	return $stderr =~ /ERROR:\s+([0-9A-Z]{5}):/ ? "error $1" : $stdout;
+}
+
+sub call_sql
+{
+	my ($key, $fn) = @_;
+	return call_sql_of_key_expression("'$key'", $fn);
+}
+
+sub call_sql_of_key_expression
+{
+	my ($key_sql, $fn) = @_;
+	return "SELECT idempotency.idempotent_call($key_sql, NULL, '$fn')";
+}
+
+# Starts a session of `role` on `target` that calls `key` (or the key the
+# SQL expression `key_sql` gives) with fn gate(), and waits until it sits
+# inside fn, holding its claim.
+sub hold_claim
+{
+	my ($target, $role, $key, $key_sql) = @_;
+	$key_sql //= "'$key'";
+	my $session =
+	  $target->background_psql('postgres', extra_params => [ '-U', $role ]);
+	my $pid = $session->query_safe('SELECT pg_backend_pid()');
+	$session->query_until(qr/sent/,
+		"\\echo sent\n"
+		  . call_sql_of_key_expression($key_sql, 'SELECT gate()') . ";\n");
+	$target->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_locks WHERE pid = $pid AND locktype = 'advisory' AND NOT granted"
+	) or die "$role never reached fn";
+	return ($session, $pid);
+}
+
+# --- claim locks ------------------------------------------------------------
+
+my $gate = $node->background_psql('postgres');
+$gate->query_safe('SELECT pg_advisory_lock(4242)');
+my ($alice, $alice_pid) = hold_claim($node, 'alice', 'order-paid:2001');
+my ($bob, $bob_pid) = hold_claim($node, 'bob', 'order-paid:2001');
+
+# What every role sees in pg_locks: carol looks. The only locks alice and
+# bob hold are their claims (the gate's lock they wait for is not granted).
+my $claims = qq{SELECT l.pid, l.classid, l.objid, l.objsubid FROM pg_locks AS l
+ WHERE l.locktype = 'advisory' AND l.granted AND l.pid IN ($alice_pid, $bob_pid)};
+is( as_role(
+		$node, 'carol',
+		"SELECT string_agg(r.rolname, ',' ORDER BY r.rolname) FROM ($claims) AS c "
+		  . 'JOIN pg_roles AS r ON r.oid = c.classid '
+		  . 'WHERE c.objsubid < 0 '
+		  . 'AND c.classid = (SELECT usesysid FROM pg_stat_activity WHERE pid = c.pid)'),
+	'alice,bob',
+	'each claim lock carries its own role in the tag (classid), marked as a claim by a negative objsubid: '
+	  . 'no key of one role can take another role\'s lock');
+is(as_role($node, 'carol', "SELECT count(DISTINCT (c.objid, c.objsubid)) FROM ($claims) AS c"),
+	'2', 'the same key text held by two roles shows unrelated tags');
+
+# The old tag was hashtextextended(key, role oid), split into classid and
+# objid: carol could confirm a guessed key by computing it. Now no guess
+# matches either half, the right one included.
+my $guesses =
+  q{SELECT 'order-paid:' || g AS guess FROM generate_series(1990, 2010) AS g};
+is( as_role(
+		$node, 'carol', qq{
+SELECT count(*) FROM ($claims) AS c, ($guesses) AS g, pg_stat_activity AS a
+ WHERE a.pid = c.pid
+   AND (((hashtextextended(g.guess, a.usesysid::int8) >> 32) & 4294967295)::oid = c.classid
+     OR (hashtextextended(g.guess, a.usesysid::int8) & 4294967295)::oid = c.objid)}
+	),
+	'0',
+	'no guessed key, the right one included, matches a claim lock by the old derivation');
+
+# Two backends of one role still meet on the same key.
+is( as_role($node, 'alice', call_sql('order-paid:2001', 'SELECT 1')),
+	'error IK409', 'a second backend of alice meets her claim (IK409)');
+is( as_role($node, 'bob', call_sql('order-paid:2002', 'SELECT current_user::text')),
+	'"bob"', 'a different key of bob\'s runs while both claims are held');
+
+$gate->query_safe('SELECT pg_advisory_unlock(4242)');
+like(($alice->query('SELECT 1'))[0], qr/alice/, 'alice\'s call completes');
+like(($bob->query('SELECT 1'))[0], qr/bob/, 'bob\'s call completes');
+$_->quit for $alice, $bob;
+
+# --- a collision built against the old tag ----------------------------------
+
+# The old tag was hash_bytes_extended(key, seed = role oid), Bob Jenkins'
+# lookup3, whose mix and final steps are bijections anyone can run
+# backwards. So alice can build a 24-byte key whose old tag is exactly the
+# old tag of bob's key: pick its first 12 bytes, run final and mix
+# backwards from bob's hash, and read the last 12 bytes off the difference.
+
+my $mask = 0xFFFFFFFF;
+sub rot { my ($x, $k) = @_; return (($x << $k) | ($x >> (32 - $k))) & $mask }
+sub add32 { return ($_[0] + $_[1]) & $mask }
+sub sub32 { return ($_[0] - $_[1]) & $mask }
+
+sub mix
+{
+	my ($x, $y, $z) = @_;
+	$x = sub32($x, $z); $x ^= rot($z, 4);  $z = add32($z, $y);
+	$y = sub32($y, $x); $y ^= rot($x, 6);  $x = add32($x, $z);
+	$z = sub32($z, $y); $z ^= rot($y, 8);  $y = add32($y, $x);
+	$x = sub32($x, $z); $x ^= rot($z, 16); $z = add32($z, $y);
+	$y = sub32($y, $x); $y ^= rot($x, 19); $x = add32($x, $z);
+	$z = sub32($z, $y); $z ^= rot($y, 4);  $y = add32($y, $x);
+	return ($x, $y, $z);
+}
+
+sub unmix
+{
+	my ($x, $y, $z) = @_;
+	$y = sub32($y, $x); $z ^= rot($y, 4);  $z = add32($z, $y);
+	$x = sub32($x, $z); $y ^= rot($x, 19); $y = add32($y, $x);
+	$z = sub32($z, $y); $x ^= rot($z, 16); $x = add32($x, $z);
+	$y = sub32($y, $x); $z ^= rot($y, 8);  $z = add32($z, $y);
+	$x = sub32($x, $z); $y ^= rot($x, 6);  $y = add32($y, $x);
+	$z = sub32($z, $y); $x ^= rot($z, 4);  $x = add32($x, $z);
+	return ($x, $y, $z);
+}
+
+sub unfinal
+{
+	my ($x, $y, $z) = @_;
+	$z = add32($z, rot($y, 24)); $z ^= $y;
+	$y = add32($y, rot($x, 14)); $y ^= $x;
+	$x = add32($x, rot($z, 4));  $x ^= $z;
+	$z = add32($z, rot($y, 16)); $z ^= $y;
+	$y = add32($y, rot($x, 25)); $y ^= $x;
+	$x = add32($x, rot($z, 11)); $x ^= $z;
+	$z = add32($z, rot($y, 14)); $z ^= $y;
+	return ($x, $y, $z);
+}
+
+# A 24-byte key, all bytes 0x01-0x7f (valid text), whose old tag under
+# alice's oid equals `target` (bob's hash, as its high and low halves).
+sub colliding_key
+{
+	my ($alice_oid, $target_high, $target_low) = @_;
+	my $first = 'alice-order:';
+	my $init = ($mask & (0x9e3779b9 + 24 + 3923095));
+	my @state = mix($init, add32($init, $alice_oid), $init);
+	my @words = unpack('V3', $first);
+	@state = mix(map { add32($state[$_], $words[$_]) } 0 .. 2);
+	for my $free (1 .. 10_000_000)
+	{
+		my @before = unmix(unfinal($free, $target_high, $target_low));
+		my $last = pack('V3', map { sub32($before[$_], $state[$_]) } 0 .. 2);
+		return unpack('H*', $first . $last) if $last =~ /^[\x01-\x7f]{12}$/;
+	}
+	die 'no key found';
+}
+
+my $alice_oid = $node->safe_psql('postgres', "SELECT 'alice'::regrole::oid");
+my $bob_oid = $node->safe_psql('postgres', "SELECT 'bob'::regrole::oid");
+my ($bob_high, $bob_low) = split /\|/,
+  $node->safe_psql('postgres',
+	"SELECT (h >> 32) & 4294967295, h & 4294967295 FROM hashtextextended('order-paid:2003', $bob_oid) AS h"
+  );
+my $forged =
+  "convert_from(decode('" . colliding_key($alice_oid, $bob_high, $bob_low) . "', 'hex'), 'UTF8')";
+is( $node->safe_psql('postgres',
+		"SELECT hashtextextended($forged, $alice_oid) = hashtextextended('order-paid:2003', $bob_oid)"
+	),
+	't',
+	'alice built a key whose old tag is the old tag of bob\'s order-paid:2003');
+
+$gate->query_safe('SELECT pg_advisory_lock(4242)');
+my ($forger) = hold_claim($node, 'alice', undef, $forged);
+is( as_role(
+		$node, 'bob',
+		"SET idempotency.wait_timeout = '1s'; "
+		  . call_sql('order-paid:2003', 'SELECT current_user::text')),
+	'"bob"',
+	'while alice holds that key, bob\'s order-paid:2003 runs: no IK409, no wait');
+$gate->query_safe('SELECT pg_advisory_unlock(4242)');
+$forger->query('SELECT 1');
+$forger->quit;
+
+# --- the secret without preloading -----------------------------------------
+
+my $plain = PostgreSQL::Test::Cluster->new('role_isolation_plain');
+$plain->init;
+$plain->start;
+$plain->safe_psql('postgres', $setup);
+my $plain_gate = $plain->background_psql('postgres');
+$plain_gate->query_safe('SELECT pg_advisory_lock(4242)');
+my $secret_file = $plain->data_dir . '/idempotency_claim_secret';
+ok(!-e $secret_file, 'no claim secret before the first claim');
+my ($first, $first_pid) = hold_claim($plain, 'alice', 'unloaded-key');
+ok(-s $secret_file == 32, 'the first claim made a 32-byte secret in the data directory');
+is(sprintf('%o', (stat $secret_file)[2] & 0777),
+	'600', '... readable by the server\'s user only');
+is(as_role($plain, 'alice', call_sql('unloaded-key', 'SELECT 1')),
+	'error IK409',
+	'without preloading, another backend reads the same secret and meets the claim');
+is(as_role($plain, 'alice', 'SELECT pg_read_binary_file(\'idempotency_claim_secret\')'),
+	'error 42501', 'SQL cannot read the secret without superuser rights');
+$plain_gate->query_safe('SELECT pg_advisory_unlock(4242)');
+$first->query('SELECT 1');
+$_->quit for $first, $plain_gate;
+$plain->stop;
+
+# --- planner estimates ------------------------------------------------------
+
+# Stores bob's and carol's keys directly (as the superuser may): `bob` keys
+# for bob and `carol` keys for carol, all of one width, with text that sorts
+# low ('aa-') or high ('zz-'). Then gathers statistics.
+sub store_world
+{
+	my (%world) = @_;
+	my $rows = join(
+		' UNION ALL ',
+		map {
+			my $role = $_;
+			"SELECT '$role'::regrole, '$world{$role}{prefix}-' || lpad(g::text, 4, '0'), "
+			  . "repeat('h', 64), 'done', '{\"ok\": true}'::jsonb, now(), now() + interval '1 day' "
+			  . "FROM generate_series(1, $world{$role}{keys}) AS g"
+		} sort keys %world);
+	$node->safe_psql('postgres',
+		"TRUNCATE idempotency.keys; INSERT INTO idempotency.keys $rows; "
+		  . 'VACUUM ANALYZE idempotency.keys');
+}
+
+# What alice's EXPLAINs say: the row estimate of each probe. The first
+# probes are steps of a binary search over key text; the last ones ask how
+# many keys bob and carol hold.
+my @probes = (
+	"key < 'm'", "key >= 'm'", "key < 'b'", "key > 'y'",
+	"key = 'zz-0001'", "request_hash > 'a'", "status = 'done'",
+	"expires_at > now()", "scope = 'bob'::regrole", "scope = 'carol'::regrole");
+
+sub estimates
+{
+	return join(
+		"\n",
+		map {
+			my $plan = as_role($node, 'alice',
+				"EXPLAIN SELECT * FROM idempotency.keys WHERE $_");
+			my @rows = $plan =~ /rows=(\d+)/g;
+			"$_: @rows";
+		} @probes);
+}
+
+store_world(
+	bob => { prefix => 'zz', keys => 600 },
+	carol => { prefix => 'aa', keys => 10 });
+my $bob_many_high = estimates();
+store_world(
+	bob => { prefix => 'aa', keys => 10 },
+	carol => { prefix => 'zz', keys => 600 });
+my $bob_few_low = estimates();
+is($bob_few_low, $bob_many_high,
+	'alice\'s row estimates are the same whether bob holds 600 high keys or 10 low ones');
+is( $node->safe_psql('postgres',
+		"SELECT count(*) FROM pg_statistic WHERE starelid = 'idempotency.keys'::regclass"
+	),
+	'0',
+	'ANALYZE gathers no statistics on idempotency.keys');
+is( $node->safe_psql('postgres',
+		"SELECT keys FROM idempotency.stats WHERE datname = 'postgres'"),
+	'610', 'idempotency.stats still counts the keys');
+
+# --- statistics gathered before 0.3 ----------------------------------------
+
+$node->safe_psql('postgres', 'CREATE DATABASE upgraded');
+$node->safe_psql(
+	'upgraded', q{
+CREATE EXTENSION idempotency VERSION '0.2';
+INSERT INTO idempotency.keys
+  SELECT 'pg_monitor'::regrole, 'k' || g, 'h', 'done', NULL, now(), now() + interval '1 day'
+    FROM generate_series(1, 100) AS g;
+ANALYZE idempotency.keys;
+});
+my $statistics =
+  q{SELECT count(*) FROM pg_statistic WHERE starelid = 'idempotency.keys'::regclass};
+ok($node->safe_psql('upgraded', $statistics) > 0,
+	'version 0.2 gathered statistics on idempotency.keys');
+$node->safe_psql('upgraded', "ALTER EXTENSION idempotency UPDATE TO '0.3'");
+is($node->safe_psql('upgraded', $statistics),
+	'0', 'the update to 0.3 removes them');
+$node->safe_psql('upgraded', 'ANALYZE idempotency.keys');
+is($node->safe_psql('upgraded', $statistics),
+	'0', '... and ANALYZE gathers none after it');
+
+# --- a maximum lowered below settings in force --------------------------------
+
+# alice keeps 20 days for her keys; then a superuser lowers the maximum to an
+# hour in postgresql.conf, under the 24h default too. The server and the
+# library still start; alice's stored setting is skipped (WARNING) and her
+# keys get the default, cut to the maximum.
+$node->safe_psql('postgres', "ALTER ROLE alice SET idempotency.ttl = '20 days'");
+$node->append_conf('postgresql.conf', "idempotency.max_ttl = '1 hour'\n");
+$node->restart;
+my ($rc, $out, $err) = $node->psql(
+	'postgres', q{
+SHOW idempotency.ttl;
+SELECT idempotency.idempotent_call('after-lowering', NULL, 'SELECT 1');
+SELECT expires_at - created_at FROM idempotency.keys WHERE key = 'after-lowering';
+},
+	extra_params => [ '-U', 'alice' ]);
+is($out, "24h\n1\n01:00:00",
+	'keys of a role whose stored ttl exceeds a lowered max_ttl live max_ttl');
+like($err, qr/WARNING:.*idempotency.ttl.*must not exceed idempotency.max_ttl/s,
+	'... and the session is warned that its stored ttl was skipped');
+
+$node->stop;
+done_testing();
