@@ -21,6 +21,7 @@ SOURCES = \
 	src/protocol/statement_cache.cpp \
 	src/stats/stats.cpp \
 	src/storage/keys.cpp \
+	src/storage/role_scope.cpp \
 	src/worker/database_round.cpp \
 	src/worker/expire.cpp \
 	src/worker/settings.cpp \

@@ -4,6 +4,162 @@
 \echo Use "ALTER EXTENSION idempotency UPDATE TO '0.3'" to load this file. \quit
 
 
+-- Role scope: a key keeps its role across nodes, dumps and renames ----------
+--
+-- keys.scope was a regrole: the role's OID, which names another role, or
+-- none, on a node whose roles were created in another order. Binary-mode
+-- logical replication carried the OID as it was, and a dropped role's key
+-- was written as a number that another cluster read back as its own role of
+-- that OID. idempotency.role_scope keeps the OID inside the cluster (a rename
+-- keeps the role's keys; lookups compare 4-byte values as before) and reads
+-- and writes the role's name everywhere else - text and binary I/O, so COPY,
+-- pg_dump and logical replication in both modes - which each node maps to
+-- its own role of that name. A role that no longer exists is written "-" and
+-- read back as no role (OID 0), which is never a caller's scope.
+
+CREATE TYPE idempotency.role_scope;
+
+CREATE FUNCTION idempotency.role_scope_in(pg_catalog.cstring)
+RETURNS idempotency.role_scope
+AS 'MODULE_PATHNAME', 'idempotency_role_scope_in'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION idempotency.role_scope_out(idempotency.role_scope)
+RETURNS pg_catalog.cstring
+AS 'MODULE_PATHNAME', 'idempotency_role_scope_out'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION idempotency.role_scope_recv(pg_catalog.internal)
+RETURNS idempotency.role_scope
+AS 'MODULE_PATHNAME', 'idempotency_role_scope_recv'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION idempotency.role_scope_send(idempotency.role_scope)
+RETURNS pg_catalog.bytea
+AS 'MODULE_PATHNAME', 'idempotency_role_scope_send'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+CREATE TYPE idempotency.role_scope (
+    INPUT = idempotency.role_scope_in,
+    OUTPUT = idempotency.role_scope_out,
+    RECEIVE = idempotency.role_scope_recv,
+    SEND = idempotency.role_scope_send,
+    INTERNALLENGTH = 4,
+    PASSEDBYVALUE,
+    ALIGNMENT = int4,
+    STORAGE = plain
+);
+
+COMMENT ON TYPE idempotency.role_scope IS
+    'the role an idempotency key belongs to: its OID in this cluster, its name in text and binary I/O';
+
+-- Comparison is the oid type's: the same 4 bytes, the same order, the same
+-- (leakproof where oid's are) built-in functions.
+CREATE FUNCTION idempotency.role_scope_eq(idempotency.role_scope, idempotency.role_scope)
+RETURNS pg_catalog.bool AS 'oideq'
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION idempotency.role_scope_ne(idempotency.role_scope, idempotency.role_scope)
+RETURNS pg_catalog.bool AS 'oidne'
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION idempotency.role_scope_lt(idempotency.role_scope, idempotency.role_scope)
+RETURNS pg_catalog.bool AS 'oidlt'
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION idempotency.role_scope_le(idempotency.role_scope, idempotency.role_scope)
+RETURNS pg_catalog.bool AS 'oidle'
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION idempotency.role_scope_gt(idempotency.role_scope, idempotency.role_scope)
+RETURNS pg_catalog.bool AS 'oidgt'
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION idempotency.role_scope_ge(idempotency.role_scope, idempotency.role_scope)
+RETURNS pg_catalog.bool AS 'oidge'
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION idempotency.role_scope_cmp(idempotency.role_scope, idempotency.role_scope)
+RETURNS pg_catalog.int4 AS 'btoidcmp'
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION idempotency.role_scope_hash(idempotency.role_scope)
+RETURNS pg_catalog.int4 AS 'hashoid'
+LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION idempotency.role_scope_hash_extended(idempotency.role_scope, pg_catalog.int8)
+RETURNS pg_catalog.int8 AS 'hashoidextended'
+LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE OPERATOR idempotency.= (
+    LEFTARG = idempotency.role_scope, RIGHTARG = idempotency.role_scope,
+    FUNCTION = idempotency.role_scope_eq,
+    COMMUTATOR = OPERATOR(idempotency.=), NEGATOR = OPERATOR(idempotency.<>),
+    RESTRICT = pg_catalog.eqsel, JOIN = pg_catalog.eqjoinsel,
+    HASHES, MERGES);
+CREATE OPERATOR idempotency.<> (
+    LEFTARG = idempotency.role_scope, RIGHTARG = idempotency.role_scope,
+    FUNCTION = idempotency.role_scope_ne,
+    COMMUTATOR = OPERATOR(idempotency.<>), NEGATOR = OPERATOR(idempotency.=),
+    RESTRICT = pg_catalog.neqsel, JOIN = pg_catalog.neqjoinsel);
+CREATE OPERATOR idempotency.< (
+    LEFTARG = idempotency.role_scope, RIGHTARG = idempotency.role_scope,
+    FUNCTION = idempotency.role_scope_lt,
+    COMMUTATOR = OPERATOR(idempotency.>), NEGATOR = OPERATOR(idempotency.>=),
+    RESTRICT = pg_catalog.scalarltsel, JOIN = pg_catalog.scalarltjoinsel);
+CREATE OPERATOR idempotency.<= (
+    LEFTARG = idempotency.role_scope, RIGHTARG = idempotency.role_scope,
+    FUNCTION = idempotency.role_scope_le,
+    COMMUTATOR = OPERATOR(idempotency.>=), NEGATOR = OPERATOR(idempotency.>),
+    RESTRICT = pg_catalog.scalarlesel, JOIN = pg_catalog.scalarlejoinsel);
+CREATE OPERATOR idempotency.> (
+    LEFTARG = idempotency.role_scope, RIGHTARG = idempotency.role_scope,
+    FUNCTION = idempotency.role_scope_gt,
+    COMMUTATOR = OPERATOR(idempotency.<), NEGATOR = OPERATOR(idempotency.<=),
+    RESTRICT = pg_catalog.scalargtsel, JOIN = pg_catalog.scalargtjoinsel);
+CREATE OPERATOR idempotency.>= (
+    LEFTARG = idempotency.role_scope, RIGHTARG = idempotency.role_scope,
+    FUNCTION = idempotency.role_scope_ge,
+    COMMUTATOR = OPERATOR(idempotency.<=), NEGATOR = OPERATOR(idempotency.<),
+    RESTRICT = pg_catalog.scalargesel, JOIN = pg_catalog.scalargejoinsel);
+
+-- The primary key's opclass. Sort support and equal images are oid's too:
+-- fast index builds and B-tree deduplication, as with the regrole column.
+CREATE OPERATOR CLASS idempotency.role_scope_ops
+    DEFAULT FOR TYPE idempotency.role_scope USING btree AS
+        OPERATOR 1 idempotency.<,
+        OPERATOR 2 idempotency.<=,
+        OPERATOR 3 idempotency.=,
+        OPERATOR 4 idempotency.>=,
+        OPERATOR 5 idempotency.>,
+        FUNCTION 1 idempotency.role_scope_cmp(idempotency.role_scope, idempotency.role_scope),
+        FUNCTION 2 pg_catalog.btoidsortsupport(pg_catalog.internal),
+        FUNCTION 4 pg_catalog.btequalimage(pg_catalog.oid);
+
+CREATE OPERATOR CLASS idempotency.role_scope_ops
+    DEFAULT FOR TYPE idempotency.role_scope USING hash AS
+        OPERATOR 1 idempotency.=,
+        FUNCTION 1 idempotency.role_scope_hash(idempotency.role_scope),
+        FUNCTION 2 idempotency.role_scope_hash_extended(idempotency.role_scope, pg_catalog.int8);
+
+-- Within one cluster a regrole and a role scope are the same OID. Assignment
+-- only: a regrole value is stored as a scope (the column change below,
+-- INSERTs that wrote regrole values), but comparisons are between scopes.
+CREATE CAST (pg_catalog.regrole AS idempotency.role_scope)
+    WITHOUT FUNCTION AS ASSIGNMENT;
+CREATE CAST (idempotency.role_scope AS pg_catalog.regrole)
+    WITHOUT FUNCTION;
+
+-- The policy and current_scope() are recreated around the new type; the
+-- column keeps its OIDs (no table rewrite), its primary key is rebuilt.
+DROP POLICY keys_own_scope ON idempotency.keys;
+DROP FUNCTION idempotency.current_scope();
+
+ALTER TABLE idempotency.keys
+    ALTER COLUMN scope TYPE idempotency.role_scope
+    USING scope::idempotency.role_scope;
+
+-- The calling role; a key's scope. Used by the row-level security policy.
+CREATE FUNCTION idempotency.current_scope()
+RETURNS idempotency.role_scope
+AS 'MODULE_PATHNAME', 'idempotency_current_scope'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+CREATE POLICY keys_own_scope ON idempotency.keys FOR SELECT TO PUBLIC
+    USING (scope OPERATOR(idempotency.=) idempotency.current_scope());
+
 -- Role isolation: statistics and usage.
 --
 -- Row-level security hides other roles' rows, but the planner may still use

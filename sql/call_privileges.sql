@@ -42,7 +42,7 @@ SELECT p.oid::regprocedure AS function, p.prosecdef AS security_definer, p.prois
  WHERE p.pronamespace = 'idempotency'::regnamespace AND p.proname = 'idempotent_call'
  ORDER BY p.pronargs;
 
-DELETE FROM idempotency.keys WHERE scope IN ('regress_alice'::regrole, 'regress_bob'::regrole);
+DELETE FROM idempotency.keys WHERE scope::text IN ('regress_alice', 'regress_bob');
 DROP TABLE alice_data, secrets;
 DROP ROLE regress_alice;
 DROP ROLE regress_bob;

@@ -32,7 +32,7 @@ SELECT sqlstate_of($$SELECT idempotency.idempotent_call('sec-create', NULL, 'CRE
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('sec-create', NULL, 'CREATE FUNCTION idempotency.current_scope(x int) RETURNS regrole LANGUAGE sql AS ''SELECT 10::regrole''')$$);
 SELECT current_user;
 RESET SESSION AUTHORIZATION;
-SELECT count(*) AS stored FROM idempotency.keys WHERE scope = 'regress_sec_alice'::regrole AND key <> 'sec-who';
+SELECT count(*) AS stored FROM idempotency.keys WHERE scope::text = 'regress_sec_alice' AND key <> 'sec-who';
 SELECT salary FROM payroll;
 
 -- Alice's key.

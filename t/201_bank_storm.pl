@@ -391,7 +391,7 @@ for my $row (split /\n/,
 }
 my %stored = map { split /\|/, $_, 2 } split /\n/, $node->safe_psql(
 	'postgres',
-	"SELECT key, response::text FROM idempotency.keys WHERE scope = 'teller'::regrole");
+	"SELECT key, response::text FROM idempotency.keys WHERE scope::text = 'teller'");
 
 my @violations;
 my $violation = sub { push @violations, join(' ', @_) };

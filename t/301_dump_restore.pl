@@ -1,5 +1,8 @@
 # pg_dump keeps the keys: after a dump and restore into another database,
-# a retry replays instead of running fn again.
+# a retry replays instead of running fn again. Restored into another
+# cluster whose roles have other OIDs, or copied there with binary COPY,
+# every key stays with the role of the same name, and the key of a role
+# dropped before the dump belongs to no role there.
 use strict;
 use warnings;
 
@@ -15,6 +18,7 @@ my $node = preloaded_node('dump_restore');
 
 $node->safe_psql(
 	'postgres', q{
+CREATE ROLE regress_ghost;
 CREATE ROLE regress_app;
 CREATE DATABASE source;
 });
@@ -29,7 +33,13 @@ BEGIN;
 SET LOCAL idempotency.ttl = '7 days';
 SELECT idempotency.idempotent_call('kept-7d', NULL, 'INSERT INTO runs VALUES ($1) RETURNING n', 7);
 COMMIT;
+RESET ROLE;
+SET ROLE regress_ghost;
+SELECT idempotency.idempotent_call('ghost-key', NULL, 'SELECT 1');
 });
+my $ghost_oid = $node->safe_psql('postgres', q{SELECT 'regress_ghost'::regrole::oid});
+my $app_oid = $node->safe_psql('postgres', q{SELECT 'regress_app'::regrole::oid});
+$node->safe_psql('postgres', 'DROP ROLE regress_ghost');
 
 my $keys_query = q{SELECT scope, key, request_hash, status, response,
   expires_at - created_at FROM idempotency.keys ORDER BY key};
@@ -57,5 +67,79 @@ my ($rc, $out, $err) = $node->psql('target',
 	  VALUES ('regress_app', 'x', 'h', now(), now())});
 like($err, qr/permission denied/, 'the restored key table is still closed to callers');
 
+# --- another cluster, whose roles have other OIDs ----------------------------
+
+my $binary_copy = $node->basedir . '/keys.copy';
+$node->safe_psql('source',
+	"COPY idempotency.keys TO '$binary_copy' (FORMAT binary)");
+my $by_role = q{SELECT key, scope FROM idempotency.keys ORDER BY key};
+is( $node->safe_psql('source', $by_role),
+	"ghost-key|-\nkept-1|regress_app\nkept-7d|regress_app",
+	'a dropped role\'s key shows as no role ("-")');
+
+# mallory gets the dropped role's OID there, and a bystander regress_app's.
+my $other = preloaded_node('other_cluster');
+$other->safe_psql(
+	'postgres', q{
+CREATE ROLE regress_mallory;
+CREATE ROLE regress_bystander;
+CREATE ROLE regress_app;
+CREATE DATABASE copied;
+});
+die 'roles must have crossed OIDs for this test to mean anything'
+  unless $other->safe_psql('postgres', q{SELECT 'regress_mallory'::regrole::oid})
+  eq $ghost_oid
+  && $other->safe_psql('postgres', q{SELECT 'regress_bystander'::regrole::oid})
+  eq $app_oid;
+
+$other->safe_psql('postgres', 'CREATE DATABASE restored');
+command_ok([ 'pg_restore', '-d', $other->connstr('restored'), $dump ],
+	'pg_restore into another cluster');
+$other->safe_psql('restored', 'GRANT SELECT, INSERT ON runs TO PUBLIC');
+$other->safe_psql(
+	'copied', qq{
+CREATE EXTENSION idempotency;
+CREATE TABLE runs (n int);
+GRANT SELECT, INSERT ON runs TO PUBLIC;
+COPY idempotency.keys FROM '$binary_copy' (FORMAT binary);
+});
+
+for my $db ('restored', 'copied')
+{
+	is($other->safe_psql($db, $by_role),
+		"ghost-key|-\nkept-1|regress_app\nkept-7d|regress_app",
+		"$db: each key belongs to the role of the same name");
+	is( $other->safe_psql(
+			$db,
+			q{SET ROLE regress_app;
+SELECT idempotency.idempotent_call('kept-1', NULL, 'INSERT INTO runs VALUES ($1) RETURNING n', 1),
+       idempotency.last_call_replayed()}),
+		'1|t',
+		"$db: regress_app's retry replays");
+	for my $role ('regress_bystander', 'regress_mallory')
+	{
+		is( $other->safe_psql(
+				$db,
+				"SET ROLE $role; SELECT count(*) FROM idempotency.keys"),
+			'0',
+			"$db: $role, with a source role's OID, sees no key");
+	}
+	is( $other->safe_psql(
+			$db,
+			q{SET ROLE regress_bystander;
+SELECT idempotency.idempotent_call('kept-1', NULL, 'INSERT INTO runs VALUES ($1) RETURNING n', 1),
+       idempotency.last_call_replayed()}),
+		'1|f',
+		"$db: the bystander's call with regress_app's key runs fn");
+	is( $other->safe_psql(
+			$db,
+			q{SET ROLE regress_mallory;
+SELECT idempotency.idempotent_call('ghost-key', NULL, 'SELECT 1'),
+       idempotency.last_call_replayed()}),
+		'1|f',
+		"$db: mallory's call with the dropped role's key runs fn");
+}
+
+$other->stop;
 $node->stop;
 done_testing();

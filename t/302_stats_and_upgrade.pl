@@ -1,6 +1,6 @@
 # Operations: the idempotency.stats view (counters in shared memory,
 # visible to pg_monitor without exposing keys, reset by stats_reset) and the
-# upgrade from 0.1 to 0.2 keeping stored keys.
+# upgrades from 0.1 to 0.2 to 0.3 keeping stored keys, each with its role.
 use strict;
 use warnings;
 
@@ -33,7 +33,7 @@ is($node->safe_psql('upgraded',
 is($node->safe_psql('upgraded', q{SELECT to_regclass('idempotency.stats') IS NULL}),
 	't', '0.1 has no stats view');
 
-$node->safe_psql('upgraded', 'ALTER EXTENSION idempotency UPDATE');
+$node->safe_psql('upgraded', q{ALTER EXTENSION idempotency UPDATE TO '0.2'});
 is($node->safe_psql('upgraded',
 	q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
 	'0.2', 'ALTER EXTENSION UPDATE reaches 0.2');
@@ -44,6 +44,55 @@ is( $node->safe_psql(
 		  idempotency.last_call_replayed(), (SELECT count(*) FROM runs)}),
 	'1|t|1',
 	'a key stored under 0.1 replays after the upgrade');
+
+# --- upgrade to 0.3: the scope becomes a role_scope; keys stored under 0.1
+# and 0.2 by several roles replay for their own role only -----------------
+$node->safe_psql('postgres', q{
+CREATE DATABASE upgraded_roles;
+CREATE ROLE regress_other LOGIN;
+});
+my $role_call = q{SET ROLE %s;
+SELECT idempotency.idempotent_call('%s', NULL, 'INSERT INTO runs VALUES ($1, current_user) RETURNING who', %d),
+       idempotency.last_call_replayed()};
+$node->safe_psql('upgraded_roles', q{
+CREATE EXTENSION idempotency VERSION '0.1';
+CREATE TABLE runs (n int, who text);
+GRANT SELECT, INSERT ON runs TO PUBLIC;
+});
+# Both roles use the same key texts; each call's response names its role.
+my @calls;
+sub store_calls
+{
+	for my $call (@_)
+	{
+		my ($response) = split /\|/,
+		  $node->safe_psql('upgraded_roles', sprintf($role_call, @$call));
+		push @calls, [ @$call, $response ];
+	}
+}
+store_calls([ 'regress_caller', 'under-0.1', 1 ], [ 'regress_other', 'under-0.1', 2 ]);
+$node->safe_psql('upgraded_roles', q{ALTER EXTENSION idempotency UPDATE TO '0.2'});
+store_calls([ 'regress_caller', 'under-0.2', 3 ], [ 'regress_other', 'under-0.2', 4 ]);
+$node->safe_psql('upgraded_roles', 'ALTER EXTENSION idempotency UPDATE');
+is( $node->safe_psql('upgraded_roles',
+		q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
+	'0.3', 'ALTER EXTENSION UPDATE reaches 0.3');
+is( $node->safe_psql('upgraded_roles',
+		q{SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+		   WHERE attrelid = 'idempotency.keys'::regclass AND attname = 'scope'}),
+	'idempotency.role_scope', 'the scope column is a role_scope');
+for my $call (@calls)
+{
+	my ($role, $key, $n, $response) = @$call;
+	is( $node->safe_psql('upgraded_roles', sprintf($role_call, $role, $key, $n)),
+		"$response|t", "${role}'s key $key replays under 0.3");
+}
+is( $node->safe_psql('upgraded_roles',
+		'SET ROLE regress_other; SELECT key FROM idempotency.keys ORDER BY key'),
+	"under-0.1\nunder-0.2", 'each role sees only its own keys under 0.3');
+is($node->safe_psql('upgraded_roles', 'SELECT count(*) FROM runs'),
+	'4', 'fn ran once per role and key');
+$node->safe_psql('upgraded', 'ALTER EXTENSION idempotency UPDATE');
 
 # A fresh install and an upgraded one have the same objects.
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
