@@ -36,6 +36,9 @@ SELECT count(*) AS stored, max(octet_length(key)) AS longest FROM idempotency.ke
 -- fn must be exactly one statement and cannot end the transaction.
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('k-two', NULL, 'SELECT bump(); SELECT bump()')$$);
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('k-two', NULL, '')$$);
+-- Counted before any statement is analysed: the second statement's table
+-- does not exist until the first has run.
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('k-two', NULL, 'CREATE TEMP TABLE t1(a int); SELECT * FROM t1')$$);
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('k-two', NULL, 'SELEC 1')$$);
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('k-two', NULL, 'COMMIT')$$);
 SELECT n AS runs FROM counters;

@@ -93,17 +93,28 @@ Statement *statement_for(text *fn, const FnArgs &args) {
   return entry;
 }
 
+namespace {
+
+// Counted on the raw parse trees, before anything is analysed: analysing a
+// later statement could fail on what an earlier one would have created
+// (CREATE TABLE t ...; SELECT * FROM t would answer 42P01).
+void check_single_statement(const char *sql) {
+  if (list_length(pg_parse_query(sql)) != 1)
+    ereport(ERROR, (errcode(ERRCODE_SYNTAX_ERROR),
+                    errmsg("fn must be exactly one SQL statement")));
+}
+
+} // namespace
+
 SPIPlanPtr plan_of(Statement &statement) {
   if (statement.plan != nullptr)
     return statement.plan;
+  check_single_statement(statement.sql);
   SPIPlanPtr plan =
       SPI_prepare(statement.sql, statement.nargs, statement.types);
   if (plan == nullptr)
     elog(ERROR, "SPI_prepare failed for fn: %s",
          SPI_result_code_string(SPI_result));
-  if (list_length(SPI_plan_get_plan_sources(plan)) != 1)
-    ereport(ERROR, (errcode(ERRCODE_SYNTAX_ERROR),
-                    errmsg("fn must be exactly one SQL statement")));
   // A statement that is not kept gets a plan that SPI_finish frees.
   if (statement.kept && SPI_keepplan(plan) != 0)
     elog(ERROR, "SPI_keepplan failed for fn");
