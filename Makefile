@@ -16,6 +16,7 @@ SOURCES = \
 	src/protocol/call.cpp \
 	src/protocol/claim.cpp \
 	src/protocol/fn.cpp \
+	src/protocol/message_key.cpp \
 	src/protocol/rules.cpp \
 	src/protocol/statement_cache.cpp \
 	src/stats/stats.cpp \
