@@ -85,6 +85,17 @@ bool extension_installed() {
   return OidIsValid(get_extension_oid("idempotency", true));
 }
 
+bool lock_key_table(LOCKMODE mode) {
+  Oid schema = get_namespace_oid("idempotency", true);
+  Oid table =
+      OidIsValid(schema) ? get_relname_relid("keys", schema) : InvalidOid;
+  if (!OidIsValid(table))
+    return false;
+  LockRelationOid(table, mode);
+  // A drop that committed while this waited for the lock took the table.
+  return SearchSysCacheExists1(RELOID, ObjectIdGetDatum(table));
+}
+
 TimestampTz expiry_cutoff(TimestampTz now) {
   TimestampTz cutoff = now;
   int backends = pgstat_fetch_stat_numbackends();

@@ -36,6 +36,11 @@ struct ExpiredKeys {
 // Whether the extension is installed in this database (needs a transaction).
 bool extension_installed();
 
+// Locks idempotency.keys in `mode` until the end of the transaction. False
+// when the table is gone: DROP EXTENSION may commit between two of a
+// round's transactions.
+bool lock_key_table(LOCKMODE mode);
+
 // The cutoff of a round that starts at `now` in this database: keys whose
 // expires_at is at or before it are expired for every transaction running in
 // the database and every one that starts later. idempotent_call compares
