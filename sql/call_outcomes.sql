@@ -116,3 +116,17 @@ SELECT count(*) AS through_heap FROM idempotency.keys WHERE created_at > '-infin
 RESET enable_indexscan;
 RESET enable_bitmapscan;
 DROP INDEX idempotency.keys_created_at;
+
+-- DISCARD ALL (what a connection pooler sends before handing the
+-- connection to another client) forgets the session's last call.
+SELECT idempotency.idempotent_call('k-discard', NULL, 'SELECT 1') AS response, idempotency.last_call_replayed() AS replayed;
+DISCARD ALL;
+SELECT idempotency.last_call_replayed() IS NULL AS forgotten;
+-- A call within a transaction block stays known: DISCARD ALL refuses to run there.
+BEGIN;
+SELECT idempotency.idempotent_call('k-discard', NULL, 'SELECT 1') AS response, idempotency.last_call_replayed() AS replayed;
+SAVEPOINT before_discard;
+DISCARD ALL;
+ROLLBACK TO before_discard;
+SELECT idempotency.last_call_replayed() AS replayed;
+COMMIT;

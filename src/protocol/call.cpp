@@ -201,4 +201,6 @@ Datum idempotent_call(FunctionCallInfo fcinfo) {
 
 LastCall last_call() { return last; }
 
+void forget_last_call() { last = LastCall::none; }
+
 } // namespace idempotency::protocol
