@@ -66,7 +66,7 @@ server_reset_query = DISCARD ALL
 });
 my $bouncer;
 # Stopped however the test ends.
-END { $bouncer->kill_kill if $bouncer; }
+END { local $?; $bouncer->kill_kill if $bouncer; }
 $bouncer = IPC::Run::start([ 'pgbouncer', "$bouncer_dir/pgbouncer.ini" ],
 	'>', "$bouncer_dir/stdout", '2>', "$bouncer_dir/stderr");
 
