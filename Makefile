@@ -17,6 +17,7 @@ SOURCES = \
 	src/protocol/claim.cpp \
 	src/protocol/claim_secret.cpp \
 	src/protocol/fn.cpp \
+	src/protocol/message_key.cpp \
 	src/protocol/rules.cpp \
 	src/protocol/statement_cache.cpp \
 	src/stats/stats.cpp \

@@ -36,6 +36,9 @@ SELECT count(*) AS stored, max(octet_length(key)) AS longest FROM idempotency.ke
 -- fn must be exactly one statement and cannot end the transaction.
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('k-two', NULL, 'SELECT bump(); SELECT bump()')$$);
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('k-two', NULL, '')$$);
+-- Counted before any statement is analysed: the second statement's table
+-- does not exist until the first has run.
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('k-two', NULL, 'CREATE TEMP TABLE t1(a int); SELECT * FROM t1')$$);
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('k-two', NULL, 'SELEC 1')$$);
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('k-two', NULL, 'COMMIT')$$);
 SELECT n AS runs FROM counters;
@@ -113,3 +116,17 @@ SELECT count(*) AS through_heap FROM idempotency.keys WHERE created_at > '-infin
 RESET enable_indexscan;
 RESET enable_bitmapscan;
 DROP INDEX idempotency.keys_created_at;
+
+-- DISCARD ALL (what a connection pooler sends before handing the
+-- connection to another client) forgets the session's last call.
+SELECT idempotency.idempotent_call('k-discard', NULL, 'SELECT 1') AS response, idempotency.last_call_replayed() AS replayed;
+DISCARD ALL;
+SELECT idempotency.last_call_replayed() IS NULL AS forgotten;
+-- A call within a transaction block stays known: DISCARD ALL refuses to run there.
+BEGIN;
+SELECT idempotency.idempotent_call('k-discard', NULL, 'SELECT 1') AS response, idempotency.last_call_replayed() AS replayed;
+SAVEPOINT before_discard;
+DISCARD ALL;
+ROLLBACK TO before_discard;
+SELECT idempotency.last_call_replayed() AS replayed;
+COMMIT;

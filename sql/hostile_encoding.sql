@@ -31,6 +31,17 @@ SELECT idempotency.idempotent_call('record', NULL, 'SELECT run($1, $2::text)', '
 -- The euro sign has no LATIN1 form; the call does not need one.
 SELECT idempotency.idempotent_call('euro', NULL, 'SELECT run($1, $2)', 'euro', U&'\20AC 5');
 SELECT idempotency.idempotent_call('euro', NULL, 'SELECT run($1, $2)', 'euro', U&'\20AC 5'), idempotency.last_call_replayed();
+-- Errors show the key in their message. What the client encoding cannot
+-- represent is escaped there (as its code point), the rest shown as is, so
+-- the error keeps its SQLSTATE instead of failing to convert (22P05).
+SELECT idempotency.idempotent_call(U&'order-\+01F600', NULL, 'SELECT run($1, $2)', 'emoji', 'first');
+SELECT idempotency.idempotent_call(U&'order-\+01F600', NULL, 'SELECT run($1, $2)', 'emoji', 'second');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.idempotent_call(U&'caf\00E9 \20AC', NULL, 'SELECT run($1, $2)', 'mixed', 'first');
+SELECT idempotency.idempotent_call(U&'caf\00E9 \20AC', NULL, 'SELECT run($1, $2)', 'mixed', 'second');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.idempotent_call(U&'\+01F600', NULL, $$SELECT idempotency.idempotent_call(U&'\+01F600', NULL, 'SELECT 1')$$);
+\echo :LAST_ERROR_SQLSTATE
 
 SET client_encoding = 'UTF8';
 SELECT idempotency.idempotent_call('euro', NULL, 'SELECT run($1, $2)', 'euro', U&'\20AC 5'), idempotency.last_call_replayed();

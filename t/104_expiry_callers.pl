@@ -1,6 +1,6 @@
-# Expiry never takes a key from a caller: a key whose claim a caller holds
-# (it saw the key expired and is running fn to replace it) is skipped, and a
-# key still live for a transaction that started before it expired is kept.
+# Expiry never stands in a caller's way: it may delete the expired row a
+# caller is about to replace (the caller's write goes on), and a key still
+# live for a transaction that started before it expired is kept.
 # idempotency.expire() works without preloading.
 use strict;
 use warnings;
@@ -25,9 +25,9 @@ sub expire
 	return $node->safe_psql('postgres', 'SELECT idempotency.expire()');
 }
 
-# A caller replacing an expired key under REPEATABLE READ. Had expire()
-# deleted the row it is about to replace, its update would fail with a
-# serialization error.
+# A caller replacing an expired key under REPEATABLE READ: expire() deletes
+# the old row while the caller runs fn, and the caller's write of the new
+# row goes on without a serialization error.
 $node->safe_psql('postgres',
 	"SET idempotency.ttl = '1 microsecond'; SELECT idempotency.idempotent_call('renewed', NULL, 'SELECT ''old''')"
 );
@@ -41,7 +41,7 @@ SELECT idempotency.idempotent_call('renewed', NULL, 'SELECT ''new'' FROM pg_slee
 $node->poll_query_until('postgres',
 	"SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event = 'PgSleep'")
   or die 'the caller never ran fn';
-is(expire(), '0', 'expire() skips the key a caller is replacing');
+is(expire(), '1', 'expire() deletes the expired row a caller is replacing');
 my ($output, $failed) = $caller->query('COMMIT');
 is($failed, 0, 'the caller commits without a serialization error');
 like($output, qr/new/, 'the caller ran fn');

@@ -7,7 +7,8 @@ TEST_USER=${TEST_USER:-postgres}
 export PG_CONFIG
 
 # Debian packages the build and the suites need.
-PREREQUISITES=(postgresql-15 postgresql-server-dev-15 libipc-run-perl make g++ cmake libgtest-dev)
+# pgbouncer: t/402_pgbouncer.pl runs the call protocol behind it.
+PREREQUISITES=(postgresql-15 postgresql-server-dev-15 libipc-run-perl make g++ cmake libgtest-dev pgbouncer)
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

@@ -18,6 +18,7 @@ namespace {
 
 shmem_request_hook_type previous_shmem_request_hook = nullptr;
 shmem_startup_hook_type previous_shmem_startup_hook = nullptr;
+ProcessUtility_hook_type previous_process_utility_hook = nullptr;
 
 // Shared memory exists only when the library is preloaded: the call
 // statistics and the expiry worker's status live there.
@@ -35,6 +36,30 @@ void attach_shared_memory() {
   idempotency::worker::status::attach_shared_memory();
 }
 
+bool discards_all(const PlannedStmt *statement) {
+  const Node *utility = statement->utilityStmt;
+  return utility != nullptr && IsA(utility, DiscardStmt) &&
+         reinterpret_cast<const DiscardStmt *>(utility)->target == DISCARD_ALL;
+}
+
+// DISCARD ALL resets the session's state; last_call_replayed() is part of
+// it. Connection poolers send DISCARD ALL before they hand a server
+// connection to another client, who must not see the previous one's call.
+void process_utility(PlannedStmt *statement, const char *query_string,
+                     bool read_only_tree, ProcessUtilityContext context,
+                     ParamListInfo params, QueryEnvironment *query_env,
+                     DestReceiver *dest, QueryCompletion *completion) {
+  bool discarding_all = discards_all(statement);
+  if (previous_process_utility_hook != nullptr)
+    previous_process_utility_hook(statement, query_string, read_only_tree,
+                                  context, params, query_env, dest, completion);
+  else
+    standard_ProcessUtility(statement, query_string, read_only_tree, context,
+                            params, query_env, dest, completion);
+  if (discarding_all)
+    idempotency::protocol::forget_last_call();
+}
+
 } // namespace
 
 void _PG_init(void) {
@@ -43,6 +68,9 @@ void _PG_init(void) {
   idempotency::settings::define();
   idempotency::worker::define_settings();
   MarkGUCPrefixReserved("idempotency");
+  // Per backend, so also when the library is loaded on first use.
+  previous_process_utility_hook = ProcessUtility_hook;
+  ProcessUtility_hook = process_utility;
   if (!process_shared_preload_libraries_in_progress)
     return;
   previous_shmem_request_hook = shmem_request_hook;

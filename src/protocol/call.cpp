@@ -5,6 +5,7 @@
 #include "protocol/call.hpp"
 #include "protocol/claim.hpp"
 #include "protocol/fn.hpp"
+#include "protocol/message_key.hpp"
 #include "protocol/statement_cache.hpp"
 #include "stats/stats.hpp"
 #include "storage/keys.hpp"
@@ -68,8 +69,9 @@ Request read_request(FunctionCallInfo fcinfo) {
   return request;
 }
 
+// Called before ereport(): it may look up the catalog.
 const char *key_text(const Request &request) {
-  return text_to_cstring(request.key.key);
+  return key_for_message(request.key.key);
 }
 
 bool same_text(const text *a, const text *b) {
@@ -79,11 +81,22 @@ bool same_text(const text *a, const text *b) {
 
 pg_attribute_noreturn() void report_in_progress(const Request &request) {
   stats::count(stats::Event::conflict);
+  const char *key = key_text(request);
   ereport(ERROR, (errcode(errcode_key_in_progress),
                   errmsg("idempotency key \"%s\" is being processed by another "
                          "transaction",
-                         key_text(request)),
+                         key),
                   errhint("Retry the request later.")));
+  pg_unreachable();
+}
+
+pg_attribute_noreturn() void report_recursion(const Request &request) {
+  const char *key = key_text(request);
+  ereport(ERROR, (errcode(errcode_key_recursion),
+                  errmsg("idempotency key \"%s\" is already being processed by "
+                         "this transaction",
+                         key),
+                  errdetail("fn called idempotent_call with its own key.")));
   pg_unreachable();
 }
 
@@ -91,11 +104,12 @@ Datum replay(const Request &request, const storage::KeyProbe &stored,
              FunctionCallInfo fcinfo) {
   if (!same_text(stored.request_hash, request.request_hash)) {
     stats::count(stats::Event::mismatch);
+    const char *key = key_text(request);
     ereport(ERROR,
             (errcode(errcode_key_reused),
              errmsg("idempotency key \"%s\" was already used with a different "
                     "request",
-                    key_text(request)),
+                    key),
              errdetail("A key identifies one request; its stored response "
                        "belongs to a request with another fingerprint."),
              errhint("Use a new idempotency key for a new request.")));
@@ -199,16 +213,13 @@ Datum idempotent_call(FunctionCallInfo fcinfo) {
     case ClaimResult::busy:
       report_in_progress(request);
     case ClaimResult::recursive:
-      ereport(ERROR,
-              (errcode(errcode_key_recursion),
-               errmsg("idempotency key \"%s\" is already being processed by "
-                      "this transaction",
-                      key_text(request)),
-               errdetail("fn called idempotent_call with its own key.")));
+      report_recursion(request);
     }
   }
 }
 
 LastCall last_call() { return last; }
+
+void forget_last_call() { last = LastCall::none; }
 
 } // namespace idempotency::protocol

@@ -3,7 +3,9 @@
 // names, hashed), how to encode each argument, and the prepared plan. A
 // statement is parsed, planned and fingerprinted once per backend rather
 // than once per call; PostgreSQL's plan cache revalidates the plan after
-// DDL or a change of search_path or role.
+// DDL or a change of search_path or role, and a change to pg_type or
+// pg_namespace (a renamed type or schema) makes the statement compute its
+// fingerprint prefix and encoders again on next use.
 #pragma once
 
 #include "fingerprint/request_hash.hpp"
@@ -20,8 +22,9 @@ struct Statement {
   Oid *types;
   fingerprint::RequestFingerprint fingerprint_prefix;
   fingerprint::ValueEncoder *encoders;
-  SPIPlanPtr plan; // nullptr until fn first runs
-  bool kept;       // in the cache; false past its size limit
+  SPIPlanPtr plan;           // nullptr until fn first runs
+  bool kept;                 // in the cache; false past its size limit
+  uint64 catalog_generation; // when fingerprint_prefix and encoders were made
 };
 
 // The statement of fn with these arguments' types. Past the cache's size

@@ -13,8 +13,8 @@ namespace idempotency::stats {
 
 namespace {
 
-// Databases counted at once; a database beyond this is not counted (the
-// README says so). Slots of dropped databases are reused.
+// Databases counted at once; a database beyond this is not counted (see
+// docs/monitoring.md). Slots of dropped databases are reused.
 constexpr int max_databases = 128;
 constexpr int event_kinds = 4;
 
@@ -47,30 +47,51 @@ bool database_exists(Oid database) {
   return SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(database));
 }
 
+// The slot of `database` when it has one, under the mutex.
+DatabaseCounters *existing_slot(Oid database) {
+  for (auto &slot : shared->databases)
+    if (slot.database == database)
+      return &slot;
+  return nullptr;
+}
+
 // The slot of `database`, created on first use; nullptr when every slot
 // belongs to a live database.
+//
+// Which slots are reusable needs catalog lookups (is the owner's database
+// still there?), which may raise an error and so cannot run under the
+// spinlock. They run first, on the owners seen then; under the spinlock a
+// slot is taken only if its owner is still the one that was looked up, so
+// two databases never take one slot. When every candidate was taken
+// meanwhile, it looks again.
 DatabaseCounters *slot_of(Oid database) {
-  // Looked up outside the spinlock: a catalog lookup may raise an error.
-  bool reusable[max_databases];
-  for (int i = 0; i < max_databases; i++) {
-    Oid owner = shared->databases[i].database;
-    reusable[i] =
-        owner == InvalidOid || (owner != database && !database_exists(owner));
+  for (;;) {
+    Oid seen_owner[max_databases];
+    SpinLockAcquire(&shared->mutex);
+    for (int i = 0; i < max_databases; i++)
+      seen_owner[i] = shared->databases[i].database;
+    SpinLockRelease(&shared->mutex);
+
+    bool reusable[max_databases];
+    bool any_reusable = false;
+    for (int i = 0; i < max_databases; i++) {
+      reusable[i] =
+          seen_owner[i] == InvalidOid ||
+          (seen_owner[i] != database && !database_exists(seen_owner[i]));
+      any_reusable |= reusable[i];
+    }
+
+    SpinLockAcquire(&shared->mutex);
+    DatabaseCounters *found = existing_slot(database);
+    for (int i = 0; found == nullptr && i < max_databases; i++)
+      if (reusable[i] && shared->databases[i].database == seen_owner[i]) {
+        found = &shared->databases[i];
+        init_counters(*found, database);
+      }
+    SpinLockRelease(&shared->mutex);
+    if (found != nullptr || !any_reusable)
+      return found;
   }
-  DatabaseCounters *found = nullptr;
-  SpinLockAcquire(&shared->mutex);
-  for (auto &slot : shared->databases)
-    if (slot.database == database) {
-      found = &slot;
-      break;
-    }
-  for (int i = 0; found == nullptr && i < max_databases; i++)
-    if (reusable[i]) {
-      found = &shared->databases[i];
-      init_counters(*found, database);
-    }
-  SpinLockRelease(&shared->mutex);
-  return found;
 }
 
 DatabaseCounters *own_slot() {

@@ -75,25 +75,42 @@ void pause_after_batch() {
   ResetLatch(MyLatch);
 }
 
+enum class RoundEnd { finished, left_early, extension_dropped };
+
+// Starts a transaction of the round holding idempotency.keys in `mode`;
+// false (and no transaction) when the extension was dropped meanwhile.
+bool begin_round_transaction(const char *activity, LOCKMODE mode) {
+  begin_transaction(activity);
+  if (lock_key_table(mode))
+    return true;
+  commit_transaction();
+  elog(DEBUG1, "idempotency expiry round stopped: the extension was dropped");
+  return false;
+}
+
 // Runs passes until no expired key is left: each collects keys in a
 // read-only transaction, then deletes them in batches of
 // idempotency.expire_batch_size, each batch its own short transaction.
-void run_passes(TimestampTz cutoff, MemoryContext pass_context,
-                volatile int64 *deleted) {
+RoundEnd run_passes(TimestampTz cutoff, MemoryContext pass_context,
+                    volatile int64 *deleted) {
   int batch_size = settings::expire_batch_size();
   ExpiryCursor cursor{};
   for (;;) {
     if (must_leave())
-      return;
-    begin_transaction("collecting expired idempotency keys");
+      return RoundEnd::left_early;
+    if (!begin_round_transaction("collecting expired idempotency keys",
+                                 AccessShareLock))
+      return RoundEnd::extension_dropped;
     ExpiredKeys keys = collect_expired(cutoff, keys_per_pass(batch_size),
                                        &cursor, pass_context);
     commit_transaction();
 
     for (int from = 0; from < keys.count; from += batch_size) {
       if (must_leave())
-        return;
-      begin_transaction("deleting expired idempotency keys");
+        return RoundEnd::left_early;
+      if (!begin_round_transaction("deleting expired idempotency keys",
+                                   RowExclusiveLock))
+        return RoundEnd::extension_dropped;
       *deleted += delete_expired(cutoff, keys.tids + from,
                                  std::min(batch_size, keys.count - from));
       commit_transaction();
@@ -102,7 +119,7 @@ void run_passes(TimestampTz cutoff, MemoryContext pass_context,
     }
     MemoryContextReset(pass_context);
     if (keys.finished)
-      return;
+      return RoundEnd::finished;
   }
 }
 
@@ -130,11 +147,12 @@ void run_round() {
 
   // Read after an error; volatile so the longjmp keeps its value.
   volatile int64 deleted = 0;
+  volatile RoundEnd end = RoundEnd::finished;
   MemoryContext context = CurrentMemoryContext;
   MemoryContext pass_context = AllocSetContextCreate(
       context, "idempotency expiry pass", ALLOCSET_DEFAULT_SIZES);
   PG_TRY();
-  { run_passes(cutoff, pass_context, &deleted); }
+  { end = run_passes(cutoff, pass_context, &deleted); }
   PG_CATCH();
   {
     // Record the error, then let the worker's own error handling log it
@@ -148,7 +166,11 @@ void run_round() {
   PG_END_TRY();
   MemoryContextDelete(pass_context);
   pgstat_report_activity(STATE_IDLE, nullptr);
-  status::round_finished(database, GetCurrentTimestamp(), deleted, nullptr);
+  // As when the extension was not installed at the start of the round.
+  if (end == RoundEnd::extension_dropped)
+    status::forget(database);
+  else
+    status::round_finished(database, GetCurrentTimestamp(), deleted, nullptr);
 }
 
 } // namespace

@@ -3,7 +3,6 @@
 #include "worker/expire.hpp"
 
 #include "boundary/boundary.hpp"
-#include "protocol/claim.hpp"
 #include "stats/stats.hpp"
 #include "storage/keys.hpp"
 #include "worker/settings.hpp"
@@ -59,34 +58,18 @@ void append(ExpiredKeys *keys, int *capacity, int limit, ItemPointer tid) {
   keys->tids[keys->count++] = *tid;
 }
 
-// Deletes the key in `slot` unless a caller holds it. The key's claim (the
-// lock idempotent_call holds from its last look at the key until it has
-// stored its own row) is taken without waiting and kept only for the
-// delete: a caller that saw the key expired is never robbed of the row it is
-// about to replace, and a caller that comes later sees the row deleted. A row
-// locked or changed by another transaction is not waited for either.
-bool delete_unless_held(Relation table, TupleTableSlot *slot,
+// Deletes the row in `slot` unless another transaction is changing it (a
+// caller replacing the expired key, or another expiry round): that row is
+// not waited for, and a later round looks at it again. No claim is taken: a
+// caller that saw the key expired claims it and replaces the row, waiting
+// at most for this transaction to end, so expiry never answers a caller
+// IK409.
+bool delete_unless_busy(Relation table, TupleTableSlot *slot,
                         Snapshot snapshot) {
-  bool isnull = false;
-  Datum key_datum = slot_getattr(slot, storage::column::key, &isnull);
-  storage::KeyRef key;
-  key.scope =
-      DatumGetObjectId(slot_getattr(slot, storage::column::scope, &isnull));
-  key.key = DatumGetTextPP(key_datum);
-
-  protocol::Claim claim = protocol::claim_for(key);
-  bool held_elsewhere = LockAcquire(&claim.tag, ExclusiveLock, false, true) ==
-                        LOCKACQUIRE_NOT_AVAIL;
-  if (reinterpret_cast<Pointer>(key.key) != DatumGetPointer(key_datum))
-    pfree(key.key);
-  if (held_elsewhere)
-    return false;
-
   TM_FailureData failure;
   TM_Result result = table_tuple_delete(
       table, &slot->tts_tid, GetCurrentCommandId(true), snapshot,
       InvalidSnapshot, false /* wait */, &failure, false /* changingPart */);
-  LockRelease(&claim.tag, ExclusiveLock, false);
   return result == TM_Ok;
 }
 
@@ -100,6 +83,17 @@ TimestampTz expires_at_of(TupleTableSlot *slot) {
 
 bool extension_installed() {
   return OidIsValid(get_extension_oid("idempotency", true));
+}
+
+bool lock_key_table(LOCKMODE mode) {
+  Oid schema = get_namespace_oid("idempotency", true);
+  Oid table =
+      OidIsValid(schema) ? get_relname_relid("keys", schema) : InvalidOid;
+  if (!OidIsValid(table))
+    return false;
+  LockRelationOid(table, mode);
+  // A drop that committed while this waited for the lock took the table.
+  return SearchSysCacheExists1(RELOID, ObjectIdGetDatum(table));
 }
 
 TimestampTz expiry_cutoff(TimestampTz now) {
@@ -204,7 +198,7 @@ int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
     // Replaced by a caller, or a new row in a reused slot: not expired.
     if (expires_at_of(slot) > cutoff)
       continue;
-    if (delete_unless_held(table, slot, snapshot))
+    if (delete_unless_busy(table, slot, snapshot))
       deleted++;
   }
 

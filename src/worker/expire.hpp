@@ -5,9 +5,11 @@
 // collects the expired keys' row addresses with one read-only scan; the
 // rows are then deleted in heap order, in batches. The worker commits each
 // batch on its own (so no transaction holds many rows for long);
-// idempotency.expire() runs them all in the caller's transaction. Nothing
-// waits for callers: a key whose claim a caller holds, or whose row another
-// transaction has locked or changed, is skipped and left for a later round.
+// idempotency.expire() runs them all in the caller's transaction. Expiry
+// takes no claim and waits for no one: a row another transaction has locked
+// or changed is skipped and left for a later round. A caller that sees a key
+// expired runs fn at once; its write of the new row waits only for an
+// expiry transaction that deleted the old row and has not yet ended.
 #pragma once
 
 #include "pg.hpp"
@@ -34,6 +36,11 @@ struct ExpiredKeys {
 // Whether the extension is installed in this database (needs a transaction).
 bool extension_installed();
 
+// Locks idempotency.keys in `mode` until the end of the transaction. False
+// when the table is gone: DROP EXTENSION may commit between two of a
+// round's transactions.
+bool lock_key_table(LOCKMODE mode);
+
 // The cutoff of a round that starts at `now` in this database: keys whose
 // expires_at is at or before it are expired for every transaction running in
 // the database and every one that starts later. idempotent_call compares
@@ -51,8 +58,8 @@ ExpiredKeys collect_expired(TimestampTz cutoff, int limit, ExpiryCursor *cursor,
                             MemoryContext result_context);
 
 // Deletes, in the current transaction with the active snapshot, those of
-// the rows `tids` that are still expired and that nobody holds; returns how
-// many it deleted.
+// the rows `tids` that are still expired and that no other transaction is
+// changing; returns how many it deleted.
 int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
                      int count);
 
