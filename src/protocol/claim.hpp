@@ -6,7 +6,7 @@
 // without waiting. Once the row is written the row itself shows the key as
 // in progress to others (through the dirty snapshot in storage::probe), so
 // the claim is released at once. A transaction therefore holds at most one
-// claim lock at a time, however many calls it makes.
+// claim lock of idempotent_call at a time, however many calls it makes.
 //
 // The application API (claim/complete) keeps its claim locks until the end
 // of the transaction, or until the key is completed outside any
