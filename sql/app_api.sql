@@ -126,6 +126,20 @@ SELECT replayed FROM idempotency.claim('unfinished', NULL);
 PREPARE TRANSACTION 'app-unfinished';
 SELECT count(*) AS prepared FROM pg_prepared_xacts WHERE gid = 'app-unfinished';
 
+-- A completed key can be prepared; it commits with COMMIT PREPARED, even
+-- when it was completed inside a savepoint (its lock goes with the prepared
+-- transaction).
+BEGIN;
+SELECT replayed FROM idempotency.claim('prepared', NULL);
+SAVEPOINT s;
+SELECT idempotency.complete('prepared', '"prepared"');
+RELEASE s;
+PREPARE TRANSACTION 'app-prepared';
+SELECT state FROM idempotency.lookup('prepared');
+COMMIT PREPARED 'app-prepared';
+SELECT replayed, response FROM idempotency.claim('prepared', NULL);
+SELECT * FROM app_claim_locks;
+
 -- release lets go of a claim: the work commits, the key stays absent, its
 -- lock is gone, and a later claim proceeds.
 BEGIN;
