@@ -2,6 +2,7 @@
 #pragma once
 
 #include "pg.hpp"
+#include "protocol/rules.hpp"
 
 namespace idempotency::settings {
 
@@ -17,5 +18,9 @@ int wait_timeout_ms();
 
 // idempotency.max_response_size: the largest response stored, in bytes.
 Size max_response_bytes();
+
+// idempotency.store_errors: the SQLSTATEs and classes of fn errors that are
+// stored as the call's outcome; empty (count 0) by default.
+const SqlstateList &stored_errors();
 
 } // namespace idempotency::settings
