@@ -20,7 +20,6 @@ SOURCES = \
 	src/protocol/claim_secret.cpp \
 	src/protocol/fn.cpp \
 	src/protocol/message_key.cpp \
-
 	src/protocol/outcome.cpp \
 	src/protocol/rules.cpp \
 	src/protocol/statement_cache.cpp \
