@@ -4,7 +4,9 @@
 # statement_timeout inside fn, kill -9 of backends with restart_after_crash).
 # At the end the ledger must show every acknowledged key exactly once, the
 # balances must match the ledger, and every answer for a key must be the
-# first one, byte for byte.
+# first one, byte for byte. Then the checker proves itself: run again on a
+# database with a planted second execution and a changed stored response,
+# it must flag exactly those.
 use strict;
 use warnings;
 
