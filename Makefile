@@ -53,6 +53,9 @@ SHLIB_LINK += -lstdc++
 override with_llvm = no
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
+ifeq ($(PGXS),)
+$(error PG_CONFIG=$(PG_CONFIG) is not a working pg_config: set PG_CONFIG to the pg_config of the PostgreSQL to build for)
+endif
 include $(PGXS)
 
 srcdir ?= .
@@ -63,5 +66,11 @@ installcheck-regress:
 	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
 installcheck-isolation:
 	$(pg_isolation_regress_installcheck) $(ISOLATION_OPTS) $(ISOLATION)
+# A PostgreSQL configured without --enable-tap-tests would make PGXS print
+# a notice and succeed having run nothing: fail instead.
 installcheck-tap:
+ifeq ($(enable_tap_tests),yes)
 	$(prove_installcheck)
+else
+	@echo "TAP tests not enabled in $(PG_CONFIG) (configure PostgreSQL with --enable-tap-tests)" >&2; exit 1
+endif

@@ -21,6 +21,31 @@ SELECT idempotency.idempotent_call('k-fail', NULL, 'SELECT fail($1)', 'card decl
 SELECT idempotency.idempotent_call('k-fail', NULL, 'SELECT bump()');
 SELECT n AS runs FROM counters;
 
+-- Every field of fn's error reaches the caller unchanged: SQLSTATE,
+-- message, DETAIL, HINT, and the table, column and constraint of a
+-- constraint violation.
+CREATE TABLE strict_values (v int CONSTRAINT v_positive CHECK (v > 0));
+CREATE FUNCTION fail_in_detail() RETURNS int LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'card declined' USING ERRCODE = 'P0002', DETAIL = 'issuer said no', HINT = 'use another card';
+END $$;
+CREATE FUNCTION error_fields(sql text) RETURNS TABLE (field text, value text) LANGUAGE plpgsql AS $$
+DECLARE
+  state text; message text; detail text; hint text; tab text; col text; cons text;
+BEGIN
+  EXECUTE sql;
+  RETURN QUERY SELECT 'error', 'none';
+EXCEPTION WHEN OTHERS THEN
+  GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
+    detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT, tab = TABLE_NAME,
+    col = COLUMN_NAME, cons = CONSTRAINT_NAME;
+  RETURN QUERY VALUES ('sqlstate', state), ('message', message), ('detail', detail),
+    ('hint', hint), ('table', tab), ('column', col), ('constraint', cons);
+END $$;
+SELECT * FROM error_fields($$SELECT idempotency.idempotent_call('k-detail', NULL, 'SELECT fail_in_detail()')$$);
+SELECT * FROM error_fields($$SELECT idempotency.idempotent_call('k-detail', NULL, 'INSERT INTO strict_values VALUES ($1)', -1)$$);
+SELECT count(*) AS stored FROM idempotency.keys WHERE key = 'k-detail';
+
 -- Bad arguments: 22004 for NULL key or fn, 22023 for an empty key or one over
 -- 255 bytes (a 1 MB key is refused by its size); nothing is stored.
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call(NULL, NULL, 'SELECT 1')$$);

@@ -98,6 +98,21 @@ ANALYZE analyzed;
 SELECT idempotency.idempotent_call('args-anyarray', NULL, 'SELECT $1', most_common_vals)
   FROM pg_stats WHERE schemaname = 'hostile_args' AND tablename = 'analyzed';
 
+-- A request refused with IK422 is never applied, nor even started: fn
+-- writes a row and draws a number from a sequence (which no rollback
+-- gives back), and after every refused variant (another type, another
+-- value, a NULL, another fn text) only the first request's row and number
+-- are there.
+CREATE TABLE applied (amount numeric, run bigint);
+CREATE SEQUENCE fn_runs;
+SELECT idempotency.idempotent_call('args-applied', NULL, 'INSERT INTO hostile_args.applied VALUES ($1, nextval(''hostile_args.fn_runs'')) RETURNING amount', 5);
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('args-applied', NULL, 'INSERT INTO hostile_args.applied VALUES ($1, nextval(''hostile_args.fn_runs'')) RETURNING amount', 5::bigint)$$);
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('args-applied', NULL, 'INSERT INTO hostile_args.applied VALUES ($1, nextval(''hostile_args.fn_runs'')) RETURNING amount', 6)$$);
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('args-applied', NULL, 'INSERT INTO hostile_args.applied VALUES ($1, nextval(''hostile_args.fn_runs'')) RETURNING amount', NULL::int)$$);
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('args-applied', NULL, 'INSERT INTO hostile_args.applied VALUES ($1 + 1, nextval(''hostile_args.fn_runs'')) RETURNING amount', 5)$$);
+SELECT amount, run FROM applied;
+SELECT last_value AS numbers_drawn FROM fn_runs;
+
 -- fn uses its parameters wrongly: the parser's error, nothing stored.
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('args-missing', NULL, 'SELECT $2', 1)$$);
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('args-mistyped', NULL, 'SELECT $1 + 1', 'one'::text)$$);

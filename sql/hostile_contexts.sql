@@ -122,9 +122,12 @@ INSERT INTO orders VALUES (2);
 SELECT id, receipt FROM orders ORDER BY id;
 SELECT label, count(*) AS runs FROM runs WHERE label LIKE 'order %' GROUP BY label ORDER BY label;
 
--- A prepared statement, past the point where it switches to a generic plan.
+-- A prepared statement with a generic plan (forced, and shown: the plan
+-- keeps the parameter $1 instead of the key), the call run many times.
+SET plan_cache_mode = force_generic_plan;
 PREPARE call_once(text) AS
   SELECT idempotency.idempotent_call($1, NULL, 'SELECT hostile_contexts.run($1)', 'prepared');
+EXPLAIN (VERBOSE, COSTS OFF) EXECUTE call_once('ctx-prepared');
 EXECUTE call_once('ctx-prepared');
 EXECUTE call_once('ctx-prepared');
 EXECUTE call_once('ctx-prepared');
@@ -134,6 +137,7 @@ EXECUTE call_once('ctx-prepared');
 EXECUTE call_once('ctx-prepared');
 SELECT runs_of('prepared');
 DEALLOCATE call_once;
+RESET plan_cache_mode;
 
 DELETE FROM idempotency.keys WHERE key LIKE 'ctx-%';
 SET client_min_messages = warning;

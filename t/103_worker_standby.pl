@@ -1,5 +1,7 @@
-# On a hot standby the expiry worker stays away (no writes, no errors); after
-# promotion it cleans the expired keys it finds.
+# On a hot standby the expiry worker stays away (no writes, no errors): in
+# the same span in which the primary's worker runs rounds and deletes
+# expired keys, the standby's runs none. After promotion it cleans the
+# expired keys it finds.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -8,11 +10,10 @@ use Test::More;
 
 my $primary = PostgreSQL::Test::Cluster->new('primary');
 $primary->init(allows_streaming => 1);
-# The primary's worker is off, so expired keys reach the standby and stay.
 $primary->append_conf(
 	'postgresql.conf', q{
 shared_preload_libraries = 'idempotency'
-idempotency.expire_interval = 0
+idempotency.expire_interval = '1s'
 });
 $primary->start;
 $primary->safe_psql('postgres', 'CREATE EXTENSION idempotency');
@@ -20,24 +21,34 @@ $primary->backup('backup');
 
 my $standby = PostgreSQL::Test::Cluster->new('standby');
 $standby->init_from_backup($primary, 'backup', has_streaming => 1);
-$standby->append_conf('postgresql.conf', q{idempotency.expire_interval = '1s'});
 $standby->start;
 my $log_start = -s $standby->logfile;
 
-$primary->safe_psql('postgres',
-	"SET idempotency.ttl = '1 microsecond'; SELECT idempotency.idempotent_call('k' || g, NULL, 'SELECT 1') FROM generate_series(1, 5) AS g"
-);
-$primary->wait_for_catchup($standby);
+my $expired_keys =
+  "SET idempotency.ttl = '1 microsecond'; SELECT idempotency.idempotent_call('k' || g, NULL, 'SELECT 1') FROM generate_series(1, 5) AS g";
+my $status =
+  "SELECT coalesce(sum(rounds), 0) || ':' || coalesce(sum(total_deleted), 0) FROM idempotency.expiry_status";
 
-sleep 3;    # three intervals
-is($standby->safe_psql('postgres', 'SELECT count(*) FROM idempotency.keys'),
-	'5', 'the standby keeps the expired keys');
+# The primary's worker deletes expired keys; two more of its rounds later,
+# the standby, configured alike, has run none.
+$primary->safe_psql('postgres', $expired_keys);
+$primary->poll_query_until('postgres',
+	"SELECT total_deleted = 5 FROM idempotency.expiry_status WHERE datname = 'postgres'")
+  or die 'the primary never deleted its expired keys';
+my ($rounds) = split /:/, $primary->safe_psql('postgres', $status);
+$primary->poll_query_until('postgres',
+	"SELECT sum(rounds) >= $rounds + 2 FROM idempotency.expiry_status")
+  or die 'the primary stopped its rounds';
+$primary->wait_for_catchup($standby);
+pass('the primary deleted its expired keys, and ran two more rounds');
+is($standby->safe_psql('postgres', $status),
+	'0:0', 'meanwhile the standby\'s worker ran no round');
 is( $standby->safe_psql(
 		'postgres',
 		"SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'idempotency%'"
 	),
 	'0',
-	'no expiry worker runs on the standby');
+	'no expiry process runs on the standby');
 unlike(
 	substr(slurp_file($standby->logfile), $log_start),
 	qr/\b(ERROR|FATAL|PANIC):/,
@@ -48,6 +59,15 @@ like(
 	$stderr,
 	qr/cannot execute idempotency\.expire\(\) during recovery/,
 	'expire() refuses to run during recovery');
+
+# The primary's worker off (a restart makes that certain), expired keys
+# reach the standby and stay until it is promoted.
+$primary->append_conf('postgresql.conf', 'idempotency.expire_interval = 0');
+$primary->restart;
+$primary->safe_psql('postgres', $expired_keys);
+$primary->wait_for_catchup($standby);
+is($standby->safe_psql('postgres', 'SELECT count(*) FROM idempotency.keys'),
+	'5', 'the standby has the expired keys');
 
 $standby->promote;
 $standby->poll_query_until('postgres',

@@ -7,7 +7,6 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(sleep);
 
 my $node = PostgreSQL::Test::Cluster->new('expiry_callers');
 $node->init;
@@ -31,17 +30,23 @@ sub expire
 $node->safe_psql('postgres',
 	"SET idempotency.ttl = '1 microsecond'; SELECT idempotency.idempotent_call('renewed', NULL, 'SELECT ''old''')"
 );
+# The caller's fn waits for an advisory lock the test holds, so it is still
+# inside fn when expire() runs, however slow the machine.
+my $gate = $node->background_psql('postgres');
+$gate->query_safe('SELECT pg_advisory_lock(104)');
 my $caller = $node->background_psql('postgres');
 $caller->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1');
 $caller->query_until(
 	qr/calling/, q{
 \echo calling
-SELECT idempotency.idempotent_call('renewed', NULL, 'SELECT ''new'' FROM pg_sleep(2)');
+SELECT idempotency.idempotent_call('renewed', NULL, 'SELECT ''new'' FROM pg_advisory_xact_lock(104)');
 });
 $node->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event = 'PgSleep'")
-  or die 'the caller never ran fn';
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event = 'advisory' AND query LIKE '%renewed%'")
+  or die 'the caller never reached fn';
 is(expire(), '1', 'expire() deletes the expired row a caller is replacing');
+$gate->query_safe('SELECT pg_advisory_unlock(104)');
+$gate->quit;
 my ($output, $failed) = $caller->query('COMMIT');
 is($failed, 0, 'the caller commits without a serialization error');
 like($output, qr/new/, 'the caller ran fn');
@@ -52,16 +57,20 @@ is( $node->safe_psql(
 	'new',
 	'the key holds the new response');
 
-# A transaction that started before a key expired still replays it. fn
-# answers its run number.
+# A transaction that started before a key expired still replays it. It
+# starts before the key is even written, and the key lives 1 microsecond,
+# so the key expires after that transaction's start and before anything
+# else below, whatever the machine's speed. fn answers its run number.
 $node->safe_psql('postgres', 'CREATE SEQUENCE runs');
 my $call_boundary =
   "SELECT idempotency.idempotent_call('boundary', NULL, 'SELECT nextval(''runs'')')";
-is($node->safe_psql('postgres', "SET idempotency.ttl = '3 seconds'; $call_boundary"),
-	'1', 'a key that lives 3 seconds');
 my $early = $node->background_psql('postgres');
 $early->query_safe('BEGIN; SELECT now()');
-sleep 3.5;
+is($node->safe_psql('postgres', "SET idempotency.ttl = '1 microsecond'; $call_boundary"),
+	'1', 'a key that lives 1 microsecond');
+is($node->safe_psql('postgres',
+		"SELECT expires_at <= now() FROM idempotency.keys WHERE key = 'boundary'"),
+	't', 'the key has expired for a new transaction');
 is(expire(), '0',
 	'expire() keeps a key still live for a running transaction');
 is( $early->query_safe(

@@ -4,7 +4,9 @@
 # statement_timeout inside fn, kill -9 of backends with restart_after_crash).
 # At the end the ledger must show every acknowledged key exactly once, the
 # balances must match the ledger, and every answer for a key must be the
-# first one, byte for byte.
+# first one, byte for byte. Then the checker proves itself: run again on a
+# database with a planted second execution and a changed stored response,
+# it must flag exactly those.
 use strict;
 use warnings;
 
@@ -16,16 +18,20 @@ use POSIX ();
 use Time::HiRes qw(time sleep);
 
 my $clients = 16;
-# IDEMPOTENCY_STORM_SECONDS makes a longer storm for a local soak run.
+# The storm lasts at least this long (IDEMPOTENCY_STORM_SECONDS makes a
+# longer one for a local soak run), and then until every kind of fault has
+# been seen by a client; past $storm_deadline seconds it ends anyway, and
+# the test fails on the fault that never landed.
 my $storm_seconds = $ENV{IDEMPOTENCY_STORM_SECONDS} // 15;
+my $storm_deadline = $storm_seconds + 300;
+# Every client finishes at least this many keys, however slow the machine.
+my $min_keys_per_client = 8;
 # After the storm, clients finish their open keys; a key still unanswered
 # after this long is stuck.
 my $drain_seconds = 60;
 my $accounts = 40;
 my $initial_balance = 1_000_000;
 my $max_kill9 = 3;
-# Set when the clients start.
-my $storm_end;
 
 my $node = PostgreSQL::Test::Cluster->new('storm');
 $node->init;
@@ -84,7 +90,6 @@ BEGIN
 END \$\$;
 });
 
-my $workdir = PostgreSQL::Test::Utils::tempdir;
 my $psql = $node->installed_command('psql');
 my $host = $node->host;
 my $port = $node->port;
@@ -133,6 +138,9 @@ sub finish_attempt
 	if ($err =~ /(?:ERROR|FATAL):\s+([0-9A-Z]{5}):\s*(.*)/)
 	{
 		my ($sqlstate, $message) = ($1, $2);
+		# The error's context names fn's function when it was raised
+		# while fn ran.
+		$message .= ' [in fn]' if $err =~ /PL\/pgSQL function bank\.transfer\(/;
 		return ('IK422') if $sqlstate eq 'IK422';
 		return ($sqlstate, undef, undef, $message)
 		  if $retryable_sqlstate{$sqlstate};
@@ -180,6 +188,11 @@ sub log_attempt
 	  "\n";
 }
 
+# The storm is over once this file exists (the fault injector creates it).
+my $workdir = PostgreSQL::Test::Utils::tempdir;
+my $storm_over_flag = "$workdir/storm-over";
+sub storm_over { return -e $storm_over_flag }
+
 # One client: a sequence of keys, each retried until a definite answer (a
 # response, or IK422 for a payload), logging every attempt as a line
 #   key \t from \t to \t amount \t outcome \t response \t replayed \t detail
@@ -189,12 +202,14 @@ sub run_client
 	srand($client * 7919 + $$);
 	open my $log, '>', "$workdir/client$client.log" or die $!;
 	$log->autoflush(1);
-	my $give_up = $storm_end + $drain_seconds;
 	my $pair = $client % ($clients / 2);
 	my ($unique_n, $shared_n) = (0, 0);
+	# Set once the client sees the storm over.
+	my $give_up;
 
-	while (time < $storm_end)
+	while (!storm_over() || $unique_n + $shared_n < $min_keys_per_client)
 	{
+		$give_up //= time + $drain_seconds if storm_over();
 		my ($key, $from, $to, $amount, $may_mutate);
 		if (rand() < 0.25)
 		{
@@ -219,12 +234,13 @@ sub run_client
 		my $explicit_transaction = rand() < 0.3;
 		while (!defined $acknowledged)
 		{
-			if (time > $give_up)
+			if (defined $give_up && time > $give_up)
 			{
 				log_attempt($log, $request, $sent, 'stuck');
 				last;
 			}
-			my $storming = time < $storm_end;
+			my $storming = !storm_over();
+			$give_up //= time + $drain_seconds unless $storming;
 			my $delay = $storming && rand() < 0.35 ? sprintf('%.3f', rand(0.3)) : 0;
 			# A double click: the same request again, at the same moment,
 			# from another connection, while the first is inside fn.
@@ -304,54 +320,105 @@ sub run_client
 	close $log;
 }
 
-# Faults from outside the clients, until the storm ends.
+# What the clients saw, from their logs: how often each kind of fault
+# reached them. Read while the storm runs (to end it once every kind has
+# landed) and for the final figures.
+sub effects_seen
+{
+	my %seen = map { $_ => 0 } (
+		'cancels', 'terminations', 'statement timeouts in fn',
+		'client timeouts', 'IK409s', 'IK422s');
+	for my $client (1 .. $clients)
+	{
+		open my $log, '<', "$workdir/client$client.log" or next;
+		while (my $line = <$log>)
+		{
+			my (undef, undef, undef, undef, $outcome, undef, undef, $detail) =
+			  split /\t/, $line, 8;
+			$detail //= '';
+			$seen{cancels}++
+			  if $outcome eq '57014' && $detail =~ /due to user request/;
+			$seen{terminations}++
+			  if $outcome eq '57P01' && $detail =~ /administrator command/;
+			$seen{'statement timeouts in fn'}++
+			  if $outcome eq '57014'
+			  && $detail =~ /due to statement timeout.*\[in fn\]/;
+			$seen{'client timeouts'}++ if $outcome eq 'timeout';
+			$seen{IK409s}++ if $outcome eq 'IK409';
+			$seen{IK422s}++ if $outcome eq 'IK422';
+		}
+	}
+	return \%seen;
+}
+
+# Faults from outside the clients, until the storm ends: it ends when it
+# has lasted $storm_seconds and every kind of fault has landed, both as an
+# effect the injector saw (a signal function that answered true, a SIGKILL
+# delivered) and as an error a client saw. Counts only real effects.
 sub inject_faults
 {
+	my ($started) = @_;
 	my %injected = (cancel => 0, terminate => 0, kill9 => 0);
 	my $next_kill9 = time + $storm_seconds / ($max_kill9 + 1);
-	while (time < $storm_end)
+	my $all_landed = sub {
+		my $seen = effects_seen();
+		return !grep { $_ == 0 } (values %injected, values %$seen);
+	};
+	until (time > $started + $storm_deadline
+		  || (time > $started + $storm_seconds && $all_landed->()))
 	{
 		sleep(0.1 + rand(0.2));
-		my ($rc, $pids) = $node->psql(
-			'postgres',
-			"SELECT pid FROM pg_stat_activity WHERE usename = 'teller' "
-			  . "AND state = 'active' ORDER BY random() LIMIT 3");
-		next if $rc != 0 || $pids eq '';
-		my @pids = split /\n/, $pids;
+		my $victims = "SELECT pid FROM pg_stat_activity WHERE usename = 'teller' "
+		  . "AND state = 'active' ORDER BY random() LIMIT 1";
 		if ($injected{kill9} < $max_kill9 && time > $next_kill9)
 		{
-			kill 'KILL', $pids[0];
-			$injected{kill9}++;
+			my ($rc, $pid) = $node->psql('postgres', $victims);
+			next if $rc != 0 || $pid eq '';
+			# kill answers how many processes it signalled.
+			$injected{kill9}++ if kill('KILL', $pid) == 1;
 			$next_kill9 = time + $storm_seconds / ($max_kill9 + 1);
 			# Wait out the crash restart before the next fault.
 			$node->poll_query_until('postgres', 'SELECT true');
 			next;
 		}
+		# Chosen and signalled in one statement: a backend chosen by one
+		# psql run is often gone by the next (each attempt has its own
+		# connection), and signalling it then does nothing.
 		my $fault = rand() < 0.6 ? 'cancel' : 'terminate';
-		my ($done) = $node->psql('postgres',
-			"SELECT pg_${fault}_backend($pids[-1])");
-		$injected{$fault}++ if $done == 0;
+		my ($rc, $signalled) = $node->psql('postgres',
+			"SELECT pg_${fault}_backend(pid) FROM ($victims) AS victim");
+		$injected{$fault}++ if $rc == 0 && $signalled eq 't';
 	}
+	open my $flag, '>', $storm_over_flag or die "$storm_over_flag: $!";
+	close $flag;
 	return \%injected;
 }
 
 my $started = time;
-$storm_end = $started + $storm_seconds;
-my @children;
+my %client_of_pid;
 for my $client (1 .. $clients)
 {
 	my $pid = fork // die "fork: $!";
 	if ($pid == 0)
 	{
 		# Children leave through _exit: the END blocks of the test modules
-		# (which stop the cluster) belong to the parent.
-		eval { run_client($client); 1 } or print STDERR "client $client: $@";
-		POSIX::_exit(0);
+		# (which stop the cluster) belong to the parent. A client that dies
+		# exits 1, and the test fails on it.
+		my $finished = eval { run_client($client); 1 };
+		print STDERR "client $client: $@" unless $finished;
+		POSIX::_exit($finished ? 0 : 1);
 	}
-	push @children, $pid;
+	$client_of_pid{$pid} = $client;
 }
-my $injected = inject_faults();
-waitpid($_, 0) for @children;
+my $injected = inject_faults($started);
+my @client_deaths;
+for my $pid (sort { $a <=> $b } keys %client_of_pid)
+{
+	waitpid($pid, 0) == $pid or die "waitpid $pid: $!";
+	push @client_deaths, "client $client_of_pid{$pid} exited with status $?"
+	  if $? != 0;
+}
+is_deeply(\@client_deaths, [], 'every client ran to its end');
 my $elapsed = time - $started;
 
 # Every attempt of every client.
@@ -381,71 +448,87 @@ for my $client (1 .. $clients)
 	}
 }
 
-# What the database holds.
-my %ledger;
-for my $row (split /\n/,
-	$node->safe_psql('postgres', 'SELECT op_key, seq, amount FROM bank.ledger'))
+# What the database holds: each key's ledger rows, and each stored
+# response as text.
+sub read_database
 {
-	my ($key, $seq, $amount) = split /\|/, $row;
-	push @{ $ledger{$key} }, { seq => $seq, amount => $amount };
+	my %ledger;
+	for my $row (split /\n/,
+		$node->safe_psql('postgres', 'SELECT op_key, seq, amount FROM bank.ledger'))
+	{
+		my ($key, $seq, $amount) = split /\|/, $row;
+		push @{ $ledger{$key} }, { seq => $seq, amount => $amount };
+	}
+	my %stored = map { split /\|/, $_, 2 } split /\n/, $node->safe_psql(
+		'postgres',
+		"SELECT key, response::text FROM idempotency.keys WHERE scope::text = 'teller'");
+	return (\%ledger, \%stored);
 }
-my %stored = map { split /\|/, $_, 2 } split /\n/, $node->safe_psql(
-	'postgres',
-	"SELECT key, response::text FROM idempotency.keys WHERE scope::text = 'teller'");
 
-my @violations;
+# The checker: every violation of exactly-once that the clients' attempts
+# and the database show, key by key. Counts retries into %$figures if given.
+sub check_keys
+{
+	my ($attempts_by_key, $ledger, $stored, $figures) = @_;
+	$figures //= {};
+	my @violations;
+	my $violation = sub { push @violations, join(' ', @_) };
+	for my $key (sort keys %$attempts_by_key)
+	{
+		my @attempts = @{ $attempts_by_key->{$key} };
+		my @answers = grep { $_->{outcome} eq 'ok' } @attempts;
+		$violation->("$key: $_->{outcome} $_->{detail}")
+		  for grep { $_->{outcome} =~ /^(stuck|unexpected)$/ } @attempts;
+		my $rows = $ledger->{$key} // [];
+		$figures->{retries} += @attempts - 1;
+		if (!@answers)
+		{
+			$violation->("$key: never answered");
+			next;
+		}
+		my $first = $answers[0];
+		$violation->("$key: acknowledged, but " . scalar(@$rows) . ' ledger rows')
+		  if @$rows != 1;
+		# Clients' logs are not in time order, but all answers must be equal,
+		# and at most one of them may come from running fn.
+		for my $answer (@answers[ 1 .. $#answers ])
+		{
+			$violation->("$key: answer differs from the first: "
+				  . "$answer->{response} vs $first->{response}")
+			  if $answer->{response} ne $first->{response};
+		}
+		my $runs = grep { $_->{replayed} ne 't' } @answers;
+		$violation->("$key: $runs answers ran fn") if $runs > 1;
+		next unless @$rows == 1;
+		my ($seq) = $first->{response} =~ /"seq": (\d+)/;
+		$violation->("$key: the answer (seq $seq) is not the ledger's execution "
+			  . "(seq $rows->[0]{seq})")
+		  if !defined $seq || $seq != $rows->[0]{seq};
+		$violation->("$key: applied amount $rows->[0]{amount}, acknowledged "
+			  . "for $first->{amount}")
+		  if $rows->[0]{amount} != $first->{amount};
+		for my $refused (grep { $_->{outcome} eq 'IK422' } @attempts)
+		{
+			$violation->("$key: payload $refused->{amount} was refused with "
+				  . "IK422 but applied")
+			  if $rows->[0]{amount} == $refused->{amount};
+		}
+		$violation->("$key: stored response differs from the answer")
+		  if ($stored->{$key} // '') ne $first->{response};
+	}
+	for my $key (keys %$ledger)
+	{
+		$violation->("$key: in the ledger but never sent")
+		  unless $attempts_by_key->{$key};
+		$violation->("$key: in the ledger but no key stored")
+		  unless defined $stored->{$key};
+	}
+	return @violations;
+}
+
+my ($ledger, $stored) = read_database();
+my @violations = check_keys(\%attempts_by_key, $ledger, $stored, \%figures);
 my $violation = sub { push @violations, join(' ', @_) };
-
-for my $key (sort keys %attempts_by_key)
-{
-	my @attempts = @{ $attempts_by_key{$key} };
-	my @answers = grep { $_->{outcome} eq 'ok' } @attempts;
-	$violation->("$key: $_->{outcome} $_->{detail}")
-	  for grep { $_->{outcome} =~ /^(stuck|unexpected)$/ } @attempts;
-	my $rows = $ledger{$key} // [];
-	$figures{retries} += @attempts - 1;
-	if (!@answers)
-	{
-		$violation->("$key: never answered");
-		next;
-	}
-	my $first = $answers[0];
-	$violation->("$key: acknowledged, but " . scalar(@$rows) . ' ledger rows')
-	  if @$rows != 1;
-	# Clients' logs are not in time order, but all answers must be equal,
-	# and at most one of them may come from running fn.
-	for my $answer (@answers[ 1 .. $#answers ])
-	{
-		$violation->("$key: answer differs from the first: "
-			  . "$answer->{response} vs $first->{response}")
-		  if $answer->{response} ne $first->{response};
-	}
-	my $runs = grep { $_->{replayed} ne 't' } @answers;
-	$violation->("$key: $runs answers ran fn") if $runs > 1;
-	next unless @$rows == 1;
-	my ($seq) = $first->{response} =~ /"seq": (\d+)/;
-	$violation->("$key: the answer (seq $seq) is not the ledger's execution "
-		  . "(seq $rows->[0]{seq})")
-	  if !defined $seq || $seq != $rows->[0]{seq};
-	$violation->("$key: applied amount $rows->[0]{amount}, acknowledged "
-		  . "for $first->{amount}")
-	  if $rows->[0]{amount} != $first->{amount};
-	for my $refused (grep { $_->{outcome} eq 'IK422' } @attempts)
-	{
-		$violation->("$key: payload $refused->{amount} was refused with "
-			  . "IK422 but applied")
-		  if $rows->[0]{amount} == $refused->{amount};
-	}
-	$violation->("$key: stored response differs from the answer")
-	  if ($stored{$key} // '') ne $first->{response};
-}
-for my $key (keys %ledger)
-{
-	$violation->("$key: in the ledger but never sent")
-	  unless $attempts_by_key{$key};
-	$violation->("$key: in the ledger but no key stored")
-	  unless defined $stored{$key};
-}
 
 # A replay of every acknowledged key now, by one session, still answers the
 # first response.
@@ -497,33 +580,54 @@ $violation->("$duplicated keys with two or more ledger rows") if $duplicated != 
 $figures{keys} = keys %attempts_by_key;
 $figures{'acknowledged keys'} = @acknowledged;
 $figures{'ledger rows'} = $node->safe_psql('postgres', 'SELECT count(*) FROM bank.ledger');
+# Faults that took effect: signals the server accepted, and errors clients
+# saw (a cancel or termination that hit an idle moment is not counted).
 $figures{"faults injected: $_"} = $injected->{$_} for keys %$injected;
-$figures{'faults injected: client timeouts'} = $figures{'outcome timeout'} // 0;
-$figures{'statement timeouts'} = scalar grep {
-	$_->{detail} =~ /statement timeout/
-} map { @$_ } values %attempts_by_key;
-$figures{'409s'} = $figures{'outcome IK409'} // 0;
-$figures{'422s'} = $figures{'outcome IK422'} // 0;
+my $seen = effects_seen();
+$figures{"seen by clients: $_"} = $seen->{$_} for keys %$seen;
 $figures{violations} = @violations;
 $figures{seconds} = sprintf('%.1f', $elapsed);
-diag(sprintf('%-36s %s', $_, $figures{$_})) for sort keys %figures;
+diag(sprintf('%-40s %s', $_, $figures{$_})) for sort keys %figures;
 diag("violation: $_") for @violations[ 0 .. ($#violations < 30 ? $#violations : 29) ];
 
 is(scalar @violations, 0, 'no violation of exactly-once');
-# Every kind of fault happened (the figures above say how often).
+# Every kind of fault took effect (the figures above say how often).
 cmp_ok($injected->{kill9}, '>=', 1, 'the storm crashed the server');
-cmp_ok($injected->{cancel}, '>=', 1, 'the storm cancelled backends');
-cmp_ok($injected->{terminate}, '>=', 1, 'the storm terminated backends');
-cmp_ok($figures{'faults injected: client timeouts'}, '>=', 1,
-	'clients timed out');
-cmp_ok($figures{'statement timeouts'}, '>=', 1,
+cmp_ok($injected->{cancel}, '>=', 1, 'pg_cancel_backend hit backends');
+cmp_ok($seen->{cancels}, '>=', 1, 'clients saw their statements cancelled');
+cmp_ok($injected->{terminate}, '>=', 1, 'pg_terminate_backend hit backends');
+cmp_ok($seen->{terminations}, '>=', 1, 'clients saw their backends terminated');
+cmp_ok($seen->{'client timeouts'}, '>=', 1, 'clients timed out');
+cmp_ok($seen->{'statement timeouts in fn'}, '>=', 1,
 	'statement_timeout fired inside fn');
-cmp_ok($figures{'409s'}, '>=', 1, 'concurrent duplicates met IK409');
-cmp_ok($figures{'422s'}, '>=', 1, 'changed requests met IK422');
+cmp_ok($seen->{IK409s}, '>=', 1, 'concurrent duplicates met IK409');
+cmp_ok($seen->{IK422s}, '>=', 1, 'changed requests met IK422');
 cmp_ok($figures{replays}, '>=', 1, 'retries were answered by replays');
-cmp_ok(scalar(@acknowledged), '>=', 100, 'the storm processed enough keys');
+cmp_ok(scalar(@acknowledged), '>=', $clients * $min_keys_per_client,
+	'every client finished its keys');
 ok($node->log_contains('terminated by signal 9'),
 	'the server log shows the crash restarts');
+
+# The checker catches what it is there to catch: the same code, run on the
+# database with a planted second execution of one acknowledged key and a
+# changed stored response of another, flags exactly those two keys.
+my ($doubled, $altered) = @acknowledged[ 0, 1 ];
+$node->safe_psql(
+	'postgres', qq{
+INSERT INTO bank.ledger (op_key, from_id, to_id, amount)
+  SELECT op_key, from_id, to_id, amount FROM bank.ledger WHERE op_key = '$doubled';
+UPDATE idempotency.keys SET response = response || '{"planted": true}'
+ WHERE scope::text = 'teller' AND key = '$altered';
+});
+my @planted = check_keys(\%attempts_by_key, read_database());
+is_deeply(
+	[ sort @planted ],
+	[
+		sort "$doubled: acknowledged, but 2 ledger rows",
+		"$altered: stored response differs from the answer"
+	],
+	'the checker flags a planted second execution and a changed stored response'
+);
 
 $node->stop;
 done_testing();

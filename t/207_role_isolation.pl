@@ -268,7 +268,7 @@ sub store_world
 my @probes = (
 	"key < 'm'", "key >= 'm'", "key < 'b'", "key > 'y'",
 	"key = 'zz-0001'", "request_hash > 'a'", "status = 'done'",
-	"expires_at > now()", "scope = 'bob'::regrole", "scope = 'carol'::regrole");
+	"expires_at > now()", "scope OPERATOR(idempotency.=) 'bob'", "scope OPERATOR(idempotency.=) 'carol'");
 
 sub estimates
 {

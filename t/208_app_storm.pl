@@ -363,7 +363,7 @@ for my $row (split /\n/,
 	push @{ $orders{$key} }, { seq => $seq, units => $units };
 }
 my %stored = map { split /\|/, $_, 2 } split /\n/, $node->safe_psql('postgres',
-	"SELECT key, response::text FROM idempotency.keys WHERE scope = 'shopper'::regrole");
+	"SELECT key, response::text FROM idempotency.keys WHERE scope::text = 'shopper'");
 
 my @violations;
 my $violation = sub { push @violations, join(' ', @_) };

@@ -47,8 +47,20 @@ check "default_version $default_version is reachable from 0.1" reachable
 meta_version=$(awk '/"provides"/ { p = 1 } p && /"version"/ { gsub(/.*"version": *"|".*/, ""); print; exit }' "$repo/META.json")
 check "META.json provides version $meta_version for control version $default_version" \
   test "$meta_version" = "$default_version.0"
+# The build must stop because of the missing pg_config itself, not fail for
+# any other reason (a broken tree would fail too).
+fails_for_missing_pg_config() {
+  local output
+  if output=$(make -C "$repo" -s install DESTDIR="$stage/other" PG_CONFIG=/nonexistent/pg_config 2>&1); then
+    echo "make succeeded without a pg_config"
+    return 1
+  fi
+  grep -q 'PG_CONFIG=/nonexistent/pg_config is not a working pg_config' <<<"$output" ||
+    { echo "make failed, but not for the missing pg_config: $output"; return 1; }
+  [ ! -e "$stage/other" ] || { echo "make installed something under $stage/other"; return 1; }
+}
 check "PG_CONFIG chooses the installation (a missing pg_config fails the build)" \
-  bash -c "! make -C '$repo' -s install DESTDIR='$stage/other' PG_CONFIG=/nonexistent/pg_config >/dev/null 2>&1"
+  fails_for_missing_pg_config
 
 echo "packaging: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

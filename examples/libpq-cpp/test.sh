@@ -15,9 +15,12 @@ withdraw_bin=$build/withdraw
 tmp=$(mktemp -d "$build/test.XXXXXX")
 run=$RANDOM$RANDOM # keeps keys apart across runs
 holder_pid=
+gate_pid=
+gate_lock=7001 # advisory lock the key holder waits for before it commits
 
 cleanup() {
   if [ -n "$holder_pid" ]; then kill "$holder_pid" 2>/dev/null || true; fi
+  if [ -n "$gate_pid" ]; then kill "$gate_pid" 2>/dev/null || true; fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -67,27 +70,74 @@ wait_for() { # what sql expected
   done
 }
 
+# The gate: a session holding an advisory lock until open_gate; the key
+# holder waits for that lock before it commits, so it holds its key exactly
+# as long as a case needs, however slow the machine.
+close_gate() {
+  mkfifo "$tmp/gate"
+  psql -X -qAt -v ON_ERROR_STOP=1 <"$tmp/gate" >/dev/null &
+  gate_pid=$!
+  exec 3>"$tmp/gate"
+  echo "SET application_name = 'gate'; SELECT pg_advisory_lock($gate_lock);" >&3
+  wait_for "the gate to close" \
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $gate_lock AND granted" 1
+}
+
+# Background processes start with descriptor 3 closed (3>&-), so that this
+# is the gate's input's last writer.
+open_gate() {
+  exec 3>&- # psql reaches the end of its input and leaves
+  wait "$gate_pid"
+  gate_pid=
+  rm -f "$tmp/gate"
+}
+
 # Another session runs the same withdrawal and holds its key, uncommitted,
-# for the given seconds; its response is written to $tmp/holder.out.
-hold_key() { # key account amount seconds
+# until open_gate; its response is written to $tmp/holder.out.
+hold_key() { # key account amount
+  close_gate
   psql -X -qAt -v ON_ERROR_STOP=1 -v key="$1" -v account="$2" -v amount="$3" \
-    -v seconds="$4" >"$tmp/holder.out" <<'SQL' &
+    >"$tmp/holder.out" 3>&- <<SQL &
 SET application_name = 'key-holder';
 BEGIN;
-SELECT idempotency.idempotent_call(:'key', NULL, 'SELECT withdraw($1, $2)',
+SELECT idempotency.idempotent_call(:'key', NULL, 'SELECT withdraw(\$1, \$2)',
                                    :'account'::bigint, :'amount'::bigint);
-SELECT pg_sleep(:seconds);
+SELECT 'gate passed' FROM pg_advisory_xact_lock($gate_lock);
 COMMIT;
 SQL
   holder_pid=$!
-  wait_for "the holder to claim the key" \
-    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'key-holder' AND query LIKE '%pg_sleep%'" 1
+  wait_for "the holder to claim the key and wait at the gate" \
+    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'key-holder' AND wait_event = 'advisory'" 1
 }
 
 holder_finished() {
   wait "$holder_pid"
   holder_pid=
   head -n 1 "$tmp/holder.out"
+}
+
+# Starts the program in the background; withdraw_finished waits for it and
+# leaves $status, $out and $err as withdraw does.
+withdraw_in_background() {
+  "$withdraw_bin" "$@" >"$tmp/out" 2>"$tmp/err" 3>&- &
+  withdraw_pid=$!
+}
+
+withdraw_finished() {
+  set +e
+  wait "$withdraw_pid"
+  status=$?
+  set -e
+  out=$(<"$tmp/out")
+  err=$(<"$tmp/err")
+}
+
+wait_for_stderr() { # pattern
+  local deadline=$((SECONDS + 30))
+  until grep -q -- "$1" "$tmp/err"; do
+    if [ "$SECONDS" -ge "$deadline" ]; then echo "    the program never printed '$1': $(<"$tmp/err")"; return 1; fi
+    sleep 0.02
+  done
 }
 
 case_builds_warning_free() {
@@ -147,9 +197,12 @@ case_business_errors_are_not_retried() {
 case_ik409_is_retried_until_replay() {
   local account held
   account=$(new_account 1000)
-  hold_key "k-$run-busy" "$account" 300 1
-  withdraw "k-$run-busy" "$account" 300
+  hold_key "k-$run-busy" "$account" 300
+  withdraw_in_background "k-$run-busy" "$account" 300
+  wait_for_stderr "retryable error (IK409)" || return 1
+  open_gate
   held=$(holder_finished)
+  withdraw_finished
   expect "exit status" "$status" 0 || return 1
   expect_match "stderr" "$err" "retryable error (IK409)" || return 1
   expect "replayed" "$(json_field "$out" replayed)" true || return 1
@@ -160,12 +213,16 @@ case_ik409_is_retried_until_replay() {
 case_40001_under_repeatable_read_is_retried() {
   local account
   account=$(new_account 1000)
-  hold_key "k-$run-rr" "$account" 300 1
+  hold_key "k-$run-rr" "$account" 300
   # Waits for the holder instead of failing with IK409; when the holder
   # commits, the key is newer than this transaction's snapshot: 40001.
-  PGOPTIONS="-c default_transaction_isolation=repeatable\\ read -c idempotency.wait_timeout=5000" \
-    withdraw "k-$run-rr" "$account" 300
+  PGOPTIONS="-c default_transaction_isolation=repeatable\\ read -c idempotency.wait_timeout=600000" \
+    withdraw_in_background "k-$run-rr" "$account" 300
+  wait_for "the program to wait for the holder" \
+    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'idempotency-libpq-example' AND wait_event_type = 'Lock'" 1 || return 1
+  open_gate
   holder_finished >/dev/null
+  withdraw_finished
   expect "exit status" "$status" 0 || return 1
   expect_match "stderr" "$err" "retryable error (40001)" || return 1
   expect "replayed" "$(json_field "$out" replayed)" true || return 1
@@ -173,24 +230,16 @@ case_40001_under_repeatable_read_is_retried() {
 }
 
 case_lost_connection_is_retried_with_the_same_key() {
-  local account pid
+  local account
   account=$(new_account 1000)
-  hold_key "k-$run-lost" "$account" 300 2
-  "$withdraw_bin" "k-$run-lost" "$account" 300 >"$tmp/out" 2>"$tmp/err" &
-  pid=$!
-  local deadline=$((SECONDS + 10))
-  until grep -q "attempt 2:" "$tmp/err"; do
-    if [ "$SECONDS" -ge "$deadline" ]; then echo "    the program never retried: $(<"$tmp/err")"; return 1; fi
-    sleep 0.02
-  done
+  hold_key "k-$run-lost" "$account" 300
+  withdraw_in_background "k-$run-lost" "$account" 300
+  wait_for_stderr "attempt 2:" || return 1
   sql "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'idempotency-libpq-example'" >/dev/null
-  set +e
-  wait "$pid"
-  status=$?
-  set -e
-  out=$(<"$tmp/out")
-  err=$(<"$tmp/err")
+  wait_for_stderr "connection lost" || return 1
+  open_gate
   holder_finished >/dev/null
+  withdraw_finished
   expect "exit status" "$status" 0 || return 1
   expect_match "stderr" "$err" "connection lost" || return 1
   expect "replayed" "$(json_field "$out" replayed)" true || return 1

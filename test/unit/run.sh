@@ -9,4 +9,5 @@ jobs="$(nproc 2>/dev/null || echo 2)"
 
 cmake -S "$repo_root" -B "$build_dir"
 cmake --build "$build_dir" -j "$jobs"
-ctest --test-dir "$build_dir" --output-on-failure -j "$jobs"
+# --no-tests=error: a build that registered no test fails instead of passing.
+ctest --test-dir "$build_dir" --output-on-failure --no-tests=error -j "$jobs"
