@@ -197,7 +197,7 @@ DELETE FROM pg_catalog.pg_statistic AS s
 -- showing no key or response; only monitoring roles may read it. It depends
 -- on keys.scope, so it comes after any change to that column.
 CREATE VIEW idempotency.key_usage AS
-    SELECT k.scope AS role,
+    SELECT k.scope::pg_catalog.regrole AS role,
            pg_catalog.count(*) AS keys,
            pg_catalog.sum(pg_catalog.pg_column_size(k.*))::pg_catalog.int8 AS bytes
       FROM idempotency.keys AS k

@@ -26,7 +26,7 @@ END $$;
 -- Claim locks this backend holds.
 CREATE VIEW app_claim_locks AS
   SELECT count(*) AS claim_locks FROM pg_locks
-   WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND objsubid = 19273;
+   WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND objsubid < 0;
 
 -- proceed: the transaction holds the key; nothing is stored yet.
 BEGIN;
