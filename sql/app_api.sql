@@ -298,7 +298,7 @@ SELECT app_error_of($$SELECT idempotency.complete('role-switch', '1')$$);
 RESET ROLE;
 SELECT idempotency.release('role-switch');
 COMMIT;
-DELETE FROM idempotency.keys WHERE scope = 'app_other'::regrole;
+DELETE FROM idempotency.keys WHERE scope::text = 'app_other';
 REVOKE ALL ON app_orders FROM app_other;
 DROP ROLE app_other;
 
