@@ -9,15 +9,19 @@ PGFILEDESC = "idempotency - exactly-once processing of retried requests"
 
 SOURCES = \
 	src/boundary/boundary.cpp \
+	src/entry/app_functions.cpp \
 	src/entry/module.cpp \
 	src/entry/settings.cpp \
 	src/fingerprint/fingerprint.cpp \
 	src/fingerprint/request_hash.cpp \
+	src/protocol/app_api.cpp \
 	src/protocol/call.cpp \
 	src/protocol/claim.cpp \
 	src/protocol/fn.cpp \
+	src/protocol/outcome.cpp \
 	src/protocol/rules.cpp \
 	src/protocol/statement_cache.cpp \
+	src/protocol/stored_errors.cpp \
 	src/stats/stats.cpp \
 	src/storage/keys.cpp \
 	src/worker/database_round.cpp \

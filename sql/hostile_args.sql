@@ -105,9 +105,11 @@ SELECT sqlstate_of($$SELECT idempotency.idempotent_call('args-inline', NULL, 'SE
 SELECT count(*) AS stored FROM idempotency.keys WHERE key IN ('args-missing', 'args-mistyped', 'args-thousand-1', 'args-domain-bad');
 
 -- A caller's own request_hash is taken as given, even an empty or a very
--- long one; a NULL hash on the same key is another request.
+-- long one; a NULL hash on the same key is another request, and so is the
+-- same hash with another fn.
 SELECT idempotency.idempotent_call('args-hash-empty', '', 'SELECT 1');
-SELECT idempotency.idempotent_call('args-hash-empty', '', 'SELECT 2'), idempotency.last_call_replayed();
+SELECT idempotency.idempotent_call('args-hash-empty', '', 'SELECT 1'), idempotency.last_call_replayed();
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('args-hash-empty', '', 'SELECT 2')$$);
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('args-hash-empty', NULL, 'SELECT 1')$$);
 SELECT idempotency.idempotent_call('args-hash-long', repeat('h', 1000000), 'SELECT 1');
 SELECT idempotency.idempotent_call('args-hash-long', repeat('h', 1000000), 'SELECT 1'), idempotency.last_call_replayed();

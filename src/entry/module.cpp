@@ -3,7 +3,9 @@
 // boundary (boundary/boundary.hpp).
 #include "boundary/boundary.hpp"
 #include "entry/settings.hpp"
+#include "protocol/app_api.hpp"
 #include "protocol/call.hpp"
+#include "protocol/outcome.hpp"
 #include "stats/stats.hpp"
 #include "worker/status.hpp"
 #include "worker/worker.hpp"
@@ -43,6 +45,7 @@ void _PG_init(void) {
   idempotency::settings::define();
   idempotency::worker::define_settings();
   MarkGUCPrefixReserved("idempotency");
+  idempotency::protocol::register_transaction_callbacks();
   if (!process_shared_preload_libraries_in_progress)
     return;
   previous_shmem_request_hook = shmem_request_hook;
@@ -59,12 +62,14 @@ Datum idempotent_call_body(FunctionCallInfo fcinfo) {
 }
 
 Datum last_call_replayed_body(FunctionCallInfo fcinfo) {
-  switch (idempotency::protocol::last_call()) {
-  case idempotency::protocol::LastCall::none:
+  switch (idempotency::protocol::last_call().outcome) {
+  case idempotency::protocol::Outcome::none:
     PG_RETURN_NULL();
-  case idempotency::protocol::LastCall::ran:
+  case idempotency::protocol::Outcome::ran:
+  case idempotency::protocol::Outcome::stored_error:
     PG_RETURN_BOOL(false);
-  case idempotency::protocol::LastCall::replayed:
+  case idempotency::protocol::Outcome::replayed:
+  case idempotency::protocol::Outcome::replayed_error:
     PG_RETURN_BOOL(true);
   }
   pg_unreachable();

@@ -7,6 +7,9 @@ namespace {
 char *ttl_text = nullptr;
 Interval ttl_value;
 int wait_timeout = 0;
+char *store_errors_text = nullptr;
+SqlstateList no_stored_errors{};
+const SqlstateList *stored_errors_value = &no_stored_errors;
 
 // Parses an interval without raising errors (check hooks must not), accepting
 // what interval input accepts: '24h', '7 days', '1 day 2 hours', 'P1D'.
@@ -68,6 +71,52 @@ void assign_ttl(const char *, void *extra) {
   ttl_value = *static_cast<Interval *>(extra);
 }
 
+const char *sqlstate_list_problem(SqlstateListCheck check) {
+  switch (check) {
+  case SqlstateListCheck::ok:
+    break;
+  case SqlstateListCheck::malformed:
+    return "is not a SQLSTATE (5 characters) or a class (2 characters)";
+  case SqlstateListCheck::too_many:
+    return "is one entry too many";
+  case SqlstateListCheck::not_an_error:
+    return "names a class of success, warning or no-data conditions, not of "
+           "errors";
+  case SqlstateListCheck::transient:
+    return "names a transient condition (a cancel, timeout, serialization "
+           "failure, deadlock, resource shortage or internal error) that a "
+           "retry may not meet again";
+  }
+  return "";
+}
+
+bool check_store_errors(char **newval, void **extra, GucSource) {
+  SqlstateList parsed;
+  const char *text = *newval == nullptr ? "" : *newval;
+  SqlstateListResult result = parse_sqlstate_list(text, parsed);
+  if (result.check != SqlstateListCheck::ok) {
+    GUC_check_errdetail(
+        "idempotency.store_errors entry \"%.*s\" %s; the setting is a "
+        "comma-separated list of SQLSTATEs (P0001) and classes (23), at most "
+        "%d entries.",
+        (int)result.entry_size, text + result.entry_start,
+        sqlstate_list_problem(result.check), SqlstateList::capacity);
+    return false;
+  }
+  auto *copy = static_cast<SqlstateList *>(malloc(sizeof(SqlstateList)));
+  if (copy == nullptr)
+    return false;
+  *copy = parsed;
+  *extra = copy;
+  return true;
+}
+
+void assign_store_errors(const char *, void *extra) {
+  stored_errors_value = extra == nullptr
+                            ? &no_stored_errors
+                            : static_cast<const SqlstateList *>(extra);
+}
+
 } // namespace
 
 void define() {
@@ -86,10 +135,22 @@ void define() {
       "back.",
       &wait_timeout, 0, 0, INT_MAX, PGC_USERSET, GUC_UNIT_MS, nullptr, nullptr,
       nullptr);
+
+  DefineCustomStringVariable(
+      "idempotency.store_errors",
+      "SQLSTATEs and classes of fn errors that are stored as the outcome.",
+      "A comma-separated list such as 'P0001, 23'. When not empty, fn runs in "
+      "a subtransaction; an error it raises with a listed SQLSTATE undoes "
+      "fn's effects and is stored and returned as {\"error\": {...}}; "
+      "retries get the same document.",
+      &store_errors_text, "", PGC_USERSET, GUC_LIST_INPUT, check_store_errors,
+      assign_store_errors, nullptr);
 }
 
 const Interval &ttl() { return ttl_value; }
 
 int wait_timeout_ms() { return wait_timeout; }
+
+const SqlstateList &stored_errors() { return *stored_errors_value; }
 
 } // namespace idempotency::settings

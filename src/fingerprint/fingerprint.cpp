@@ -197,6 +197,8 @@ constexpr std::uint8_t tag_function = 0x01;
 constexpr std::uint8_t tag_null_value = 0x03;
 constexpr std::uint8_t tag_type_name = 0x04;
 constexpr std::uint8_t tag_value = 0x05;
+constexpr std::uint8_t tag_client_hash = 0x06;
+constexpr std::uint8_t tag_claim_api = 0x07;
 
 constexpr std::size_t frame_header_size = 1 + 8;
 
@@ -211,6 +213,17 @@ void write_frame_header(std::uint8_t tag, std::uint64_t size,
 RequestFingerprint::RequestFingerprint(const char *fn,
                                        std::size_t fn_size) noexcept {
   add_field(tag_function, fn, fn_size);
+}
+
+RequestFingerprint RequestFingerprint::for_claim() noexcept {
+  RequestFingerprint fingerprint;
+  fingerprint.add_field(tag_claim_api, nullptr, 0);
+  return fingerprint;
+}
+
+void RequestFingerprint::add_client_hash(const char *hash,
+                                         std::size_t hash_size) noexcept {
+  add_field(tag_client_hash, hash, hash_size);
 }
 
 void RequestFingerprint::add_field(std::uint8_t tag, const void *data,

@@ -39,9 +39,18 @@ constexpr std::size_t hex_size = 2 * Sha256::digest_size + 1;
 // share an encoding ("ab","c" and "a","bc" differ; a NULL differs from an
 // empty value). Types come before values so that the part that depends only
 // on fn and the argument types can be computed once and copied.
+//
+// A request whose fingerprint the client computes is framed the same way:
+// fn (or, for the application API's claim, a claim marker in its place),
+// then the client's text. A stored fingerprint thus tells an idempotent_call
+// of one fn from one of another fn and from a claim, whatever hash the client
+// passed.
 class RequestFingerprint {
 public:
   RequestFingerprint(const char *fn, std::size_t fn_size) noexcept;
+  // A request of the application API's claim().
+  static RequestFingerprint for_claim() noexcept;
+  void add_client_hash(const char *hash, std::size_t hash_size) noexcept;
   void add_type(const char *type_name, std::size_t type_name_size) noexcept;
   void add_value(const void *value, std::size_t value_size) noexcept;
   void add_null() noexcept;
@@ -49,6 +58,7 @@ public:
   void finish_hex(char (&out)[hex_size]) noexcept;
 
 private:
+  RequestFingerprint() noexcept = default;
   void add_field(std::uint8_t tag, const void *data, std::size_t size) noexcept;
 
   Sha256 hash_;

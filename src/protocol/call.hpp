@@ -6,11 +6,6 @@
 
 namespace idempotency::protocol {
 
-enum class LastCall { none, ran, replayed };
-
 Datum idempotent_call(FunctionCallInfo fcinfo);
-
-// What the last completed call of this session did.
-LastCall last_call();
 
 } // namespace idempotency::protocol

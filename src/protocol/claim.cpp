@@ -1,5 +1,9 @@
 #include "protocol/claim.hpp"
 
+#include "entry/settings.hpp"
+#include "protocol/rules.hpp"
+#include "stats/stats.hpp"
+
 extern "C" {
 #include "common/hashfn.h"
 }
@@ -61,9 +65,21 @@ template <typename Wait> bool wait_until(TimestampTz deadline, Wait wait) {
   return finished;
 }
 
+// Runs `body` with `owner` as the current resource owner (nullptr: as is),
+// so that the locks it takes or releases are that owner's. An error leaves
+// the owner set; error recovery resets CurrentResourceOwner.
+template <typename Body> auto with_owner(ResourceOwner owner, Body body) {
+  ResourceOwner saved = CurrentResourceOwner;
+  if (owner != nullptr)
+    CurrentResourceOwner = owner;
+  auto result = body();
+  CurrentResourceOwner = saved;
+  return result;
+}
+
 } // namespace
 
-Claim claim_for(const storage::KeyRef &key) {
+Claim claim_for(const storage::KeyRef &key, ResourceOwner owner) {
   uint64 hash = hash_bytes_extended(
       reinterpret_cast<const unsigned char *>(VARDATA_ANY(key.key)),
       VARSIZE_ANY_EXHDR(key.key), key.scope);
@@ -71,10 +87,23 @@ Claim claim_for(const storage::KeyRef &key) {
   SET_LOCKTAG_ADVISORY(claim.tag, MyDatabaseId, (uint32)(hash >> 32),
                        (uint32)hash, claim_lock_class);
   claim.held = false;
+  claim.owner = owner;
   return claim;
 }
 
-ClaimResult acquire(Claim &claim, TimestampTz deadline) {
+bool claimed_elsewhere(const storage::KeyRef &key) {
+  Claim claim = claim_for(key);
+  LockAcquireResult taken = LockAcquire(&claim.tag, ExclusiveLock, false, true);
+  if (taken == LOCKACQUIRE_NOT_AVAIL)
+    return true;
+  LockRelease(&claim.tag, ExclusiveLock, false);
+  // Held by this transaction already: not elsewhere.
+  return false;
+}
+
+namespace {
+
+ClaimResult acquire_as_owner(Claim &claim, TimestampTz deadline) {
   LockAcquireResult taken = LockAcquire(&claim.tag, ExclusiveLock, false, true);
   if (taken == LOCKACQUIRE_ALREADY_HELD || taken == LOCKACQUIRE_ALREADY_CLEAR) {
     LockRelease(&claim.tag, ExclusiveLock, false);
@@ -96,10 +125,20 @@ ClaimResult acquire(Claim &claim, TimestampTz deadline) {
   return ClaimResult::acquired;
 }
 
+} // namespace
+
+ClaimResult acquire(Claim &claim, TimestampTz deadline) {
+  return with_owner(claim.owner, [&claim, deadline] {
+    return acquire_as_owner(claim, deadline);
+  });
+}
+
 void release(Claim &claim) {
   if (!claim.held)
     return;
-  LockRelease(&claim.tag, ExclusiveLock, false);
+  with_owner(claim.owner, [&claim] {
+    return LockRelease(&claim.tag, ExclusiveLock, false);
+  });
   claim.held = false;
 }
 
@@ -109,6 +148,151 @@ bool wait_for_transaction(TransactionId holder, TimestampTz deadline) {
   return wait_until(deadline, [holder] {
     XactLockTableWait(holder, nullptr, nullptr, XLTW_None);
   });
+}
+
+namespace {
+
+const int errcode_key_in_progress = MAKE_SQLSTATE('I', 'K', '4', '0', '9');
+const int errcode_key_reused = MAKE_SQLSTATE('I', 'K', '4', '2', '2');
+const int errcode_key_recursion = MAKE_SQLSTATE('I', 'K', '5', '0', '8');
+
+bool same_text(const text *a, const text *b) {
+  return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+         memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+bool matches(const RequestMatch &request, const text *stored) {
+  return same_text(stored, request.fingerprint) ||
+         (request.legacy_fingerprint != nullptr &&
+          same_text(stored, request.legacy_fingerprint));
+}
+
+pg_attribute_noreturn() void report_reused(const storage::KeyRef &key) {
+  stats::count(stats::Event::mismatch);
+  ereport(ERROR,
+          (errcode(errcode_key_reused),
+           errmsg("idempotency key \"%s\" was already used with a different "
+                  "request",
+                  key_text(key)),
+           errdetail("A key identifies one request; its stored response "
+                     "belongs to a request with another fingerprint."),
+           errhint("Use a new idempotency key for a new request.")));
+  pg_unreachable();
+}
+
+pg_attribute_noreturn() void report_recursion(const storage::KeyRef &key) {
+  ereport(ERROR,
+          (errcode(errcode_key_recursion),
+           errmsg("idempotency key \"%s\" is already being processed by "
+                  "this transaction",
+                  key_text(key)),
+           errdetail("The key was claimed earlier in this transaction and is "
+                     "not yet complete: fn called idempotent_call with its "
+                     "own key, or claim() was called twice.")));
+  pg_unreachable();
+}
+
+TimestampTz wait_deadline() {
+  int wait_ms = settings::wait_timeout_ms();
+  if (wait_ms == 0)
+    return 0;
+  return TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_ms);
+}
+
+} // namespace
+
+const char *key_text(const storage::KeyRef &key) {
+  return text_to_cstring(key.key);
+}
+
+void report_in_progress(const storage::KeyRef &key) {
+  stats::count(stats::Event::conflict);
+  ereport(ERROR, (errcode(errcode_key_in_progress),
+                  errmsg("idempotency key \"%s\" is being processed by another "
+                         "transaction",
+                         key_text(key)),
+                  errhint("Retry the request later.")));
+  pg_unreachable();
+}
+
+storage::KeyRef key_argument(FunctionCallInfo fcinfo, int argno) {
+  if (PG_ARGISNULL(argno))
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                    errmsg("idempotency key must not be null")));
+  Size key_bytes = toast_raw_datum_size(PG_GETARG_DATUM(argno)) - VARHDRSZ;
+  switch (check_key_size(key_bytes)) {
+  case KeyCheck::ok:
+    break;
+  case KeyCheck::empty:
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("idempotency key must not be empty")));
+  case KeyCheck::too_long:
+    ereport(ERROR,
+            (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+             errmsg("idempotency key is %zu bytes long, the limit is %zu",
+                    (size_t)key_bytes, max_key_bytes)));
+  }
+  return storage::KeyRef{GetUserId(), PG_GETARG_TEXT_PP(argno)};
+}
+
+TakenKey take_key(const storage::KeyTable &table, const storage::KeyRef &key,
+                  const RequestMatch &request, TimestampTz now,
+                  const char *command, ResourceOwner owner) {
+  TimestampTz deadline = wait_deadline();
+  // The claim's tag is derived only when the key must be claimed: a replay,
+  // the common retry, needs none.
+  Claim claim{};
+
+  // Each pass looks at the key afresh: after a wait the holder may have
+  // committed (replay), rolled back (proceed), or still hold it (wait or
+  // IK409).
+  for (;;) {
+    storage::KeyProbe stored = storage::probe(table, key, now);
+    if (stored.state == storage::KeyState::done) {
+      release(claim);
+      if (!matches(request, stored.request_hash))
+        report_reused(key);
+      stats::count(stats::Event::replayed);
+      return TakenKey{true, stored, claim};
+    }
+
+    PreventCommandIfReadOnly(command);
+    PreventCommandIfParallelMode(command);
+
+    if (stored.state == storage::KeyState::in_progress) {
+      release(claim);
+      if (!wait_for_transaction(stored.holder, deadline))
+        report_in_progress(key);
+      continue;
+    }
+
+    if (claim.held)
+      return TakenKey{false, stored, claim};
+
+    claim = claim_for(key, owner);
+    switch (acquire(claim, deadline)) {
+    case ClaimResult::acquired:
+      continue; // look again: the key may have been stored meanwhile
+    case ClaimResult::busy:
+      report_in_progress(key);
+    case ClaimResult::recursive:
+      report_recursion(key);
+    }
+  }
+}
+
+StoredTimes store_response(const storage::KeyTable &table,
+                           const storage::KeyRef &key, text *fingerprint,
+                           Datum response, bool response_is_null,
+                           const Interval &ttl,
+                           const ItemPointerData *expired_row) {
+  TimestampTz created_at = GetCurrentTransactionStartTimestamp();
+  TimestampTz expires_at = DatumGetTimestampTz(DirectFunctionCall2(
+      timestamptz_pl_interval, TimestampTzGetDatum(created_at),
+      IntervalPGetDatum(const_cast<Interval *>(&ttl))));
+  storage::store(table, key, fingerprint, response, response_is_null,
+                 created_at, expires_at, expired_row);
+  return StoredTimes{created_at, expires_at};
 }
 
 } // namespace idempotency::protocol

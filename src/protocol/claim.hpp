@@ -8,6 +8,14 @@
 // the claim is released at once. A transaction therefore holds at most one
 // claim lock at a time, however many calls it makes.
 //
+// The application API (claim/complete) keeps its claim locks until the end
+// of the transaction, or until the key is completed outside any
+// subtransaction: a savepoint rolled back after complete() removes the row
+// again, and the lock must still cover the key then. Those locks belong to
+// the transaction's resource owner (Claim::owner), whatever subtransaction
+// took them, so that the application API alone decides when they go (see
+// protocol/app_api).
+//
 // Correctness never rests on the claim: the primary key of idempotency.keys
 // makes a second execution of one key impossible to commit. The claim only
 // turns what would be a wait inside the unique index into an immediate IK409.
@@ -21,11 +29,15 @@ namespace idempotency::protocol {
 struct Claim {
   LOCKTAG tag;
   bool held;
+  ResourceOwner owner; // nullptr: the current resource owner
 };
 
 enum class ClaimResult { acquired, busy, recursive };
 
-Claim claim_for(const storage::KeyRef &key);
+Claim claim_for(const storage::KeyRef &key, ResourceOwner owner = nullptr);
+
+// Whether another transaction holds the key's claim right now.
+bool claimed_elsewhere(const storage::KeyRef &key);
 
 // Takes the claim. With deadline 0, answers busy at once when another
 // transaction holds it; otherwise waits until the deadline. Answers recursive
@@ -37,5 +49,56 @@ void release(Claim &claim);
 // Waits until the transaction `holder` ends, or the deadline passes.
 // Returns false on timeout.
 bool wait_for_transaction(TransactionId holder, TimestampTz deadline);
+
+// --- Taking a key: the one probe/claim loop of idempotent_call and claim --
+
+// The fingerprint a request is stored with, and the one a stored row may
+// also carry: keys stored before fingerprints covered fn hold the client's
+// request_hash as given (legacy; nullptr when the client passed none).
+struct RequestMatch {
+  text *fingerprint;
+  text *legacy_fingerprint;
+};
+
+// What taking a key found: a done row with the request's fingerprint
+// (replay), or the key claimed by this transaction (proceed), ready to store.
+struct TakenKey {
+  bool replay;
+  storage::KeyProbe stored; // replay: the row; proceed: absent or expired
+  Claim claim;              // proceed: held
+};
+
+// Looks the key up and claims it, waiting up to idempotency.wait_timeout for
+// another transaction that holds it. Raises IK409 (held elsewhere), IK422
+// (done with another fingerprint), IK508 (held by this transaction), and
+// PostgreSQL's read-only error when the key must be written on a standby.
+// `command` names the SQL function in those errors; `owner` is the claim
+// lock's resource owner (nullptr: the current one).
+TakenKey take_key(const storage::KeyTable &table, const storage::KeyRef &key,
+                  const RequestMatch &request, TimestampTz now,
+                  const char *command, ResourceOwner owner);
+
+// The key argument `argno` of an SQL function: 22004 when NULL, 22023 when
+// empty or over max_key_bytes (checked before the value is read).
+storage::KeyRef key_argument(FunctionCallInfo fcinfo, int argno);
+
+const char *key_text(const storage::KeyRef &key);
+
+// IK409 for a key another transaction holds.
+pg_attribute_noreturn() void report_in_progress(const storage::KeyRef &key);
+
+// The times a stored key row carries.
+struct StoredTimes {
+  TimestampTz created_at;
+  TimestampTz expires_at;
+};
+
+// Stores the response of a claimed key with the TTL `ttl`, replacing the
+// expired row the claim found (if any).
+StoredTimes store_response(const storage::KeyTable &table,
+                           const storage::KeyRef &key, text *fingerprint,
+                           Datum response, bool response_is_null,
+                           const Interval &ttl,
+                           const ItemPointerData *expired_row);
 
 } // namespace idempotency::protocol

@@ -52,10 +52,20 @@ bool is_expired(Relation rel, HeapTuple tuple, TimestampTz now) {
              tuple, column::expires_at, RelationGetDescr(rel), &isnull)) <= now;
 }
 
-KeyProbe expired_row(HeapTuple tuple) {
+void read_times(Relation rel, HeapTuple tuple, KeyProbe &result) {
+  TupleDesc desc = RelationGetDescr(rel);
+  bool isnull = false;
+  result.created_at = DatumGetTimestampTz(
+      heap_getattr(tuple, column::created_at, desc, &isnull));
+  result.expires_at = DatumGetTimestampTz(
+      heap_getattr(tuple, column::expires_at, desc, &isnull));
+}
+
+KeyProbe expired_row(Relation rel, HeapTuple tuple) {
   KeyProbe result{};
   result.state = KeyState::expired;
   result.row = tuple->t_self;
+  read_times(rel, tuple, result);
   return result;
 }
 
@@ -65,6 +75,8 @@ KeyProbe done_row(Relation rel, SysScanDesc scan, HeapTuple tuple) {
   TupleDesc desc = RelationGetDescr(rel);
   bool isnull = false;
   result.state = KeyState::done;
+  result.row = tuple->t_self;
+  read_times(rel, tuple, result);
   result.request_hash = reinterpret_cast<text *>(DatumGetPointer(
       copy_varlena(tuple, column::request_hash, desc, &isnull)));
   result.response =
@@ -119,7 +131,7 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
       break;
     }
     if (expired) {
-      result = expired_row(tuple);
+      result = expired_row(rel, tuple);
       continue; // the key's new row, if any, may come next
     }
     result = done_row(rel, scan, tuple);
@@ -213,6 +225,25 @@ void store(const KeyTable &table, const KeyRef &key, text *request_hash,
   insert_index_entries(rel, row);
   heap_freetuple(row);
   table_close(rel, NoLock);
+}
+
+bool remove(const KeyTable &table, const ItemPointerData &row) {
+  Relation rel = table_open(table.relid, RowExclusiveLock);
+  TM_FailureData failure;
+  TM_Result result = table_tuple_delete(
+      rel, const_cast<ItemPointer>(&row), GetCurrentCommandId(true),
+      GetActiveSnapshot(), InvalidSnapshot, true /* wait */, &failure,
+      false /* changingPart */);
+  table_close(rel, NoLock);
+  if (result == TM_Ok)
+    return true;
+  if (result == TM_Deleted)
+    return false;
+  ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                  errmsg("could not serialize access due to concurrent update"),
+                  errdetail("The idempotency key was changed while being "
+                            "forgotten.")));
+  pg_unreachable();
 }
 
 } // namespace idempotency::storage

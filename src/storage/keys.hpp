@@ -47,10 +47,12 @@ enum class KeyState {
 struct KeyProbe {
   KeyState state;
   TransactionId holder; // in_progress: the transaction to wait for
-  ItemPointerData row;  // expired: the row a new call replaces
+  ItemPointerData row;  // expired: the row a new call replaces; done: the row
   text *request_hash;   // done: the stored fingerprint
   Datum response;       // done: the stored response
   bool response_is_null;
+  TimestampTz created_at; // done, expired: the row's times
+  TimestampTz expires_at;
 };
 
 // Looks the key up. Under REPEATABLE READ or SERIALIZABLE, a row committed
@@ -61,8 +63,15 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now);
 // Stores a completed call: inserts the row, after deleting the expired row
 // it replaces (`expired_row`, or nullptr). The primary key's unique check
 // is the final word: a second row for one key can never commit.
+//
+// Callers go through protocol::store_outcome(), which fixes the key's times.
 void store(const KeyTable &table, const KeyRef &key, text *request_hash,
            Datum response, bool response_is_null, TimestampTz created_at,
            TimestampTz expires_at, const ItemPointerData *expired_row);
+
+// Deletes a done row of a key whose owner forgets it. Returns false when the
+// row was deleted meanwhile (by expiry); a row being changed by another open
+// transaction is waited for.
+bool remove(const KeyTable &table, const ItemPointerData &row);
 
 } // namespace idempotency::storage

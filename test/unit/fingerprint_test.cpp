@@ -313,4 +313,50 @@ TEST(RequestFingerprint, CopyOfThePrefixFinishesLikeAFreshBuild) {
   }
 }
 
+// --- Client hashes ----------------------------------------------------------
+
+std::string client_fingerprint(const std::string &fn, const std::string &hash) {
+  RequestFingerprint fp(fn.data(), fn.size());
+  fp.add_client_hash(hash.data(), hash.size());
+  return hex_of(fp);
+}
+
+std::string claim_fingerprint(const std::optional<std::string> &hash) {
+  RequestFingerprint fp = RequestFingerprint::for_claim();
+  if (hash)
+    fp.add_client_hash(hash->data(), hash->size());
+  else
+    fp.add_null();
+  return hex_of(fp);
+}
+
+TEST(ClientHash, FnIsPartOfTheFingerprint) {
+  EXPECT_NE(client_fingerprint("SELECT 1", "h"),
+            client_fingerprint("SELECT 2", "h"));
+  EXPECT_EQ(client_fingerprint("SELECT 1", "h"),
+            client_fingerprint("SELECT 1", "h"));
+  EXPECT_NE(client_fingerprint("SELECT 1", "h"),
+            client_fingerprint("SELECT 1", "h2"));
+}
+
+TEST(ClientHash, FramingKeepsFnAndHashApart) {
+  EXPECT_NE(client_fingerprint("ab", "c"), client_fingerprint("a", "bc"));
+}
+
+TEST(ClientHash, DiffersFromTheComputedFingerprint) {
+  // A client hash that spells a value is not that value.
+  EXPECT_NE(client_fingerprint("f", "x"), fingerprint("f", {{"text", "x"}}));
+  EXPECT_NE(client_fingerprint("f", ""), fingerprint("f", {}));
+}
+
+TEST(ClientHash, ClaimsAreMarked) {
+  EXPECT_NE(claim_fingerprint(std::string("h")), client_fingerprint("", "h"));
+  EXPECT_NE(claim_fingerprint(std::nullopt),
+            claim_fingerprint(std::string("")));
+  EXPECT_EQ(claim_fingerprint(std::string("h")),
+            claim_fingerprint(std::string("h")));
+  EXPECT_NE(claim_fingerprint(std::string("h")),
+            claim_fingerprint(std::string("i")));
+}
+
 } // namespace

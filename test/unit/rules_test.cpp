@@ -5,15 +5,20 @@
 
 #include <cstdint>
 #include <limits>
+#include <string>
 
 namespace {
 
 using idempotency::check_key_size;
 using idempotency::KeyCheck;
 using idempotency::max_key_bytes;
+using idempotency::parse_sqlstate_list;
 using idempotency::result_shape;
 using idempotency::ResultShape;
 using idempotency::row_is_object;
+using idempotency::sqlstate_listed;
+using idempotency::SqlstateList;
+using idempotency::SqlstateListCheck;
 
 // --- key size --------------------------------------------------------------
 
@@ -76,6 +81,65 @@ TEST(ResultShape, SeveralRowsIsArray) {
 TEST(RowIsObject, OnlyForSeveralColumns) {
   EXPECT_FALSE(row_is_object(1));
   EXPECT_TRUE(row_is_object(2));
+}
+
+SqlstateListCheck check_of(const char *text) {
+  SqlstateList list;
+  return parse_sqlstate_list(text, list).check;
+}
+
+TEST(SqlstateList, EmptyAndBlankAreTheEmptyList) {
+  SqlstateList list;
+  EXPECT_EQ(parse_sqlstate_list("", list).check, SqlstateListCheck::ok);
+  EXPECT_EQ(list.count, 0);
+  EXPECT_EQ(parse_sqlstate_list("  \t", list).check, SqlstateListCheck::ok);
+  EXPECT_EQ(list.count, 0);
+  EXPECT_FALSE(sqlstate_listed(list, "P0001"));
+}
+
+TEST(SqlstateList, CodesAndClassesWithBlanksAndLowerCase) {
+  SqlstateList list;
+  ASSERT_EQ(parse_sqlstate_list(" p0001 ,23,\t22012 ", list).check,
+            SqlstateListCheck::ok);
+  ASSERT_EQ(list.count, 3);
+  EXPECT_STREQ(list.entries[0], "P0001");
+  EXPECT_STREQ(list.entries[1], "23");
+  EXPECT_TRUE(sqlstate_listed(list, "P0001"));
+  EXPECT_TRUE(sqlstate_listed(list, "23505"));
+  EXPECT_TRUE(sqlstate_listed(list, "22012"));
+  EXPECT_FALSE(sqlstate_listed(list, "P0002"));
+  EXPECT_FALSE(sqlstate_listed(list, "22003"));
+}
+
+TEST(SqlstateList, MalformedEntriesAreRefusedWithTheirPlace) {
+  SqlstateList list;
+  auto result = parse_sqlstate_list("P0001, P001", list);
+  EXPECT_EQ(result.check, SqlstateListCheck::malformed);
+  EXPECT_EQ(result.entry_start, 7u);
+  EXPECT_EQ(result.entry_size, 4u);
+  EXPECT_EQ(check_of("P0001,"), SqlstateListCheck::malformed);
+  EXPECT_EQ(check_of(",P0001"), SqlstateListCheck::malformed);
+  EXPECT_EQ(check_of("P0001 23"), SqlstateListCheck::malformed);
+  EXPECT_EQ(check_of("P0-01"), SqlstateListCheck::malformed);
+  EXPECT_EQ(check_of("2"), SqlstateListCheck::malformed);
+  EXPECT_EQ(check_of("P00011"), SqlstateListCheck::malformed);
+}
+
+TEST(SqlstateList, TransientAndNonErrorClassesAreRefused) {
+  for (const char *text :
+       {"40001", "40", "57014", "53", "08006", "58", "XX000", "IK409", "ik"})
+    EXPECT_EQ(check_of(text), SqlstateListCheck::transient) << text;
+  for (const char *text : {"00000", "01", "02000"})
+    EXPECT_EQ(check_of(text), SqlstateListCheck::not_an_error) << text;
+}
+
+TEST(SqlstateList, AtMostCapacityEntries) {
+  std::string text = "P0001";
+  for (int i = 1; i < SqlstateList::capacity; i++)
+    text += ",P0001";
+  EXPECT_EQ(check_of(text.c_str()), SqlstateListCheck::ok);
+  text += ",P0001";
+  EXPECT_EQ(check_of(text.c_str()), SqlstateListCheck::too_many);
 }
 
 } // namespace

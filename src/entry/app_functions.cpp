@@ -1,0 +1,89 @@
+// Entry points of the application API (protocol/app_api) and of
+// idempotency.last_call(). Table functions return their one row (or none)
+// through a materialized result set.
+#include "boundary/boundary.hpp"
+#include "protocol/app_api.hpp"
+#include "protocol/outcome.hpp"
+
+namespace {
+
+namespace protocol = idempotency::protocol;
+
+constexpr int max_columns = 4;
+
+struct Row {
+  Datum values[max_columns];
+  bool nulls[max_columns];
+};
+
+void set(Row &row, int column, Datum value, bool is_null = false) {
+  row.values[column] = value;
+  row.nulls[column] = is_null;
+}
+
+void set_time(Row &row, int column, bool has_time, TimestampTz time) {
+  set(row, column, TimestampTzGetDatum(time), !has_time);
+}
+
+Datum return_rows(FunctionCallInfo fcinfo, Row *row) {
+  InitMaterializedSRF(fcinfo, 0);
+  auto *result = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+  if (row != nullptr)
+    tuplestore_putvalues(result->setResult, result->setDesc, row->values,
+                         row->nulls);
+  return (Datum)0;
+}
+
+Datum claim_body(FunctionCallInfo fcinfo) {
+  protocol::ClaimRow claimed = protocol::claim_key(fcinfo);
+  Row row{};
+  set(row, 0, BoolGetDatum(claimed.replayed));
+  set(row, 1, claimed.response, claimed.response_is_null);
+  set_time(row, 2, claimed.has_times, claimed.created_at);
+  set_time(row, 3, claimed.has_times, claimed.expires_at);
+  return return_rows(fcinfo, &row);
+}
+
+Datum complete_body(FunctionCallInfo fcinfo) {
+  protocol::complete_key(fcinfo);
+  PG_RETURN_VOID();
+}
+
+Datum release_body(FunctionCallInfo fcinfo) {
+  protocol::release_key(fcinfo);
+  PG_RETURN_VOID();
+}
+
+Datum last_call_body(FunctionCallInfo fcinfo) {
+  const protocol::LastCall &last = protocol::last_call();
+  if (last.outcome == protocol::Outcome::none)
+    return return_rows(fcinfo, nullptr);
+  Row row{};
+  set(row, 0, CStringGetTextDatum(protocol::outcome_name(last.outcome)));
+  set_time(row, 1, last.has_times, last.created_at);
+  set_time(row, 2, last.has_times, last.expires_at);
+  return return_rows(fcinfo, &row);
+}
+
+Datum lookup_body(FunctionCallInfo fcinfo) {
+  protocol::LookupRow found = protocol::lookup_key(fcinfo);
+  Row row{};
+  set(row, 0, CStringGetTextDatum(protocol::lookup_state_name(found.state)));
+  set_time(row, 1, found.has_times, found.created_at);
+  set_time(row, 2, found.has_times, found.expires_at);
+  set(row, 3, found.response, found.response_is_null);
+  return return_rows(fcinfo, &row);
+}
+
+Datum forget_body(FunctionCallInfo fcinfo) {
+  PG_RETURN_BOOL(protocol::forget_key(fcinfo));
+}
+
+} // namespace
+
+IDEMPOTENCY_SQL_FUNCTION(idempotency_claim, claim_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_complete, complete_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_release, release_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_last_call, last_call_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_lookup, lookup_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_forget, forget_body)

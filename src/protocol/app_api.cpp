@@ -1,0 +1,333 @@
+#include "protocol/app_api.hpp"
+
+#include "entry/settings.hpp"
+#include "fingerprint/fingerprint.hpp"
+#include "protocol/claim.hpp"
+#include "protocol/outcome.hpp"
+#include "protocol/stored_errors.hpp"
+#include "stats/stats.hpp"
+#include "storage/keys.hpp"
+
+namespace idempotency::protocol {
+
+namespace {
+
+constexpr int arg_key = 0;
+constexpr int arg_request_hash = 1;
+constexpr int arg_response = 1;
+
+// A key this transaction claimed through claim(), until the transaction
+// ends or the claim is released. Lives in TopTransactionContext.
+struct HeldKey {
+  Oid scope;
+  text *key;
+  text *fingerprint;
+  Claim claim; // owned by the transaction's resource owner
+  Interval ttl;
+  bool replaces_expired_row;
+  ItemPointerData expired_row;
+  bool completed;
+  // Subtransactions are numbered in the order they start, so every
+  // subtransaction begun after a savepoint has a larger id than the
+  // savepoint's: rolling back subtransaction S undoes what was done in any
+  // subtransaction >= S.
+  SubTransactionId claimed_in;
+  SubTransactionId completed_in;
+  HeldKey *next;
+};
+
+HeldKey *held_keys = nullptr; // this transaction's, newest first
+
+bool same_key(const HeldKey &held, const storage::KeyRef &key) {
+  return held.scope == key.scope &&
+         VARSIZE_ANY_EXHDR(held.key) == VARSIZE_ANY_EXHDR(key.key) &&
+         memcmp(VARDATA_ANY(held.key), VARDATA_ANY(key.key),
+                VARSIZE_ANY_EXHDR(key.key)) == 0;
+}
+
+HeldKey *find_held(const storage::KeyRef &key) {
+  for (HeldKey *held = held_keys; held != nullptr; held = held->next)
+    if (same_key(*held, key))
+      return held;
+  return nullptr;
+}
+
+void forget_held(HeldKey *gone) {
+  for (HeldKey **link = &held_keys; *link != nullptr; link = &(*link)->next)
+    if (*link == gone) {
+      *link = gone->next;
+      return;
+    }
+}
+
+text *copy_text(const text *value) {
+  auto *copy = static_cast<text *>(palloc(VARSIZE_ANY(value)));
+  memcpy(copy, value, VARSIZE_ANY(value));
+  return copy;
+}
+
+void hold(const storage::KeyRef &key, text *fingerprint,
+          const TakenKey &taken) {
+  MemoryContext caller = MemoryContextSwitchTo(TopTransactionContext);
+  auto *held = static_cast<HeldKey *>(palloc0(sizeof(HeldKey)));
+  held->scope = key.scope;
+  held->key = copy_text(key.key);
+  held->fingerprint = copy_text(fingerprint);
+  held->claim = taken.claim;
+  held->ttl = settings::ttl();
+  held->replaces_expired_row = taken.stored.state == storage::KeyState::expired;
+  held->expired_row = taken.stored.row;
+  held->completed = false;
+  held->claimed_in = GetCurrentSubTransactionId();
+  held->next = held_keys;
+  held_keys = held;
+  MemoryContextSwitchTo(caller);
+}
+
+// A claim() request's fingerprint: the claim marker and the client's text
+// (or NULL), so a claim never matches an idempotent_call of the same key.
+text *claim_fingerprint(FunctionCallInfo fcinfo) {
+  fingerprint::RequestFingerprint framed =
+      fingerprint::RequestFingerprint::for_claim();
+  if (PG_ARGISNULL(arg_request_hash)) {
+    framed.add_null();
+  } else {
+    text *client_hash = PG_GETARG_TEXT_PP(arg_request_hash);
+    framed.add_client_hash(VARDATA_ANY(client_hash),
+                           VARSIZE_ANY_EXHDR(client_hash));
+  }
+  char hex[fingerprint::hex_size];
+  framed.finish_hex(hex);
+  return cstring_to_text(hex);
+}
+
+pg_attribute_noreturn() void report_not_claimed(const storage::KeyRef &key,
+                                                const char *command) {
+  ereport(ERROR,
+          (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+           errmsg("idempotency key \"%s\" is not claimed by this transaction",
+                  key_text(key)),
+           errdetail("%s needs a key that idempotency.claim() returned with "
+                     "replayed = false in this transaction, not yet completed "
+                     "or released.",
+                     command),
+           errhint("Call idempotency.claim(key, request_hash) first, in the "
+                   "same transaction.")));
+  pg_unreachable();
+}
+
+// The claimed, not yet completed key of this transaction, or an error.
+HeldKey &claimed_key(const storage::KeyRef &key, const char *command) {
+  HeldKey *held = find_held(key);
+  if (held == nullptr)
+    report_not_claimed(key, command);
+  if (held->completed)
+    ereport(ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("idempotency key \"%s\" is already completed in this "
+                    "transaction",
+                    key_text(key)),
+             errdetail("Its response is stored; it commits or rolls back "
+                       "with the transaction.")));
+  return *held;
+}
+
+// The transaction must not end holding an unfinished claim: its work would
+// commit without the response that makes a retry replay it.
+void check_no_unfinished_claims(const char *ending) {
+  for (HeldKey *held = held_keys; held != nullptr; held = held->next) {
+    if (held->completed)
+      continue;
+    ereport(ERROR,
+            (errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+             errmsg("cannot %s a transaction that holds idempotency key "
+                    "\"%s\" without completing it",
+                    ending, text_to_cstring(held->key)),
+             errdetail("The transaction claimed the key with "
+                       "idempotency.claim() and neither completed nor "
+                       "released it; it has been rolled back."),
+             errhint("Call idempotency.complete(key, response) to store the "
+                     "response, or idempotency.release(key) to let go of "
+                     "the key, before COMMIT.")));
+  }
+}
+
+void on_transaction_event(XactEvent event, void *) {
+  switch (event) {
+  case XACT_EVENT_PRE_COMMIT:
+    check_no_unfinished_claims("commit");
+    break;
+  case XACT_EVENT_PRE_PREPARE:
+    check_no_unfinished_claims("prepare");
+    break;
+  case XACT_EVENT_COMMIT:
+  case XACT_EVENT_ABORT:
+  case XACT_EVENT_PREPARE:
+  case XACT_EVENT_PARALLEL_COMMIT:
+  case XACT_EVENT_PARALLEL_ABORT:
+    // The list lived in TopTransactionContext; the claim locks go with the
+    // transaction's resource owner.
+    held_keys = nullptr;
+    break;
+  case XACT_EVENT_PARALLEL_PRE_COMMIT:
+    break;
+  }
+}
+
+// ROLLBACK TO: a claim taken after the savepoint is gone (its lock too); a
+// completion made after it is undone, leaving the key claimed.
+void on_subtransaction_event(SubXactEvent event, SubTransactionId aborted,
+                             SubTransactionId, void *) {
+  if (event != SUBXACT_EVENT_ABORT_SUB)
+    return;
+  HeldKey **link = &held_keys;
+  while (*link != nullptr) {
+    HeldKey *held = *link;
+    if (held->claimed_in >= aborted) {
+      release(held->claim);
+      *link = held->next;
+      continue;
+    }
+    if (held->completed && held->completed_in >= aborted)
+      held->completed = false;
+    link = &held->next;
+  }
+}
+
+} // namespace
+
+ClaimRow claim_key(FunctionCallInfo fcinfo) {
+  clear_last_call();
+  storage::KeyRef key = key_argument(fcinfo, arg_key);
+  text *fingerprint = claim_fingerprint(fcinfo);
+  storage::KeyTable table = storage::key_table();
+  TakenKey taken = take_key(table, key, RequestMatch{fingerprint, nullptr},
+                            GetCurrentTransactionStartTimestamp(),
+                            "idempotency.claim", TopTransactionResourceOwner);
+  if (taken.replay) {
+    const storage::KeyProbe &stored = taken.stored;
+    record_last_call(is_error_document(stored.response, stored.response_is_null)
+                         ? Outcome::replayed_error
+                         : Outcome::replayed,
+                     stored.created_at, stored.expires_at);
+    return ClaimRow{true, stored.response,   stored.response_is_null,
+                    true, stored.created_at, stored.expires_at};
+  }
+  hold(key, fingerprint, taken);
+  record_last_call(Outcome::ran);
+  return ClaimRow{false, (Datum)0, true, false, 0, 0};
+}
+
+void complete_key(FunctionCallInfo fcinfo) {
+  storage::KeyRef key = key_argument(fcinfo, arg_key);
+  HeldKey &held = claimed_key(key, "idempotency.complete()");
+  bool response_is_null = PG_ARGISNULL(arg_response);
+  Datum response = response_is_null ? (Datum)0 : PG_GETARG_DATUM(arg_response);
+  store_response(storage::key_table(), key, held.fingerprint, response,
+                 response_is_null, held.ttl,
+                 held.replaces_expired_row ? &held.expired_row : nullptr);
+  held.completed = true;
+  held.completed_in = GetCurrentSubTransactionId();
+  stats::count(stats::Event::ran);
+  // Outside any subtransaction only the whole transaction can undo the
+  // completion, and the row now shows the key as in progress to everyone
+  // else: the lock has done its work. Inside one, a ROLLBACK TO would remove
+  // the row again, so the lock stays until the transaction ends.
+  if (GetCurrentTransactionNestLevel() == 1)
+    release(held.claim);
+}
+
+void release_key(FunctionCallInfo fcinfo) {
+  storage::KeyRef key = key_argument(fcinfo, arg_key);
+  HeldKey &held = claimed_key(key, "idempotency.release()");
+  release(held.claim);
+  forget_held(&held);
+}
+
+LookupRow lookup_key(FunctionCallInfo fcinfo) {
+  storage::KeyRef key = key_argument(fcinfo, arg_key);
+  storage::KeyProbe stored = storage::probe(
+      storage::key_table(), key, GetCurrentTransactionStartTimestamp());
+  LookupRow row{};
+  row.response_is_null = true;
+  switch (stored.state) {
+  case storage::KeyState::done:
+    row.state = LookupState::done;
+    row.has_times = true;
+    row.response = stored.response;
+    row.response_is_null = stored.response_is_null;
+    break;
+  case storage::KeyState::in_progress:
+    row.state = LookupState::in_progress;
+    break;
+  case storage::KeyState::expired:
+  case storage::KeyState::absent:
+    // A claimed key has no new row until it is completed.
+    if (find_held(key) != nullptr || claimed_elsewhere(key)) {
+      row.state = LookupState::in_progress;
+      break;
+    }
+    row.state = stored.state == storage::KeyState::expired
+                    ? LookupState::expired
+                    : LookupState::absent;
+    row.has_times = stored.state == storage::KeyState::expired;
+    break;
+  }
+  // A key this transaction claimed and has not completed is in progress,
+  // whatever expired row it is to replace.
+  HeldKey *held = find_held(key);
+  if (held != nullptr && !held->completed)
+    row = LookupRow{LookupState::in_progress, false, 0, 0, (Datum)0, true};
+  if (row.has_times) {
+    row.created_at = stored.created_at;
+    row.expires_at = stored.expires_at;
+  }
+  return row;
+}
+
+bool forget_key(FunctionCallInfo fcinfo) {
+  storage::KeyRef key = key_argument(fcinfo, arg_key);
+  PreventCommandIfReadOnly("idempotency.forget");
+  if (find_held(key) != nullptr)
+    ereport(ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("idempotency key \"%s\" is claimed by this transaction",
+                    key_text(key)),
+             errhint("Release it, or forget it in a later transaction.")));
+  storage::KeyTable table = storage::key_table();
+  storage::KeyProbe stored =
+      storage::probe(table, key, GetCurrentTransactionStartTimestamp());
+  switch (stored.state) {
+  case storage::KeyState::done:
+    return storage::remove(table, stored.row);
+  case storage::KeyState::in_progress:
+    report_in_progress(key);
+  case storage::KeyState::absent:
+  case storage::KeyState::expired:
+    if (claimed_elsewhere(key))
+      report_in_progress(key);
+    return false;
+  }
+  pg_unreachable();
+}
+
+const char *lookup_state_name(LookupState state) {
+  switch (state) {
+  case LookupState::absent:
+    return "absent";
+  case LookupState::in_progress:
+    return "in_progress";
+  case LookupState::done:
+    return "done";
+  case LookupState::expired:
+    return "expired";
+  }
+  return nullptr;
+}
+
+void register_transaction_callbacks() {
+  RegisterXactCallback(on_transaction_event, nullptr);
+  RegisterSubXactCallback(on_subtransaction_event, nullptr);
+}
+
+} // namespace idempotency::protocol

@@ -1,0 +1,108 @@
+#include "protocol/stored_errors.hpp"
+
+#include "entry/settings.hpp"
+
+namespace idempotency::protocol {
+
+namespace {
+
+void push_key(JsonbParseState **state, const char *key) {
+  JsonbValue value;
+  value.type = jbvString;
+  value.val.string.val = const_cast<char *>(key);
+  value.val.string.len = (int)strlen(key);
+  pushJsonbValue(state, WJB_KEY, &value);
+}
+
+// A string member, or JSON null when the error has no such field.
+void push_member(JsonbParseState **state, const char *key, const char *text) {
+  push_key(state, key);
+  JsonbValue value;
+  if (text == nullptr) {
+    value.type = jbvNull;
+  } else {
+    value.type = jbvString;
+    value.val.string.val = const_cast<char *>(text);
+    value.val.string.len = (int)strlen(text);
+  }
+  pushJsonbValue(state, WJB_VALUE, &value);
+}
+
+Datum error_document(const ErrorData *error) {
+  JsonbParseState *state = nullptr;
+  pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
+  push_key(&state, "error");
+  pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
+  push_member(&state, "sqlstate", unpack_sql_state(error->sqlerrcode));
+  push_member(&state, "message", error->message);
+  push_member(&state, "detail", error->detail);
+  push_member(&state, "hint", error->hint);
+  pushJsonbValue(&state, WJB_END_OBJECT, nullptr);
+  JsonbValue *document = pushJsonbValue(&state, WJB_END_OBJECT, nullptr);
+  return JsonbPGetDatum(JsonbValueToJsonb(document));
+}
+
+bool error_is_stored(const ErrorData *error) {
+  return sqlstate_listed(settings::stored_errors(),
+                         unpack_sql_state(error->sqlerrcode));
+}
+
+} // namespace
+
+Datum run_fn_storing_errors(Statement &statement, const FnArgs &args,
+                            bool *is_null, bool *is_error) {
+  *is_error = false;
+  if (settings::stored_errors().count == 0)
+    return run_fn(statement, args, is_null);
+
+  // As a PL/pgSQL block with an EXCEPTION clause does: fn's effects live in
+  // a subtransaction that an error rolls back.
+  MemoryContext context = CurrentMemoryContext;
+  ResourceOwner owner = CurrentResourceOwner;
+  Datum *response = static_cast<Datum *>(palloc(sizeof(Datum)));
+  BeginInternalSubTransaction(nullptr);
+  MemoryContextSwitchTo(context);
+  PG_TRY();
+  {
+    *response = run_fn(statement, args, is_null);
+    ReleaseCurrentSubTransaction();
+    MemoryContextSwitchTo(context);
+    CurrentResourceOwner = owner;
+  }
+  PG_CATCH();
+  {
+    MemoryContextSwitchTo(context);
+    ErrorData *error = CopyErrorData();
+    FlushErrorState();
+    RollbackAndReleaseCurrentSubTransaction();
+    MemoryContextSwitchTo(context);
+    CurrentResourceOwner = owner;
+    if (!error_is_stored(error))
+      ReThrowError(error);
+    *response = error_document(error);
+    *is_null = false;
+    *is_error = true;
+    FreeErrorData(error);
+  }
+  PG_END_TRY();
+  return *response;
+}
+
+bool is_error_document(Datum response, bool response_is_null) {
+  if (response_is_null)
+    return false;
+  Jsonb *document = DatumGetJsonbP(response);
+  if (!JB_ROOT_IS_OBJECT(document) || JB_ROOT_COUNT(document) != 1)
+    return false;
+  JsonbValue error;
+  if (getKeyJsonValueFromContainer(&document->root, "error", 5, &error) ==
+          nullptr ||
+      error.type != jbvBinary || !JsonContainerIsObject(error.val.binary.data))
+    return false;
+  JsonbValue sqlstate;
+  return getKeyJsonValueFromContainer(error.val.binary.data, "sqlstate", 8,
+                                      &sqlstate) != nullptr &&
+         sqlstate.type == jbvString && sqlstate.val.string.len == 5;
+}
+
+} // namespace idempotency::protocol
