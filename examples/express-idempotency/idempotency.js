@@ -132,7 +132,8 @@ function idempotent({
 
     const client = await pool.connect();
     let settled = false;
-    // Ends the transaction and gives the client back to the pool, once.
+    // Ends the transaction and gives the client back to the pool, once; a
+    // client whose ROLLBACK failed is discarded, a failed COMMIT throws.
     const settle = async (command) => {
       if (settled)
         return;
@@ -160,7 +161,7 @@ function idempotent({
         }
       }
     } catch (error) {
-      await settle('ROLLBACK').catch(() => {});
+      await settle('ROLLBACK');
       return answerClaimError(error, res, retryAfter, next);
     }
 
@@ -178,7 +179,7 @@ function idempotent({
         }
         flush();
       } catch (error) {
-        await settle('ROLLBACK').catch(() => {});
+        await settle('ROLLBACK');
         next(error); // nothing committed: the error handler answers 500
       }
     });
