@@ -58,6 +58,8 @@ function createApp(pool) {
   const app = express();
   app.use(express.static(path.join(__dirname, 'public')));
   app.get('/api/orders/:id', async (req, res) => {
+    if (!/^\d{1,18}$/.test(req.params.id))
+      return problem(res, 404, 'No such order');
     const { rows: [order] } = await pool.query(
       'SELECT id, description, amount_cents FROM orders WHERE id = $1', [req.params.id]);
     if (order === undefined)
@@ -65,6 +67,10 @@ function createApp(pool) {
     res.json({ id: Number(order.id), description: order.description, amount_cents: Number(order.amount_cents) });
   });
   app.post('/api/charges', express.json(), idempotent({ pool }), charge);
+  app.use((error, req, res, next) => {
+    console.error('unexpected error:', error);
+    problem(res, 500, 'Internal server error');
+  });
   return app;
 }
 

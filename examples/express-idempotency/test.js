@@ -9,8 +9,10 @@ const { test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const { once } = require('node:events');
 const { randomUUID } = require('node:crypto');
+const express = require('express');
 const { Client, Pool } = require('pg');
 const { createApp, DECLINED_CARD } = require('./app');
+const { idempotent } = require('./idempotency');
 
 const CARD = '4242424242424242';
 const PROBLEM_BASE = 'https://idempotency.example/problems/';
@@ -19,6 +21,41 @@ let pool;
 let server;
 let baseUrl;
 let db;
+let notesServer;
+let notesUrl;
+let failNextNote = false;
+
+// A bare route besides the checkout app's: it writes a note, then fails
+// when the test asks it to; key-less requests are allowed.
+function createNotesApp() {
+  const app = express();
+  app.post('/notes', express.json(), idempotent({ pool, required: false }), async (req, res) => {
+    const { rows: [note] } = await req.db.query(
+      'INSERT INTO notes (text) VALUES ($1) RETURNING id', [req.body.text]);
+    if (failNextNote) {
+      failNextNote = false;
+      throw new Error('the route failed after writing');
+    }
+    res.status(201).json({ note_id: note.id });
+  });
+  app.use((error, req, res, next) => res.status(500).json({ title: error.message }));
+  return app;
+}
+
+async function postNote(key, text) {
+  const headers = { 'Content-Type': 'application/json' };
+  if (key !== undefined)
+    headers['Idempotency-Key'] = key;
+  const response = await fetch(`${notesUrl}/notes`, {
+    method: 'POST', headers, body: JSON.stringify({ text }),
+  });
+  return { status: response.status, headers: response.headers, text: await response.text() };
+}
+
+async function notesWith(text) {
+  const { rows: [row] } = await db.query('SELECT count(*) AS notes FROM notes WHERE text = $1', [text]);
+  return Number(row.notes);
+}
 
 async function post(key, body) {
   const headers = { 'Content-Type': 'application/json' };
@@ -80,9 +117,14 @@ before(async () => {
   server = createApp(pool).listen(0, '127.0.0.1');
   await once(server, 'listening');
   baseUrl = `http://127.0.0.1:${server.address().port}`;
+  await db.query('CREATE TABLE IF NOT EXISTS notes (id serial PRIMARY KEY, text text NOT NULL)');
+  notesServer = createNotesApp().listen(0, '127.0.0.1');
+  await once(notesServer, 'listening');
+  notesUrl = `http://127.0.0.1:${notesServer.address().port}`;
 });
 
 after(async () => {
+  notesServer.close();
   server.close();
   await pool.end();
   await db.end();
@@ -211,4 +253,31 @@ test('a missing or invalid Idempotency-Key is 400 and runs nothing', async () =>
 
   const longestKey = randomUUID().padEnd(255, 'k');
   assert.equal((await post(longestKey, { order_id: order, card: CARD })).status, 201);
+});
+
+test('an error thrown by the route rolls back, is not stored, and the retry runs again', async () => {
+  const key = randomUUID();
+  const text = `thrown ${key}`;
+  failNextNote = true;
+  const failed = await postNote(key, text);
+  assert.equal(failed.status, 500);
+  assert.equal(await notesWith(text), 0);
+
+  const retry = await postNote(key, text);
+  assert.equal(retry.status, 201);
+  assert.equal(retry.headers.get('idempotent-replayed'), null);
+  assert.equal(await notesWith(text), 1);
+});
+
+test('with required: false a request without a key runs, commits, and is never replayed', async () => {
+  const text = `keyless ${randomUUID()}`;
+  const first = await postNote(undefined, text);
+  const second = await postNote(undefined, text);
+
+  for (const response of [first, second]) {
+    assert.equal(response.status, 201);
+    assert.equal(response.headers.get('idempotent-replayed'), null);
+  }
+  assert.notEqual(first.text, second.text);
+  assert.equal(await notesWith(text), 2);
 });
