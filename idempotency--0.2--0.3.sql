@@ -59,3 +59,6 @@ CREATE FUNCTION idempotency.forget(key pg_catalog.text)
 RETURNS pg_catalog.bool
 AS 'MODULE_PATHNAME', 'idempotency_forget'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE SECURITY INVOKER;
+
+COMMENT ON TABLE idempotency.keys IS
+    'processed idempotency keys with their stored responses; written only through idempotency.idempotent_call and idempotency.complete';

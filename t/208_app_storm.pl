@@ -1,0 +1,468 @@
+# A shop under retries, written as application code: each delivery of an
+# order opens a transaction, claims the order's key with idempotency.claim(),
+# and - when it proceeds - runs several statements, branching in the client
+# on what it reads (in stock: reserve and record the order; out of stock:
+# decline), then completes the key with the response and commits. Some keys
+# go through idempotent_call instead, with idempotency.store_errors making
+# "out of stock" (P0001) a stored answer. Stock is topped up during the run,
+# so a declined order retried later would succeed if its decline were not
+# stored.
+#
+# Faults: client-side timeouts, pg_cancel_backend, pg_terminate_backend, a
+# kill -9 of a backend (restart_after_crash), concurrent duplicate
+# deliveries, duplicates after the answer, and changed bodies.
+#
+# Afterwards: no order was executed twice (the orders table has no unique
+# constraint), every answer for a key is the first one, every acknowledged
+# key replays it, a declined key never got an order, and the stock is
+# explained by the orders and the top-ups.
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use IdempotencyTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+use POSIX ();
+use Time::HiRes qw(time sleep);
+
+my $clients = 10;
+my $storm_seconds = $ENV{IDEMPOTENCY_STORM_SECONDS} // 12;
+# Clients finish their open keys after the storm; longer means stuck.
+my $drain_seconds = 60;
+my $items = 8;
+my $initial_stock = 10;
+my $max_kill9 = 1;
+my $storm_end;
+
+my $node = preloaded_node(
+	'app_storm',
+	conf => qq{restart_after_crash = on
+max_connections = 60
+log_min_messages = warning
+log_min_error_statement = panic
+});
+
+$node->safe_psql(
+	'postgres', qq{
+CREATE EXTENSION idempotency;
+CREATE ROLE shopper LOGIN;
+CREATE SCHEMA shop;
+GRANT USAGE ON SCHEMA shop TO shopper;
+CREATE TABLE shop.stock (item int PRIMARY KEY, units int NOT NULL);
+INSERT INTO shop.stock SELECT i, $initial_stock FROM generate_series(1, $items) AS i;
+-- No unique constraint on op_key: a second execution of an order shows up
+-- as a second row.
+CREATE TABLE shop.orders (
+    seq    bigserial PRIMARY KEY,
+    op_key text NOT NULL,
+    item   int NOT NULL,
+    units  int NOT NULL);
+CREATE TABLE shop.top_ups (item int NOT NULL, units int NOT NULL);
+GRANT SELECT, UPDATE ON shop.stock TO shopper;
+GRANT SELECT, INSERT ON shop.orders TO shopper;
+GRANT USAGE ON SEQUENCE shop.orders_seq_seq TO shopper;
+
+-- The same order as one fn, for the keys that go through idempotent_call.
+-- It sleeps for the session's shop.delay, as the handler does.
+CREATE FUNCTION shop.buy(op_key text, wanted_item int, wanted int)
+RETURNS jsonb LANGUAGE plpgsql AS \$\$
+DECLARE
+  delay float8 := coalesce(nullif(current_setting('shop.delay', true), ''), '0')::float8;
+  left_units int;
+  entry bigint;
+BEGIN
+  PERFORM pg_sleep(delay / 2);
+  SELECT units INTO left_units FROM shop.stock WHERE item = wanted_item FOR UPDATE;
+  IF left_units < wanted THEN
+    RAISE EXCEPTION 'out of stock' USING DETAIL = format('item %s', wanted_item);
+  END IF;
+  UPDATE shop.stock SET units = units - wanted WHERE item = wanted_item;
+  INSERT INTO shop.orders (op_key, item, units) VALUES (op_key, wanted_item, wanted)
+    RETURNING seq INTO entry;
+  PERFORM pg_sleep(delay / 2);
+  RETURN jsonb_build_object('order', entry, 'item', wanted_item, 'units', wanted,
+                            'at', clock_timestamp());
+END \$\$;
+});
+
+my $workdir = PostgreSQL::Test::Utils::tempdir;
+my $psql = $node->installed_command('psql');
+
+# The handler, as application code: psql's \\if branches on what the claim
+# and the reads returned, as a web handler's code would. It prints
+#   ANSWER|<how>|<response>
+# only after COMMIT succeeded: only then is the answer acknowledged.
+my $handler = "$workdir/handler.sql";
+open my $script, '>', $handler or die $!;
+print $script <<'EOF';
+SET statement_timeout = :statement_timeout;
+BEGIN;
+SELECT replayed, coalesce(response::text, 'null') AS response
+  FROM idempotency.claim(:'key', :'body') \gset
+\if :replayed
+COMMIT;
+SELECT 'ANSWER|replayed|' || :'response';
+\else
+SELECT pg_sleep(:delay / 2);
+SELECT units >= :units AS in_stock FROM shop.stock WHERE item = :item FOR UPDATE \gset
+\if :in_stock
+UPDATE shop.stock SET units = units - :units WHERE item = :item;
+INSERT INTO shop.orders (op_key, item, units) VALUES (:'key', :item, :units)
+  RETURNING seq \gset
+SELECT jsonb_build_object('order', :seq, 'item', :item, 'units', :units,
+                          'at', clock_timestamp())::text AS response \gset
+\set how ran
+\else
+SELECT jsonb_build_object('error', jsonb_build_object(
+         'sqlstate', 'P0001', 'message', 'out of stock',
+         'detail', 'item ' || :item, 'hint', null))::text AS response \gset
+\set how declined
+\endif
+SELECT pg_sleep(:delay / 2);
+SELECT idempotency.complete(:'key', :'response');
+COMMIT;
+SELECT 'ANSWER|' || :'how' || '|' || :'response';
+\endif
+EOF
+close $script;
+
+# The same order through idempotent_call, declines stored as errors.
+my $caller = "$workdir/caller.sql";
+open $script, '>', $caller or die $!;
+print $script <<'EOF';
+SET statement_timeout = :statement_timeout;
+SET idempotency.store_errors = 'P0001';
+SET shop.delay = :delay;
+SELECT idempotency.idempotent_call(:'key', NULL,
+         'SELECT shop.buy($1, $2, $3)', :'key'::text, :item, :units)::text AS response \gset
+SELECT 'ANSWER|' || outcome || '|' || :'response' FROM idempotency.last_call();
+EOF
+close $script;
+
+# Answers after which a client retries: IK409, and errors that leave it
+# knowing nothing about its request.
+my %retryable = map { $_ => 1 } qw(IK409 57014 57P01 57P02 57P03 53300 40P01 40001);
+
+sub start_delivery
+{
+	my ($order, $units, $timeout, $delay, $statement_timeout) = @_;
+	my @command = (
+		'timeout', '-s', 'KILL', $timeout, $psql, '-X', '-q', '-A', '-t',
+		'-h', $node->host, '-p', $node->port, '-U', 'shopper', '-d', 'postgres',
+		'-v', 'ON_ERROR_STOP=1', '-v', 'VERBOSITY=verbose',
+		'-v', "key=$order->{key}", '-v', "item=$order->{item}",
+		'-v', "units=$units", '-v', "body=item $order->{item} units $units",
+		'-v', "delay=$delay", '-v', "statement_timeout=$statement_timeout",
+		'-f', $order->{api} eq 'claim' ? $handler : $caller);
+	my $delivery = { out => '', err => '' };
+	$delivery->{run} = IPC::Run::start(\@command, '<', \undef, '>',
+		\$delivery->{out}, '2>', \$delivery->{err});
+	return $delivery;
+}
+
+# (outcome, how, response, detail); outcome is ok, IK422, timeout, broken,
+# a retryable SQLSTATE or unexpected.
+sub finish_delivery
+{
+	my ($delivery) = @_;
+	$delivery->{run}->finish;
+	my $status = $delivery->{run}->full_result(0);
+	my ($exit, $signal) = ($status >> 8, $status & 127);
+	my ($out, $err) = ($delivery->{out}, $delivery->{err});
+	return ('timeout') if $signal == 9 || $exit == 124 || $exit == 137;
+	if ($exit == 0)
+	{
+		return ('ok', $1, $2) if $out =~ /^ANSWER\|(\w+)\|(.*)$/m;
+		return ('unexpected', undef, undef, "no answer: $out $err");
+	}
+	if ($err =~ /(?:ERROR|FATAL):\s+([0-9A-Z]{5}):\s*(.*)/)
+	{
+		return ('IK422') if $1 eq 'IK422';
+		return ($1, undef, undef, $2) if $retryable{$1};
+		return ('unexpected', undef, undef, "$1: $2");
+	}
+	return ('broken', undef, undef, $err)
+	  if $err =~ /server closed the connection|connection to server|could not send|terminating connection|no connection to the server/;
+	return ('unexpected', undef, undef, "exit $exit: $err");
+}
+
+sub log_delivery
+{
+	my ($log, $order, $units, @result) = @_;
+	my ($outcome, $how, $response, $detail) = map { $_ // '' } @result;
+	$detail =~ s/[\t\n]/ /g;
+	print $log join("\t", $order->{key}, $order->{api}, $order->{item}, $units,
+		$outcome, $how, $response, $detail), "\n";
+}
+
+sub run_client
+{
+	my ($client) = @_;
+	srand($client * 104729 + $$);
+	open my $log, '>', "$workdir/client$client.log" or die $!;
+	$log->autoflush(1);
+	my $n = 0;
+	while (time < $storm_end)
+	{
+		$n++;
+		my $order = {
+			key => sprintf('c%02d-%04d-%06x', $client, $n, int(rand(2**24))),
+			api => rand() < 0.7 ? 'claim' : 'call',
+			item => 1 + int(rand($items)),
+		};
+		my $units = 1 + int(rand(4));
+		my $sent = $units;
+		my $answered;
+		while (!defined $answered)
+		{
+			if (time > $storm_end + $drain_seconds)
+			{
+				log_delivery($log, $order, $sent, 'stuck');
+				last;
+			}
+			my $storming = time < $storm_end;
+			my $delay = $storming && rand() < 0.4 ? sprintf('%.3f', rand(0.2)) : 0;
+			my $statement_timeout = $storming && rand() < 0.15 ? 80 : 0;
+			my $timeout = $storming && rand() < 0.1 ? 0.12 : 20;
+			# A duplicate delivery at the same moment, while the first one
+			# holds the key.
+			my $double = $storming && rand() < 0.15;
+			($delay, $statement_timeout, $timeout) = ('0.200', 0, 20) if $double;
+			my $first = start_delivery($order, $sent, $timeout, $delay,
+				$statement_timeout);
+			my $twin = $double ? start_delivery($order, $sent, 20, 0, 0) : undef;
+			my @result = finish_delivery($first);
+			log_delivery($log, $order, $sent, @result);
+			if ($twin)
+			{
+				my @twin = finish_delivery($twin);
+				log_delivery($log, $order, $sent, @twin);
+				@result = @twin if $result[0] ne 'ok' && $twin[0] eq 'ok';
+			}
+			if ($result[0] eq 'ok')
+			{
+				$answered = 1;
+			}
+			elsif ($result[0] eq 'IK422')
+			{
+				# The other body was applied: go back to it.
+				$sent = $sent == $units ? $units + 1000 : $units;
+			}
+			else
+			{
+				# No answer: retry; now and then a buggy client retries
+				# with a changed body.
+				$sent = $units + 1000 if $result[0] eq 'timeout' && rand() < 0.3;
+				sleep(0.005 + rand(0.02));
+			}
+		}
+		next unless $answered;
+		# Duplicates after the answer: the same body replays, a changed one
+		# is refused.
+		if (rand() < 0.3)
+		{
+			log_delivery($log, $order, $sent,
+				finish_delivery(start_delivery($order, $sent, 20, 0, 0)));
+		}
+		if (rand() < 0.1)
+		{
+			my $other = $sent == $units ? $units + 1000 : $units;
+			log_delivery($log, $order, $other,
+				finish_delivery(start_delivery($order, $other, 20, 0, 0)));
+		}
+	}
+	close $log;
+}
+
+# Faults from outside, and stock top-ups, until the storm ends.
+sub storm_from_outside
+{
+	my %count = (cancel => 0, terminate => 0, kill9 => 0, top_up => 0);
+	my $kill9_at = time + $storm_seconds / 2;
+	while (time < $storm_end)
+	{
+		sleep(0.1 + rand(0.2));
+		if (rand() < 0.25)
+		{
+			my $item = 1 + int(rand($items));
+			my ($rc) = $node->psql('postgres',
+				"BEGIN; UPDATE shop.stock SET units = units + 5 WHERE item = $item; "
+				  . "INSERT INTO shop.top_ups VALUES ($item, 5); COMMIT;");
+			$count{top_up}++ if $rc == 0;
+		}
+		my ($rc, $pids) = $node->psql('postgres',
+			"SELECT pid FROM pg_stat_activity WHERE usename = 'shopper' "
+			  . "AND state <> 'idle' ORDER BY random() LIMIT 2");
+		next if $rc != 0 || $pids eq '';
+		my @pids = split /\n/, $pids;
+		if ($count{kill9} < $max_kill9 && time > $kill9_at)
+		{
+			kill 'KILL', $pids[0];
+			$count{kill9}++;
+			$node->poll_query_until('postgres', 'SELECT true');
+			next;
+		}
+		my $fault = rand() < 0.6 ? 'cancel' : 'terminate';
+		my ($done) = $node->psql('postgres', "SELECT pg_${fault}_backend($pids[-1])");
+		$count{$fault}++ if $done == 0;
+	}
+	return \%count;
+}
+
+my $started = time;
+$storm_end = $started + $storm_seconds;
+my @children;
+for my $client (1 .. $clients)
+{
+	my $pid = fork // die "fork: $!";
+	if ($pid == 0)
+	{
+		# The parent's END blocks stop the cluster; children leave quietly.
+		eval { run_client($client); 1 } or print STDERR "client $client: $@";
+		POSIX::_exit(0);
+	}
+	push @children, $pid;
+}
+my $outside = storm_from_outside();
+waitpid($_, 0) for @children;
+
+my (%deliveries, %figures);
+for my $client (1 .. $clients)
+{
+	open my $log, '<', "$workdir/client$client.log" or die "no log of client $client: $!";
+	while (my $line = <$log>)
+	{
+		chomp $line;
+		my ($key, $api, $item, $units, $outcome, $how, $response, $detail) =
+		  split /\t/, $line, 8;
+		push @{ $deliveries{$key} },
+		  {
+			api => $api,
+			item => $item,
+			units => $units,
+			outcome => $outcome,
+			how => $how,
+			response => $response,
+			detail => $detail
+		  };
+		$figures{deliveries}++;
+		$figures{"outcome $outcome"}++;
+		$figures{"answer $how"}++ if $outcome eq 'ok';
+	}
+}
+
+my %orders;
+for my $row (split /\n/,
+	$node->safe_psql('postgres', 'SELECT op_key, seq, units FROM shop.orders'))
+{
+	my ($key, $seq, $units) = split /\|/, $row;
+	push @{ $orders{$key} }, { seq => $seq, units => $units };
+}
+my %stored = map { split /\|/, $_, 2 } split /\n/, $node->safe_psql('postgres',
+	"SELECT key, response::text FROM idempotency.keys WHERE scope = 'shopper'::regrole");
+
+my @violations;
+my $violation = sub { push @violations, join(' ', @_) };
+my %first_answer;
+for my $key (sort keys %deliveries)
+{
+	my @all = @{ $deliveries{$key} };
+	$violation->("$key: $_->{outcome} $_->{detail}")
+	  for grep { $_->{outcome} =~ /^(stuck|unexpected)$/ } @all;
+	my @answers = grep { $_->{outcome} eq 'ok' } @all;
+	if (!@answers)
+	{
+		$violation->("$key: never answered");
+		next;
+	}
+	my $first = $answers[0];
+	$first_answer{$key} = $first;
+	for my $answer (@answers[ 1 .. $#answers ])
+	{
+		$violation->("$key: answer $answer->{response} differs from $first->{response}")
+		  if $answer->{response} ne $first->{response};
+	}
+	my $executions = grep { $_->{how} =~ /^(ran|declined|stored_error)$/ } @answers;
+	$violation->("$key: $executions answers came from running the order")
+	  if $executions > 1;
+	my $rows = $orders{$key} // [];
+	my $declined = $first->{response} =~ /"error"/;
+	if ($declined)
+	{
+		$figures{'declined keys'}++;
+		$violation->("$key: declined, but " . scalar(@$rows) . ' orders')
+		  if @$rows != 0;
+	}
+	else
+	{
+		$violation->("$key: acknowledged, but " . scalar(@$rows) . ' orders')
+		  if @$rows != 1;
+		my ($seq) = $first->{response} =~ /"order": (\d+)/;
+		$violation->("$key: the answer is not the order that was recorded")
+		  if @$rows == 1 && (!defined $seq || $seq != $rows->[0]{seq});
+		$violation->("$key: applied $rows->[0]{units} units, refused that body with IK422")
+		  if @$rows == 1
+		  && grep { $_->{outcome} eq 'IK422' && $_->{units} == $rows->[0]{units} } @all;
+	}
+	$violation->("$key: stored response differs from the answer")
+	  if ($stored{$key} // '') ne $first->{response};
+}
+for my $key (keys %orders)
+{
+	$violation->("$key: an order without an answered key")
+	  unless $first_answer{$key} && $first_answer{$key}{response} !~ /"error"/;
+}
+
+# Every answered key replays its first answer now, stock having been topped
+# up meanwhile: a declined order stays declined.
+$node->safe_psql('postgres', 'UPDATE shop.stock SET units = units + 100000');
+for my $key (sort keys %first_answer)
+{
+	my $first = $first_answer{$key};
+	my $order = { key => $key, api => $first->{api}, item => $first->{item} };
+	my ($outcome, $how, $response) =
+	  finish_delivery(start_delivery($order, $first->{units}, 20, 0, 0));
+	$violation->("$key: delivered again, answered "
+		  . join(' ', map { $_ // '' } $outcome, $how, $response))
+	  unless $outcome eq 'ok'
+	  && $how =~ /^replayed/
+	  && $response eq $first->{response};
+}
+
+my $duplicated = $node->safe_psql('postgres',
+	'SELECT count(*) FROM (SELECT op_key FROM shop.orders GROUP BY op_key HAVING count(*) > 1) AS d');
+$violation->("$duplicated orders executed twice") if $duplicated != 0;
+my $unexplained = $node->safe_psql(
+	'postgres', qq{
+SELECT count(*) FROM shop.stock AS s
+ WHERE s.units <> $initial_stock + 100000
+       + coalesce((SELECT sum(units) FROM shop.top_ups WHERE item = s.item), 0)
+       - coalesce((SELECT sum(units) FROM shop.orders WHERE item = s.item), 0)});
+$violation->("$unexplained items whose stock the orders do not explain")
+  if $unexplained != 0;
+
+$figures{keys} = keys %deliveries;
+$figures{"outside: $_"} = $outside->{$_} for keys %$outside;
+$figures{violations} = @violations;
+$figures{seconds} = sprintf('%.1f', time - $started);
+diag(sprintf('%-28s %s', $_, $figures{$_})) for sort keys %figures;
+diag("violation: $_") for @violations[ 0 .. ($#violations < 30 ? $#violations : 29) ];
+
+is(scalar @violations, 0, 'no order executed twice, every answer replays, no decline later succeeds');
+# The storm did what it is for (figures above say how often).
+cmp_ok($outside->{cancel} + $outside->{terminate}, '>=', 1, 'backends were cancelled or terminated');
+cmp_ok($outside->{kill9}, '>=', 1, 'the server crashed');
+cmp_ok($figures{'outcome timeout'} // 0, '>=', 1, 'clients timed out');
+cmp_ok($figures{'outcome IK409'} // 0, '>=', 1, 'concurrent duplicates met IK409');
+cmp_ok($figures{'outcome IK422'} // 0, '>=', 1, 'changed bodies met IK422');
+cmp_ok($figures{'answer replayed'} // 0, '>=', 1, 'duplicates were answered by replays');
+cmp_ok($figures{'declined keys'} // 0, '>=', 1, 'orders were declined');
+cmp_ok($figures{'answer stored_error'} // 0, '>=', 1, 'idempotent_call stored declines');
+cmp_ok(scalar(keys %first_answer), '>=', 20, 'the storm answered enough orders');
+
+$node->stop;
+done_testing();
