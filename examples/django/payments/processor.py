@@ -2,5 +2,11 @@
 real one; tests replace capture() to make the processor fail."""
 
 
+class Unavailable(Exception):
+    """The processor cannot take payments now; the same request may be
+    retried later."""
+
+
 def capture(payment):
-    """Captures the payment at the processor; raises when it cannot."""
+    """Captures the payment at the processor; raises Unavailable when it
+    cannot."""

@@ -12,6 +12,7 @@ import psycopg2
 from django.db import connection, connections
 from django.test import Client, TransactionTestCase
 
+from . import processor
 from .models import Account, Payment
 
 PROBLEM_BASE = "https://idempotency.example/problems/"
@@ -141,11 +142,7 @@ class IdempotentViewTests(TransactionTestCase):
         self.assertEqual(self.payments(), ["declined"])
         self.assertEqual(self.balance(), 100_000)
 
-    def test_server_error_is_not_stored_and_the_retry_runs_again(self):
-        key = str(uuid.uuid4())
-        with mock.patch("payments.processor.capture", side_effect=ConnectionError("processor down")):
-            failed = self.pay(key)
-        self.assertEqual(failed.status_code, 500)
+    def assert_not_stored_and_retry_runs_again(self, key):
         self.assertEqual(self.payments(), [])  # the view's writes rolled back
         self.assertEqual(self.balance(), 10_000)
 
@@ -154,6 +151,21 @@ class IdempotentViewTests(TransactionTestCase):
         self.assertFalse(retry.has_header("Idempotent-Replayed"))
         self.assertEqual(self.payments(), ["succeeded"])
         self.assertEqual(self.balance(), 7_500)
+
+    def test_5xx_response_is_not_stored_and_the_retry_runs_again(self):
+        key = str(uuid.uuid4())
+        with mock.patch("payments.processor.capture", side_effect=processor.Unavailable):
+            unavailable = self.pay(key)
+        self.assertEqual(unavailable.status_code, 503)
+        self.assertEqual(unavailable["Retry-After"], "1")
+        self.assert_not_stored_and_retry_runs_again(key)
+
+    def test_exception_is_not_stored_and_the_retry_runs_again(self):
+        key = str(uuid.uuid4())
+        with mock.patch("payments.processor.capture", side_effect=RuntimeError("processor bug")):
+            failed = self.pay(key)
+        self.assertEqual(failed.status_code, 500)
+        self.assert_not_stored_and_retry_runs_again(key)
 
     def test_missing_or_invalid_key_is_400_and_runs_nothing(self):
         self.assert_problem(self.pay(None), 400, "missing-idempotency-key")

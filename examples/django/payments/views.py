@@ -36,8 +36,8 @@ def parse_payment(body):
 @idempotent
 def create_payment(request):
     """Pays amount_cents from an account. Insufficient funds is an answer
-    too (402), kept with its declined payment and replayed to retries; a
-    processor failure raises, so nothing is kept and a retry pays again."""
+    too (402), kept with its declined payment and replayed to retries; an
+    unavailable processor is 503, so nothing is kept and a retry pays again."""
     parsed = parse_payment(request.body)
     if parsed is None:
         return JsonResponse({"title": 'The body must be {"account_id": <int>, "amount_cents": <int > 0>}'},
@@ -56,7 +56,11 @@ def create_payment(request):
     account.save(update_fields=["balance_cents"])
     payment = Payment.objects.create(account=account, amount_cents=amount,
                                      status=Payment.Status.SUCCEEDED)
-    processor.capture(payment)
+    try:
+        processor.capture(payment)
+    except processor.Unavailable:
+        return JsonResponse({"title": "The card processor is unavailable; retry later"},
+                            status=503, headers={"Retry-After": "1"})
     response = payment_json(payment, 201)
     response["Location"] = f"/payments/{payment.pk}"
     return response
