@@ -6,9 +6,11 @@ PG_BINDIR=$("$PG_CONFIG" --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin
 TEST_USER=${TEST_USER:-postgres}
 export PG_CONFIG
 
-# Debian packages the build and the suites need.
-# pgbouncer: t/402_pgbouncer.pl runs the call protocol behind it.
-PREREQUISITES=(postgresql-15 postgresql-server-dev-15 libipc-run-perl make g++ cmake libgtest-dev pgbouncer)
+# Debian packages the build and the suites need: pgbouncer for
+# t/402_pgbouncer.pl; chromium for the examples' browser test; python3-django
+# and python3-psycopg2 (Django 3.2's PostgreSQL driver) for the Django example.
+PREREQUISITES=(postgresql-15 postgresql-server-dev-15 libipc-run-perl make g++ cmake libgtest-dev
+  pgbouncer chromium fonts-dejavu-core python3-django python3-psycopg2)
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

@@ -1,0 +1,7 @@
+from django.urls import path
+
+from payments import views
+
+urlpatterns = [
+    path("payments", views.create_payment),
+]
