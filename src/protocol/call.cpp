@@ -1,6 +1,7 @@
+#include "fingerprint/fingerprint.hpp"
 #include "protocol/rules.hpp"
 
-#include "entry/settings.hpp"
+#include "settings/settings.hpp"
 #include "fingerprint/request_hash.hpp"
 #include "protocol/call.hpp"
 #include "protocol/claim.hpp"
@@ -31,6 +32,7 @@ struct Request {
   FnArgs args;
   Statement *statement;
 };
+static_assert(std::is_trivially_destructible_v<Request>);
 
 // Validates the arguments; the key's size is checked before it is read.
 Request read_request(FunctionCallInfo fcinfo) {

@@ -22,6 +22,7 @@ struct Claim {
   LOCKTAG tag;
   bool held;
 };
+static_assert(std::is_trivially_destructible_v<Claim>);
 
 enum class ClaimResult { acquired, busy, recursive };
 

@@ -1,6 +1,8 @@
 // Server-free rules of the call. No PostgreSQL header.
 #include "protocol/rules.hpp"
 
+#include "server_free.hpp" // must be the last include
+
 namespace idempotency {
 
 KeyCheck check_key_size(std::size_t bytes) noexcept {

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "server_free.hpp" // must be the last include
+
 namespace idempotency {
 
 constexpr std::size_t max_key_bytes = 255;
@@ -15,7 +17,8 @@ enum class KeyCheck { ok, empty, too_long };
 // before its value is read or reaches an index.
 KeyCheck check_key_size(std::size_t bytes) noexcept;
 
-// How fn's result becomes the response (see README, "Result to jsonb"):
+// How fn's result becomes the response (see docs/how-it-works.md,
+// "Result to jsonb"):
 //   no_response  - fn returned no rows, or was not a row-returning statement
 //                  (SQL NULL);
 //   value        - one row of one column: that value as jsonb;

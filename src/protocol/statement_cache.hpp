@@ -8,8 +8,8 @@
 
 #include "fingerprint/request_hash.hpp"
 
+#include "fingerprint/fn_args.hpp"
 #include "pg.hpp"
-#include "protocol/fn.hpp"
 
 namespace idempotency::protocol {
 
@@ -23,6 +23,7 @@ struct Statement {
   SPIPlanPtr plan; // nullptr until fn first runs
   bool kept;       // in the cache; false past its size limit
 };
+static_assert(std::is_trivially_destructible_v<Statement>);
 
 // The statement of fn with these arguments' types. Past the cache's size
 // limit the statement is built afresh for each call in the current memory

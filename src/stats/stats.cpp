@@ -1,7 +1,5 @@
 #include "stats/stats.hpp"
 
-#include "boundary/boundary.hpp"
-
 extern "C" {
 #include "port/atomics.h"
 #include "storage/ipc.h"
@@ -14,7 +12,7 @@ namespace idempotency::stats {
 namespace {
 
 // Databases counted at once; a database beyond this is not counted (the
-// README says so). Slots of dropped databases are reused.
+// docs/monitoring.md says so). Slots of dropped databases are reused.
 constexpr int max_databases = 128;
 constexpr int event_kinds = 4;
 
@@ -130,6 +128,8 @@ void put_row(Tuplestorestate *store, TupleDesc desc, DatabaseCounters &slot) {
   tuplestore_putvalues(store, desc, values, nulls);
 }
 
+} // namespace
+
 // idempotency.stats_counters(): one row per counted database; this
 // database always has one when the counters exist.
 Datum counters_body(FunctionCallInfo fcinfo) {
@@ -155,11 +155,4 @@ Datum reset_body(FunctionCallInfo) {
   PG_RETURN_VOID();
 }
 
-} // namespace
-
 } // namespace idempotency::stats
-
-IDEMPOTENCY_SQL_FUNCTION(idempotency_stats_counters,
-                         idempotency::stats::counters_body)
-IDEMPOTENCY_SQL_FUNCTION(idempotency_stats_reset,
-                         idempotency::stats::reset_body)

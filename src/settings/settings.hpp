@@ -14,4 +14,11 @@ const Interval &ttl();
 // that holds the same key, in milliseconds; 0 answers IK409 at once.
 int wait_timeout_ms();
 
+// idempotency.expire_interval, seconds; 0 turns the expiry worker off.
+int expire_interval_seconds();
+// idempotency.expire_batch_size: keys per batch (one worker transaction).
+int expire_batch_size();
+// idempotency.expire_batch_delay: pause after each batch, milliseconds.
+int expire_batch_delay_ms();
+
 } // namespace idempotency::settings
