@@ -1,12 +1,15 @@
 -- How fn's result becomes the response (README, "Result to jsonb"), and
 -- that a replay returns exactly what the first call returned.
+\i sql/include/setup.sql
+CREATE TABLE result_accounts (id int PRIMARY KEY, balance numeric NOT NULL);
+INSERT INTO result_accounts VALUES (7, 485);
 CREATE TYPE money_amount AS (currency text, cents bigint);
 CREATE DOMAIN positive_int AS int CHECK (VALUE > 0);
 
 
 -- Zero rows (or a statement that returns none): SQL NULL.
 SELECT idempotency.idempotent_call('r-zero', NULL, 'SELECT 1 WHERE false') IS NULL AS is_sql_null;
-SELECT idempotency.idempotent_call('r-dml', NULL, 'UPDATE accounts SET balance = balance WHERE id = 7') IS NULL AS is_sql_null;
+SELECT idempotency.idempotent_call('r-dml', NULL, 'UPDATE result_accounts SET balance = balance WHERE id = 7') IS NULL AS is_sql_null;
 -- One row, one column: that value as jsonb.
 SELECT idempotency.idempotent_call('r-int', NULL, 'SELECT 42');
 SELECT idempotency.idempotent_call('r-text', NULL, 'SELECT ''forty-two''::text');
@@ -25,7 +28,7 @@ SELECT idempotency.idempotent_call('r-rows1', NULL, 'SELECT g FROM generate_seri
 SELECT idempotency.idempotent_call('r-rows2', NULL, 'SELECT g AS n, g * g AS square FROM generate_series(1, 3) AS g');
 SELECT idempotency.idempotent_call('r-rows-null', NULL, 'SELECT x FROM (VALUES (1), (NULL)) AS v(x)');
 -- DML with RETURNING follows the same rule.
-SELECT idempotency.idempotent_call('r-returning', NULL, 'UPDATE accounts SET balance = balance WHERE id = 7 RETURNING id, balance');
+SELECT idempotency.idempotent_call('r-returning', NULL, 'UPDATE result_accounts SET balance = balance WHERE id = 7 RETURNING id, balance');
 -- Types with no jsonb form of their own become their text output.
 SELECT idempotency.idempotent_call('r-point', NULL, 'SELECT point(1, 2)');
 SELECT idempotency.idempotent_call('r-bytea', NULL, 'SELECT ''\x0102''::bytea');
