@@ -1,4 +1,4 @@
--- How fn's result becomes the response (README, "Result to jsonb"), and
+-- How fn's result becomes the response (docs/how-it-works.md, "Result to jsonb"), and
 -- that a replay returns exactly what the first call returned.
 \i sql/include/setup.sql
 CREATE TABLE result_accounts (id int PRIMARY KEY, balance numeric NOT NULL);
