@@ -1,50 +1,31 @@
-# PGXS build: `make && make install` builds and installs the extension;
-# `make installcheck` runs pg_regress, the isolation specs and the TAP tests
-# on throwaway clusters with the library preloaded (see test/run-all).
+# The build of record (PGXS): `make` builds the library, `make install`
+# installs it with its control file and SQL scripts (PG_CONFIG chooses the
+# PostgreSQL, DESTDIR stages), and the installcheck targets below run the
+# suites against the installed copy. test/run-all runs them all; CMake
+# (CMakeLists.txt) only adds the GoogleTest unit tests and
+# compile_commands.json, with the flags defined here.
 
 EXTENSION = idempotency
 MODULE_big = idempotency
 DATA = $(wildcard idempotency--*.sql)
 PGFILEDESC = "idempotency - exactly-once processing of retried requests"
 
-SOURCES = \
-	src/boundary/boundary.cpp \
-	src/entry/app_functions.cpp \
-	src/entry/module.cpp \
-	src/entry/settings.cpp \
-	src/fingerprint/fingerprint.cpp \
-	src/fingerprint/request_hash.cpp \
-	src/protocol/app_api.cpp \
-	src/protocol/call.cpp \
-	src/protocol/claim.cpp \
-	src/protocol/claim_secret.cpp \
-	src/protocol/fn.cpp \
-	src/protocol/message_key.cpp \
-	src/protocol/outcome.cpp \
-	src/protocol/rules.cpp \
-	src/protocol/statement_cache.cpp \
-	src/protocol/stored_errors.cpp \
-	src/stats/stats.cpp \
-	src/storage/keys.cpp \
-	src/storage/role_scope.cpp \
-	src/worker/database_round.cpp \
-	src/worker/expire.cpp \
-	src/worker/settings.cpp \
-	src/worker/status.cpp \
-	src/worker/worker.cpp
-OBJS = $(SOURCES:.cpp=.o)
+OBJS = $(patsubst %.cpp,%.o,$(wildcard src/*/*.cpp))
 
-# call_retry runs first: it creates the extension, the accounts of the retry
-# scenario and the sqlstate_of() helper that later files use.
-REGRESS = call_retry $(filter-out call_retry,$(basename $(notdir $(wildcard $(srcdir)/sql/*.sql))))
+REGRESS = $(basename $(notdir $(wildcard sql/*.sql)))
 REGRESS_OPTS = --temp-instance=tmp_regress --temp-config=$(srcdir)/test/preload.conf
-ISOLATION = $(basename $(notdir $(wildcard $(srcdir)/specs/*.spec)))
+ISOLATION = $(basename $(notdir $(wildcard specs/*.spec)))
 ISOLATION_OPTS = --temp-instance=tmp_isolation --temp-config=$(srcdir)/test/preload.conf
 TAP_TESTS = 1
 EXTRA_CLEAN = tmp_regress tmp_isolation output_iso results regression.diffs regression.out
 
+# The C++ flags of every build, read by CMakeLists.txt as well: keep them on
+# this one line. -Wno-register: PostgreSQL's headers use `register`, which
+# C++17 removed (-isystem already hides it from g++, not from every tool).
+IDEMPOTENCY_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-register
+
 PG_CONFIG ?= pg_config
-PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-register -Wno-missing-field-initializers \
+PG_CXXFLAGS = $(IDEMPOTENCY_CXXFLAGS) \
 	-isystem $(shell $(PG_CONFIG) --includedir-server) -I$(srcdir)/src
 SHLIB_LINK += -lstdc++
 
@@ -58,9 +39,8 @@ $(error PG_CONFIG=$(PG_CONFIG) is not a working pg_config: set PG_CONFIG to the 
 endif
 include $(PGXS)
 
-srcdir ?= .
-
-# One suite at a time, for test/run-all.
+# One suite at a time, for test/run-all; REGRESS=name (or ISOLATION=name)
+# runs one file: every file sets up what it needs.
 .PHONY: installcheck-regress installcheck-isolation installcheck-tap
 installcheck-regress:
 	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)

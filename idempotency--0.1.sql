@@ -104,7 +104,7 @@ LANGUAGE C VOLATILE PARALLEL RESTRICTED;
 -- idempotency.ttl in force then, so expiry goes by expires_at. The index is
 -- expiry's access path: each pass of a round goes on in it from where the
 -- last one stopped, so a round reads only expired keys, whatever the
--- table's size (the README compares it with BRIN and partitions).
+-- table's size (docs/expiry.md compares it with BRIN and partitions).
 CREATE INDEX keys_expires_at_idx ON idempotency.keys (expires_at);
 
 -- One expiry round in this database, now, in the caller's transaction;

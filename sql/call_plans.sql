@@ -1,5 +1,6 @@
 -- fn's prepared plan is kept per backend; it must follow search_path,
 -- DDL and the calling role like any cached plan.
+\i sql/include/setup.sql
 CREATE SCHEMA plan_a;
 CREATE SCHEMA plan_b;
 CREATE FUNCTION plan_a.which() RETURNS text LANGUAGE sql AS $$ SELECT 'a' $$;

@@ -1,5 +1,6 @@
 -- Keys belong to the role that calls; fn runs with the caller's rights; the
 -- key table is written only through the functions.
+\i sql/include/setup.sql
 CREATE ROLE regress_alice;
 CREATE ROLE regress_bob;
 CREATE TABLE secrets (v text);

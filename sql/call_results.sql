@@ -1,5 +1,8 @@
--- How fn's result becomes the response (README, "Result to jsonb"), and
+-- How fn's result becomes the response (docs/how-it-works.md, "Result to jsonb"), and
 -- that a replay returns exactly what the first call returned.
+\i sql/include/setup.sql
+CREATE TABLE result_accounts (id int PRIMARY KEY, balance numeric NOT NULL);
+INSERT INTO result_accounts VALUES (7, 485);
 CREATE TYPE money_amount AS (currency text, cents bigint);
 CREATE DOMAIN positive_int AS int CHECK (VALUE > 0);
 -- A first call whose answer is kept as text, to compare replays with.
@@ -15,7 +18,7 @@ END $$;
 
 -- Zero rows (or a statement that returns none): SQL NULL.
 SELECT first_call('r-zero', 'SELECT 1 WHERE false') IS NULL AS is_sql_null;
-SELECT first_call('r-dml', 'UPDATE accounts SET balance = balance WHERE id = 7') IS NULL AS is_sql_null;
+SELECT first_call('r-dml', 'UPDATE result_accounts SET balance = balance WHERE id = 7') IS NULL AS is_sql_null;
 -- One row, one column: that value as jsonb.
 SELECT first_call('r-int', 'SELECT 42');
 SELECT first_call('r-text', 'SELECT ''forty-two''::text');
@@ -39,7 +42,7 @@ SELECT first_call('r-rows1', 'SELECT g FROM generate_series(1, 3) AS g');
 SELECT first_call('r-rows2', 'SELECT g AS n, g * g AS square FROM generate_series(1, 3) AS g');
 SELECT first_call('r-rows-null', 'SELECT x FROM (VALUES (1), (NULL)) AS v(x)');
 -- DML with RETURNING follows the same rule.
-SELECT first_call('r-returning', 'UPDATE accounts SET balance = balance WHERE id = 7 RETURNING id, balance');
+SELECT first_call('r-returning', 'UPDATE result_accounts SET balance = balance WHERE id = 7 RETURNING id, balance');
 -- Types with no jsonb form of their own become their text output.
 SELECT first_call('r-point', 'SELECT point(1, 2)');
 SELECT first_call('r-bytea', 'SELECT ''\x0102''::bytea');

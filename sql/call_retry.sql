@@ -1,5 +1,5 @@
 -- The retry scenario: one intent, one key, any number of deliveries.
-CREATE EXTENSION idempotency;
+\i sql/include/setup.sql
 
 CREATE TABLE accounts (id int PRIMARY KEY, balance numeric NOT NULL);
 CREATE TABLE ledger (id bigserial PRIMARY KEY, account int NOT NULL, amount numeric NOT NULL);
@@ -18,15 +18,6 @@ BEGIN
   END IF;
   INSERT INTO ledger (account, amount) VALUES (account_id, -amount);
   RETURN jsonb_build_object('account', account_id, 'balance', new_balance);
-END $$;
-
--- Reports an error as its SQLSTATE and message, to pin both.
-CREATE FUNCTION sqlstate_of(sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-  EXECUTE sql;
-  RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-  RETURN SQLSTATE || ': ' || SQLERRM;
 END $$;
 
 -- withdraw 300 with key req-7f3a, delivered three times: one withdrawal,
@@ -53,7 +44,7 @@ SELECT account, amount FROM ledger ORDER BY id;
 SELECT scope, key, status, response, length(request_hash) AS hash_length,
        request_hash ~ '^[0-9a-f]{64}$' AS hash_is_hex,
        expires_at - created_at AS ttl
-  FROM idempotency.keys ORDER BY key;
+  FROM idempotency.keys WHERE key LIKE 'req-%' ORDER BY key;
 
 -- The replay is the stored response byte for byte.
 SELECT idempotency.idempotent_call('req-7f3a', NULL, 'SELECT withdraw($1, $2)', 7, 300)::text

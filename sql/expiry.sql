@@ -2,9 +2,7 @@
 -- claimed; past it the key is absent for idempotent_call (fn runs again)
 -- whether or not it has been deleted yet; idempotency.expire() deletes the
 -- expired keys now and is only for privileged roles.
-SET client_min_messages = warning;
-CREATE EXTENSION IF NOT EXISTS idempotency;
-RESET client_min_messages;
+\i sql/include/setup.sql
 -- Keys other tests left expired are not this test's business.
 SELECT idempotency.expire() AS expired_before \gset
 

@@ -9,6 +9,7 @@
 -- or to the bytes hashed for a value shows up here (and would turn every
 -- stored key's retry into IK422). Each pinned hash is also recomputed in
 -- SQL from that description.
+\i sql/include/setup.sql
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS idempotency;
 DROP SCHEMA IF EXISTS fingerprints CASCADE;

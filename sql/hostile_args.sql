@@ -2,8 +2,8 @@
 -- domains, types whose jsonb form is only their text output (or that have
 -- no binary send function), and parameters fn uses wrongly. The argument
 -- types are part of the request fingerprint.
+\i sql/include/setup.sql
 SET client_min_messages = warning;
-CREATE EXTENSION IF NOT EXISTS idempotency;
 DROP SCHEMA IF EXISTS hostile_args CASCADE;
 RESET client_min_messages;
 CREATE SCHEMA hostile_args;

@@ -4,8 +4,8 @@
 -- key runs fn, every later evaluation in the same or a later transaction
 -- replays it; an evaluation that must write where writing is impossible
 -- fails with PostgreSQL's own error and stores nothing.
+\i sql/include/setup.sql
 SET client_min_messages = warning;
-CREATE EXTENSION IF NOT EXISTS idempotency;
 DROP SCHEMA IF EXISTS hostile_contexts CASCADE;
 RESET client_min_messages;
 CREATE SCHEMA hostile_contexts;

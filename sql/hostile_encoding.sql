@@ -4,9 +4,7 @@
 -- encoding cannot represent is no obstacle (fn's arguments never travel to
 -- the client). Every literal here is ASCII (U& escapes), so the file reads
 -- the same under any client_encoding.
-SET client_min_messages = warning;
-CREATE EXTENSION IF NOT EXISTS idempotency;
-RESET client_min_messages;
+\i sql/include/setup.sql
 \set regress_database :DBNAME
 CREATE DATABASE regress_hostile_encoding TEMPLATE template0 ENCODING 'UTF8' LOCALE 'C';
 \c regress_hostile_encoding

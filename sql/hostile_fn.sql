@@ -2,8 +2,8 @@
 -- try to control the transaction, statements aimed at the key table,
 -- cursors, a sleep cancelled by statement_timeout, and nested calls. Every
 -- failed call stores nothing, and the next call with the same key runs fn.
+\i sql/include/setup.sql
 SET client_min_messages = warning;
-CREATE EXTENSION IF NOT EXISTS idempotency;
 DROP SCHEMA IF EXISTS hostile_fn CASCADE;
 RESET client_min_messages;
 CREATE SCHEMA hostile_fn;

@@ -7,8 +7,8 @@
 -- server stays up and the key runs fn on its next call. (A 300 MB single
 -- string fails the same way, through the same check, but takes twice the
 -- time and memory of the 260 MB array used here.)
+\i sql/include/setup.sql
 SET client_min_messages = warning;
-CREATE EXTENSION IF NOT EXISTS idempotency;
 DROP SCHEMA IF EXISTS hostile_huge CASCADE;
 RESET client_min_messages;
 CREATE SCHEMA hostile_huge;

@@ -2,9 +2,7 @@
 -- multibyte keys at the 255-byte limit, and keys that differ only in
 -- whitespace, case or Unicode normalization. A key is compared byte for
 -- byte (collation "C"), whatever the caller's collation.
-SET client_min_messages = warning;
-CREATE EXTENSION IF NOT EXISTS idempotency;
-RESET client_min_messages;
+\i sql/include/setup.sql
 \set regress_database :DBNAME
 
 -- In a UTF8 database a key is valid UTF-8 by the time it reaches the call:

@@ -3,6 +3,7 @@
 -- (idempotency.max_response_size). TTLs that cannot work are refused when
 -- set. And what no role can learn about another's keys: the table keeps no
 -- planner statistics, and usage per role is for monitoring roles only.
+\i sql/include/setup.sql
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS idempotency;
 DROP SCHEMA IF EXISTS security_limits CASCADE;

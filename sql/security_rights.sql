@@ -2,8 +2,8 @@
 -- do nothing the caller could not do directly. Keys belong to the calling
 -- role (current_user): another role can neither replay, read, overwrite
 -- nor plant them, through the functions or the table.
+\i sql/include/setup.sql
 SET client_min_messages = warning;
-CREATE EXTENSION IF NOT EXISTS idempotency;
 DROP SCHEMA IF EXISTS security_rights CASCADE;
 RESET client_min_messages;
 CREATE SCHEMA security_rights;

@@ -5,9 +5,7 @@
 -- replace an expired key still use only the extension's own objects: no
 -- planted object is ever called or written. The victim connects afresh, so
 -- the extension prepares its statements under the hostile search_path.
-SET client_min_messages = warning;
-CREATE EXTENSION IF NOT EXISTS idempotency;
-RESET client_min_messages;
+\i sql/include/setup.sql
 \set regress_user :USER
 CREATE ROLE regress_sp_mallory;
 CREATE ROLE regress_sp_victim LOGIN;

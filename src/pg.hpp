@@ -1,7 +1,8 @@
 // The one place that includes PostgreSQL's server headers into C++.
 //
-// Standard C++ headers must come before this file: PostgreSQL defines
-// macros (Min, Max, printf, snprintf, strerror, ...) that break them.
+// Standard C++ headers, and the server-free headers that use them, must come
+// before this file: PostgreSQL defines macros (Min, Max, printf, snprintf,
+// strerror, ...) that break them. src/server_free.hpp enforces the latter.
 #pragma once
 
 #include <cstddef>

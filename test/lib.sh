@@ -1,5 +1,6 @@
-# Shared by test/run-all, demo/run and bench/run: install prerequisites, build
-# and install the extension, and run commands as an unprivileged user.
+# Shared by test/run-all, examples/retry-demo/run and bench/run: install
+# prerequisites, build and install the extension, and run commands as an
+# unprivileged user.
 
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 PG_BINDIR=$("$PG_CONFIG" --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)

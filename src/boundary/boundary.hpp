@@ -16,7 +16,10 @@
 //    destructor, and PostgreSQL's own errors - say P0001 raised by the
 //    caller's fn - travel up unchanged, SQLSTATE and all. C++ types with
 //    destructors (std::string, containers) live only in units that include no
-//    PostgreSQL header.
+//    PostgreSQL header. The compiler checks both: each struct such frames
+//    hold is followed by static_assert(std::is_trivially_destructible_v<..>),
+//    and the server-free units include src/server_free.hpp, which fails the
+//    build when a PostgreSQL header comes with them.
 #pragma once
 
 #include <exception>
@@ -31,6 +34,7 @@ struct CaughtError {
   int sqlstate;
   const char *message;
 };
+static_assert(std::is_trivially_destructible_v<CaughtError>);
 
 // Copies what an exception says into palloc'd memory. Called inside a catch
 // block; allocates only with palloc and never throws.

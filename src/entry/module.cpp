@@ -1,14 +1,12 @@
-// Entry points: module initialisation and the SQL-callable functions. Each
-// SQL function is a thin shim over the C++ body, declared through the error
-// boundary (boundary/boundary.hpp).
-#include "boundary/boundary.hpp"
-#include "entry/settings.hpp"
+// Module initialisation: settings, transaction callbacks, the DISCARD ALL
+// hook, shared memory and the expiry launcher.
+// The SQL-callable functions are declared in entry/functions.cpp.
 #include "protocol/app_api.hpp"
-#include "protocol/call.hpp"
 #include "protocol/outcome.hpp"
+#include "settings/settings.hpp"
 #include "stats/stats.hpp"
+#include "worker/launcher.hpp"
 #include "worker/status.hpp"
-#include "worker/worker.hpp"
 
 extern "C" {
 PG_MODULE_MAGIC;
@@ -68,7 +66,6 @@ void _PG_init(void) {
   if (IsBinaryUpgrade)
     return;
   idempotency::settings::define();
-  idempotency::worker::define_settings();
   MarkGUCPrefixReserved("idempotency");
   // Per backend, so also when the library is loaded on first use.
   previous_process_utility_hook = ProcessUtility_hook;
@@ -82,34 +79,3 @@ void _PG_init(void) {
   shmem_startup_hook = attach_shared_memory;
   idempotency::worker::register_launcher();
 }
-
-namespace {
-
-Datum idempotent_call_body(FunctionCallInfo fcinfo) {
-  return idempotency::protocol::idempotent_call(fcinfo);
-}
-
-Datum last_call_replayed_body(FunctionCallInfo fcinfo) {
-  switch (idempotency::protocol::last_call().outcome) {
-  case idempotency::protocol::Outcome::none:
-    PG_RETURN_NULL();
-  case idempotency::protocol::Outcome::ran:
-  case idempotency::protocol::Outcome::stored_error:
-    PG_RETURN_BOOL(false);
-  case idempotency::protocol::Outcome::replayed:
-  case idempotency::protocol::Outcome::replayed_error:
-    PG_RETURN_BOOL(true);
-  }
-  pg_unreachable();
-}
-
-Datum current_scope_body(FunctionCallInfo) {
-  return ObjectIdGetDatum(GetUserId());
-}
-
-} // namespace
-
-IDEMPOTENCY_SQL_FUNCTION(idempotency_idempotent_call, idempotent_call_body)
-IDEMPOTENCY_SQL_FUNCTION(idempotency_last_call_replayed,
-                         last_call_replayed_body)
-IDEMPOTENCY_SQL_FUNCTION(idempotency_current_scope, current_scope_body)

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "server_free.hpp" // must be the last include
+
 namespace idempotency::fingerprint {
 
 // PostgreSQL code may hold these across an ereport() longjmp, which runs no

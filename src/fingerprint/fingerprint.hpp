@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "server_free.hpp" // must be the last include
+
 namespace idempotency::fingerprint {
 
 // Incremental SHA-256 (FIPS 180-4).

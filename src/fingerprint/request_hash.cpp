@@ -8,6 +8,7 @@ struct EncodedValue {
   const char *data;
   std::size_t size;
 };
+static_assert(std::is_trivially_destructible_v<EncodedValue>);
 
 EncodedValue encode(const ValueEncoder &encoder, Datum value) {
   if (encoder.binary) {
@@ -19,7 +20,7 @@ EncodedValue encode(const ValueEncoder &encoder, Datum value) {
 }
 
 void hash_values(RequestFingerprint fingerprint, const ValueEncoder *encoders,
-                 const protocol::FnArgs &args, char (&hex)[hex_size]) {
+                 const FnArgs &args, char (&hex)[hex_size]) {
   for (int i = 0; i < args.count; i++) {
     if (args.nulls[i]) {
       fingerprint.add_null();
@@ -64,7 +65,7 @@ ValueEncoder encoder_for(Oid type) {
   return {output, false};
 }
 
-RequestFingerprint prefix_for(text *fn, const protocol::FnArgs &args) {
+RequestFingerprint prefix_for(text *fn, const FnArgs &args) {
   RequestFingerprint prefix(VARDATA_ANY(fn), VARSIZE_ANY_EXHDR(fn));
   for (int i = 0; i < args.count; i++) {
     const char *type_name = format_type_be_qualified(args.types[i]);
@@ -74,7 +75,7 @@ RequestFingerprint prefix_for(text *fn, const protocol::FnArgs &args) {
 }
 
 text *request_hash(const RequestFingerprint &prefix,
-                   const ValueEncoder *encoders, const protocol::FnArgs &args) {
+                   const ValueEncoder *encoders, const FnArgs &args) {
   char hex[hex_size];
   in_database_encoding([&] { hash_values(prefix, encoders, args, hex); });
   return cstring_to_text(hex);

@@ -8,8 +8,8 @@
 
 #include "fingerprint/fingerprint.hpp"
 
+#include "fingerprint/fn_args.hpp"
 #include "pg.hpp"
-#include "protocol/fn.hpp"
 
 namespace idempotency::fingerprint {
 
@@ -20,14 +20,15 @@ struct ValueEncoder {
   Oid function;
   bool binary;
 };
+static_assert(std::is_trivially_destructible_v<ValueEncoder>);
 
 ValueEncoder encoder_for(Oid type);
 
 // fn and the argument types, hashed.
-RequestFingerprint prefix_for(text *fn, const protocol::FnArgs &args);
+RequestFingerprint prefix_for(text *fn, const FnArgs &args);
 
 // The fingerprint of one call, from its statement's prefix and encoders.
 text *request_hash(const RequestFingerprint &prefix,
-                   const ValueEncoder *encoders, const protocol::FnArgs &args);
+                   const ValueEncoder *encoders, const FnArgs &args);
 
 } // namespace idempotency::fingerprint

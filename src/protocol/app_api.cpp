@@ -1,7 +1,7 @@
-#include "protocol/app_api.hpp"
-
-#include "entry/settings.hpp"
 #include "fingerprint/fingerprint.hpp"
+
+#include "protocol/app_api.hpp"
+#include "settings/settings.hpp"
 #include "protocol/claim.hpp"
 #include "protocol/message_key.hpp"
 #include "protocol/outcome.hpp"

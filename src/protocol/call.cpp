@@ -1,4 +1,3 @@
-#include "entry/settings.hpp"
 #include "fingerprint/request_hash.hpp"
 #include "protocol/call.hpp"
 #include "protocol/claim.hpp"
@@ -6,6 +5,7 @@
 #include "protocol/outcome.hpp"
 #include "protocol/statement_cache.hpp"
 #include "protocol/stored_errors.hpp"
+#include "settings/settings.hpp"
 #include "stats/stats.hpp"
 #include "storage/keys.hpp"
 
@@ -24,6 +24,7 @@ struct Request {
   FnArgs args;
   Statement *statement;
 };
+static_assert(std::is_trivially_destructible_v<Request>);
 
 // The fingerprint of a call whose client passed its own request_hash: fn
 // and the client's text, framed, so that the same key and hash with another

@@ -1,9 +1,9 @@
-#include "protocol/claim.hpp"
-
-#include "entry/settings.hpp"
 #include "protocol/claim_secret.hpp"
-#include "protocol/message_key.hpp"
 #include "protocol/rules.hpp"
+
+#include "protocol/claim.hpp"
+#include "protocol/message_key.hpp"
+#include "settings/settings.hpp"
 #include "stats/stats.hpp"
 
 namespace idempotency::protocol {

@@ -32,6 +32,7 @@ struct Claim {
   bool held;
   ResourceOwner owner; // nullptr: the current resource owner
 };
+static_assert(std::is_trivially_destructible_v<Claim>);
 
 enum class ClaimResult { acquired, busy, recursive };
 

@@ -1,7 +1,7 @@
-#include "protocol/fn.hpp"
-
+#include "fingerprint/fingerprint.hpp"
 #include "protocol/rules.hpp"
 
+#include "protocol/fn.hpp"
 #include "protocol/statement_cache.hpp"
 
 namespace idempotency::protocol {

@@ -2,16 +2,10 @@
 // becomes the stored jsonb response.
 #pragma once
 
+#include "fingerprint/fn_args.hpp"
 #include "pg.hpp"
 
 namespace idempotency::protocol {
-
-struct FnArgs {
-  int count;
-  Oid *types;
-  Datum *values;
-  bool *nulls;
-};
 
 // The arguments after the first `first` ones, as bound to $1 ... $n. Handles
 // both a spread VARIADIC "any" list and an explicit VARIADIC array; an
@@ -21,8 +15,9 @@ FnArgs collect_args(FunctionCallInfo fcinfo, int first);
 struct Statement;
 
 // Runs fn - the statement's plan - with the caller's rights, through SPI, and
-// returns its result as jsonb in the current memory context (see README,
-// "Result to jsonb"). *is_null is set when fn returned no rows.
+// returns its result as jsonb in the current memory context (see
+// docs/how-it-works.md, "Result to jsonb"). *is_null is set when fn returned no
+// rows.
 Datum run_fn(Statement &statement, const FnArgs &args, bool *is_null);
 
 } // namespace idempotency::protocol

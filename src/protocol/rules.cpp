@@ -1,7 +1,7 @@
 // Server-free rules of the call. No PostgreSQL header.
 #include "protocol/rules.hpp"
 
-#include <cstring>
+#include "server_free.hpp" // must be the last include
 
 namespace idempotency {
 
@@ -21,84 +21,6 @@ ResultShape result_shape(std::uint64_t rows, int columns) noexcept {
   if (rows > 1)
     return ResultShape::array;
   return row_is_object(columns) ? ResultShape::object : ResultShape::value;
-}
-
-namespace {
-
-bool is_blank(char c) noexcept {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
-
-bool is_sqlstate_char(char c) noexcept {
-  return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') ||
-         (c >= 'a' && c <= 'z');
-}
-
-char upper(char c) noexcept { return c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c; }
-
-constexpr const char *not_error_classes[] = {"00", "01", "02"};
-constexpr const char *transient_classes[] = {"08", "40", "53", "57",
-                                             "58", "XX", "IK"};
-
-template <std::size_t N>
-bool class_in(const char *entry, const char *const (&classes)[N]) noexcept {
-  for (const char *cls : classes)
-    if (entry[0] == cls[0] && entry[1] == cls[1])
-      return true;
-  return false;
-}
-
-} // namespace
-
-SqlstateListResult parse_sqlstate_list(const char *text,
-                                       SqlstateList &out) noexcept {
-  out.count = 0;
-  std::size_t length = std::strlen(text);
-  std::size_t pos = 0;
-  while (pos < length && is_blank(text[pos]))
-    pos++;
-  if (pos == length)
-    return {SqlstateListCheck::ok, 0, 0};
-
-  for (std::size_t start = 0; start <= length;) {
-    std::size_t end = start;
-    while (end < length && text[end] != ',')
-      end++;
-    std::size_t first = start, last = end;
-    while (first < last && is_blank(text[first]))
-      first++;
-    while (last > first && is_blank(text[last - 1]))
-      last--;
-    std::size_t size = last - first;
-    bool well_formed = size == 5 || size == 2;
-    for (std::size_t i = first; well_formed && i < last; i++)
-      well_formed = is_sqlstate_char(text[i]);
-    if (!well_formed)
-      return {SqlstateListCheck::malformed, first, size};
-    if (out.count == SqlstateList::capacity)
-      return {SqlstateListCheck::too_many, first, size};
-    char *entry = out.entries[out.count];
-    for (std::size_t i = 0; i < size; i++)
-      entry[i] = upper(text[first + i]);
-    entry[size] = '\0';
-    if (class_in(entry, not_error_classes))
-      return {SqlstateListCheck::not_an_error, first, size};
-    if (class_in(entry, transient_classes))
-      return {SqlstateListCheck::transient, first, size};
-    out.count++;
-    start = end + 1;
-  }
-  return {SqlstateListCheck::ok, 0, 0};
-}
-
-bool sqlstate_listed(const SqlstateList &list, const char *sqlstate) noexcept {
-  for (int i = 0; i < list.count; i++) {
-    const char *entry = list.entries[i];
-    std::size_t size = std::strlen(entry);
-    if (std::strncmp(entry, sqlstate, size) == 0)
-      return true;
-  }
-  return false;
 }
 
 } // namespace idempotency

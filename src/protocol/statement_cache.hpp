@@ -10,8 +10,8 @@
 
 #include "fingerprint/request_hash.hpp"
 
+#include "fingerprint/fn_args.hpp"
 #include "pg.hpp"
-#include "protocol/fn.hpp"
 
 namespace idempotency::protocol {
 
@@ -26,6 +26,7 @@ struct Statement {
   bool kept;                 // in the cache; false past its size limit
   uint64 catalog_generation; // when fingerprint_prefix and encoders were made
 };
+static_assert(std::is_trivially_destructible_v<Statement>);
 
 // The statement of fn with these arguments' types. Past the cache's size
 // limit the statement is built afresh for each call in the current memory

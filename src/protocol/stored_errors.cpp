@@ -1,6 +1,8 @@
+#include "settings/sqlstate_list.hpp"
+
 #include "protocol/stored_errors.hpp"
 
-#include "entry/settings.hpp"
+#include "settings/settings.hpp"
 
 namespace idempotency::protocol {
 

@@ -9,9 +9,10 @@
 // With the setting empty fn runs as it always did, without a subtransaction.
 #pragma once
 
+#include "protocol/statement_cache.hpp"
+
 #include "pg.hpp"
 #include "protocol/fn.hpp"
-#include "protocol/statement_cache.hpp"
 
 namespace idempotency::protocol {
 

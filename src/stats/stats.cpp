@@ -1,7 +1,5 @@
 #include "stats/stats.hpp"
 
-#include "boundary/boundary.hpp"
-
 extern "C" {
 #include "port/atomics.h"
 #include "storage/ipc.h"
@@ -151,6 +149,8 @@ void put_row(Tuplestorestate *store, TupleDesc desc, DatabaseCounters &slot) {
   tuplestore_putvalues(store, desc, values, nulls);
 }
 
+} // namespace
+
 // idempotency.stats_counters(): one row per counted database; this
 // database always has one when the counters exist.
 Datum counters_body(FunctionCallInfo fcinfo) {
@@ -176,11 +176,4 @@ Datum reset_body(FunctionCallInfo) {
   PG_RETURN_VOID();
 }
 
-} // namespace
-
 } // namespace idempotency::stats
-
-IDEMPOTENCY_SQL_FUNCTION(idempotency_stats_counters,
-                         idempotency::stats::counters_body)
-IDEMPOTENCY_SQL_FUNCTION(idempotency_stats_reset,
-                         idempotency::stats::reset_body)

@@ -23,4 +23,8 @@ void count(Event event);
 // Counts keys deleted by expiry in the current database.
 void count_expired(int64 keys);
 
+// Bodies of idempotency.stats_counters() and idempotency.stats_reset().
+Datum counters_body(FunctionCallInfo fcinfo);
+Datum reset_body(FunctionCallInfo fcinfo);
+
 } // namespace idempotency::stats

@@ -28,6 +28,7 @@ constexpr int count = 7;
 struct KeyTable {
   Oid relid;
 };
+static_assert(std::is_trivially_destructible_v<KeyTable>);
 
 KeyTable key_table();
 
@@ -36,6 +37,7 @@ struct KeyRef {
   Oid scope;
   text *key;
 };
+static_assert(std::is_trivially_destructible_v<KeyRef>);
 
 enum class KeyState {
   absent,      // no row, or only rows of rolled-back transactions
@@ -54,6 +56,7 @@ struct KeyProbe {
   TimestampTz created_at; // done, expired: the row's times
   TimestampTz expires_at;
 };
+static_assert(std::is_trivially_destructible_v<KeyProbe>);
 
 // Looks the key up. Under REPEATABLE READ or SERIALIZABLE, a row committed
 // by another transaction after this transaction's snapshot raises 40001.

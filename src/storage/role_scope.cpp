@@ -13,7 +13,7 @@
 // never the scope of a caller: its keys stay out of every role's reach
 // instead of passing, by OID, to whichever role holds that OID elsewhere.
 // Numeric OIDs are not accepted, for the same reason.
-#include "boundary/boundary.hpp"
+#include "storage/role_scope.hpp"
 
 namespace idempotency::storage {
 
@@ -39,6 +39,8 @@ const char *text_of_role(Oid role) {
   return name == nullptr ? no_role : quote_identifier(name);
 }
 
+} // namespace
+
 Datum role_scope_in(FunctionCallInfo fcinfo) {
   return ObjectIdGetDatum(role_of_text(PG_GETARG_CSTRING(0)));
 }
@@ -63,15 +65,4 @@ Datum role_scope_send(FunctionCallInfo fcinfo) {
   PG_RETURN_BYTEA_P(pq_endtypsend(&message));
 }
 
-} // namespace
-
 } // namespace idempotency::storage
-
-IDEMPOTENCY_SQL_FUNCTION(idempotency_role_scope_in,
-                         idempotency::storage::role_scope_in)
-IDEMPOTENCY_SQL_FUNCTION(idempotency_role_scope_out,
-                         idempotency::storage::role_scope_out)
-IDEMPOTENCY_SQL_FUNCTION(idempotency_role_scope_recv,
-                         idempotency::storage::role_scope_recv)
-IDEMPOTENCY_SQL_FUNCTION(idempotency_role_scope_send,
-                         idempotency::storage::role_scope_send)

@@ -2,8 +2,8 @@
 
 #include "worker/database_round.hpp"
 
+#include "settings/settings.hpp"
 #include "worker/expire.hpp"
-#include "worker/settings.hpp"
 #include "worker/status.hpp"
 
 extern "C" {

@@ -2,10 +2,9 @@
 
 #include "worker/expire.hpp"
 
-#include "boundary/boundary.hpp"
+#include "settings/settings.hpp"
 #include "stats/stats.hpp"
 #include "storage/keys.hpp"
-#include "worker/settings.hpp"
 
 namespace idempotency::worker {
 
@@ -208,8 +207,6 @@ int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
   return deleted;
 }
 
-namespace {
-
 // idempotency.expire(): one round now, in the caller's transaction; the
 // cutoff is the transaction's start, the instant idempotent_call compares
 // expires_at with.
@@ -235,8 +232,4 @@ Datum expire_body(FunctionCallInfo) {
   PG_RETURN_INT64(deleted);
 }
 
-} // namespace
-
 } // namespace idempotency::worker
-
-IDEMPOTENCY_SQL_FUNCTION(idempotency_expire, idempotency::worker::expire_body)

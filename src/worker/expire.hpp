@@ -26,12 +26,14 @@ struct ExpiryCursor {
   TimestampTz expires_at;
   ItemPointerData tid;
 };
+static_assert(std::is_trivially_destructible_v<ExpiryCursor>);
 
 struct ExpiredKeys {
   ItemPointerData *tids; // sorted in heap order
   int count;
   bool finished; // no expired key left after the cursor
 };
+static_assert(std::is_trivially_destructible_v<ExpiredKeys>);
 
 // Whether the extension is installed in this database (needs a transaction).
 bool extension_installed();
@@ -62,5 +64,9 @@ ExpiredKeys collect_expired(TimestampTz cutoff, int limit, ExpiryCursor *cursor,
 // changing; returns how many it deleted.
 int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
                      int count);
+
+// Body of idempotency.expire(): one round in the caller's transaction;
+// returns how many keys it deleted.
+Datum expire_body(FunctionCallInfo fcinfo);
 
 } // namespace idempotency::worker

@@ -1,7 +1,5 @@
 #include "worker/status.hpp"
 
-#include "boundary/boundary.hpp"
-
 namespace idempotency::worker::status {
 
 namespace {
@@ -190,6 +188,8 @@ void put_row(ReturnSetInfo *rsinfo, const DatabaseRounds &slot) {
   tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
+} // namespace
+
 Datum expiry_status_body(FunctionCallInfo fcinfo) {
   if (shared == nullptr)
     ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -212,9 +212,4 @@ Datum expiry_status_body(FunctionCallInfo fcinfo) {
   return (Datum)0;
 }
 
-} // namespace
-
 } // namespace idempotency::worker::status
-
-IDEMPOTENCY_SQL_FUNCTION(idempotency_expiry_status,
-                         idempotency::worker::status::expiry_status_body)

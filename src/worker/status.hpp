@@ -32,4 +32,7 @@ void forget(Oid database);
 // Keeps only the databases listed (the others were dropped).
 void forget_all_but(const Oid *databases, int count);
 
+// Body of idempotency.expiry_status(): one row per remembered database.
+Datum expiry_status_body(FunctionCallInfo fcinfo);
+
 } // namespace idempotency::worker::status

@@ -2,7 +2,10 @@
 #pragma once
 
 #include "pg.hpp"
-#include "protocol/rules.hpp"
+
+namespace idempotency {
+struct SqlstateList; // settings/sqlstate_list.hpp
+}
 
 namespace idempotency::settings {
 
@@ -15,6 +18,13 @@ const Interval &ttl();
 // idempotency.wait_timeout: how long a call waits for another transaction
 // that holds the same key, in milliseconds; 0 answers IK409 at once.
 int wait_timeout_ms();
+
+// idempotency.expire_interval, seconds; 0 turns the expiry worker off.
+int expire_interval_seconds();
+// idempotency.expire_batch_size: keys per batch (one worker transaction).
+int expire_batch_size();
+// idempotency.expire_batch_delay: pause after each batch, milliseconds.
+int expire_batch_delay_ms();
 
 // idempotency.max_response_size: the largest response stored, in bytes.
 Size max_response_bytes();

@@ -1,13 +1,14 @@
-// Entry points of the application API (protocol/app_api) and of
-// idempotency.last_call(). Table functions return their one row (or none)
-// through a materialized result set.
-#include "boundary/boundary.hpp"
+// Bodies of the application API's SQL functions (protocol/app_api) and of
+// idempotency.last_call(), declared in entry/functions.cpp. Table functions
+// return their one row (or none) through a materialized result set.
+#include "entry/app_results.hpp"
+
 #include "protocol/app_api.hpp"
 #include "protocol/outcome.hpp"
 
-namespace {
+namespace idempotency::entry {
 
-namespace protocol = idempotency::protocol;
+namespace {
 
 constexpr int max_columns = 4;
 
@@ -33,6 +34,8 @@ Datum return_rows(FunctionCallInfo fcinfo, Row *row) {
                          row->nulls);
   return (Datum)0;
 }
+
+} // namespace
 
 Datum claim_body(FunctionCallInfo fcinfo) {
   protocol::ClaimRow claimed = protocol::claim_key(fcinfo);
@@ -79,11 +82,4 @@ Datum forget_body(FunctionCallInfo fcinfo) {
   PG_RETURN_BOOL(protocol::forget_key(fcinfo));
 }
 
-} // namespace
-
-IDEMPOTENCY_SQL_FUNCTION(idempotency_claim, claim_body)
-IDEMPOTENCY_SQL_FUNCTION(idempotency_complete, complete_body)
-IDEMPOTENCY_SQL_FUNCTION(idempotency_release, release_body)
-IDEMPOTENCY_SQL_FUNCTION(idempotency_last_call, last_call_body)
-IDEMPOTENCY_SQL_FUNCTION(idempotency_lookup, lookup_body)
-IDEMPOTENCY_SQL_FUNCTION(idempotency_forget, forget_body)
+} // namespace idempotency::entry

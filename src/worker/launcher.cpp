@@ -6,10 +6,10 @@
 // Connecting to no database itself, the launcher never stands in the way of
 // DROP DATABASE; the per-database workers connect only for a round and leave
 // early when such a command waits for their database.
-#include "worker/worker.hpp"
+#include "worker/launcher.hpp"
 
+#include "settings/settings.hpp"
 #include "worker/database_round.hpp"
-#include "worker/settings.hpp"
 #include "worker/status.hpp"
 
 extern "C" {
@@ -29,6 +29,7 @@ struct DatabaseList {
   Oid *oids;
   int count;
 };
+static_assert(std::is_trivially_destructible_v<DatabaseList>);
 
 // Databases a round serves: those that accept connections. Templates are
 // left alone (they are copied rather than used, and a connection to one
@@ -164,8 +165,6 @@ void run_round_logging_errors(MemoryContext round_context) {
 }
 
 } // namespace
-
-void define_settings() { settings::define(); }
 
 void register_launcher() {
   BackgroundWorker worker;

@@ -1,0 +1,57 @@
+// Every SQL-callable function of the library, in the order the install
+// scripts create them. Each is declared through the error boundary
+// (boundary/boundary.hpp); its body lives in its module, declared in that
+// module's header. A C symbol named in an install script and missing here
+// fails CREATE EXTENSION ("could not find function").
+#include "boundary/boundary.hpp"
+#include "entry/app_results.hpp"
+#include "protocol/call.hpp"
+#include "protocol/session.hpp"
+#include "stats/stats.hpp"
+#include "storage/role_scope.hpp"
+#include "worker/expire.hpp"
+#include "worker/status.hpp"
+
+// clang-format off
+
+// idempotency--0.1.sql
+
+// idempotency.current_scope() RETURNS regrole (role_scope from 0.3)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_current_scope, idempotency::protocol::current_scope_body)
+// idempotency.idempotent_call(key, request_hash, fn [, VARIADIC args "any"]) RETURNS jsonb
+IDEMPOTENCY_SQL_FUNCTION(idempotency_idempotent_call, idempotency::protocol::idempotent_call)
+// idempotency.last_call_replayed() RETURNS boolean
+IDEMPOTENCY_SQL_FUNCTION(idempotency_last_call_replayed, idempotency::protocol::last_call_replayed_body)
+// idempotency.expire() RETURNS bigint
+IDEMPOTENCY_SQL_FUNCTION(idempotency_expire, idempotency::worker::expire_body)
+// idempotency.expiry_status() RETURNS SETOF record
+IDEMPOTENCY_SQL_FUNCTION(idempotency_expiry_status, idempotency::worker::status::expiry_status_body)
+
+// idempotency--0.1--0.2.sql
+
+// idempotency.stats_counters() RETURNS SETOF record
+IDEMPOTENCY_SQL_FUNCTION(idempotency_stats_counters, idempotency::stats::counters_body)
+// idempotency.stats_reset() RETURNS void
+IDEMPOTENCY_SQL_FUNCTION(idempotency_stats_reset, idempotency::stats::reset_body)
+
+// idempotency--0.2--0.3.sql
+
+// the I/O functions of type idempotency.role_scope
+IDEMPOTENCY_SQL_FUNCTION(idempotency_role_scope_in, idempotency::storage::role_scope_in)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_role_scope_out, idempotency::storage::role_scope_out)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_role_scope_recv, idempotency::storage::role_scope_recv)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_role_scope_send, idempotency::storage::role_scope_send)
+// idempotency.claim(key, request_hash) RETURNS TABLE (replayed, response, created_at, expires_at)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_claim, idempotency::entry::claim_body)
+// idempotency.complete(key, response) RETURNS void
+IDEMPOTENCY_SQL_FUNCTION(idempotency_complete, idempotency::entry::complete_body)
+// idempotency.release(key) RETURNS void
+IDEMPOTENCY_SQL_FUNCTION(idempotency_release, idempotency::entry::release_body)
+// idempotency.last_call() RETURNS TABLE (outcome, created_at, expires_at)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_last_call, idempotency::entry::last_call_body)
+// idempotency.lookup(key) RETURNS TABLE (state, created_at, expires_at, response)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_lookup, idempotency::entry::lookup_body)
+// idempotency.forget(key) RETURNS boolean
+IDEMPOTENCY_SQL_FUNCTION(idempotency_forget, idempotency::entry::forget_body)
+
+// clang-format on

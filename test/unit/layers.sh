@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Structure checks, run by ctest with the unit tests:
+#  - every `#include "..."` in src/ points into its own folder or down the
+#    layers (docs/architecture.md), never up or sideways;
+#  - every SQL-callable function is declared in src/entry/functions.cpp, and
+#    every C symbol the install scripts name is declared there.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$repo"
+
+# Layers, top first; folders on one line are one layer and include none of
+# each other.
+layer_of() {
+  case $1 in
+  entry) echo 5 ;;
+  worker) echo 4 ;;
+  protocol) echo 3 ;;
+  storage | fingerprint | stats) echo 2 ;;
+  settings | boundary) echo 1 ;;
+  *) echo "unknown layer: $1" >&2; return 1 ;;
+  esac
+}
+
+failures=0
+fail() {
+  echo "not ok - $*"
+  failures=$((failures + 1))
+}
+
+while IFS=: read -r file _ line; do
+  included=$(sed -n 's/^#include "\([^"]*\)".*/\1/p' <<<"$line")
+  # src/pg.hpp and src/server_free.hpp are below every layer; names that
+  # are not under src/ are PostgreSQL's own headers.
+  case $included in */*) ;; *) continue ;; esac
+  [ -f "src/$included" ] || continue
+  from=$(cut -d/ -f2 <<<"$file")
+  to=$(cut -d/ -f1 <<<"$included")
+  [ "$from" = "$to" ] && continue
+  from_layer=$(layer_of "$from")
+  to_layer=$(layer_of "$to")
+  [ "$to_layer" -lt "$from_layer" ] ||
+    fail "$file includes $included: $to/ is not below $from/"
+done < <(grep -rn '^#include "' src --include='*.cpp' --include='*.hpp')
+
+declared=$(sed -n 's/^IDEMPOTENCY_SQL_FUNCTION(\([a-z_0-9]*\),.*/\1/p' src/entry/functions.cpp | sort)
+named=$(sed -n "s/.*'MODULE_PATHNAME', *'\([a-z_0-9]*\)'.*/\1/p" idempotency--*.sql | sort -u)
+[ -n "$declared" ] || fail "src/entry/functions.cpp declares no SQL function"
+for symbol in $named; do
+  grep -qx "$symbol" <<<"$declared" ||
+    fail "$symbol, named by an install script, is not declared in src/entry/functions.cpp"
+done
+elsewhere=$(grep -rln '^IDEMPOTENCY_SQL_FUNCTION(' src | grep -v '^src/entry/functions.cpp$' || true)
+[ -z "$elsewhere" ] ||
+  fail "IDEMPOTENCY_SQL_FUNCTION outside src/entry/functions.cpp: $elsewhere"
+
+if [ "$failures" -ne 0 ]; then
+  echo "layers: $failures failed"
+  exit 1
+fi
+echo "layers: ok"
