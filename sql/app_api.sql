@@ -1,7 +1,7 @@
 -- The application API: claim a key in the handler's transaction, do the work
 -- in application code, complete it with the response.
 
-CREATE EXTENSION IF NOT EXISTS idempotency;
+\i sql/include/setup.sql
 
 -- Before any call of this session, last_call() has no row.
 SELECT count(*) AS last_call_rows FROM idempotency.last_call();
