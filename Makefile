@@ -19,6 +19,7 @@ SOURCES = \
 	src/protocol/rules.cpp \
 	src/protocol/statement_cache.cpp \
 	src/stats/stats.cpp \
+	src/storage/commit_guard.cpp \
 	src/storage/keys.cpp \
 	src/worker/database_round.cpp \
 	src/worker/expire.cpp \

@@ -110,15 +110,10 @@ Datum replay(const Request &request, const storage::KeyProbe &stored,
 Datum run_and_store(const storage::KeyTable &table, const Request &request,
                     Claim &claim, const ItemPointerData *expired_row,
                     FunctionCallInfo fcinfo) {
-  TimestampTz now = GetCurrentTransactionStartTimestamp();
-  TimestampTz expires_at = DatumGetTimestampTz(
-      DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now),
-                          IntervalPGetDatum(&settings::ttl())));
-
   bool response_is_null;
   Datum response = run_fn(*request.statement, request.args, &response_is_null);
   storage::store(table, request.key, request.request_hash, response,
-                 response_is_null, now, expires_at, expired_row);
+                 response_is_null, settings::ttl(), expired_row);
 
   // The row now shows the key as in progress to everyone else.
   release(claim);

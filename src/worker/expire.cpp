@@ -30,15 +30,15 @@ pg_attribute_noreturn() void report_missing_index() {
   pg_unreachable();
 }
 
-Relation open_expires_at_index(Oid table) {
+Relation open_expires_at_index(Relation table) {
   Oid index = get_relname_relid(expires_at_index,
                                 get_namespace_oid("idempotency", false));
   if (!OidIsValid(index))
     report_missing_index();
   Relation rel = index_open(index, AccessShareLock);
   Form_pg_index form = rel->rd_index;
-  if (form->indrelid != table ||
-      form->indkey.values[0] != storage::column::expires_at ||
+  if (form->indrelid != table->rd_id ||
+      form->indkey.values[0] != storage::key_columns(table).expires_at ||
       rel->rd_rel->relam != BTREE_AM_OID)
     report_missing_index();
   return rel;
@@ -67,11 +67,11 @@ void append(ExpiredKeys *keys, int *capacity, int limit, ItemPointer tid) {
 // locked or changed by another transaction is not waited for either.
 bool delete_unless_held(Relation table, TupleTableSlot *slot,
                         Snapshot snapshot) {
+  const storage::KeyColumns &columns = storage::key_columns(table);
   bool isnull = false;
-  Datum key_datum = slot_getattr(slot, storage::column::key, &isnull);
+  Datum key_datum = slot_getattr(slot, columns.key, &isnull);
   storage::KeyRef key;
-  key.scope =
-      DatumGetObjectId(slot_getattr(slot, storage::column::scope, &isnull));
+  key.scope = DatumGetObjectId(slot_getattr(slot, columns.scope, &isnull));
   key.key = DatumGetTextPP(key_datum);
 
   protocol::Claim claim = protocol::claim_for(key);
@@ -90,10 +90,10 @@ bool delete_unless_held(Relation table, TupleTableSlot *slot,
   return result == TM_Ok;
 }
 
-TimestampTz expires_at_of(TupleTableSlot *slot) {
+TimestampTz expires_at_of(Relation table, TupleTableSlot *slot) {
   bool isnull = false;
   return DatumGetTimestampTz(
-      slot_getattr(slot, storage::column::expires_at, &isnull));
+      slot_getattr(slot, storage::key_columns(table).expires_at, &isnull));
 }
 
 } // namespace
@@ -131,7 +131,7 @@ ExpiredKeys collect_expired(TimestampTz cutoff, int limit, ExpiryCursor *cursor,
                             MemoryContext result_context) {
   Oid table_oid = storage::key_table().relid;
   Relation table = table_open(table_oid, AccessShareLock);
-  Relation index = open_expires_at_index(table_oid);
+  Relation index = open_expires_at_index(table);
 
   ScanKeyData scan_keys[2];
   int nkeys = 0;
@@ -202,7 +202,7 @@ int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
         !table_tuple_fetch_row_version(table, &tid, snapshot, slot))
       continue;
     // Replaced by a caller, or a new row in a reused slot: not expired.
-    if (expires_at_of(slot) > cutoff)
+    if (expires_at_of(table, slot) > cutoff)
       continue;
     if (delete_unless_held(table, slot, snapshot))
       deleted++;
