@@ -6,6 +6,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
 use Time::HiRes qw(time);
 
 my $node = PostgreSQL::Test::Cluster->new('expiry');
@@ -18,15 +21,20 @@ idempotency.expire_interval = '1s'
 $node->start;
 my $log_start = -s $node->logfile;
 
-# Claims keys through idempotent_call with the given TTL.
+# Claims keys through idempotent_call with the given TTL; 'expired' stores
+# them and then moves them past their TTL.
 sub claim_keys
 {
 	my ($db, $ttl, @keys) = @_;
+	my $expired = $ttl eq 'expired';
 	$node->safe_psql($db,
-		"SET idempotency.ttl = '$ttl';"
+		"SET idempotency.ttl = '" . ($expired ? '1 day' : $ttl) . "';"
 		  . join('',
 			map { "SELECT idempotency.idempotent_call('$_', NULL, 'SELECT 1');" }
-			  @keys));
+			  @keys)
+		  . ($expired
+			? expire_keys_sql("key IN ('" . join("', '", @keys) . "')")
+			: ''));
 }
 
 sub count_keys
@@ -90,7 +98,7 @@ CREATE TABLE idempotency.keys AS
 
 for my $db ('served_a', 'served_b')
 {
-	claim_keys($db, '1 microsecond', 'gone-1', 'gone-2');
+	claim_keys($db, 'expired', 'gone-1', 'gone-2');
 	claim_keys($db, '1 day', 'kept');
 }
 for my $db ('served_a', 'served_b')
@@ -123,7 +131,7 @@ $node->safe_psql('postgres',
 );
 sleep 2;    # any round already under way ends
 my $rounds = rounds_done('served_a', 'served_a');
-claim_keys('served_a', '1 microsecond', 'waits-for-reload');
+claim_keys('served_a', 'expired', 'waits-for-reload');
 sleep 3;
 is(count_keys('served_a', "key = 'waits-for-reload'"),
 	'1', 'after a reload to 1h, no round runs for seconds');

@@ -5,6 +5,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
 
 my $primary = PostgreSQL::Test::Cluster->new('primary');
 $primary->init(allows_streaming => 1);
@@ -25,8 +28,8 @@ $standby->start;
 my $log_start = -s $standby->logfile;
 
 $primary->safe_psql('postgres',
-	"SET idempotency.ttl = '1 microsecond'; SELECT idempotency.idempotent_call('k' || g, NULL, 'SELECT 1') FROM generate_series(1, 5) AS g"
-);
+	"SELECT idempotency.idempotent_call('k' || g, NULL, 'SELECT 1') FROM generate_series(1, 5) AS g;"
+	  . expire_keys_sql('true'));
 $primary->wait_for_catchup($standby);
 
 sleep 3;    # three intervals

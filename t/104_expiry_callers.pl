@@ -7,6 +7,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
 use Time::HiRes qw(sleep);
 
 my $node = PostgreSQL::Test::Cluster->new('expiry_callers');
@@ -29,8 +32,8 @@ sub expire
 # deleted the row it is about to replace, its update would fail with a
 # serialization error.
 $node->safe_psql('postgres',
-	"SET idempotency.ttl = '1 microsecond'; SELECT idempotency.idempotent_call('renewed', NULL, 'SELECT ''old''')"
-);
+	"SELECT idempotency.idempotent_call('renewed', NULL, 'SELECT ''old''');"
+	  . expire_keys_sql("key = 'renewed'"));
 my $caller = $node->background_psql('postgres');
 $caller->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1');
 $caller->query_until(
@@ -78,8 +81,8 @@ is($node->safe_psql('postgres', $call_boundary), '2', 'and runs again');
 $node->adjust_conf('postgresql.conf', 'shared_preload_libraries', "''");
 $node->restart;
 $node->safe_psql('postgres',
-	"SET idempotency.ttl = '1 microsecond'; SELECT idempotency.idempotent_call('unloaded', NULL, 'SELECT 1')"
-);
+	"SELECT idempotency.idempotent_call('unloaded', NULL, 'SELECT 1');"
+	  . expire_keys_sql("key = 'unloaded'"));
 is(expire(), '1', 'expire() works without shared_preload_libraries');
 my ($ret, $stdout, $stderr) = $node->psql('postgres',
 	'SELECT * FROM idempotency.expiry_status',

@@ -31,7 +31,7 @@ SELECT idempotency.idempotent_call('kept-7d', NULL, 'INSERT INTO runs VALUES ($1
 COMMIT;
 });
 
-my $keys_query = q{SELECT scope, key, request_hash, status, response,
+my $keys_query = q{SELECT scope, key, request_hash, response,
   expires_at - created_at FROM idempotency.keys ORDER BY key};
 my $before = $node->safe_psql('source', $keys_query);
 

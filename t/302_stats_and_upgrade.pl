@@ -7,6 +7,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
 
 my $node = PostgreSQL::Test::Cluster->new('stats_upgrade');
 $node->init;
@@ -33,10 +36,10 @@ is($node->safe_psql('upgraded',
 is($node->safe_psql('upgraded', q{SELECT to_regclass('idempotency.stats') IS NULL}),
 	't', '0.1 has no stats view');
 
-$node->safe_psql('upgraded', 'ALTER EXTENSION idempotency UPDATE');
+$node->safe_psql('upgraded', "ALTER EXTENSION idempotency UPDATE TO '0.2'");
 is($node->safe_psql('upgraded',
 	q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
-	'0.2', 'ALTER EXTENSION UPDATE reaches 0.2');
+	'0.2', 'ALTER EXTENSION UPDATE TO 0.2 reaches 0.2');
 is( $node->safe_psql(
 		'upgraded',
 		q{SELECT idempotency.idempotent_call('before-upgrade', NULL,
@@ -44,6 +47,34 @@ is( $node->safe_psql(
 		  idempotency.last_call_replayed(), (SELECT count(*) FROM runs)}),
 	'1|t|1',
 	'a key stored under 0.1 replays after the upgrade');
+
+# 0.2 still has the status column: the store fills it from its default.
+$node->safe_psql('upgraded', q{
+SELECT idempotency.idempotent_call('under-0.2', NULL,
+    'INSERT INTO runs VALUES ($1) RETURNING n', 2);
+});
+is($node->safe_psql('upgraded',
+	q{SELECT string_agg(status, ',' ORDER BY key) FROM idempotency.keys}),
+	'done,done', 'under 0.2, status is filled by its default');
+
+# 0.3 drops status; every stored key still replays.
+$node->safe_psql('upgraded', 'ALTER EXTENSION idempotency UPDATE');
+is($node->safe_psql('upgraded',
+	q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
+	'0.3', 'ALTER EXTENSION UPDATE reaches 0.3');
+is($node->safe_psql('upgraded',
+	q{SELECT count(*) FROM pg_attribute WHERE attrelid = 'idempotency.keys'::regclass
+	   AND attname = 'status' AND NOT attisdropped}),
+	'0', '0.3 has no status column');
+is( $node->safe_psql(
+		'upgraded',
+		q{SELECT string_agg(idempotency.idempotent_call(k, NULL,
+		    'INSERT INTO runs VALUES ($1) RETURNING n', n)::text
+		    || ':' || idempotency.last_call_replayed()::text, ',' ORDER BY k),
+		  (SELECT count(*) FROM runs)
+		  FROM (VALUES ('before-upgrade', 1), ('under-0.2', 2)) AS c (k, n)}),
+	'1:true,2:true|2',
+	'keys stored under 0.1 and 0.2 replay after the upgrade to 0.3');
 
 # A fresh install and an upgraded one have the same objects.
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
@@ -89,13 +120,9 @@ is($node->safe_psql($db, $stats), '3|1|1|1|0|2|t|t',
 
 # Expiry is counted: two keys pushed past their TTL, then expire().
 $node->safe_psql($db, q{
-BEGIN;
-SET LOCAL idempotency.ttl = '1 microsecond';
 SELECT idempotency.idempotent_call('short-1', NULL, 'SELECT 1');
 SELECT idempotency.idempotent_call('short-2', NULL, 'SELECT 2');
-COMMIT;
-SELECT pg_sleep(0.01);
-});
+} . expire_keys_sql("key LIKE 'short-%'"));
 is($node->safe_psql($db, 'SELECT idempotency.expire()'), '2', 'expire() deleted two keys');
 is($node->safe_psql($db,
 	q{SELECT keys_expired, keys FROM idempotency.stats WHERE datname = current_database()}),
