@@ -102,6 +102,16 @@ bool extension_installed() {
   return OidIsValid(get_extension_oid("idempotency", true));
 }
 
+// A key's created_at is the clock when its row was written and its
+// expires_at counts from there, so a key's lifetime starts after its
+// transaction did; callers still compare expires_at with their own
+// transaction's start. The cutoff therefore still works: it is at or before
+// the start of every transaction that may call, so a key with expires_at at
+// or before it is expired for all of them and for every later one. A key's
+// row is invisible to expiry until its transaction commits, and a
+// transaction cannot commit a key that has already expired
+// (storage/commit_guard.hpp) - except through COMMIT PREPARED, and then the
+// key is deleted like any other expired key.
 TimestampTz expiry_cutoff(TimestampTz now) {
   TimestampTz cutoff = now;
   int backends = pgstat_fetch_stat_numbackends();
