@@ -62,10 +62,14 @@ sub start_client
 		  "SELECT 'ack', k, idempotency.idempotent_call(k, NULL, 'SELECT work(\$1)', k) "
 		  . "FROM (VALUES ('$key')) AS v (k) WHERE NOT EXISTS (SELECT FROM load_stop);\n";
 	}
+	my $file = $node->basedir . "/client$client.sql";
+	append_to_file($file, $script);
 	my ($stdout, $stderr) = ('', '');
+	# The script comes from a file: IPC::Run feeds stdin only while it is
+	# pumped, and the test is busy elsewhere meanwhile.
 	my $handle = IPC::Run::start(
-		[ 'psql', '-X', '-q', '-A', '-d', $node->connstr('postgres') ],
-		'<', \$script, '>', \$stdout, '2>', \$stderr,
+		[ 'psql', '-X', '-q', '-A', '-d', $node->connstr('postgres'), '-f', $file ],
+		'<', \undef, '>', \$stdout, '2>', \$stderr,
 		IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default * 3));
 	return { handle => $handle, stdout => \$stdout, stderr => \$stderr };
 }
@@ -119,6 +123,7 @@ for my $run (@client_runs)
 delete $failures{IK409};
 is(join(', ', map { "$_ x$failures{$_}" } sort keys %failures),
 	'', 'no call failed with anything but IK409');
+note scalar(@acknowledged) . ' keys acknowledged';
 cmp_ok(scalar @acknowledged, '>', 7 * 50, 'the clients made calls throughout');
 
 my $keys = "ARRAY['" . join("', '", @acknowledged) . "']";
