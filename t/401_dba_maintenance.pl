@@ -51,6 +51,8 @@ END $$;
 
 # One client: a psql session making one call per statement, each in its own
 # transaction, with a fresh key; the call's output line acknowledges it.
+# Script and output are files, so a client never waits for the test to
+# read from it.
 sub start_client
 {
 	my ($client) = @_;
@@ -62,32 +64,31 @@ sub start_client
 		  "SELECT 'ack', k, idempotency.idempotent_call(k, NULL, 'SELECT work(\$1)', k) "
 		  . "FROM (VALUES ('$key')) AS v (k) WHERE NOT EXISTS (SELECT FROM load_stop);\n";
 	}
-	my $file = $node->basedir . "/client$client.sql";
-	append_to_file($file, $script);
-	my ($stdout, $stderr) = ('', '');
-	# The script comes from a file: IPC::Run feeds stdin only while it is
-	# pumped, and the test is busy elsewhere meanwhile.
+	my $base = $node->basedir . "/client$client";
+	append_to_file("$base.sql", $script);
 	my $handle = IPC::Run::start(
-		[ 'psql', '-X', '-q', '-A', '-d', $node->connstr('postgres'), '-f', $file ],
-		'<', \undef, '>', \$stdout, '2>', \$stderr,
+		[
+			'psql', '-X', '-q', '-A', '-f', "$base.sql", '-d',
+			$node->connstr('postgres') . ' application_name=load_client'
+		],
+		'<', \undef, '>', "$base.out", '2>', "$base.err",
 		IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default * 3));
-	return { handle => $handle, stdout => \$stdout, stderr => \$stderr };
-}
-
-sub calls_so_far
-{
-	return $node->safe_psql('postgres', 'SELECT count(*) FROM runs');
+	return { handle => $handle, out => "$base.out", err => "$base.err" };
 }
 
 # Waits until the clients have made `more` calls beyond what they had made,
-# so each maintenance step overlaps with calls.
+# so each maintenance step overlaps with calls; or until no client is left
+# (they stop early only when their calls fail, which the test reports).
 sub wait_for_calls
 {
 	my ($more) = @_;
-	my $target = calls_so_far() + $more;
-	$node->poll_query_until('postgres',
-		"SELECT count(*) >= $target FROM runs")
-	  or die "the clients stopped making calls";
+	my $target =
+	  $node->safe_psql('postgres', 'SELECT count(*) FROM runs') + $more;
+	$node->poll_query_until(
+		'postgres', qq{
+SELECT (SELECT count(*) >= $target FROM runs)
+    OR NOT EXISTS (SELECT FROM pg_stat_activity WHERE application_name = 'load_client')})
+	  or die "the clients made no calls";
 }
 
 my @client_runs = map { start_client($_) } 1 .. $clients;
@@ -114,10 +115,12 @@ my (@acknowledged, %failures);
 for my $run (@client_runs)
 {
 	$run->{handle}->finish;
-	push @acknowledged, ${ $run->{stdout} } =~ /^ack\|([^|]+)\|/mg;
-	$failures{$1}++ while ${ $run->{stderr} } =~ /ERROR:\s+([0-9A-Z]{5}):/g;
+	my $out = slurp_file($run->{out});
+	my $err = slurp_file($run->{err});
+	push @acknowledged, $out =~ /^ack\|([^|]+)\|/mg;
+	$failures{$1}++ while $err =~ /ERROR:\s+([0-9A-Z]{5}):/g;
 	my @other = grep { !/ERROR:|^\s*$|LOCATION:|DETAIL:|HINT:/ }
-	  split /\n/, ${ $run->{stderr} };
+	  split /\n/, $err;
 	is(join("\n", @other), '', 'a client wrote nothing else to stderr');
 }
 delete $failures{IK409};
@@ -139,7 +142,7 @@ is( $node->safe_psql(
 		'postgres',
 		"SELECT count(*) FROM runs WHERE key NOT IN (SELECT key FROM idempotency.keys)"),
 	'0', 'every run committed its key');
-is($node->safe_psql('postgres', 'SELECT count(*) FROM idempotency.keys WHERE note <> 7'),
+is($node->safe_psql('postgres', 'SELECT count(*) FROM idempotency.keys WHERE note IS DISTINCT FROM 7'),
 	'0', 'keys stored after the column was added have its default');
 is( $node->safe_psql(
 		'postgres', q{
