@@ -29,6 +29,7 @@ struct DefaultColumn {
 struct TableCache {
   bool relid_known;
   bool columns_known;
+  uint64 invalidations; // of the table, counted to spot one during a rebuild
   Oid relid;
   KeyColumns columns;
   int default_count;
@@ -42,6 +43,7 @@ void forget_relation(Datum, Oid relid) {
   if (relid == InvalidOid || relid == cache.relid) {
     cache.relid_known = false;
     cache.columns_known = false;
+    cache.invalidations++;
   }
 }
 
@@ -176,8 +178,11 @@ void plan_defaults(Relation rel, const KeyColumns &columns) {
 
 // Replaces the cached columns. The old memory context may still be in use
 // by a store further up the stack (a trigger or default that calls
-// idempotent_call): it lives until the transaction ends.
+// idempotent_call): it lives until the transaction ends. The catalog
+// lookups below may take in invalidations; if one concerns the table, what
+// was built serves this call and the next one looks again.
 void remember_columns(Relation rel) {
+  uint64 invalidations = cache.invalidations;
   KeyColumns columns = locate_columns(rel);
   if (cache.context != nullptr)
     MemoryContextSetParent(cache.context, TopTransactionContext);
@@ -188,7 +193,7 @@ void remember_columns(Relation rel) {
   MemoryContextSwitchTo(previous);
   cache.columns = columns;
   cache.relid = RelationGetRelid(rel);
-  cache.columns_known = true;
+  cache.columns_known = cache.invalidations == invalidations;
 }
 
 } // namespace
