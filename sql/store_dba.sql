@@ -58,6 +58,13 @@ SELECT stored('while-json');
 ALTER TABLE idempotency.keys ALTER COLUMN response TYPE jsonb;
 SELECT idempotency.idempotent_call('with-columns', NULL, 'SELECT 2'),
        idempotency.last_call_replayed();
+-- A renamed column of the extension is missing (42703).
+ALTER TABLE idempotency.keys RENAME COLUMN response TO answer;
+\set VERBOSITY terse
+SELECT idempotency.idempotent_call('while-renamed', NULL, 'SELECT 5');
+\set VERBOSITY sqlstate
+ALTER TABLE idempotency.keys RENAME COLUMN answer TO response;
+SELECT stored('while-renamed');
 
 -- CHECK constraints (23514).
 ALTER TABLE idempotency.keys ADD CONSTRAINT key_short CHECK (octet_length(key) <= 20);
