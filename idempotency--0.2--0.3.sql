@@ -3,7 +3,6 @@
 -- script in order.
 \echo Use "ALTER EXTENSION idempotency UPDATE TO '0.3'" to load this file. \quit
 
-
 -- The key row loses its status column. A row is written once, when its
 -- call is done, so status was 'done' in every row; nothing reads it.
 -- Dropping a column rewrites no row: every stored key keeps replaying.
