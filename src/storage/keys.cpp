@@ -425,13 +425,16 @@ void fill_row(const Insert &insert, const KeyColumns &columns,
   set(columns.created_at, TimestampTzGetDatum(row.created_at), false);
   set(columns.expires_at, TimestampTzGetDatum(row.expires_at), false);
 
+  // The expressions' states and values go with the executor state.
   ExprContext *econtext = GetPerTupleExprContext(insert.estate);
+  MemoryContext previous = MemoryContextSwitchTo(insert.estate->es_query_cxt);
   for (int i = 0; i < cache.default_count; i++) {
     const DefaultColumn &column = cache.defaults[i];
     ExprState *state = ExecInitExpr(column.expression, nullptr);
     slot->tts_values[column.attnum - 1] =
         ExecEvalExpr(state, econtext, &slot->tts_isnull[column.attnum - 1]);
   }
+  MemoryContextSwitchTo(previous);
   ExecStoreVirtualTuple(slot);
 }
 
