@@ -3,6 +3,11 @@
 -- script in order.
 \echo Use "ALTER EXTENSION idempotency UPDATE TO '0.3'" to load this file. \quit
 
+-- The key row loses its status column. A row is written once, when its
+-- call is done, so status was 'done' in every row; nothing reads it.
+-- Dropping a column rewrites no row: every stored key keeps replaying.
+-- Whatever a DBA built on the column (a view, an index) goes with it.
+ALTER TABLE idempotency.keys DROP COLUMN status CASCADE;
 
 -- Role scope: a key keeps its role across nodes, dumps and renames ----------
 --

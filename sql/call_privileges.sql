@@ -19,7 +19,7 @@ SELECT sqlstate_of($$SELECT idempotency.idempotent_call('peek', NULL, 'SELECT v 
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('become-bob', NULL, 'SET ROLE regress_bob')$$);
 SELECT idempotency.idempotent_call('whoami', NULL, 'SELECT current_user::text');
 -- Callers cannot write the key table directly.
-SELECT sqlstate_of($$INSERT INTO idempotency.keys VALUES ('regress_bob', 'planted', 'h', 'done', '"evil"', now(), now() + interval '1 day')$$);
+SELECT sqlstate_of($$INSERT INTO idempotency.keys VALUES ('regress_bob', 'planted', 'h', '"evil"', now(), now() + interval '1 day')$$);
 SELECT sqlstate_of($$UPDATE idempotency.keys SET response = '"evil"'$$);
 SELECT sqlstate_of($$DELETE FROM idempotency.keys$$);
 SELECT sqlstate_of($$TRUNCATE idempotency.keys$$);

@@ -41,7 +41,7 @@ SELECT account, amount FROM ledger ORDER BY id;
 
 -- The stored rows: one per key, done, with the response and a SHA-256
 -- fingerprint computed from fn and the arguments.
-SELECT scope, key, status, response, length(request_hash) AS hash_length,
+SELECT scope, key, response, length(request_hash) AS hash_length,
        request_hash ~ '^[0-9a-f]{64}$' AS hash_is_hex,
        expires_at - created_at AS ttl
   FROM idempotency.keys WHERE key LIKE 'req-%' ORDER BY key;

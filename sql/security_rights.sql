@@ -60,7 +60,7 @@ SELECT count(*) AS visible_statistics FROM pg_stats WHERE schemaname = 'idempote
 -- Nor overwrite, delete or plant a key in anyone's scope through the table.
 SELECT sqlstate_of($$UPDATE idempotency.keys SET response = '"bob"' WHERE key = 'sec-order'$$);
 SELECT sqlstate_of($$DELETE FROM idempotency.keys WHERE key = 'sec-order'$$);
-SELECT sqlstate_of($$INSERT INTO idempotency.keys VALUES ('regress_sec_alice', 'sec-planted', 'h', 'done', '"bob"', now(), now() + interval '1 day')$$);
+SELECT sqlstate_of($$INSERT INTO idempotency.keys VALUES ('regress_sec_alice', 'sec-planted', 'h', '"bob"', now(), now() + interval '1 day')$$);
 SELECT sqlstate_of($$ALTER TABLE idempotency.keys DISABLE ROW LEVEL SECURITY$$);
 SELECT sqlstate_of($$DROP POLICY keys_own_scope ON idempotency.keys$$);
 -- Nor through the functions, by taking alice's identity.

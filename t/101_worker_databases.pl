@@ -9,6 +9,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
 
 my $node = PostgreSQL::Test::Cluster->new('expiry');
 $node->init;
@@ -20,15 +23,20 @@ idempotency.expire_interval = '1s'
 $node->start;
 my $log_start = -s $node->logfile;
 
-# Claims keys through idempotent_call with the given TTL.
+# Claims keys through idempotent_call with the given TTL; 'expired' stores
+# them and then moves them past their TTL.
 sub claim_keys
 {
 	my ($db, $ttl, @keys) = @_;
+	my $expired = $ttl eq 'expired';
 	$node->safe_psql($db,
-		"SET idempotency.ttl = '$ttl';"
+		"SET idempotency.ttl = '" . ($expired ? '1 day' : $ttl) . "';"
 		  . join('',
 			map { "SELECT idempotency.idempotent_call('$_', NULL, 'SELECT 1');" }
-			  @keys));
+			  @keys)
+		  . ($expired
+			? expire_keys_sql("key IN ('" . join("', '", @keys) . "')")
+			: ''));
 }
 
 sub count_keys
@@ -95,13 +103,13 @@ CREATE TABLE idempotency.keys AS
 # closed, before its key expires (the closed one is a copy of the template).
 $node->safe_psql('postgres', 'CREATE DATABASE template_db IS_TEMPLATE true');
 $node->safe_psql('template_db', 'CREATE EXTENSION idempotency');
-claim_keys('template_db', '1 microsecond', 'never-visited');
+claim_keys('template_db', 'expired', 'never-visited');
 $node->safe_psql('postgres',
 	'CREATE DATABASE closed_db TEMPLATE template_db ALLOW_CONNECTIONS false');
 
 for my $db ('served_a', 'served_b')
 {
-	claim_keys($db, '1 microsecond', 'gone-1', 'gone-2');
+	claim_keys($db, 'expired', 'gone-1', 'gone-2');
 	claim_keys($db, '1 day', 'kept');
 }
 for my $db ('served_a', 'served_b')
@@ -143,7 +151,7 @@ $node->poll_query_until('served_a',
 	"SELECT current_setting('idempotency.expire_interval') = '1h' AND bool_and(running_since IS NULL) FROM idempotency.expiry_status"
 ) or die 'a round never ended';
 my $rounds = rounds_done('served_a', 'served_a');
-claim_keys('served_a', '1 microsecond', 'waits-for-reload');
+claim_keys('served_a', 'expired', 'waits-for-reload');
 $node->poll_query_until('served_a',
 	"SELECT clock_timestamp() > max(last_finished) + interval '3s' FROM idempotency.expiry_status"
 ) or die 'the clock stopped';
@@ -168,7 +176,7 @@ CREATE EXTENSION idempotency;
 ALTER DATABASE busy SET idempotency.expire_batch_size = 1;
 ALTER DATABASE busy SET idempotency.expire_batch_delay = '100ms';
 INSERT INTO idempotency.keys
-    SELECT current_user::regrole, 'k' || g, 'h', 'done', '1'::jsonb,
+    SELECT current_user::regrole, 'k' || g, 'h', '1'::jsonb,
            now() - interval '2 days', now() - interval '1 day'
       FROM generate_series(1, 1000) AS g;
 });

@@ -6,6 +6,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
 
 my $node = PostgreSQL::Test::Cluster->new('expiry_restart');
 $node->init;
@@ -44,8 +47,8 @@ sub expires_in
 {
 	my ($db, $key) = @_;
 	$node->safe_psql($db,
-		"SET idempotency.ttl = '1 microsecond'; SELECT idempotency.idempotent_call('$key', NULL, 'SELECT 1')"
-	);
+		"SELECT idempotency.idempotent_call('$key', NULL, 'SELECT 1');"
+		  . expire_keys_sql("key = '$key'"));
 	return $node->poll_query_until($db,
 		"SELECT count(*) = 0 FROM idempotency.keys WHERE key = '$key'");
 }
@@ -57,8 +60,8 @@ like($launcher, qr/^\d+$/, 'one launcher');
 # An error in every round of one database.
 $node->safe_psql('broken', 'DROP INDEX idempotency.keys_expires_at_idx');
 $node->safe_psql('broken',
-	"SET idempotency.ttl = '1 microsecond'; SELECT idempotency.idempotent_call('stuck', NULL, 'SELECT 1')"
-);
+	"SELECT idempotency.idempotent_call('stuck', NULL, 'SELECT 1');"
+	  . expire_keys_sql("key = 'stuck'"));
 $node->poll_query_until('healthy',
 	"SELECT failed_rounds >= 2 FROM idempotency.expiry_status WHERE datname = 'broken'"
 ) or die 'no failed rounds recorded';

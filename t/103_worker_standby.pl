@@ -7,6 +7,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
 
 my $primary = PostgreSQL::Test::Cluster->new('primary');
 $primary->init(allows_streaming => 1);
@@ -25,7 +28,8 @@ $standby->start;
 my $log_start = -s $standby->logfile;
 
 my $expired_keys =
-  "SET idempotency.ttl = '1 microsecond'; SELECT idempotency.idempotent_call('k' || g, NULL, 'SELECT 1') FROM generate_series(1, 5) AS g";
+  "SELECT idempotency.idempotent_call('k' || g, NULL, 'SELECT 1') FROM generate_series(1, 5) AS g;"
+  . expire_keys_sql('true');
 my $status =
   "SELECT coalesce(sum(rounds), 0) || ':' || coalesce(sum(total_deleted), 0) FROM idempotency.expiry_status";
 

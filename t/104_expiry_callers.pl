@@ -7,6 +7,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
 
 my $node = PostgreSQL::Test::Cluster->new('expiry_callers');
 $node->init;
@@ -28,8 +31,8 @@ sub expire
 # the old row while the caller runs fn, and the caller's write of the new
 # row goes on without a serialization error.
 $node->safe_psql('postgres',
-	"SET idempotency.ttl = '1 microsecond'; SELECT idempotency.idempotent_call('renewed', NULL, 'SELECT ''old''')"
-);
+	"SELECT idempotency.idempotent_call('renewed', NULL, 'SELECT ''old''');"
+	  . expire_keys_sql("key = 'renewed'"));
 # The caller's fn waits for an advisory lock the test holds, so it is still
 # inside fn when expire() runs, however slow the machine.
 my $gate = $node->background_psql('postgres');
@@ -58,16 +61,18 @@ is( $node->safe_psql(
 	'the key holds the new response');
 
 # A transaction that started before a key expired still replays it. It
-# starts before the key is even written, and the key lives 1 microsecond,
-# so the key expires after that transaction's start and before anything
-# else below, whatever the machine's speed. fn answers its run number.
+# starts before the key is even written, and the key is then made to expire
+# at once (expires_at set to the clock), so it expires after that
+# transaction's start and before anything else below, whatever the
+# machine's speed. fn answers its run number.
 $node->safe_psql('postgres', 'CREATE SEQUENCE runs');
 my $call_boundary =
   "SELECT idempotency.idempotent_call('boundary', NULL, 'SELECT nextval(''runs'')')";
 my $early = $node->background_psql('postgres');
 $early->query_safe('BEGIN; SELECT now()');
-is($node->safe_psql('postgres', "SET idempotency.ttl = '1 microsecond'; $call_boundary"),
-	'1', 'a key that lives 1 microsecond');
+is($node->safe_psql('postgres', $call_boundary), '1', 'the key runs');
+$node->safe_psql('postgres',
+	"UPDATE idempotency.keys SET expires_at = clock_timestamp() WHERE key = 'boundary'");
 is($node->safe_psql('postgres',
 		"SELECT expires_at <= now() FROM idempotency.keys WHERE key = 'boundary'"),
 	't', 'the key has expired for a new transaction');
@@ -87,8 +92,8 @@ is($node->safe_psql('postgres', $call_boundary), '2', 'and runs again');
 $node->adjust_conf('postgresql.conf', 'shared_preload_libraries', "''");
 $node->restart;
 $node->safe_psql('postgres',
-	"SET idempotency.ttl = '1 microsecond'; SELECT idempotency.idempotent_call('unloaded', NULL, 'SELECT 1')"
-);
+	"SELECT idempotency.idempotent_call('unloaded', NULL, 'SELECT 1');"
+	  . expire_keys_sql("key = 'unloaded'"));
 is(expire(), '1', 'expire() works without shared_preload_libraries');
 my ($ret, $stdout, $stderr) = $node->psql('postgres',
 	'SELECT * FROM idempotency.expiry_status',

@@ -27,10 +27,11 @@ sub store_expired_keys
 {
 	my ($prefix, $count) = @_;
 	$node->safe_psql('shop',
-		"BEGIN; SET LOCAL idempotency.ttl = '1 microsecond';"
+		"BEGIN;"
 		  . join('',
 			map { "SELECT idempotency.idempotent_call('$prefix-$_', NULL, 'SELECT 1');" }
 			  1 .. $count)
+		  . expire_keys_sql("key LIKE '$prefix-%'")
 		  . 'COMMIT;');
 }
 

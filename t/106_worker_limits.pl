@@ -20,10 +20,11 @@ sub expired_keys
 {
 	my ($db, @keys) = @_;
 	$node->safe_psql($db,
-		"BEGIN; SET LOCAL idempotency.ttl = '1 microsecond';"
+		"BEGIN;"
 		  . join('',
 			map { "SELECT idempotency.idempotent_call('$_', NULL, 'SELECT 1');" }
 			  @keys)
+		  . expire_keys_sql("key IN ('" . join("', '", @keys) . "')")
 		  . 'COMMIT;');
 }
 

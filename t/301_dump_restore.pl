@@ -41,7 +41,7 @@ my $ghost_oid = $node->safe_psql('postgres', q{SELECT 'regress_ghost'::regrole::
 my $app_oid = $node->safe_psql('postgres', q{SELECT 'regress_app'::regrole::oid});
 $node->safe_psql('postgres', 'DROP ROLE regress_ghost');
 
-my $keys_query = q{SELECT scope, key, request_hash, status, response,
+my $keys_query = q{SELECT scope, key, request_hash, response,
   expires_at - created_at FROM idempotency.keys ORDER BY key};
 my $before = $node->safe_psql('source', $keys_query);
 

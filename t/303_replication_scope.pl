@@ -64,8 +64,8 @@ $publisher->safe_psql('postgres',
 # the replication stream.
 my $ghost_live = call_as($publisher, 'regress_ghost', 'ghost-live');
 $publisher->safe_psql('postgres',
-	"SET ROLE regress_ghost; SET idempotency.ttl = '1 microsecond'; "
-	  . work_call_sql('ghost-expiring'));
+	"SET ROLE regress_ghost; " . work_call_sql('ghost-expiring') . "; RESET ROLE; "
+	  . expire_keys_sql("key = 'ghost-expiring'"));
 my $ghost_oid = role_oid($publisher, 'regress_ghost');
 $publisher->safe_psql('postgres', 'DROP ROLE regress_ghost');
 

@@ -8,7 +8,8 @@ use warnings;
 use Exporter 'import';
 use PostgreSQL::Test::Cluster;
 
-our @EXPORT = qw(preloaded_node sqlstate_of runs_of work_call_sql);
+our @EXPORT =
+  qw(preloaded_node sqlstate_of runs_of work_call_sql expire_keys_sql);
 
 # A started node with shared_preload_libraries = 'idempotency', plus the
 # postgresql.conf lines in `conf` and the init options in `init`.
@@ -49,6 +50,18 @@ sub work_call_sql
 	my ($key) = @_;
 	return "SELECT idempotency.idempotent_call('$key', NULL, "
 	  . "'SELECT work(\$1)', '$key'::text), idempotency.last_call_replayed()";
+}
+
+# SQL that moves the lifetime of the keys matching `condition` (an SQL
+# condition on idempotency.keys) into the past, TTL unchanged, so that they
+# are expired now. A transaction cannot commit a key that has already
+# expired, so a test makes expired keys this way (as a superuser).
+sub expire_keys_sql
+{
+	my ($condition) = @_;
+	return "UPDATE idempotency.keys "
+	  . "SET created_at = created_at - (expires_at - now()) - interval '1 second', "
+	  . "expires_at = now() - interval '1 second' WHERE $condition;";
 }
 
 1;

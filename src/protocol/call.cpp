@@ -100,7 +100,7 @@ Datum run_and_store(const storage::KeyTable &table, const Request &request,
   Datum response = run_fn_storing_errors(*request.statement, request.args,
                                          &response_is_null, &is_error);
   check_response_size(request, response, response_is_null);
-  StoredTimes times = store_response(
+  storage::StoredRow times = storage::store(
       table, request.key, request.match.fingerprint, response, response_is_null,
       ttl,
       taken.stored.state == storage::KeyState::expired ? &taken.stored.row

@@ -313,18 +313,4 @@ TakenKey take_key(const storage::KeyTable &table, const storage::KeyRef &key,
   }
 }
 
-StoredTimes store_response(const storage::KeyTable &table,
-                           const storage::KeyRef &key, text *fingerprint,
-                           Datum response, bool response_is_null,
-                           const Interval &ttl,
-                           const ItemPointerData *expired_row) {
-  TimestampTz created_at = GetCurrentTransactionStartTimestamp();
-  TimestampTz expires_at = DatumGetTimestampTz(DirectFunctionCall2(
-      timestamptz_pl_interval, TimestampTzGetDatum(created_at),
-      IntervalPGetDatum(const_cast<Interval *>(&ttl))));
-  storage::store(table, key, fingerprint, response, response_is_null,
-                 created_at, expires_at, expired_row);
-  return StoredTimes{created_at, expires_at};
-}
-
 } // namespace idempotency::protocol

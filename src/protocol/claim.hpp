@@ -89,18 +89,4 @@ const char *key_text(const storage::KeyRef &key);
 // IK409 for a key another transaction holds.
 pg_attribute_noreturn() void report_in_progress(const storage::KeyRef &key);
 
-// The times a stored key row carries.
-struct StoredTimes {
-  TimestampTz created_at;
-  TimestampTz expires_at;
-};
-
-// Stores the response of a claimed key with the TTL `ttl`, replacing the
-// expired row the claim found (if any).
-StoredTimes store_response(const storage::KeyTable &table,
-                           const storage::KeyRef &key, text *fingerprint,
-                           Datum response, bool response_is_null,
-                           const Interval &ttl,
-                           const ItemPointerData *expired_row);
-
 } // namespace idempotency::protocol

@@ -1,5 +1,7 @@
 #include "storage/keys.hpp"
 
+#include "storage/commit_guard.hpp"
+
 namespace idempotency::storage {
 
 namespace {
@@ -11,6 +13,52 @@ pg_attribute_noreturn() void report_missing_table() {
   pg_unreachable();
 }
 
+// --- what this backend knows about idempotency.keys -----------------------
+//
+// The table's oid, where our columns are and the default expressions of
+// the columns a DBA added are looked up once and kept until an
+// invalidation says the table (or a schema) changed. A table rebuilt by
+// ALTER TABLE, VACUUM FULL or CLUSTER keeps its oid; its relcache entry is
+// invalidated all the same, so the next call looks again.
+
+struct DefaultColumn {
+  AttrNumber attnum;
+  Expr *expression; // planned, in the cache's memory context
+};
+
+struct TableCache {
+  bool relid_known;
+  bool columns_known;
+  uint64 invalidations; // of the table, counted to spot one during a rebuild
+  Oid relid;
+  KeyColumns columns;
+  int default_count;
+  DefaultColumn *defaults;
+  MemoryContext context; // owns `defaults` and their expressions
+};
+
+TableCache cache;
+
+void forget_relation(Datum, Oid relid) {
+  if (relid == InvalidOid || relid == cache.relid) {
+    cache.relid_known = false;
+    cache.columns_known = false;
+    cache.invalidations++;
+  }
+}
+
+// A renamed or dropped schema may change what "idempotency.keys" names.
+void forget_namespaces(Datum, int, uint32) { cache.relid_known = false; }
+
+void watch_invalidations() {
+  static bool watching = false;
+  if (watching)
+    return;
+  CacheRegisterRelcacheCallback(forget_relation, (Datum)0);
+  CacheRegisterSyscacheCallback(NAMESPACEOID, forget_namespaces, (Datum)0);
+  watching = true;
+}
+
 Oid keys_table_oid() {
   Oid schema = get_namespace_oid("idempotency", false);
   Oid table = get_relname_relid("keys", schema);
@@ -18,6 +66,160 @@ Oid keys_table_oid() {
     report_missing_table();
   return table;
 }
+
+// --- the extension's columns ------------------------------------------------
+
+// scope is a role's oid: regrole, or the extension's own 4-byte by-value
+// type for it.
+bool fits_scope(Oid type) {
+  if (getBaseType(type) == REGROLEOID)
+    return true;
+  HeapTuple tuple = SearchSysCache1(TYPEOID, ObjectIdGetDatum(type));
+  if (!HeapTupleIsValid(tuple))
+    return false;
+  Form_pg_type form = reinterpret_cast<Form_pg_type>(GETSTRUCT(tuple));
+  bool fits = form->typlen == 4 && form->typbyval &&
+              form->typnamespace == get_namespace_oid("idempotency", true);
+  ReleaseSysCache(tuple);
+  return fits;
+}
+
+struct ExpectedColumn {
+  const char *name;
+  Oid type; // InvalidOid: scope, see fits_scope()
+  AttrNumber KeyColumns::*field;
+};
+
+constexpr ExpectedColumn expected_columns[] = {
+    {"scope", InvalidOid, &KeyColumns::scope},
+    {"key", TEXTOID, &KeyColumns::key},
+    {"request_hash", TEXTOID, &KeyColumns::request_hash},
+    {"response", JSONBOID, &KeyColumns::response},
+    {"created_at", TIMESTAMPTZOID, &KeyColumns::created_at},
+    {"expires_at", TIMESTAMPTZOID, &KeyColumns::expires_at},
+};
+
+Form_pg_attribute find_column(TupleDesc desc, const char *name) {
+  for (int i = 0; i < desc->natts; i++) {
+    Form_pg_attribute attribute = TupleDescAttr(desc, i);
+    if (!attribute->attisdropped &&
+        strcmp(NameStr(attribute->attname), name) == 0)
+      return attribute;
+  }
+  return nullptr;
+}
+
+// Refuses a table whose columns the extension could not read or write
+// correctly: a value stored under another type would be misread later.
+KeyColumns locate_columns(Relation rel) {
+  TupleDesc desc = RelationGetDescr(rel);
+  KeyColumns columns{};
+  for (const ExpectedColumn &expected : expected_columns) {
+    Form_pg_attribute attribute = find_column(desc, expected.name);
+    if (attribute == nullptr)
+      ereport(ERROR,
+              (errcode(ERRCODE_UNDEFINED_COLUMN),
+               errmsg("column \"%s\" of idempotency.keys does not exist",
+                      expected.name),
+               errdetail("idempotent_call reads and writes this column."),
+               errhint("Restore the column, or reinstall the extension.")));
+    bool fits = OidIsValid(expected.type) ? attribute->atttypid == expected.type
+                                          : fits_scope(attribute->atttypid);
+    if (!fits || attribute->attgenerated != '\0')
+      ereport(
+          ERROR,
+          (errcode(ERRCODE_DATATYPE_MISMATCH),
+           errmsg("column \"%s\" of idempotency.keys has type %s, which "
+                  "idempotent_call cannot store",
+                  expected.name, format_type_be(attribute->atttypid)),
+           errdetail("idempotent_call stores %s in this column, unchanged "
+                     "and not generated.",
+                     OidIsValid(expected.type) ? format_type_be(expected.type)
+                                               : "the calling role's oid"),
+           errhint("Change the column back with ALTER TABLE "
+                   "idempotency.keys ALTER COLUMN %s TYPE %s.",
+                   expected.name,
+                   format_type_be(OidIsValid(expected.type) ? expected.type
+                                                            : REGROLEOID))));
+    columns.*expected.field = attribute->attnum;
+  }
+  return columns;
+}
+
+bool is_ours(const KeyColumns &columns, AttrNumber attnum) {
+  for (const ExpectedColumn &expected : expected_columns)
+    if (columns.*expected.field == attnum)
+      return true;
+  return false;
+}
+
+// The default expression of every column the extension does not set, as
+// an INSERT naming only our columns would evaluate it. Columns without a
+// default are stored NULL (a NOT NULL constraint then refuses the row);
+// generated columns are computed by the executor.
+void plan_defaults(Relation rel, const KeyColumns &columns) {
+  TupleDesc desc = RelationGetDescr(rel);
+  cache.defaults = static_cast<DefaultColumn *>(
+      palloc(sizeof(DefaultColumn) * Max(desc->natts, 1)));
+  cache.default_count = 0;
+  for (int i = 0; i < desc->natts; i++) {
+    Form_pg_attribute attribute = TupleDescAttr(desc, i);
+    if (attribute->attisdropped || attribute->attgenerated != '\0' ||
+        is_ours(columns, attribute->attnum))
+      continue;
+    Node *expression = build_column_default(rel, attribute->attnum);
+    if (expression == nullptr)
+      continue;
+    cache.defaults[cache.default_count++] =
+        DefaultColumn{attribute->attnum,
+                      expression_planner(reinterpret_cast<Expr *>(expression))};
+  }
+}
+
+// Replaces the cached columns. The old memory context may still be in use
+// by a store further up the stack (a trigger or default that calls
+// idempotent_call): it lives until the transaction ends. The catalog
+// lookups below may take in invalidations; if one concerns the table, what
+// was built serves this call and the next one looks again.
+void remember_columns(Relation rel) {
+  uint64 invalidations = cache.invalidations;
+  KeyColumns columns = locate_columns(rel);
+  if (cache.context != nullptr)
+    MemoryContextSetParent(cache.context, TopTransactionContext);
+  cache.context = AllocSetContextCreate(
+      CacheMemoryContext, "idempotency keys table", ALLOCSET_SMALL_SIZES);
+  MemoryContext previous = MemoryContextSwitchTo(cache.context);
+  plan_defaults(rel, columns);
+  MemoryContextSwitchTo(previous);
+  cache.columns = columns;
+  cache.relid = RelationGetRelid(rel);
+  cache.columns_known = cache.invalidations == invalidations;
+}
+
+} // namespace
+
+KeyTable key_table() {
+  watch_invalidations();
+  if (!cache.relid_known) {
+    Oid relid = keys_table_oid();
+    if (relid != cache.relid)
+      cache.columns_known = false;
+    cache.relid = relid;
+    cache.relid_known = true;
+  }
+  return KeyTable{cache.relid};
+}
+
+const KeyColumns &key_columns(Relation rel) {
+  watch_invalidations();
+  if (!cache.columns_known || cache.relid != RelationGetRelid(rel))
+    remember_columns(rel);
+  return cache.columns;
+}
+
+// --- reading ----------------------------------------------------------------
+
+namespace {
 
 Datum copy_varlena(HeapTuple tuple, AttrNumber attnum, TupleDesc desc,
                    bool *isnull) {
@@ -46,41 +248,45 @@ void check_visible_to_snapshot(Relation rel, SysScanDesc scan,
                        "committed after this transaction's snapshot.")));
 }
 
-bool is_expired(Relation rel, HeapTuple tuple, TimestampTz now) {
+bool is_expired(Relation rel, const KeyColumns &columns, HeapTuple tuple,
+                TimestampTz now) {
   bool isnull = false;
   return DatumGetTimestampTz(heap_getattr(
-             tuple, column::expires_at, RelationGetDescr(rel), &isnull)) <= now;
+             tuple, columns.expires_at, RelationGetDescr(rel), &isnull)) <= now;
 }
 
-void read_times(Relation rel, HeapTuple tuple, KeyProbe &result) {
+void read_times(Relation rel, const KeyColumns &columns, HeapTuple tuple,
+                KeyProbe &result) {
   TupleDesc desc = RelationGetDescr(rel);
   bool isnull = false;
   result.created_at = DatumGetTimestampTz(
-      heap_getattr(tuple, column::created_at, desc, &isnull));
+      heap_getattr(tuple, columns.created_at, desc, &isnull));
   result.expires_at = DatumGetTimestampTz(
-      heap_getattr(tuple, column::expires_at, desc, &isnull));
+      heap_getattr(tuple, columns.expires_at, desc, &isnull));
 }
 
-KeyProbe expired_row(Relation rel, HeapTuple tuple) {
+KeyProbe expired_row(Relation rel, const KeyColumns &columns,
+                     HeapTuple tuple) {
   KeyProbe result{};
   result.state = KeyState::expired;
   result.row = tuple->t_self;
-  read_times(rel, tuple, result);
+  read_times(rel, columns, tuple, result);
   return result;
 }
 
-KeyProbe done_row(Relation rel, SysScanDesc scan, HeapTuple tuple) {
+KeyProbe done_row(Relation rel, const KeyColumns &columns, SysScanDesc scan,
+                  HeapTuple tuple) {
   check_visible_to_snapshot(rel, scan, tuple);
   KeyProbe result{};
   TupleDesc desc = RelationGetDescr(rel);
   bool isnull = false;
   result.state = KeyState::done;
   result.row = tuple->t_self;
-  read_times(rel, tuple, result);
+  read_times(rel, columns, tuple, result);
   result.request_hash = reinterpret_cast<text *>(DatumGetPointer(
-      copy_varlena(tuple, column::request_hash, desc, &isnull)));
+      copy_varlena(tuple, columns.request_hash, desc, &isnull)));
   result.response =
-      copy_varlena(tuple, column::response, desc, &result.response_is_null);
+      copy_varlena(tuple, columns.response, desc, &result.response_is_null);
   return result;
 }
 
@@ -93,15 +299,15 @@ KeyProbe in_progress(TransactionId holder) {
 
 } // namespace
 
-KeyTable key_table() { return KeyTable{keys_table_oid()}; }
-
 KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
   Relation rel = table_open(table.relid, AccessShareLock);
+  KeyColumns columns = key_columns(rel);
 
+  // systable_beginscan maps the table's column numbers to the index's.
   ScanKeyData scan_keys[2];
-  ScanKeyInit(&scan_keys[0], column::scope, BTEqualStrategyNumber, F_OIDEQ,
+  ScanKeyInit(&scan_keys[0], columns.scope, BTEqualStrategyNumber, F_OIDEQ,
               ObjectIdGetDatum(key.scope));
-  ScanKeyInit(&scan_keys[1], column::key, BTEqualStrategyNumber, F_TEXTEQ,
+  ScanKeyInit(&scan_keys[1], columns.key, BTEqualStrategyNumber, F_TEXTEQ,
               PointerGetDatum(key.key));
   scan_keys[1].sk_collation = C_COLLATION_OID;
 
@@ -121,7 +327,7 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
       result = in_progress(dirty.xmin);
       break;
     }
-    bool expired = is_expired(rel, tuple, now);
+    bool expired = is_expired(rel, columns, tuple, now);
     // An expired row being deleted - by the expiry worker, or by a caller
     // replacing it (who holds the key's claim and shows its new row) - is
     // as absent as any expired row; store() waits for that delete to end.
@@ -131,10 +337,10 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
       break;
     }
     if (expired) {
-      result = expired_row(rel, tuple);
+      result = expired_row(rel, columns, tuple);
       continue; // the key's new row, if any, may come next
     }
-    result = done_row(rel, scan, tuple);
+    result = done_row(rel, columns, scan, tuple);
     break;
   }
 
@@ -143,23 +349,9 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
   return result;
 }
 
-namespace {
+// --- writing ----------------------------------------------------------------
 
-HeapTuple form_row(Relation rel, const KeyRef &key, text *request_hash,
-                   Datum response, bool response_is_null,
-                   TimestampTz created_at, TimestampTz expires_at) {
-  // A row is written only once its call is done (see the install script).
-  Datum values[column::count] = {ObjectIdGetDatum(key.scope),
-                                 PointerGetDatum(key.key),
-                                 PointerGetDatum(request_hash),
-                                 CStringGetTextDatum("done"),
-                                 response,
-                                 TimestampTzGetDatum(created_at),
-                                 TimestampTzGetDatum(expires_at)};
-  bool nulls[column::count] = {false, false, false, false, response_is_null,
-                               false, false};
-  return heap_form_tuple(RelationGetDescr(rel), values, nulls);
-}
+namespace {
 
 // Removes the expired row the new one replaces. The expiry worker may have
 // deleted it meanwhile (then there is nothing to do); no one else changes a
@@ -177,54 +369,192 @@ void delete_expired_row(Relation rel, ItemPointer row) {
                             "being replaced.")));
 }
 
-// Adds the row's entries to every index of the table, checking uniqueness
-// as the executor does (waiting for an open transaction that inserted the
-// same key, raising 23505 if it commits).
-void insert_index_entries(Relation rel, HeapTuple row) {
-  TupleTableSlot *slot =
-      MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsHeapTuple);
-  ExecStoreHeapTuple(row, slot, false);
-  List *indexes = RelationGetIndexList(rel);
-  ListCell *cell;
-  foreach (cell, indexes) {
-    Relation index = index_open(lfirst_oid(cell), RowExclusiveLock);
-    IndexInfo *info = BuildIndexInfo(index);
-    if (info->ii_Expressions != NIL || info->ii_Predicate != NIL)
-      ereport(ERROR,
-              (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-               errmsg("index \"%s\" on idempotency.keys is not supported",
-                      RelationGetRelationName(index)),
-               errdetail("Indexes on idempotency.keys may not have "
-                         "expressions or predicates.")));
-    Datum values[INDEX_MAX_KEYS];
-    bool nulls[INDEX_MAX_KEYS];
-    FormIndexDatum(info, slot, nullptr, values, nulls);
-    index_insert(index, values, nulls, &row->t_self, rel,
-                 info->ii_Unique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, false,
-                 info);
-    index_close(index, NoLock);
+// The executor state of a single-row INSERT into idempotency.keys, as
+// logical replication's apply builds it: a range table of one relation, a
+// result relation with its indexes open, and an AFTER trigger query level
+// of its own so that row triggers fire when the row is written.
+struct Insert {
+  EState *estate;
+  ResultRelInfo *target;
+  TupleTableSlot *slot;
+};
+
+Insert begin_insert(Relation rel) {
+  Insert insert;
+  insert.estate = CreateExecutorState();
+  RangeTblEntry *entry = makeNode(RangeTblEntry);
+  entry->rtekind = RTE_RELATION;
+  entry->relid = RelationGetRelid(rel);
+  entry->relkind = rel->rd_rel->relkind;
+  entry->rellockmode = RowExclusiveLock;
+  ExecInitRangeTable(insert.estate, list_make1(entry));
+
+  insert.target = makeNode(ResultRelInfo);
+  InitResultRelInfo(insert.target, rel, 1, nullptr, 0);
+  // Lets AFTER triggers find the relation (ExecGetTriggerResultRel).
+  insert.estate->es_opened_result_relations = list_make1(insert.target);
+  insert.estate->es_output_cid = GetCurrentCommandId(true);
+  ExecOpenIndices(insert.target, false);
+  insert.slot = ExecInitExtraTupleSlot(insert.estate, RelationGetDescr(rel),
+                                       &TTSOpsVirtual);
+  AfterTriggerBeginQuery();
+  return insert;
+}
+
+// Fires the queued AFTER triggers and frees the executor state.
+void end_insert(Insert &insert) {
+  AfterTriggerEndQuery(insert.estate);
+  ExecCloseIndices(insert.target);
+  ExecResetTupleTable(insert.estate->es_tupleTable, false);
+  FreeExecutorState(insert.estate);
+}
+
+struct RowValues {
+  const KeyRef *key;
+  text *request_hash;
+  Datum response;
+  bool response_is_null;
+  TimestampTz created_at;
+  TimestampTz expires_at;
+};
+
+// Our columns get the call's values, the others their defaults.
+void fill_row(const Insert &insert, const KeyColumns &columns,
+              const RowValues &row) {
+  TupleTableSlot *slot = insert.slot;
+  ExecClearTuple(slot);
+  int natts = slot->tts_tupleDescriptor->natts;
+  for (int i = 0; i < natts; i++) {
+    slot->tts_values[i] = (Datum)0;
+    slot->tts_isnull[i] = true;
   }
-  list_free(indexes);
-  ExecDropSingleTupleTableSlot(slot);
+  auto set = [slot](AttrNumber attnum, Datum value, bool isnull) {
+    slot->tts_values[attnum - 1] = value;
+    slot->tts_isnull[attnum - 1] = isnull;
+  };
+  set(columns.scope, ObjectIdGetDatum(row.key->scope), false);
+  set(columns.key, PointerGetDatum(row.key->key), false);
+  set(columns.request_hash, PointerGetDatum(row.request_hash), false);
+  set(columns.response, row.response, row.response_is_null);
+  set(columns.created_at, TimestampTzGetDatum(row.created_at), false);
+  set(columns.expires_at, TimestampTzGetDatum(row.expires_at), false);
+
+  // The expressions' states and values go with the executor state.
+  ExprContext *econtext = GetPerTupleExprContext(insert.estate);
+  MemoryContext previous = MemoryContextSwitchTo(insert.estate->es_query_cxt);
+  for (int i = 0; i < cache.default_count; i++) {
+    const DefaultColumn &column = cache.defaults[i];
+    ExprState *state = ExecInitExpr(column.expression, nullptr);
+    slot->tts_values[column.attnum - 1] =
+        ExecEvalExpr(state, econtext, &slot->tts_isnull[column.attnum - 1]);
+  }
+  MemoryContextSwitchTo(previous);
+  ExecStoreVirtualTuple(slot);
+}
+
+bool same_value(TupleTableSlot *slot, AttrNumber attnum, Datum expected,
+                bool by_value) {
+  bool isnull = false;
+  Datum value = slot_getattr(slot, attnum, &isnull);
+  if (isnull)
+    return false;
+  if (by_value)
+    return value == expected;
+  text *stored = DatumGetTextPP(value);
+  text *wanted = DatumGetTextPP(expected);
+  return VARSIZE_ANY_EXHDR(stored) == VARSIZE_ANY_EXHDR(wanted) &&
+         memcmp(VARDATA_ANY(stored), VARDATA_ANY(wanted),
+                VARSIZE_ANY_EXHDR(wanted)) == 0;
+}
+
+// BEFORE triggers may change the row, but not drop it or move it to
+// another key: the key would then run its request again on every retry.
+void check_trigger_result(bool kept, TupleTableSlot *slot,
+                          const KeyColumns &columns, const KeyRef &key) {
+  if (!kept)
+    ereport(ERROR,
+            (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+             errmsg("a BEFORE INSERT trigger on idempotency.keys skipped the "
+                    "row of idempotency key \"%s\"",
+                    text_to_cstring(key.key)),
+             errdetail("Without its row, a retry of the key would run its "
+                       "request again.")));
+  if (!same_value(slot, columns.scope, ObjectIdGetDatum(key.scope), true) ||
+      !same_value(slot, columns.key, PointerGetDatum(key.key), false))
+    ereport(ERROR,
+            (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+             errmsg("a BEFORE INSERT trigger on idempotency.keys changed the "
+                    "scope or the key of idempotency key \"%s\"",
+                    text_to_cstring(key.key)),
+             errdetail("The row must stay under the key that was claimed.")));
+}
+
+// What ExecSimpleRelationInsert does, plus the checks above: BEFORE row
+// triggers, stored generated columns, constraints, the heap, every index
+// that is ready for inserts (unique and exclusion checks included), and the
+// AFTER row triggers queued.
+void insert_row(const Insert &insert, const KeyColumns &columns,
+                const KeyRef &key) {
+  ResultRelInfo *target = insert.target;
+  Relation rel = target->ri_RelationDesc;
+  TupleTableSlot *slot = insert.slot;
+  EState *estate = insert.estate;
+
+  if (target->ri_TrigDesc != nullptr &&
+      target->ri_TrigDesc->trig_insert_before_row)
+    check_trigger_result(ExecBRInsertTriggers(estate, target, slot), slot,
+                         columns, key);
+  TupleConstr *constraints = RelationGetDescr(rel)->constr;
+  if (constraints != nullptr && constraints->has_generated_stored)
+    ExecComputeStoredGenerated(target, estate, slot, CMD_INSERT);
+  if (constraints != nullptr)
+    ExecConstraints(target, slot, estate);
+
+  simple_table_tuple_insert(rel, slot);
+  List *recheck = NIL;
+  if (target->ri_NumIndices > 0)
+    recheck = ExecInsertIndexTuples(target, slot, estate, false /* update */,
+                                    false /* noDupErr */, nullptr, NIL);
+  ExecARInsertTriggers(estate, target, slot, recheck, nullptr);
+  list_free(recheck);
+}
+
+TimestampTz timestamp_in(TupleTableSlot *slot, AttrNumber attnum) {
+  bool isnull = false;
+  return DatumGetTimestampTz(slot_getattr(slot, attnum, &isnull));
 }
 
 } // namespace
 
-void store(const KeyTable &table, const KeyRef &key, text *request_hash,
-           Datum response, bool response_is_null, TimestampTz created_at,
-           TimestampTz expires_at, const ItemPointerData *expired_row) {
+StoredRow store(const KeyTable &table, const KeyRef &key, text *request_hash,
+                Datum response, bool response_is_null, const Interval &ttl,
+                const ItemPointerData *expired_row) {
   // fn may have dropped the extension (the drop rolls back with the error).
   Relation rel = try_table_open(table.relid, RowExclusiveLock);
   if (rel == nullptr)
     report_missing_table();
+  KeyColumns columns = key_columns(rel);
   if (expired_row != nullptr)
     delete_expired_row(rel, const_cast<ItemPointer>(expired_row));
-  HeapTuple row = form_row(rel, key, request_hash, response, response_is_null,
-                           created_at, expires_at);
-  simple_heap_insert(rel, row);
-  insert_index_entries(rel, row);
-  heap_freetuple(row);
+
+  // The TTL counts from the write, not from the transaction's start: fn
+  // may have run for a long time.
+  RowValues values{&key, request_hash, response, response_is_null, 0, 0};
+  values.created_at = GetCurrentTimestamp();
+  values.expires_at = DatumGetTimestampTz(DirectFunctionCall2(
+      timestamptz_pl_interval, TimestampTzGetDatum(values.created_at),
+      IntervalPGetDatum(const_cast<Interval *>(&ttl))));
+
+  Insert insert = begin_insert(rel);
+  fill_row(insert, columns, values);
+  insert_row(insert, columns, key);
+  StoredRow row{timestamp_in(insert.slot, columns.created_at),
+                timestamp_in(insert.slot, columns.expires_at)};
+  end_insert(insert);
   table_close(rel, NoLock);
+
+  commit_guard::note_key_written(row.expires_at);
+  return row;
 }
 
 bool remove(const KeyTable &table, const ItemPointerData &row) {

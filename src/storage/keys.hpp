@@ -3,26 +3,15 @@
 // Reads go straight to the index with a dirty snapshot, which also sees rows
 // of transactions still in progress: that is how a call learns that another
 // transaction holds a key, and which transaction to wait for. Writes go
-// straight to the heap and its indexes too: callers have no write access to
-// the table, and a fixed-shape row needs no executor (no triggers, no
-// constraint expressions to evaluate, no plan).
+// through PostgreSQL's executor as a single-row INSERT does (the way logical
+// replication applies a row): defaults of columns a DBA added, constraints,
+// row triggers, every kind of index and exclusion constraints are honoured,
+// and indexes still being built concurrently are skipped until ready.
 #pragma once
 
 #include "pg.hpp"
 
 namespace idempotency::storage {
-
-// Column numbers of idempotency.keys, as the install script creates it.
-namespace column {
-constexpr AttrNumber scope = 1;
-constexpr AttrNumber key = 2;
-constexpr AttrNumber request_hash = 3;
-constexpr AttrNumber status = 4;
-constexpr AttrNumber response = 5;
-constexpr AttrNumber created_at = 6;
-constexpr AttrNumber expires_at = 7;
-constexpr int count = 7;
-} // namespace column
 
 // idempotency.keys of the current database, looked up once per call.
 struct KeyTable {
@@ -31,6 +20,22 @@ struct KeyTable {
 static_assert(std::is_trivially_destructible_v<KeyTable>);
 
 KeyTable key_table();
+
+// Where the extension's columns are in idempotency.keys, found by name. A
+// DBA may add and drop other columns; ours must keep their names and types.
+struct KeyColumns {
+  AttrNumber scope;
+  AttrNumber key;
+  AttrNumber request_hash;
+  AttrNumber response;
+  AttrNumber created_at;
+  AttrNumber expires_at;
+};
+
+// The columns of `rel` (idempotency.keys, opened by the caller). Raises
+// 42703 when one of the extension's columns is missing and 42804 when its
+// type was changed. Cached per backend until the table's definition changes.
+const KeyColumns &key_columns(Relation rel);
 
 // A key in its scope (the role that calls).
 struct KeyRef {
@@ -63,14 +68,22 @@ static_assert(std::is_trivially_destructible_v<KeyProbe>);
 // Values are copied into the current memory context.
 KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now);
 
+// What a stored row says about its lifetime, as written (a BEFORE trigger
+// may have changed either value).
+struct StoredRow {
+  TimestampTz created_at;
+  TimestampTz expires_at;
+};
+
 // Stores a completed call: inserts the row, after deleting the expired row
-// it replaces (`expired_row`, or nullptr). The primary key's unique check
-// is the final word: a second row for one key can never commit.
-//
-// Callers go through protocol::store_outcome(), which fixes the key's times.
-void store(const KeyTable &table, const KeyRef &key, text *request_hash,
-           Datum response, bool response_is_null, TimestampTz created_at,
-           TimestampTz expires_at, const ItemPointerData *expired_row);
+// it replaces (`expired_row`, or nullptr). created_at is the clock when the
+// row is written, expires_at = created_at + ttl. The primary key's unique
+// check is the final word: a second row for one key can never commit. The
+// transaction's commit is refused if a key it wrote has expired by then
+// (see storage/commit_guard.hpp).
+StoredRow store(const KeyTable &table, const KeyRef &key, text *request_hash,
+                Datum response, bool response_is_null, const Interval &ttl,
+                const ItemPointerData *expired_row);
 
 // Deletes a done row of a key whose owner forgets it. Returns false when the
 // row was deleted meanwhile (by expiry); a row being changed by another open

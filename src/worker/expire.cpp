@@ -28,15 +28,15 @@ pg_attribute_noreturn() void report_missing_index() {
   pg_unreachable();
 }
 
-Relation open_expires_at_index(Oid table) {
+Relation open_expires_at_index(Relation table) {
   Oid index = get_relname_relid(expires_at_index,
                                 get_namespace_oid("idempotency", false));
   if (!OidIsValid(index))
     report_missing_index();
   Relation rel = index_open(index, AccessShareLock);
   Form_pg_index form = rel->rd_index;
-  if (form->indrelid != table ||
-      form->indkey.values[0] != storage::column::expires_at ||
+  if (form->indrelid != table->rd_id ||
+      form->indkey.values[0] != storage::key_columns(table).expires_at ||
       rel->rd_rel->relam != BTREE_AM_OID)
     report_missing_index();
   return rel;
@@ -72,10 +72,10 @@ bool delete_unless_busy(Relation table, TupleTableSlot *slot,
   return result == TM_Ok;
 }
 
-TimestampTz expires_at_of(TupleTableSlot *slot) {
+TimestampTz expires_at_of(Relation table, TupleTableSlot *slot) {
   bool isnull = false;
   return DatumGetTimestampTz(
-      slot_getattr(slot, storage::column::expires_at, &isnull));
+      slot_getattr(slot, storage::key_columns(table).expires_at, &isnull));
 }
 
 } // namespace
@@ -95,6 +95,16 @@ bool lock_key_table(LOCKMODE mode) {
   return SearchSysCacheExists1(RELOID, ObjectIdGetDatum(table));
 }
 
+// A key's created_at is the clock when its row was written and its
+// expires_at counts from there, so a key's lifetime starts after its
+// transaction did; callers still compare expires_at with their own
+// transaction's start. The cutoff therefore still works: it is at or before
+// the start of every transaction that may call, so a key with expires_at at
+// or before it is expired for all of them and for every later one. A key's
+// row is invisible to expiry until its transaction commits, and a
+// transaction cannot commit a key that has already expired
+// (storage/commit_guard.hpp) - except through COMMIT PREPARED, and then the
+// key is deleted like any other expired key.
 TimestampTz expiry_cutoff(TimestampTz now) {
   TimestampTz cutoff = now;
   int backends = pgstat_fetch_stat_numbackends();
@@ -124,7 +134,7 @@ ExpiredKeys collect_expired(TimestampTz cutoff, int limit, ExpiryCursor *cursor,
                             MemoryContext result_context) {
   Oid table_oid = storage::key_table().relid;
   Relation table = table_open(table_oid, AccessShareLock);
-  Relation index = open_expires_at_index(table_oid);
+  Relation index = open_expires_at_index(table);
 
   ScanKeyData scan_keys[2];
   int nkeys = 0;
@@ -195,7 +205,7 @@ int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
         !table_tuple_fetch_row_version(table, &tid, snapshot, slot))
       continue;
     // Replaced by a caller, or a new row in a reused slot: not expired.
-    if (expires_at_of(slot) > cutoff)
+    if (expires_at_of(table, slot) > cutoff)
       continue;
     if (delete_unless_busy(table, slot, snapshot))
       deleted++;

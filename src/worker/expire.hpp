@@ -18,9 +18,8 @@ namespace idempotency::worker {
 
 // How far a round has come in the expires_at index. A pass goes on after
 // the last entry the previous one read, so no pass steps again over keys
-// an earlier one handled. Keys claimed in one transaction share their
-// expires_at; B-tree keeps such equal entries in heap order, so the entry's
-// row address orders them.
+// an earlier one handled. Keys may share their expires_at; B-tree keeps
+// such equal entries in heap order, so the entry's row address orders them.
 struct ExpiryCursor {
   bool positioned;
   TimestampTz expires_at;

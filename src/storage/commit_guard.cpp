@@ -1,0 +1,109 @@
+#include "storage/commit_guard.hpp"
+
+namespace idempotency::storage::commit_guard {
+
+namespace {
+
+// earliest[level]: the earliest expires_at written at transaction nesting
+// level `level` (1 is the top level), including committed subtransactions
+// below it. Levels above `deepest` hold nothing.
+TimestampTz *earliest = nullptr;
+int capacity = 0;
+int deepest = 0;
+
+void make_room(int level) {
+  if (level < capacity)
+    return;
+  int wanted = Max(level + 1, Max(capacity * 2, 8));
+  earliest = static_cast<TimestampTz *>(
+      earliest == nullptr
+          ? MemoryContextAlloc(TopMemoryContext, wanted * sizeof(TimestampTz))
+          : repalloc(earliest, wanted * sizeof(TimestampTz)));
+  capacity = wanted;
+}
+
+void forget_from(int level) {
+  if (deepest >= level)
+    deepest = level - 1;
+}
+
+TimestampTz earliest_written() {
+  TimestampTz result = DT_NOEND;
+  for (int level = 1; level <= deepest; level++)
+    result = Min(result, earliest[level]);
+  return result;
+}
+
+void refuse_if_expired() {
+  TimestampTz expires_at = earliest_written();
+  if (expires_at == DT_NOEND || expires_at > GetCurrentTimestamp())
+    return;
+  ereport(ERROR,
+          (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+           errmsg("an idempotency key stored by this transaction expired "
+                  "before the transaction committed"),
+           errdetail("The key expired at %s. Committed now, it would be "
+                     "absent at once, and a retry would run its request "
+                     "again.",
+                     timestamptz_to_str(expires_at)),
+           errhint("Retry the transaction; if it keeps failing, make it "
+                   "shorter or raise idempotency.ttl.")));
+}
+
+void on_transaction_event(XactEvent event, void *) {
+  switch (event) {
+  case XACT_EVENT_PRE_COMMIT:
+  case XACT_EVENT_PRE_PREPARE:
+    refuse_if_expired();
+    break;
+  case XACT_EVENT_COMMIT:
+  case XACT_EVENT_ABORT:
+  case XACT_EVENT_PREPARE:
+    deepest = 0;
+    break;
+  default:
+    break;
+  }
+}
+
+// Runs while the subtransaction ending is still the current one.
+void on_subtransaction_event(SubXactEvent event, SubTransactionId,
+                             SubTransactionId, void *) {
+  int level = GetCurrentTransactionNestLevel();
+  if (level > deepest)
+    return;
+  switch (event) {
+  case SUBXACT_EVENT_COMMIT_SUB:
+    earliest[level - 1] = Min(earliest[level - 1], earliest[level]);
+    forget_from(level);
+    break;
+  case SUBXACT_EVENT_ABORT_SUB:
+    forget_from(level);
+    break;
+  default:
+    break;
+  }
+}
+
+void register_callbacks() {
+  static bool registered = false;
+  if (registered)
+    return;
+  RegisterXactCallback(on_transaction_event, nullptr);
+  RegisterSubXactCallback(on_subtransaction_event, nullptr);
+  registered = true;
+}
+
+} // namespace
+
+void note_key_written(TimestampTz expires_at) {
+  register_callbacks();
+  int level = GetCurrentTransactionNestLevel();
+  make_room(level);
+  for (int unused = deepest + 1; unused <= level; unused++)
+    earliest[unused] = DT_NOEND;
+  deepest = Max(deepest, level);
+  earliest[level] = Min(earliest[level], expires_at);
+}
+
+} // namespace idempotency::storage::commit_guard
