@@ -11,15 +11,6 @@ CREATE TEMP TABLE app_started AS SELECT clock_timestamp() AS at;
 
 CREATE TABLE app_orders (id serial PRIMARY KEY, key text NOT NULL, amount int NOT NULL);
 
--- An error as its SQLSTATE and message.
-CREATE FUNCTION app_error_of(sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-  EXECUTE sql;
-  RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-  RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
-
 -- An error raised by COMMIT or PREPARE as its SQLSTATE (psql shows it).
 \set VERBOSITY sqlstate
 
@@ -53,8 +44,8 @@ SELECT state, expires_at - created_at AS ttl, response FROM idempotency.lookup('
 SELECT count(*) AS order_rows FROM app_orders WHERE key = 'order-1';
 
 -- The same key with another body: IK422. A failed call leaves no last_call.
-SELECT app_error_of($$SELECT * FROM idempotency.claim('order-1', 'body-2')$$);
-SELECT app_error_of($$SELECT * FROM idempotency.claim('order-1', NULL)$$);
+SELECT sqlstate_of($$SELECT * FROM idempotency.claim('order-1', 'body-2')$$);
+SELECT sqlstate_of($$SELECT * FROM idempotency.claim('order-1', NULL)$$);
 SELECT count(*) AS last_call_rows FROM idempotency.last_call();
 
 -- A NULL request_hash matches a NULL request_hash.
@@ -63,7 +54,7 @@ SELECT replayed FROM idempotency.claim('order-nohash', NULL);
 SELECT idempotency.complete('order-nohash', '"ok"');
 COMMIT;
 SELECT replayed, response FROM idempotency.claim('order-nohash', NULL);
-SELECT app_error_of($$SELECT * FROM idempotency.claim('order-nohash', 'body')$$);
+SELECT sqlstate_of($$SELECT * FROM idempotency.claim('order-nohash', 'body')$$);
 
 -- A stored SQL NULL response replays as NULL.
 BEGIN;
@@ -75,23 +66,23 @@ SELECT replayed, response IS NULL AS response_is_null FROM idempotency.claim('or
 -- One key table, one set of rules: a key taken through one API is another
 -- request for the other (IK422), and the claim sees its row.
 SELECT idempotency.idempotent_call('by-call', 'b', 'SELECT 1');
-SELECT app_error_of($$SELECT * FROM idempotency.claim('by-call', 'b')$$);
-SELECT app_error_of($$SELECT idempotency.idempotent_call('order-1', 'body-1', 'SELECT 1')$$);
-SELECT app_error_of($$SELECT idempotency.idempotent_call('order-1', NULL, 'SELECT 1')$$);
+SELECT sqlstate_of($$SELECT * FROM idempotency.claim('by-call', 'b')$$);
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('order-1', 'body-1', 'SELECT 1')$$);
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('order-1', NULL, 'SELECT 1')$$);
 
 -- complete and release need a key this transaction claimed and has not
 -- completed: 55000 otherwise.
-SELECT app_error_of($$SELECT idempotency.complete('never-claimed', '1')$$);
-SELECT app_error_of($$SELECT idempotency.release('never-claimed')$$);
-SELECT app_error_of($$SELECT idempotency.complete('order-1', '1')$$);
+SELECT sqlstate_of($$SELECT idempotency.complete('never-claimed', '1')$$);
+SELECT sqlstate_of($$SELECT idempotency.release('never-claimed')$$);
+SELECT sqlstate_of($$SELECT idempotency.complete('order-1', '1')$$);
 BEGIN;
 SELECT replayed FROM idempotency.claim('twice', NULL);
 SELECT idempotency.complete('twice', '1');
 SAVEPOINT s;
-SELECT app_error_of($$SELECT idempotency.complete('twice', '2')$$);
+SELECT sqlstate_of($$SELECT idempotency.complete('twice', '2')$$);
 ROLLBACK TO s;
 SAVEPOINT s;
-SELECT app_error_of($$SELECT idempotency.release('twice')$$);
+SELECT sqlstate_of($$SELECT idempotency.release('twice')$$);
 ROLLBACK TO s;
 -- A claim of a key this transaction completed replays its own response.
 SELECT replayed, response FROM idempotency.claim('twice', NULL);
@@ -103,8 +94,8 @@ SELECT response FROM idempotency.lookup('twice');
 BEGIN;
 SELECT replayed FROM idempotency.claim('held', NULL);
 SAVEPOINT s;
-SELECT app_error_of($$SELECT * FROM idempotency.claim('held', NULL)$$);
-SELECT app_error_of($$SELECT idempotency.idempotent_call('held', NULL, 'SELECT 1')$$);
+SELECT sqlstate_of($$SELECT * FROM idempotency.claim('held', NULL)$$);
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('held', NULL, 'SELECT 1')$$);
 ROLLBACK TO s;
 SELECT idempotency.release('held');
 COMMIT;
@@ -148,7 +139,7 @@ INSERT INTO app_orders (key, amount) VALUES ('released', 7);
 SELECT idempotency.release('released');
 SELECT * FROM app_claim_locks;
 SELECT state FROM idempotency.lookup('released');
-SELECT app_error_of($$SELECT idempotency.complete('released', '1')$$);
+SELECT sqlstate_of($$SELECT idempotency.complete('released', '1')$$);
 COMMIT;
 SELECT count(*) AS order_rows FROM app_orders WHERE key = 'released';
 BEGIN;
@@ -232,7 +223,7 @@ SELECT replayed FROM idempotency.claim('sp-release', NULL);
 SAVEPOINT s;
 SELECT idempotency.release('sp-release');
 ROLLBACK TO s;
-SELECT app_error_of($$SELECT idempotency.complete('sp-release', '1')$$);
+SELECT sqlstate_of($$SELECT idempotency.complete('sp-release', '1')$$);
 COMMIT;
 
 -- A key's TTL is the idempotency.ttl in force when it is claimed.
@@ -274,7 +265,7 @@ SELECT idempotency.forget('order-null');
 SELECT idempotency.forget('never-claimed');
 BEGIN;
 SELECT replayed FROM idempotency.claim('order-null', 'b');
-SELECT app_error_of($$SELECT idempotency.forget('order-null')$$);
+SELECT sqlstate_of($$SELECT idempotency.forget('order-null')$$);
 SELECT idempotency.complete('order-null', '"again"');
 COMMIT;
 SELECT response FROM idempotency.lookup('order-null');
@@ -288,7 +279,7 @@ SELECT state FROM idempotency.lookup('order-1');
 SELECT idempotency.forget('order-1');
 BEGIN;
 SELECT replayed FROM idempotency.claim('order-1', 'body-1');
-SELECT app_error_of($$SELECT idempotency.complete('never', '1')$$);
+SELECT sqlstate_of($$SELECT idempotency.complete('never', '1')$$);
 SELECT idempotency.complete('order-1', '"other role"');
 COMMIT;
 SELECT response FROM idempotency.lookup('order-1');
@@ -299,7 +290,7 @@ SELECT response FROM idempotency.lookup('order-1');
 BEGIN;
 SELECT replayed FROM idempotency.claim('role-switch', NULL);
 SET LOCAL ROLE app_other;
-SELECT app_error_of($$SELECT idempotency.complete('role-switch', '1')$$);
+SELECT sqlstate_of($$SELECT idempotency.complete('role-switch', '1')$$);
 RESET ROLE;
 SELECT idempotency.release('role-switch');
 COMMIT;
@@ -308,24 +299,23 @@ REVOKE ALL ON app_orders FROM app_other;
 DROP ROLE app_other;
 
 -- Keys are checked as idempotent_call checks them.
-SELECT app_error_of($$SELECT * FROM idempotency.claim(NULL, 'b')$$);
-SELECT app_error_of($$SELECT * FROM idempotency.claim('', 'b')$$);
-SELECT app_error_of($$SELECT * FROM idempotency.claim(repeat('k', 256), 'b')$$);
-SELECT app_error_of($$SELECT idempotency.complete(NULL, '1')$$);
-SELECT app_error_of($$SELECT idempotency.release('')$$);
-SELECT app_error_of($$SELECT * FROM idempotency.lookup(NULL)$$);
-SELECT app_error_of($$SELECT idempotency.forget(repeat('k', 256))$$);
+SELECT sqlstate_of($$SELECT * FROM idempotency.claim(NULL, 'b')$$);
+SELECT sqlstate_of($$SELECT * FROM idempotency.claim('', 'b')$$);
+SELECT sqlstate_of($$SELECT * FROM idempotency.claim(repeat('k', 256), 'b')$$);
+SELECT sqlstate_of($$SELECT idempotency.complete(NULL, '1')$$);
+SELECT sqlstate_of($$SELECT idempotency.release('')$$);
+SELECT sqlstate_of($$SELECT * FROM idempotency.lookup(NULL)$$);
+SELECT sqlstate_of($$SELECT idempotency.forget(repeat('k', 256))$$);
 
 -- A claim that must write cannot run in a read-only transaction; a replay
 -- and a lookup can.
 BEGIN READ ONLY;
-SELECT app_error_of($$SELECT * FROM idempotency.claim('read-only', NULL)$$);
+SELECT sqlstate_of($$SELECT * FROM idempotency.claim('read-only', NULL)$$);
 SELECT replayed, response FROM idempotency.claim('order-1', 'body-1');
 SELECT state FROM idempotency.lookup('order-1');
-SELECT app_error_of($$SELECT idempotency.forget('order-1')$$);
+SELECT sqlstate_of($$SELECT idempotency.forget('order-1')$$);
 COMMIT;
 
 DROP VIEW app_claim_locks;
-DROP FUNCTION app_error_of(text);
 DROP TABLE app_orders;
 DELETE FROM idempotency.keys WHERE created_at >= (SELECT at FROM app_started);

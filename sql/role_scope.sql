@@ -1,19 +1,9 @@
 -- idempotency.role_scope: a key's role is an OID inside the cluster and a
 -- role name in text and binary I/O, so it maps to the role of the same name
 -- wherever the key is copied, and a rename keeps the role's keys.
-SET client_min_messages = warning;
-CREATE EXTENSION IF NOT EXISTS idempotency;
-RESET client_min_messages;
-CREATE FUNCTION pg_temp.sqlstate_of(sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-  EXECUTE sql;
-  RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-  RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
+\i sql/include/setup.sql
 CREATE ROLE regress_rs_alice;
 CREATE ROLE "Regress_RS Bob";
-GRANT EXECUTE ON FUNCTION pg_temp.sqlstate_of(text) TO PUBLIC;
 
 SELECT pg_catalog.format_type(atttypid, atttypmod) AS scope_type
   FROM pg_attribute
@@ -27,9 +17,9 @@ SELECT 'regress_rs_alice'::idempotency.role_scope AS alice,
        '"Regress_RS Bob"'::idempotency.role_scope::regrole = '"Regress_RS Bob"'::regrole AS same_oid;
 -- A role that does not exist here is an error (42704), and an OID is not a
 -- role name: it would name another role, or none, on another node.
-SELECT pg_temp.sqlstate_of($$SELECT 'regress_rs_nobody'::idempotency.role_scope$$);
-SELECT pg_temp.sqlstate_of($$SELECT '10'::idempotency.role_scope$$) AS bootstrap_superuser_oid;
-SELECT pg_temp.sqlstate_of($$SELECT 'a.b'::idempotency.role_scope$$);
+SELECT sqlstate_of($$SELECT 'regress_rs_nobody'::idempotency.role_scope$$);
+SELECT sqlstate_of($$SELECT '10'::idempotency.role_scope$$) AS bootstrap_superuser_oid;
+SELECT sqlstate_of($$SELECT 'a.b'::idempotency.role_scope$$);
 -- No role: "-", read as OID 0, never a caller's scope. A role that no longer
 -- exists is written "-" too, not as its OID.
 SELECT '-'::idempotency.role_scope AS no_role,

@@ -1,6 +1,6 @@
 -- idempotency.store_errors: errors of listed SQLSTATEs raised by fn are the
 -- call's stored outcome.
-CREATE EXTENSION IF NOT EXISTS idempotency;
+\i sql/include/setup.sql
 
 CREATE TEMP TABLE errors_started AS SELECT clock_timestamp() AS at;
 
@@ -41,14 +41,6 @@ CREATE FUNCTION se_runs() RETURNS bigint LANGUAGE sql AS $$
   SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM se_runs
 $$;
 
-CREATE FUNCTION se_error_of(sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-  EXECUTE sql;
-  RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-  RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
-
 -- The setting: SQLSTATEs and classes, checked when set (22023).
 SHOW idempotency.store_errors;
 SET idempotency.store_errors = 'P0001, 23';
@@ -58,31 +50,31 @@ SHOW idempotency.store_errors;
 SET idempotency.store_errors = P0001, '22012';
 SHOW idempotency.store_errors;
 RESET idempotency.store_errors;
-SELECT se_error_of($$SET idempotency.store_errors = 'P001'$$);
-SELECT se_error_of($$SET idempotency.store_errors = 'P0001,'$$);
-SELECT se_error_of($$SET idempotency.store_errors = 'P0001 23'$$);
-SELECT se_error_of($$SET idempotency.store_errors = 'P0-01'$$);
-SELECT se_error_of($$SET idempotency.store_errors = '2'$$);
+SELECT sqlstate_of($$SET idempotency.store_errors = 'P001'$$);
+SELECT sqlstate_of($$SET idempotency.store_errors = 'P0001,'$$);
+SELECT sqlstate_of($$SET idempotency.store_errors = 'P0001 23'$$);
+SELECT sqlstate_of($$SET idempotency.store_errors = 'P0-01'$$);
+SELECT sqlstate_of($$SET idempotency.store_errors = '2'$$);
 -- Transient conditions and non-errors are refused: a cancel or a
 -- serialization failure must never become a request's permanent answer.
-SELECT se_error_of($$SET idempotency.store_errors = '57014'$$);
-SELECT se_error_of($$SET idempotency.store_errors = '40001'$$);
-SELECT se_error_of($$SET idempotency.store_errors = '40'$$);
-SELECT se_error_of($$SET idempotency.store_errors = '53'$$);
-SELECT se_error_of($$SET idempotency.store_errors = '08006'$$);
-SELECT se_error_of($$SET idempotency.store_errors = 'XX000'$$);
-SELECT se_error_of($$SET idempotency.store_errors = 'IK409'$$);
-SELECT se_error_of($$SET idempotency.store_errors = '00000'$$);
-SELECT se_error_of($$SET idempotency.store_errors = '01'$$);
-SELECT se_error_of($$SET idempotency.store_errors = '$$ || repeat('P0001,', 64) || $$P0001'$$);
-SELECT se_error_of($$SET idempotency.store_errors = '$$ || repeat('P0001,', 63) || $$P0001'$$);
+SELECT sqlstate_of($$SET idempotency.store_errors = '57014'$$);
+SELECT sqlstate_of($$SET idempotency.store_errors = '40001'$$);
+SELECT sqlstate_of($$SET idempotency.store_errors = '40'$$);
+SELECT sqlstate_of($$SET idempotency.store_errors = '53'$$);
+SELECT sqlstate_of($$SET idempotency.store_errors = '08006'$$);
+SELECT sqlstate_of($$SET idempotency.store_errors = 'XX000'$$);
+SELECT sqlstate_of($$SET idempotency.store_errors = 'IK409'$$);
+SELECT sqlstate_of($$SET idempotency.store_errors = '00000'$$);
+SELECT sqlstate_of($$SET idempotency.store_errors = '01'$$);
+SELECT sqlstate_of($$SET idempotency.store_errors = '$$ || repeat('P0001,', 64) || $$P0001'$$);
+SELECT sqlstate_of($$SET idempotency.store_errors = '$$ || repeat('P0001,', 63) || $$P0001'$$);
 SHOW idempotency.store_errors;
 RESET idempotency.store_errors;
 
 -- With the setting empty an error of fn propagates and nothing is stored;
 -- a retry runs fn again.
-SELECT se_error_of($$SELECT idempotency.idempotent_call('se-plain', NULL, 'SELECT se_decline($1)', 300)$$);
-SELECT se_error_of($$SELECT idempotency.idempotent_call('se-plain', NULL, 'SELECT se_decline($1)', 300)$$);
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('se-plain', NULL, 'SELECT se_decline($1)', 300)$$);
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('se-plain', NULL, 'SELECT se_decline($1)', 300)$$);
 SELECT se_runs() AS runs, (SELECT count(*) FROM se_ledger) AS ledger_rows,
        (SELECT count(*) FROM idempotency.keys WHERE key = 'se-plain') AS stored;
 
@@ -110,7 +102,7 @@ SELECT idempotency.idempotent_call('se-declined', NULL, 'SELECT se_decline($1)',
 SELECT outcome FROM idempotency.last_call();
 SELECT se_runs() AS runs;
 -- The same key with another request is still IK422.
-SELECT se_error_of($$SELECT idempotency.idempotent_call('se-declined', NULL, 'SELECT se_decline($1)', 301)$$);
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('se-declined', NULL, 'SELECT se_decline($1)', 301)$$);
 
 -- A class matches every SQLSTATE in it: 23505 through '23'.
 SET idempotency.store_errors = '23';
@@ -143,7 +135,7 @@ SELECT count(*) AS ledger_rows_of_42 FROM se_ledger WHERE amount = 42;
 -- Errors of the call's own arguments are never stored (a NULL fn is 22004
 -- with class 22 listed); fn's errors include planning it (42601).
 SET idempotency.store_errors = '22, 42';
-SELECT se_error_of($$SELECT idempotency.idempotent_call('se-null-fn', NULL, NULL)$$);
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('se-null-fn', NULL, NULL)$$);
 SELECT count(*) AS stored FROM idempotency.keys WHERE key = 'se-null-fn';
 SELECT idempotency.idempotent_call('se-syntax', NULL, 'SELEC 1') #>> '{error,sqlstate}' AS sqlstate;
 
@@ -155,7 +147,7 @@ SELECT idempotency.idempotent_call('se-outer', NULL,
 SELECT key FROM idempotency.keys WHERE key IN ('se-outer', 'se-inner') ORDER BY key;
 
 RESET idempotency.store_errors;
-DROP FUNCTION se_decline(int), se_duplicate(int), se_divide(int), se_runs(), se_error_of(text);
+DROP FUNCTION se_decline(int), se_duplicate(int), se_divide(int), se_runs();
 DROP SEQUENCE se_runs;
 DROP TABLE se_ledger, se_unique;
 DELETE FROM idempotency.keys WHERE created_at >= (SELECT at FROM errors_started);

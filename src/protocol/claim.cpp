@@ -1,6 +1,7 @@
 #include "protocol/claim_secret.hpp"
 #include "protocol/rules.hpp"
 
+#include "boundary/subtransaction.hpp"
 #include "protocol/claim.hpp"
 #include "protocol/message_key.hpp"
 #include "settings/settings.hpp"
@@ -35,41 +36,20 @@ template <typename Wait> bool wait_until(TimestampTz deadline, Wait wait) {
   char timeout[32];
   snprintf(timeout, sizeof(timeout), "%ld", remaining_ms);
 
-  MemoryContext context = CurrentMemoryContext;
-  ResourceOwner owner = CurrentResourceOwner;
-  bool finished = true;
-
-  BeginInternalSubTransaction(nullptr);
-  MemoryContextSwitchTo(context);
-  PG_TRY();
-  {
-    int guc_level = NewGUCNestLevel();
-    set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION,
-                      GUC_ACTION_SAVE, true, 0, false);
-    wait();
-    // A lock timeout that fired just as the lock was granted leaves a cancel
-    // pending; take it here, where it counts as a timeout, not later.
-    CHECK_FOR_INTERRUPTS();
-    AtEOXact_GUC(true, guc_level);
-    ReleaseCurrentSubTransaction();
-  }
-  PG_CATCH();
-  {
-    MemoryContextSwitchTo(context);
-    ErrorData *error = CopyErrorData();
-    FlushErrorState();
-    RollbackAndReleaseCurrentSubTransaction();
-    MemoryContextSwitchTo(context);
-    CurrentResourceOwner = owner;
-    if (error->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
-      ReThrowError(error);
-    FreeErrorData(error);
-    finished = false;
-  }
-  PG_END_TRY();
-  MemoryContextSwitchTo(context);
-  CurrentResourceOwner = owner;
-  return finished;
+  return run_in_subtransaction(
+      [&] {
+        int guc_level = NewGUCNestLevel();
+        set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION,
+                          GUC_ACTION_SAVE, true, 0, false);
+        wait();
+        // A lock timeout that fired just as the lock was granted leaves a
+        // cancel pending; take it here, where it counts as a timeout.
+        CHECK_FOR_INTERRUPTS();
+        AtEOXact_GUC(true, guc_level);
+      },
+      [](const ErrorData *error) {
+        return error->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE;
+      });
 }
 
 // Runs `body` with `owner` as the current resource owner (nullptr: as is),

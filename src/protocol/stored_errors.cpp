@@ -2,6 +2,7 @@
 
 #include "protocol/stored_errors.hpp"
 
+#include "boundary/subtransaction.hpp"
 #include "settings/settings.hpp"
 
 namespace idempotency::protocol {
@@ -57,37 +58,18 @@ Datum run_fn_storing_errors(Statement &statement, const FnArgs &args,
   if (settings::stored_errors().count == 0)
     return run_fn(statement, args, is_null);
 
-  // As a PL/pgSQL block with an EXCEPTION clause does: fn's effects live in
-  // a subtransaction that an error rolls back.
-  MemoryContext context = CurrentMemoryContext;
-  ResourceOwner owner = CurrentResourceOwner;
-  Datum *response = static_cast<Datum *>(palloc(sizeof(Datum)));
-  BeginInternalSubTransaction(nullptr);
-  MemoryContextSwitchTo(context);
-  PG_TRY();
-  {
-    *response = run_fn(statement, args, is_null);
-    ReleaseCurrentSubTransaction();
-    MemoryContextSwitchTo(context);
-    CurrentResourceOwner = owner;
-  }
-  PG_CATCH();
-  {
-    MemoryContextSwitchTo(context);
-    ErrorData *error = CopyErrorData();
-    FlushErrorState();
-    RollbackAndReleaseCurrentSubTransaction();
-    MemoryContextSwitchTo(context);
-    CurrentResourceOwner = owner;
-    if (!error_is_stored(error))
-      ReThrowError(error);
-    *response = error_document(error);
-    *is_null = false;
-    *is_error = true;
-    FreeErrorData(error);
-  }
-  PG_END_TRY();
-  return *response;
+  // fn's effects live in a subtransaction that a stored error rolls back.
+  Datum response = (Datum)0;
+  run_in_subtransaction([&] { response = run_fn(statement, args, is_null); },
+                        [&](const ErrorData *error) {
+                          if (!error_is_stored(error))
+                            return false;
+                          response = error_document(error);
+                          *is_null = false;
+                          *is_error = true;
+                          return true;
+                        });
+  return response;
 }
 
 bool is_error_document(Datum response, bool response_is_null) {
