@@ -1,6 +1,6 @@
 -- What a DBA adds to idempotency.keys applies to the rows idempotent_call
 -- writes, as it does to any INSERT: defaults of added columns, dropped
--- columns, constraints (NOT NULL, CHECK, EXCLUDE), row triggers, partial
+-- columns, constraints (NOT NULL, CHECK, EXCLUDE), row and statement triggers, partial
 -- and expression indexes. A changed type of one of the extension's columns
 -- is refused. Runs in a database of its own: it changes the key table.
 CREATE DATABASE regress_store_dba;
@@ -138,6 +138,32 @@ DROP TRIGGER rename_key ON idempotency.keys;
 SELECT count(*) AS skipped_or_renamed FROM idempotency.keys
  WHERE key IN ('skipped', 'renamed', 'renamed-renamed');
 DROP TRIGGER audit_key ON idempotency.keys;
+
+-- Statement triggers fire as for a one-row INSERT: BEFORE and AFTER, the
+-- AFTER one with the stored row in its transition table.
+CREATE TABLE statements (moment text, rows_seen bigint);
+CREATE FUNCTION before_statement() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO public.statements VALUES ('before', NULL);
+  RETURN NULL;
+END $$;
+CREATE FUNCTION after_statement() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO public.statements
+    SELECT 'after ' || string_agg(key, ','), count(*) FROM stored_rows;
+  RETURN NULL;
+END $$;
+CREATE TRIGGER before_statement BEFORE INSERT ON idempotency.keys
+  FOR EACH STATEMENT EXECUTE FUNCTION before_statement();
+CREATE TRIGGER after_statement AFTER INSERT ON idempotency.keys
+  REFERENCING NEW TABLE AS stored_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION after_statement();
+SELECT idempotency.idempotent_call('per-statement', NULL, 'SELECT 12');
+SELECT idempotency.idempotent_call('per-statement', NULL, 'SELECT 12'),
+       idempotency.last_call_replayed();
+SELECT * FROM statements;
+DROP TRIGGER before_statement ON idempotency.keys;
+DROP TRIGGER after_statement ON idempotency.keys;
 
 -- Partial and expression indexes get the row's entries; a unique
 -- expression index is enforced (23505).

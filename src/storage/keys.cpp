@@ -377,6 +377,7 @@ struct Insert {
   EState *estate;
   ResultRelInfo *target;
   TupleTableSlot *slot;
+  TransitionCaptureState *transitions; // nullptr: no transition tables
 };
 
 Insert begin_insert(Relation rel) {
@@ -398,11 +399,18 @@ Insert begin_insert(Relation rel) {
   insert.slot = ExecInitExtraTupleSlot(insert.estate, RelationGetDescr(rel),
                                        &TTSOpsVirtual);
   AfterTriggerBeginQuery();
+  // Statement triggers fire as for an INSERT of one row (as COPY fires
+  // them), with the row in their transition table.
+  insert.transitions = MakeTransitionCaptureState(
+      rel->trigdesc, RelationGetRelid(rel), CMD_INSERT);
+  ExecBSInsertTriggers(insert.estate, insert.target);
   return insert;
 }
 
-// Fires the queued AFTER triggers and frees the executor state.
+// Fires the AFTER statement triggers and the queued AFTER row triggers, and
+// frees the executor state.
 void end_insert(Insert &insert) {
+  ExecASInsertTriggers(insert.estate, insert.target, insert.transitions);
   AfterTriggerEndQuery(insert.estate);
   ExecCloseIndices(insert.target);
   ExecResetTupleTable(insert.estate->es_tupleTable, false);
@@ -515,7 +523,7 @@ void insert_row(const Insert &insert, const KeyColumns &columns,
   if (target->ri_NumIndices > 0)
     recheck = ExecInsertIndexTuples(target, slot, estate, false /* update */,
                                     false /* noDupErr */, nullptr, NIL);
-  ExecARInsertTriggers(estate, target, slot, recheck, nullptr);
+  ExecARInsertTriggers(estate, target, slot, recheck, insert.transitions);
   list_free(recheck);
 }
 
