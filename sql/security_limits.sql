@@ -96,6 +96,16 @@ RESET SESSION AUTHORIZATION;
 SET idempotency.max_response_size = '1kB';
 SELECT idempotency.idempotent_call('lim-2kb', NULL, 'SELECT repeat(''x'', 2048)');
 RESET idempotency.max_response_size;
+-- complete() is held to the same limit: nothing is stored.
+SET SESSION AUTHORIZATION regress_lim_alice;
+BEGIN;
+SELECT replayed FROM idempotency.claim('lim-complete-11mb', NULL);
+SELECT sqlstate_of($$SELECT idempotency.complete('lim-complete-11mb',
+  jsonb_build_object('pad', repeat('x', 11 * 1024 * 1024)))$$);
+SELECT idempotency.release('lim-complete-11mb');
+COMMIT;
+RESET SESSION AUTHORIZATION;
+SELECT count(*) AS stored FROM idempotency.keys WHERE key = 'lim-complete-11mb';
 
 -- --- statistics and usage ------------------------------------------------------
 

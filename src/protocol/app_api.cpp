@@ -228,6 +228,7 @@ void complete_key(FunctionCallInfo fcinfo) {
   HeldKey &held = claimed_key(key, "idempotency.complete()");
   bool response_is_null = PG_ARGISNULL(arg_response);
   Datum response = response_is_null ? (Datum)0 : PG_GETARG_DATUM(arg_response);
+  check_response_size(key, response, response_is_null);
   storage::store(storage::key_table(), key, held.fingerprint, response,
                  response_is_null, held.ttl,
                  held.replaces_expired_row ? &held.expired_row : nullptr);

@@ -72,25 +72,6 @@ Datum replay(const storage::KeyProbe &stored, FunctionCallInfo fcinfo) {
   return stored.response;
 }
 
-// A superuser bounds what a role may keep: a response over
-// idempotency.max_response_size fails the call before anything is stored.
-void check_response_size(const Request &request, Datum response,
-                         bool response_is_null) {
-  if (response_is_null)
-    return;
-  Size bytes = toast_raw_datum_size(response);
-  if (bytes <= settings::max_response_bytes())
-    return;
-  const char *shown = key_text(request.key);
-  ereport(ERROR,
-          (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-           errmsg("response of idempotency key \"%s\" is %zu bytes, over "
-                  "idempotency.max_response_size (%zu bytes)",
-                  shown, (size_t)bytes, (size_t)settings::max_response_bytes()),
-           errhint("Have fn return less, or ask a superuser to raise "
-                   "idempotency.max_response_size.")));
-}
-
 Datum run_and_store(const storage::KeyTable &table, const Request &request,
                     TakenKey &taken, FunctionCallInfo fcinfo) {
   // The TTL in force when the key was claimed, whatever fn sets.
@@ -99,7 +80,7 @@ Datum run_and_store(const storage::KeyTable &table, const Request &request,
   bool is_error;
   Datum response = run_fn_storing_errors(*request.statement, request.args,
                                          &response_is_null, &is_error);
-  check_response_size(request, response, response_is_null);
+  check_response_size(request.key, response, response_is_null);
   storage::StoredRow times = storage::store(
       table, request.key, request.match.fingerprint, response, response_is_null,
       ttl,

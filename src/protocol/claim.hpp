@@ -86,6 +86,11 @@ storage::KeyRef key_argument(FunctionCallInfo fcinfo, int argno);
 
 const char *key_text(const storage::KeyRef &key);
 
+// 54000 when a response is larger than idempotency.max_response_size: the
+// limit a superuser sets on what any role may store, through either API.
+void check_response_size(const storage::KeyRef &key, Datum response,
+                         bool response_is_null);
+
 // IK409 for a key another transaction holds.
 pg_attribute_noreturn() void report_in_progress(const storage::KeyRef &key);
 
