@@ -265,8 +265,7 @@ void read_times(Relation rel, const KeyColumns &columns, HeapTuple tuple,
       heap_getattr(tuple, columns.expires_at, desc, &isnull));
 }
 
-KeyProbe expired_row(Relation rel, const KeyColumns &columns,
-                     HeapTuple tuple) {
+KeyProbe expired_row(Relation rel, const KeyColumns &columns, HeapTuple tuple) {
   KeyProbe result{};
   result.state = KeyState::expired;
   result.row = tuple->t_self;
