@@ -75,10 +75,31 @@ like(
 ok($node->log_contains(qr/ERROR:  index idempotency\.keys_expires_at_idx/),
 	'and logged');
 is(launcher_pid(), $launcher, 'the launcher did not restart');
+
+# An index in timestamptz's default order would serve callers' queries (and
+# their EXPLAIN ANALYZE would count other roles' keys): refused as well.
+$node->safe_psql('broken',
+	'CREATE INDEX keys_expires_at_idx ON idempotency.keys (expires_at)');
+my $failed = $node->safe_psql('healthy',
+	"SELECT failed_rounds FROM idempotency.expiry_status WHERE datname = 'broken'");
+# Two more rounds: the second began after the index was there.
+$node->poll_query_until('healthy',
+	"SELECT failed_rounds > $failed + 1 FROM idempotency.expiry_status WHERE datname = 'broken'"
+) or die 'no failed round with the default order';
+is($node->safe_psql('broken', "SELECT count(*) FROM idempotency.keys WHERE key = 'stuck'"),
+	'1', 'an expires_at index without the expiry_ops operator class is refused: nothing expires');
+like(
+	$node->safe_psql(
+		'healthy',
+		"SELECT last_error FROM idempotency.expiry_status WHERE datname = 'broken'"
+	),
+	qr/keys_expires_at_idx on idempotency\.keys \(expires_at idempotency\.expiry_ops\) does not exist/,
+	'... and the error names the operator class');
+$node->safe_psql('broken', 'DROP INDEX idempotency.keys_expires_at_idx');
 ok(expires_in('healthy', 'despite-error'),
 	'other databases are still cleaned');
 $node->safe_psql('broken',
-	'CREATE INDEX keys_expires_at_idx ON idempotency.keys (expires_at)');
+	'CREATE INDEX keys_expires_at_idx ON idempotency.keys (expires_at idempotency.expiry_ops)');
 $node->poll_query_until('broken',
 	"SELECT count(*) = 0 FROM idempotency.keys WHERE key = 'stuck'")
   or die 'the repaired database is not cleaned';

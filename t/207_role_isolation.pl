@@ -7,7 +7,10 @@
 #   the library preloaded, so two callers of one key still meet;
 # - EXPLAIN's row estimates are the same whatever other roles store, so a
 #   binary search over key ranges or a count of a role's keys learns
-#   nothing; statistics gathered before the update to 0.3 are removed.
+#   nothing; statistics gathered before the update to 0.3 are removed;
+# - what EXPLAIN ANALYZE shows a scan read is the same whatever other roles
+#   store in the range it asks for: no plan of a caller's reads the
+#   expires_at index, and primary-key scans stay within the caller's role.
 use strict;
 use warnings;
 
@@ -300,6 +303,77 @@ is( $node->safe_psql('postgres',
 is( $node->safe_psql('postgres',
 		"SELECT keys FROM idempotency.stats WHERE datname = 'postgres'"),
 	'610', 'idempotency.stats still counts the keys');
+
+# --- what scans read: EXPLAIN ANALYZE --------------------------------------
+
+# alice holds 3 keys ('n-1'..'n-3', expiring in an hour); bob holds 500,
+# either all inside the ranges alice probes (text 'mm-...' > 'm', expiring in
+# 30 minutes: before hers) or all outside them (text 'aa-...', expiring in 3
+# days). Rows of one width in one order, so the table is the same size and
+# alice's rows sit in the same places in both.
+sub store_bob_keys
+{
+	my ($prefix, $expires_in) = @_;
+	$node->safe_psql('postgres', qq{
+TRUNCATE idempotency.keys;
+INSERT INTO idempotency.keys
+  SELECT 'alice'::regrole, 'n-' || g, 'h', 'done', NULL, now(), now() + interval '1 hour'
+    FROM generate_series(1, 3) AS g;
+INSERT INTO idempotency.keys
+  SELECT 'bob'::regrole, '$prefix-' || lpad(g::text, 4, '0'), 'h', 'done', NULL, now(),
+         now() + interval '$expires_in'
+    FROM generate_series(1, 500) AS g;
+});
+	$node->safe_psql('postgres', 'VACUUM ANALYZE idempotency.keys');
+}
+
+# Plans that would read other roles' keys in a range: the expires_at index
+# for a range, an order or min(), the primary key for a key range. Each
+# with sequential scans off, and with index or bitmap scans off too.
+my @plan_settings = (
+	'SET enable_seqscan = off; SET enable_sort = off;',
+	'SET enable_seqscan = off; SET enable_sort = off; SET enable_bitmapscan = off;',
+	'SET enable_seqscan = off; SET enable_sort = off; SET enable_indexscan = off;');
+my @scans = (
+	"SELECT * FROM idempotency.keys WHERE expires_at < now() + interval '2 hours'",
+	"SELECT * FROM idempotency.keys WHERE expires_at < now() + interval '2 hours' ORDER BY expires_at",
+	"SELECT * FROM idempotency.keys WHERE expires_at IS NOT NULL ORDER BY expires_at LIMIT 1",
+	"SELECT * FROM idempotency.keys WHERE expires_at IS NOT NULL LIMIT 1",
+	'SELECT min(expires_at) FROM idempotency.keys',
+	"SELECT * FROM idempotency.keys WHERE key > 'm'",
+	"SELECT * FROM idempotency.keys WHERE key > 'm' ORDER BY key LIMIT 1",
+	"SELECT * FROM idempotency.keys WHERE key >= 'mm' AND key < 'mn'",
+	"SELECT * FROM idempotency.keys WHERE key > 'm' AND expires_at < now() + interval '2 hours'");
+
+sub scans_read
+{
+	return join(
+		"\n",
+		map {
+			my $settings = $_;
+			map {
+				"$settings $_\n"
+				  . as_role($node, 'alice',
+					"$settings EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) $_")
+			} @scans
+		} @plan_settings);
+}
+
+store_bob_keys('mm', '30 minutes');
+my $bob_inside = scans_read();
+store_bob_keys('aa', '3 days');
+my $bob_outside = scans_read();
+is($bob_inside, $bob_outside,
+	'alice\'s EXPLAIN ANALYZE reads the same whether bob\'s 500 keys lie inside her ranges or outside them');
+unlike($bob_inside, qr/^error /m, 'every scan of alice\'s ran');
+like($bob_inside, qr/actual rows=3 /, '... and found her own keys');
+unlike($bob_inside, qr/keys_expires_at_idx/,
+	'no plan of hers reads the expires_at index');
+is( as_role(
+		$node, 'alice',
+		"SELECT count(*) FROM idempotency.keys WHERE expires_at OPERATOR(idempotency.~<~) now()"),
+	'error 42501',
+	'the operators of the expires_at index are not hers to use');
 
 # --- statistics gathered before 0.3 ----------------------------------------
 

@@ -11,6 +11,7 @@ namespace idempotency::worker {
 namespace {
 
 constexpr const char *expires_at_index = "keys_expires_at_idx";
+constexpr const char *expiry_opfamily = "expiry_ops";
 
 // A pass collects row addresses only (6 bytes each), so it can go much
 // further than a batch; large passes keep a round's scans few.
@@ -19,25 +20,37 @@ constexpr int min_keys_per_pass = 100000;
 pg_attribute_noreturn() void report_missing_index() {
   ereport(ERROR,
           (errcode(ERRCODE_UNDEFINED_OBJECT),
-           errmsg("index idempotency.%s on idempotency.keys (expires_at) "
-                  "does not exist",
-                  expires_at_index),
+           errmsg("index idempotency.%s on idempotency.keys (expires_at "
+                  "idempotency.%s) does not exist",
+                  expires_at_index, expiry_opfamily),
            errhint("Recreate it with CREATE INDEX %s ON idempotency.keys "
-                   "(expires_at).",
-                   expires_at_index)));
+                   "(expires_at idempotency.%s).",
+                   expires_at_index, expiry_opfamily)));
   pg_unreachable();
 }
 
+// The index must order expires_at as timestamptz does (the scan keys are
+// timestamptz comparisons) in the extension's own family, which the planner
+// never uses for a caller's query: an index in the default order would let
+// EXPLAIN ANALYZE count other roles' keys by expiry time.
+bool orders_by_expiry_family(Relation index, Oid schema) {
+  Oid family = GetSysCacheOid3(
+      OPFAMILYAMNAMENSP, Anum_pg_opfamily_oid, ObjectIdGetDatum(BTREE_AM_OID),
+      CStringGetDatum(expiry_opfamily), ObjectIdGetDatum(schema));
+  return OidIsValid(family) && index->rd_opfamily[0] == family;
+}
+
 Relation open_expires_at_index(Relation table) {
-  Oid index = get_relname_relid(expires_at_index,
-                                get_namespace_oid("idempotency", false));
+  Oid schema = get_namespace_oid("idempotency", false);
+  Oid index = get_relname_relid(expires_at_index, schema);
   if (!OidIsValid(index))
     report_missing_index();
   Relation rel = index_open(index, AccessShareLock);
   Form_pg_index form = rel->rd_index;
   if (form->indrelid != table->rd_id ||
       form->indkey.values[0] != storage::key_columns(table).expires_at ||
-      rel->rd_rel->relam != BTREE_AM_OID)
+      rel->rd_rel->relam != BTREE_AM_OID ||
+      !orders_by_expiry_family(rel, schema))
     report_missing_index();
   return rel;
 }
