@@ -191,7 +191,9 @@ sub log_attempt
 # The storm is over once this file exists (the fault injector creates it).
 my $workdir = PostgreSQL::Test::Utils::tempdir;
 my $storm_over_flag = "$workdir/storm-over";
-sub storm_over { return -e $storm_over_flag }
+my $storm_parent = $$;
+# A client also stops when the test that started it is gone.
+sub storm_over { return -e $storm_over_flag || getppid() != $storm_parent }
 
 # One client: a sequence of keys, each retried until a definite answer (a
 # response, or IK422 for a payload), logging every attempt as a line
@@ -372,22 +374,22 @@ sub inject_faults
 		  . "AND state = 'active' ORDER BY random() LIMIT 1";
 		if ($injected{kill9} < $max_kill9 && time > $next_kill9)
 		{
-			my ($rc, $pid) = $node->psql('postgres', $victims);
-			next if $rc != 0 || $pid eq '';
+			my ($rc, $pid) = psql_or_undef($node, $victims);
+			next if !defined $rc || $rc != 0 || $pid eq '';
 			# kill answers how many processes it signalled.
 			$injected{kill9}++ if kill('KILL', $pid) == 1;
 			$next_kill9 = time + $storm_seconds / ($max_kill9 + 1);
 			# Wait out the crash restart before the next fault.
-			$node->poll_query_until('postgres', 'SELECT true');
+			wait_until_serving($node);
 			next;
 		}
 		# Chosen and signalled in one statement: a backend chosen by one
 		# psql run is often gone by the next (each attempt has its own
 		# connection), and signalling it then does nothing.
 		my $fault = rand() < 0.6 ? 'cancel' : 'terminate';
-		my ($rc, $signalled) = $node->psql('postgres',
+		my ($rc, $signalled) = psql_or_undef($node,
 			"SELECT pg_${fault}_backend(pid) FROM ($victims) AS victim");
-		$injected{$fault}++ if $rc == 0 && $signalled eq 't';
+		$injected{$fault}++ if defined $rc && $rc == 0 && $signalled eq 't';
 	}
 	open my $flag, '>', $storm_over_flag or die "$storm_over_flag: $!";
 	close $flag;

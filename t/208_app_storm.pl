@@ -282,33 +282,35 @@ sub run_client
 sub storm_from_outside
 {
 	my %count = (cancel => 0, terminate => 0, kill9 => 0, top_up => 0);
-	my $kill9_at = time + $storm_seconds / 2;
+	my $kill9_at = time + $storm_seconds / 4;
 	while (time < $storm_end)
 	{
 		sleep(0.1 + rand(0.2));
 		if (rand() < 0.25)
 		{
 			my $item = 1 + int(rand($items));
-			my ($rc) = $node->psql('postgres',
+			my ($rc) = psql_or_undef($node,
 				"BEGIN; UPDATE shop.stock SET units = units + 5 WHERE item = $item; "
 				  . "INSERT INTO shop.top_ups VALUES ($item, 5); COMMIT;");
-			$count{top_up}++ if $rc == 0;
+			$count{top_up}++ if defined $rc && $rc == 0;
 		}
-		my ($rc, $pids) = $node->psql('postgres',
-			"SELECT pid FROM pg_stat_activity WHERE usename = 'shopper' "
-			  . "AND state <> 'idle' ORDER BY random() LIMIT 2");
-		next if $rc != 0 || $pids eq '';
-		my @pids = split /\n/, $pids;
+		my $victims = "SELECT pid FROM pg_stat_activity WHERE usename = 'shopper' "
+		  . "AND state <> 'idle' ORDER BY random() LIMIT 1";
 		if ($count{kill9} < $max_kill9 && time > $kill9_at)
 		{
-			kill 'KILL', $pids[0];
-			$count{kill9}++;
-			$node->poll_query_until('postgres', 'SELECT true');
+			my ($rc, $pid) = psql_or_undef($node, $victims);
+			next if !defined $rc || $rc != 0 || $pid eq '';
+			# kill answers how many processes it signalled.
+			$count{kill9}++ if kill('KILL', $pid) == 1;
+			wait_until_serving($node);
 			next;
 		}
+		# Chosen and signalled in one statement: a backend chosen by one
+		# psql run may be gone by the next.
 		my $fault = rand() < 0.6 ? 'cancel' : 'terminate';
-		my ($done) = $node->psql('postgres', "SELECT pg_${fault}_backend($pids[-1])");
-		$count{$fault}++ if $done == 0;
+		my ($rc, $signalled) = psql_or_undef($node,
+			"SELECT pg_${fault}_backend(pid) FROM ($victims) AS victim");
+		$count{$fault}++ if defined $rc && $rc == 0 && $signalled eq 't';
 	}
 	return \%count;
 }

@@ -9,7 +9,8 @@ use Exporter 'import';
 use PostgreSQL::Test::Cluster;
 
 our @EXPORT =
-  qw(preloaded_node sqlstate_of runs_of work_call_sql expire_keys_sql);
+  qw(preloaded_node sqlstate_of runs_of work_call_sql expire_keys_sql
+  wait_until_serving psql_or_undef);
 
 # A started node with shared_preload_libraries = 'idempotency', plus the
 # postgresql.conf lines in `conf` and the init options in `init`.
@@ -62,6 +63,33 @@ sub expire_keys_sql
 	return "UPDATE idempotency.keys "
 	  . "SET created_at = created_at - (expires_at - now()) - interval '1 second', "
 	  . "expires_at = now() - interval '1 second' WHERE $condition;";
+}
+
+# Waits until `node` accepts connections again, after a crash restart. A
+# psql started while the server restarts may exit before it reads its
+# input, and IPC::Run then dies writing the query to it (EPIPE): such
+# attempts are retried, not fatal.
+sub wait_until_serving
+{
+	my ($node) = @_;
+	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
+	while (time < $deadline)
+	{
+		my $up = eval { $node->safe_psql('postgres', 'SELECT 1') eq '1' };
+		return if $up;
+		select(undef, undef, undef, 0.2);
+	}
+	die 'the server did not come back after a crash restart';
+}
+
+# $node->psql's (rc, stdout), or an empty list when psql could not even be
+# run to its end (the server restarting under it): for fault injectors,
+# whose every attempt may meet a crash restart.
+sub psql_or_undef
+{
+	my ($node, $sql) = @_;
+	my @result = eval { $node->psql('postgres', $sql) };
+	return @result;
 }
 
 1;
