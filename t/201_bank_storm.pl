@@ -16,6 +16,9 @@ use Test::More;
 use IPC::Run;
 use POSIX ();
 use Time::HiRes qw(time sleep);
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
 
 my $clients = 16;
 # The storm lasts at least this long (IDEMPOTENCY_STORM_SECONDS makes a

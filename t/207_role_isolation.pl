@@ -317,10 +317,10 @@ sub store_bob_keys
 	$node->safe_psql('postgres', qq{
 TRUNCATE idempotency.keys;
 INSERT INTO idempotency.keys
-  SELECT 'alice'::regrole, 'n-' || g, 'h', 'done', NULL, now(), now() + interval '1 hour'
+  SELECT 'alice'::regrole, 'n-' || g, 'h', NULL, now(), now() + interval '1 hour'
     FROM generate_series(1, 3) AS g;
 INSERT INTO idempotency.keys
-  SELECT 'bob'::regrole, '$prefix-' || lpad(g::text, 4, '0'), 'h', 'done', NULL, now(),
+  SELECT 'bob'::regrole, '$prefix-' || lpad(g::text, 4, '0'), 'h', NULL, now(),
          now() + interval '$expires_in'
     FROM generate_series(1, 500) AS g;
 });
