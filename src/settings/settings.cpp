@@ -272,8 +272,8 @@ void define() {
 
   DefineCustomIntVariable(
       "idempotency.max_response_size",
-      "The largest response idempotent_call stores.",
-      "A larger response from fn is an error, and nothing is stored. "
+      "The largest response stored, by idempotent_call or complete().",
+      "A larger response is an error, and nothing is stored. "
       "Measured as the response's jsonb size before compression.",
       &max_response_size, default_max_response_size, 0, INT_MAX, PGC_SUSET,
       GUC_UNIT_BYTE, nullptr, nullptr, nullptr);
