@@ -8,6 +8,7 @@
 #include "protocol/call.hpp"
 #include "protocol/session.hpp"
 #include "stats/stats.hpp"
+#include "storage/keys.hpp"
 #include "storage/role_scope.hpp"
 #include "worker/expire.hpp"
 #include "worker/status.hpp"
@@ -53,5 +54,10 @@ IDEMPOTENCY_SQL_FUNCTION(idempotency_last_call, idempotency::entry::last_call_bo
 IDEMPOTENCY_SQL_FUNCTION(idempotency_lookup, idempotency::entry::lookup_body)
 // idempotency.forget(key) RETURNS boolean
 IDEMPOTENCY_SQL_FUNCTION(idempotency_forget, idempotency::entry::forget_body)
+
+// idempotency--0.3--0.4.sql
+
+// idempotency.key_digest(key text) RETURNS bytea
+IDEMPOTENCY_SQL_FUNCTION(idempotency_key_digest, idempotency::storage::key_digest_body)
 
 // clang-format on

@@ -285,15 +285,52 @@ void RequestFingerprint::add_null() noexcept {
   add_field(tag_null_value, nullptr, 0);
 }
 
-void RequestFingerprint::finish_hex(char (&out)[hex_size]) noexcept {
-  static constexpr char digits[] = "0123456789abcdef";
+void RequestFingerprint::finish(Fingerprint &out) noexcept {
+  hash_.finish(out);
+}
+
+void key_digest(const char *key, std::size_t key_size,
+                std::uint8_t (&out)[key_digest_size]) noexcept {
+  Sha256 hash;
+  hash.update(key, key_size);
   std::uint8_t digest[Sha256::digest_size];
-  hash_.finish(digest);
-  for (std::size_t i = 0; i < Sha256::digest_size; ++i) {
-    out[2 * i] = digits[digest[i] >> 4];
-    out[2 * i + 1] = digits[digest[i] & 0x0f];
+  hash.finish(digest);
+  std::memcpy(out, digest, key_digest_size);
+}
+
+namespace {
+
+int hex_value(char c) noexcept {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  return -1;
+}
+
+bool decode_lower_hex(const char *text, std::size_t size,
+                      Fingerprint &out) noexcept {
+  if (size != 2 * fingerprint_size)
+    return false;
+  for (std::size_t i = 0; i < fingerprint_size; ++i) {
+    int high = hex_value(text[2 * i]);
+    int low = hex_value(text[2 * i + 1]);
+    if (high < 0 || low < 0)
+      return false;
+    out[i] = static_cast<std::uint8_t>(high << 4 | low);
   }
-  out[hex_size - 1] = '\0';
+  return true;
+}
+
+} // namespace
+
+void legacy_fingerprint(const char *client_hash, std::size_t size,
+                        Fingerprint &out) noexcept {
+  if (decode_lower_hex(client_hash, size, out))
+    return;
+  Sha256 hash;
+  hash.update(client_hash, size);
+  hash.finish(out);
 }
 
 } // namespace idempotency::fingerprint

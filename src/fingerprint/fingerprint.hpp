@@ -50,8 +50,27 @@ private:
   Sha256 outer_;
 };
 
-// Lower-case hex digest plus terminating NUL.
-constexpr std::size_t hex_size = 2 * Sha256::digest_size + 1;
+// A stored request fingerprint: a raw SHA-256 digest.
+constexpr std::size_t fingerprint_size = Sha256::digest_size;
+using Fingerprint = std::uint8_t[fingerprint_size];
+
+// A key's digest, the part of the key the primary key holds: the first
+// key_digest_size bytes of SHA-256 over the key's bytes. Eleven bytes keep a
+// B-tree entry of (role, digest) at 24 bytes, the smallest a two-column
+// entry takes; within one role, two live keys share a digest with
+// probability n^2 / 2^89 (4e-12 for 50 million keys), and the key's text,
+// compared on every lookup, turns a shared digest into an error, never into
+// another key's response.
+constexpr std::size_t key_digest_size = 11;
+void key_digest(const char *key, std::size_t key_size,
+                std::uint8_t (&out)[key_digest_size]) noexcept;
+
+// The fingerprint that rows stored before version 0.3 hold for a client's
+// request_hash text. Those rows kept the text itself; the upgrade to 0.4
+// stored a text that spells a lower-case hex SHA-256 as the 32 bytes it
+// spells, and any other text as its SHA-256.
+void legacy_fingerprint(const char *client_hash, std::size_t size,
+                        Fingerprint &out) noexcept;
 
 // Builds the fingerprint of one request: fn, then every argument's type
 // name, then every argument's value (or NULL), in argument order. Every
@@ -74,8 +93,8 @@ public:
   void add_type(const char *type_name, std::size_t type_name_size) noexcept;
   void add_value(const void *value, std::size_t value_size) noexcept;
   void add_null() noexcept;
-  // Writes the lower-case hex digest, NUL-terminated.
-  void finish_hex(char (&out)[hex_size]) noexcept;
+  // Writes the digest and leaves the object in an unspecified state.
+  void finish(Fingerprint &out) noexcept;
 
 private:
   RequestFingerprint() noexcept = default;

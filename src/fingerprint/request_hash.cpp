@@ -20,7 +20,7 @@ EncodedValue encode(const ValueEncoder &encoder, Datum value) {
 }
 
 void hash_values(RequestFingerprint fingerprint, const ValueEncoder *encoders,
-                 const FnArgs &args, char (&hex)[hex_size]) {
+                 const FnArgs &args, Fingerprint &out) {
   for (int i = 0; i < args.count; i++) {
     if (args.nulls[i]) {
       fingerprint.add_null();
@@ -29,7 +29,7 @@ void hash_values(RequestFingerprint fingerprint, const ValueEncoder *encoders,
     EncodedValue encoded = encode(encoders[i], args.values[i]);
     fingerprint.add_value(encoded.data, encoded.size);
   }
-  fingerprint.finish_hex(hex);
+  fingerprint.finish(out);
 }
 
 // Send functions of text-like types convert to the client encoding; hashing
@@ -74,11 +74,33 @@ RequestFingerprint prefix_for(text *fn, const FnArgs &args) {
   return prefix;
 }
 
-text *request_hash(const RequestFingerprint &prefix,
-                   const ValueEncoder *encoders, const FnArgs &args) {
-  char hex[hex_size];
-  in_database_encoding([&] { hash_values(prefix, encoders, args, hex); });
-  return cstring_to_text(hex);
+bytea *request_hash(const RequestFingerprint &prefix,
+                    const ValueEncoder *encoders, const FnArgs &args) {
+  Fingerprint digest;
+  in_database_encoding([&] { hash_values(prefix, encoders, args, digest); });
+  return as_bytea(digest);
+}
+
+bytea *as_bytea(const Fingerprint &fingerprint) {
+  bytea *value = static_cast<bytea *>(palloc(VARHDRSZ + fingerprint_size));
+  SET_VARSIZE(value, VARHDRSZ + fingerprint_size);
+  memcpy(VARDATA(value), fingerprint, fingerprint_size);
+  return value;
+}
+
+bytea *client_fingerprint(RequestFingerprint framed, text *client_hash) {
+  framed.add_client_hash(VARDATA_ANY(client_hash),
+                         VARSIZE_ANY_EXHDR(client_hash));
+  Fingerprint digest;
+  framed.finish(digest);
+  return as_bytea(digest);
+}
+
+bytea *legacy_client_fingerprint(text *client_hash) {
+  Fingerprint digest;
+  legacy_fingerprint(VARDATA_ANY(client_hash), VARSIZE_ANY_EXHDR(client_hash),
+                     digest);
+  return as_bytea(digest);
 }
 
 } // namespace idempotency::fingerprint

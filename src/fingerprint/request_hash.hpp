@@ -27,8 +27,18 @@ ValueEncoder encoder_for(Oid type);
 // fn and the argument types, hashed.
 RequestFingerprint prefix_for(text *fn, const FnArgs &args);
 
-// The fingerprint of one call, from its statement's prefix and encoders.
-text *request_hash(const RequestFingerprint &prefix,
-                   const ValueEncoder *encoders, const FnArgs &args);
+// The fingerprint of one call, from its statement's prefix and encoders, as
+// the key table stores it (32 raw bytes).
+bytea *request_hash(const RequestFingerprint &prefix,
+                    const ValueEncoder *encoders, const FnArgs &args);
+
+// The fingerprint of a request whose client passed its own hash: `framed`
+// (fn, or the claim marker) and the client's text.
+bytea *client_fingerprint(RequestFingerprint framed, text *client_hash);
+
+// What a row stored before version 0.3 holds for the same client text.
+bytea *legacy_client_fingerprint(text *client_hash);
+
+bytea *as_bytea(const Fingerprint &fingerprint);
 
 } // namespace idempotency::fingerprint

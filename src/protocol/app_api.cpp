@@ -1,4 +1,4 @@
-#include "fingerprint/fingerprint.hpp"
+#include "fingerprint/request_hash.hpp"
 
 #include "protocol/app_api.hpp"
 #include "settings/settings.hpp"
@@ -22,7 +22,7 @@ constexpr int arg_response = 1;
 struct HeldKey {
   Oid scope;
   text *key;
-  text *fingerprint;
+  bytea *fingerprint;
   Claim claim; // owned by the transaction's resource owner
   Interval ttl;
   bool replaces_expired_row;
@@ -67,7 +67,7 @@ text *copy_text(const text *value) {
   return copy;
 }
 
-void hold(const storage::KeyRef &key, text *fingerprint,
+void hold(const storage::KeyRef &key, bytea *fingerprint,
           const TakenKey &taken) {
   MemoryContext caller = MemoryContextSwitchTo(TopTransactionContext);
   auto *held = static_cast<HeldKey *>(palloc0(sizeof(HeldKey)));
@@ -87,19 +87,16 @@ void hold(const storage::KeyRef &key, text *fingerprint,
 
 // A claim() request's fingerprint: the claim marker and the client's text
 // (or NULL), so a claim never matches an idempotent_call of the same key.
-text *claim_fingerprint(FunctionCallInfo fcinfo) {
+bytea *claim_fingerprint(FunctionCallInfo fcinfo) {
   fingerprint::RequestFingerprint framed =
       fingerprint::RequestFingerprint::for_claim();
-  if (PG_ARGISNULL(arg_request_hash)) {
-    framed.add_null();
-  } else {
-    text *client_hash = PG_GETARG_TEXT_PP(arg_request_hash);
-    framed.add_client_hash(VARDATA_ANY(client_hash),
-                           VARSIZE_ANY_EXHDR(client_hash));
-  }
-  char hex[fingerprint::hex_size];
-  framed.finish_hex(hex);
-  return cstring_to_text(hex);
+  if (!PG_ARGISNULL(arg_request_hash))
+    return fingerprint::client_fingerprint(framed,
+                                           PG_GETARG_TEXT_PP(arg_request_hash));
+  framed.add_null();
+  fingerprint::Fingerprint digest;
+  framed.finish(digest);
+  return fingerprint::as_bytea(digest);
 }
 
 pg_attribute_noreturn() void report_not_claimed(const storage::KeyRef &key,
@@ -204,7 +201,7 @@ void on_subtransaction_event(SubXactEvent event, SubTransactionId aborted,
 ClaimRow claim_key(FunctionCallInfo fcinfo) {
   clear_last_call();
   storage::KeyRef key = key_argument(fcinfo, arg_key);
-  text *fingerprint = claim_fingerprint(fcinfo);
+  bytea *fingerprint = claim_fingerprint(fcinfo);
   storage::KeyTable table = storage::key_table();
   TakenKey taken = take_key(table, key, RequestMatch{fingerprint, nullptr},
                             GetCurrentTransactionStartTimestamp(),

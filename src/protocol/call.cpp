@@ -30,14 +30,13 @@ static_assert(std::is_trivially_destructible_v<Request>);
 // and the client's text, framed, so that the same key and hash with another
 // fn is another request. Rows stored before this framing hold the client's
 // text itself; the request also matches those.
-RequestMatch client_fingerprint(text *fn, text *client_hash) {
-  fingerprint::RequestFingerprint framed(VARDATA_ANY(fn),
-                                         VARSIZE_ANY_EXHDR(fn));
-  framed.add_client_hash(VARDATA_ANY(client_hash),
-                         VARSIZE_ANY_EXHDR(client_hash));
-  char hex[fingerprint::hex_size];
-  framed.finish_hex(hex);
-  return RequestMatch{cstring_to_text(hex), client_hash};
+RequestMatch client_match(text *fn, text *client_hash) {
+  return RequestMatch{
+      fingerprint::client_fingerprint(
+          fingerprint::RequestFingerprint(VARDATA_ANY(fn),
+                                          VARSIZE_ANY_EXHDR(fn)),
+          client_hash),
+      fingerprint::legacy_client_fingerprint(client_hash)};
 }
 
 // Validates the arguments; the key's size is checked before it is read.
@@ -58,7 +57,7 @@ Request read_request(FunctionCallInfo fcinfo) {
                                   request.statement->encoders, request.args),
         nullptr};
   else
-    request.match = client_fingerprint(fn, PG_GETARG_TEXT_PP(arg_request_hash));
+    request.match = client_match(fn, PG_GETARG_TEXT_PP(arg_request_hash));
   return request;
 }
 

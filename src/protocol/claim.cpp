@@ -164,15 +164,15 @@ const int errcode_key_in_progress = MAKE_SQLSTATE('I', 'K', '4', '0', '9');
 const int errcode_key_reused = MAKE_SQLSTATE('I', 'K', '4', '2', '2');
 const int errcode_key_recursion = MAKE_SQLSTATE('I', 'K', '5', '0', '8');
 
-bool same_text(const text *a, const text *b) {
+bool same_bytes(const varlena *a, const varlena *b) {
   return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
          memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
 }
 
-bool matches(const RequestMatch &request, const text *stored) {
-  return same_text(stored, request.fingerprint) ||
+bool matches(const RequestMatch &request, const bytea *stored) {
+  return same_bytes(stored, request.fingerprint) ||
          (request.legacy_fingerprint != nullptr &&
-          same_text(stored, request.legacy_fingerprint));
+          same_bytes(stored, request.legacy_fingerprint));
 }
 
 pg_attribute_noreturn() void report_reused(const storage::KeyRef &key) {

@@ -54,12 +54,13 @@ bool wait_for_transaction(TransactionId holder, TimestampTz deadline);
 
 // --- Taking a key: the one probe/claim loop of idempotent_call and claim --
 
-// The fingerprint a request is stored with, and the one a stored row may
-// also carry: keys stored before fingerprints covered fn hold the client's
-// request_hash as given (legacy; nullptr when the client passed none).
+// The fingerprint a request is stored with (32 raw bytes), and the one a
+// stored row may also carry: keys stored before fingerprints covered fn
+// hold the client's request_hash in its legacy form (nullptr when the
+// client passed none).
 struct RequestMatch {
-  text *fingerprint;
-  text *legacy_fingerprint;
+  bytea *fingerprint;
+  bytea *legacy_fingerprint;
 };
 
 // What taking a key found: a done row with the request's fingerprint

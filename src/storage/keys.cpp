@@ -1,3 +1,5 @@
+#include "fingerprint/fingerprint.hpp"
+
 #include "storage/keys.hpp"
 
 #include "storage/commit_guard.hpp"
@@ -67,6 +69,18 @@ Oid keys_table_oid() {
   return table;
 }
 
+// The key's digest as the primary key holds it, in `out` (a bytea).
+struct alignas(int32) KeyDigest {
+  char bytes[VARHDRSZ + fingerprint::key_digest_size];
+};
+
+void digest_of(const text *key, KeyDigest &out) {
+  SET_VARSIZE(out.bytes, sizeof out.bytes);
+  uint8 digest[fingerprint::key_digest_size];
+  fingerprint::key_digest(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key), digest);
+  memcpy(VARDATA(out.bytes), digest, sizeof digest);
+}
+
 // --- the extension's columns ------------------------------------------------
 
 // scope is a role's oid: regrole, or the extension's own 4-byte by-value
@@ -93,7 +107,8 @@ struct ExpectedColumn {
 constexpr ExpectedColumn expected_columns[] = {
     {"scope", InvalidOid, &KeyColumns::scope},
     {"key", TEXTOID, &KeyColumns::key},
-    {"request_hash", TEXTOID, &KeyColumns::request_hash},
+    {"key_digest", BYTEAOID, &KeyColumns::key_digest},
+    {"request_hash", BYTEAOID, &KeyColumns::request_hash},
     {"response", JSONBOID, &KeyColumns::response},
     {"created_at", TIMESTAMPTZOID, &KeyColumns::created_at},
     {"expires_at", TIMESTAMPTZOID, &KeyColumns::expires_at},
@@ -282,7 +297,7 @@ KeyProbe done_row(Relation rel, const KeyColumns &columns, SysScanDesc scan,
   result.state = KeyState::done;
   result.row = tuple->t_self;
   read_times(rel, columns, tuple, result);
-  result.request_hash = reinterpret_cast<text *>(DatumGetPointer(
+  result.request_hash = reinterpret_cast<bytea *>(DatumGetPointer(
       copy_varlena(tuple, columns.request_hash, desc, &isnull)));
   result.response =
       copy_varlena(tuple, columns.response, desc, &result.response_is_null);
@@ -298,17 +313,50 @@ KeyProbe in_progress(TransactionId holder) {
 
 } // namespace
 
+namespace {
+
+bool same_key(Relation rel, const KeyColumns &columns, HeapTuple tuple,
+              const text *key) {
+  bool isnull = false;
+  Datum stored = heap_getattr(tuple, columns.key, RelationGetDescr(rel), &isnull);
+  if (isnull)
+    return false;
+  text *stored_key = DatumGetTextPP(stored);
+  return VARSIZE_ANY_EXHDR(stored_key) == VARSIZE_ANY_EXHDR(key) &&
+         memcmp(VARDATA_ANY(stored_key), VARDATA_ANY(key),
+                VARSIZE_ANY_EXHDR(key)) == 0;
+}
+
+// Two keys of one role with one digest: practically never by chance (see
+// fingerprint::key_digest), but a row whose key text was changed by hand
+// also lands here. Answering for the other key would hand out its
+// response; storing beside it would break the primary key.
+pg_attribute_noreturn() void report_shared_digest() {
+  ereport(ERROR,
+          (errcode(ERRCODE_UNIQUE_VIOLATION),
+           errmsg("idempotency key shares its digest with another stored key "
+                  "of this role"),
+           errdetail("idempotency.keys holds a row under the same scope and "
+                     "key_digest whose key is different."),
+           errhint("Use another idempotency key. A row whose key was changed "
+                   "by hand needs key_digest = idempotency.key_digest(key).")));
+  pg_unreachable();
+}
+
+} // namespace
+
 KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
   Relation rel = table_open(table.relid, AccessShareLock);
   KeyColumns columns = key_columns(rel);
+  KeyDigest digest;
+  digest_of(key.key, digest);
 
   // systable_beginscan maps the table's column numbers to the index's.
   ScanKeyData scan_keys[2];
   ScanKeyInit(&scan_keys[0], columns.scope, BTEqualStrategyNumber, F_OIDEQ,
               ObjectIdGetDatum(key.scope));
-  ScanKeyInit(&scan_keys[1], columns.key, BTEqualStrategyNumber, F_TEXTEQ,
-              PointerGetDatum(key.key));
-  scan_keys[1].sk_collation = C_COLLATION_OID;
+  ScanKeyInit(&scan_keys[1], columns.key_digest, BTEqualStrategyNumber,
+              F_BYTEAEQ, PointerGetDatum(digest.bytes));
 
   SnapshotData dirty;
   InitDirtySnapshot(dirty);
@@ -319,6 +367,8 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
   result.state = KeyState::absent;
   HeapTuple tuple;
   while ((tuple = systable_getnext(scan)) != nullptr) {
+    if (!same_key(rel, columns, tuple, key.key))
+      report_shared_digest();
     // The dirty snapshot reports an open inserter in xmin and an open
     // deleter in xmax. A row being inserted means another transaction holds
     // the key right now.
@@ -418,7 +468,8 @@ void end_insert(Insert &insert) {
 
 struct RowValues {
   const KeyRef *key;
-  text *request_hash;
+  const KeyDigest *key_digest;
+  bytea *request_hash;
   Datum response;
   bool response_is_null;
   TimestampTz created_at;
@@ -441,6 +492,7 @@ void fill_row(const Insert &insert, const KeyColumns &columns,
   };
   set(columns.scope, ObjectIdGetDatum(row.key->scope), false);
   set(columns.key, PointerGetDatum(row.key->key), false);
+  set(columns.key_digest, PointerGetDatum(row.key_digest->bytes), false);
   set(columns.request_hash, PointerGetDatum(row.request_hash), false);
   set(columns.response, row.response, row.response_is_null);
   set(columns.created_at, TimestampTzGetDatum(row.created_at), false);
@@ -477,7 +529,8 @@ bool same_value(TupleTableSlot *slot, AttrNumber attnum, Datum expected,
 // BEFORE triggers may change the row, but not drop it or move it to
 // another key: the key would then run its request again on every retry.
 void check_trigger_result(bool kept, TupleTableSlot *slot,
-                          const KeyColumns &columns, const KeyRef &key) {
+                          const KeyColumns &columns, const KeyRef &key,
+                          const KeyDigest &digest) {
   if (!kept)
     ereport(ERROR,
             (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
@@ -487,11 +540,13 @@ void check_trigger_result(bool kept, TupleTableSlot *slot,
              errdetail("Without its row, a retry of the key would run its "
                        "request again.")));
   if (!same_value(slot, columns.scope, ObjectIdGetDatum(key.scope), true) ||
-      !same_value(slot, columns.key, PointerGetDatum(key.key), false))
+      !same_value(slot, columns.key, PointerGetDatum(key.key), false) ||
+      !same_value(slot, columns.key_digest, PointerGetDatum(digest.bytes),
+                  false))
     ereport(ERROR,
             (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
              errmsg("a BEFORE INSERT trigger on idempotency.keys changed the "
-                    "scope or the key of idempotency key \"%s\"",
+                    "scope, key or key_digest of idempotency key \"%s\"",
                     text_to_cstring(key.key)),
              errdetail("The row must stay under the key that was claimed.")));
 }
@@ -501,7 +556,7 @@ void check_trigger_result(bool kept, TupleTableSlot *slot,
 // that is ready for inserts (unique and exclusion checks included), and the
 // AFTER row triggers queued.
 void insert_row(const Insert &insert, const KeyColumns &columns,
-                const KeyRef &key) {
+                const KeyRef &key, const KeyDigest &digest) {
   ResultRelInfo *target = insert.target;
   Relation rel = target->ri_RelationDesc;
   TupleTableSlot *slot = insert.slot;
@@ -510,7 +565,7 @@ void insert_row(const Insert &insert, const KeyColumns &columns,
   if (target->ri_TrigDesc != nullptr &&
       target->ri_TrigDesc->trig_insert_before_row)
     check_trigger_result(ExecBRInsertTriggers(estate, target, slot), slot,
-                         columns, key);
+                         columns, key, digest);
   TupleConstr *constraints = RelationGetDescr(rel)->constr;
   if (constraints != nullptr && constraints->has_generated_stored)
     ExecComputeStoredGenerated(target, estate, slot, CMD_INSERT);
@@ -533,7 +588,7 @@ TimestampTz timestamp_in(TupleTableSlot *slot, AttrNumber attnum) {
 
 } // namespace
 
-StoredRow store(const KeyTable &table, const KeyRef &key, text *request_hash,
+StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
                 Datum response, bool response_is_null, const Interval &ttl,
                 const ItemPointerData *expired_row) {
   // fn may have dropped the extension (the drop rolls back with the error).
@@ -546,7 +601,11 @@ StoredRow store(const KeyTable &table, const KeyRef &key, text *request_hash,
 
   // The TTL counts from the write, not from the transaction's start: fn
   // may have run for a long time.
-  RowValues values{&key, request_hash, response, response_is_null, 0, 0};
+  KeyDigest digest;
+  digest_of(key.key, digest);
+  RowValues values{&key,     &digest,          request_hash,
+                   response, response_is_null, 0,
+                   0};
   values.created_at = GetCurrentTimestamp();
   values.expires_at = DatumGetTimestampTz(DirectFunctionCall2(
       timestamptz_pl_interval, TimestampTzGetDatum(values.created_at),
@@ -554,7 +613,7 @@ StoredRow store(const KeyTable &table, const KeyRef &key, text *request_hash,
 
   Insert insert = begin_insert(rel);
   fill_row(insert, columns, values);
-  insert_row(insert, columns, key);
+  insert_row(insert, columns, key, digest);
   StoredRow row{timestamp_in(insert.slot, columns.created_at),
                 timestamp_in(insert.slot, columns.expires_at)};
   end_insert(insert);
@@ -581,6 +640,14 @@ bool remove(const KeyTable &table, const ItemPointerData &row) {
                   errdetail("The idempotency key was changed while being "
                             "forgotten.")));
   pg_unreachable();
+}
+
+Datum key_digest_body(FunctionCallInfo fcinfo) {
+  KeyDigest digest;
+  digest_of(PG_GETARG_TEXT_PP(0), digest);
+  bytea *result = static_cast<bytea *>(palloc(sizeof digest.bytes));
+  memcpy(result, digest.bytes, sizeof digest.bytes);
+  PG_RETURN_BYTEA_P(result);
 }
 
 } // namespace idempotency::storage

@@ -1,6 +1,9 @@
 // Key storage: the table idempotency.keys and its primary key index.
 //
-// Reads go straight to the index with a dirty snapshot, which also sees rows
+// The primary key is (scope, key_digest): the role and a fixed-size digest
+// of the key (fingerprint::key_digest), so its entries stay small however
+// long keys are. The key's text is kept in the row and compared on every
+// lookup. Reads go straight to the index with a dirty snapshot, which also sees rows
 // of transactions still in progress: that is how a call learns that another
 // transaction holds a key, and which transaction to wait for. Writes go
 // through PostgreSQL's executor as a single-row INSERT does (the way logical
@@ -26,6 +29,7 @@ KeyTable key_table();
 struct KeyColumns {
   AttrNumber scope;
   AttrNumber key;
+  AttrNumber key_digest;
   AttrNumber request_hash;
   AttrNumber response;
   AttrNumber created_at;
@@ -55,7 +59,7 @@ struct KeyProbe {
   KeyState state;
   TransactionId holder; // in_progress: the transaction to wait for
   ItemPointerData row;  // expired: the row a new call replaces; done: the row
-  text *request_hash;   // done: the stored fingerprint
+  bytea *request_hash;  // done: the stored fingerprint
   Datum response;       // done: the stored response
   bool response_is_null;
   TimestampTz created_at; // done, expired: the row's times
@@ -81,7 +85,7 @@ struct StoredRow {
 // check is the final word: a second row for one key can never commit. The
 // transaction's commit is refused if a key it wrote has expired by then
 // (see storage/commit_guard.hpp).
-StoredRow store(const KeyTable &table, const KeyRef &key, text *request_hash,
+StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
                 Datum response, bool response_is_null, const Interval &ttl,
                 const ItemPointerData *expired_row);
 
@@ -89,5 +93,9 @@ StoredRow store(const KeyTable &table, const KeyRef &key, text *request_hash,
 // row was deleted meanwhile (by expiry); a row being changed by another open
 // transaction is waited for.
 bool remove(const KeyTable &table, const ItemPointerData &row);
+
+// idempotency.key_digest(key text) RETURNS bytea: the digest the primary
+// key holds, so that a DBA can find a key through the index.
+Datum key_digest_body(FunctionCallInfo fcinfo);
 
 } // namespace idempotency::storage
