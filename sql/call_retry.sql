@@ -40,9 +40,10 @@ SELECT balance FROM accounts WHERE id = 7;
 SELECT account, amount FROM ledger ORDER BY id;
 
 -- The stored rows: one per key, done, with the response and a SHA-256
--- fingerprint computed from fn and the arguments.
-SELECT scope, key, response, length(request_hash) AS hash_length,
-       request_hash ~ '^[0-9a-f]{64}$' AS hash_is_hex,
+-- fingerprint computed from fn and the arguments (32 bytes), under the
+-- key's digest.
+SELECT scope, key, response, octet_length(request_hash) AS hash_bytes,
+       key_digest = idempotency.key_digest(key) AS digest_of_key,
        expires_at - created_at AS ttl
   FROM idempotency.keys WHERE key LIKE 'req-%' ORDER BY key;
 

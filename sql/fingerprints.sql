@@ -70,8 +70,8 @@ SELECT idempotency.idempotent_call('fp-enum', NULL, 'SELECT $1', 'busy'::mood);
 SELECT idempotency.idempotent_call('fp-two', NULL, 'SELECT $1 || $2', 'a'::text, NULL::text);
 
 -- The stored fingerprints, pinned, and each equal to the recomputed one.
-SELECT c.key, k.request_hash,
-       k.request_hash = reference_hash(c.fn, c.type_names, c.sent) AS matches_encoding
+SELECT c.key, encode(k.request_hash, 'hex') AS request_hash,
+       encode(k.request_hash, 'hex') = reference_hash(c.fn, c.type_names, c.sent) AS matches_encoding
   FROM cases AS c LEFT JOIN idempotency.keys AS k ON k.key = c.key
  ORDER BY c.key;
 

@@ -135,8 +135,14 @@ CREATE TRIGGER rename_key BEFORE INSERT ON idempotency.keys
   FOR EACH ROW EXECUTE FUNCTION rename_key();
 SELECT idempotency.idempotent_call('renamed', NULL, 'SELECT 11');
 DROP TRIGGER rename_key ON idempotency.keys;
+CREATE FUNCTION redigest_key() RETURNS trigger LANGUAGE plpgsql
+  AS $$ BEGIN NEW.key_digest := idempotency.key_digest('elsewhere'); RETURN NEW; END $$;
+CREATE TRIGGER redigest_key BEFORE INSERT ON idempotency.keys
+  FOR EACH ROW EXECUTE FUNCTION redigest_key();
+SELECT idempotency.idempotent_call('redigested', NULL, 'SELECT 12');
+DROP TRIGGER redigest_key ON idempotency.keys;
 SELECT count(*) AS skipped_or_renamed FROM idempotency.keys
- WHERE key IN ('skipped', 'renamed', 'renamed-renamed');
+ WHERE key IN ('skipped', 'renamed', 'renamed-renamed', 'redigested');
 DROP TRIGGER audit_key ON idempotency.keys;
 
 -- Statement triggers fire as for a one-row INSERT: BEFORE and AFTER, the

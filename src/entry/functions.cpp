@@ -5,10 +5,10 @@
 // fails CREATE EXTENSION ("could not find function").
 #include "boundary/boundary.hpp"
 #include "entry/app_results.hpp"
+#include "fingerprint/key_digest.hpp"
 #include "protocol/call.hpp"
 #include "protocol/session.hpp"
 #include "stats/stats.hpp"
-#include "storage/keys.hpp"
 #include "storage/role_scope.hpp"
 #include "worker/expire.hpp"
 #include "worker/status.hpp"
@@ -58,6 +58,6 @@ IDEMPOTENCY_SQL_FUNCTION(idempotency_forget, idempotency::entry::forget_body)
 // idempotency--0.3--0.4.sql
 
 // idempotency.key_digest(key text) RETURNS bytea
-IDEMPOTENCY_SQL_FUNCTION(idempotency_key_digest, idempotency::storage::key_digest_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_key_digest, idempotency::fingerprint::key_digest_body)
 
 // clang-format on

@@ -31,12 +31,11 @@ static_assert(std::is_trivially_destructible_v<Request>);
 // fn is another request. Rows stored before this framing hold the client's
 // text itself; the request also matches those.
 RequestMatch client_match(text *fn, text *client_hash) {
-  return RequestMatch{
-      fingerprint::client_fingerprint(
-          fingerprint::RequestFingerprint(VARDATA_ANY(fn),
-                                          VARSIZE_ANY_EXHDR(fn)),
-          client_hash),
-      fingerprint::legacy_client_fingerprint(client_hash)};
+  return RequestMatch{fingerprint::client_fingerprint(
+                          fingerprint::RequestFingerprint(
+                              VARDATA_ANY(fn), VARSIZE_ANY_EXHDR(fn)),
+                          client_hash),
+                      fingerprint::legacy_client_fingerprint(client_hash)};
 }
 
 // Validates the arguments; the key's size is checked before it is read.

@@ -2,6 +2,7 @@
 #include "protocol/rules.hpp"
 
 #include "boundary/subtransaction.hpp"
+#include "fingerprint/key_digest.hpp"
 #include "protocol/claim.hpp"
 #include "protocol/message_key.hpp"
 #include "settings/settings.hpp"
@@ -263,7 +264,8 @@ storage::KeyRef key_argument(FunctionCallInfo fcinfo, int argno) {
              errmsg("idempotency key is %zu bytes long, the limit is %zu",
                     (size_t)key_bytes, max_key_bytes)));
   }
-  return storage::KeyRef{GetUserId(), PG_GETARG_TEXT_PP(argno)};
+  text *key = PG_GETARG_TEXT_PP(argno);
+  return storage::KeyRef{GetUserId(), key, fingerprint::digest_of_key(key)};
 }
 
 TakenKey take_key(const storage::KeyTable &table, const storage::KeyRef &key,

@@ -1,5 +1,3 @@
-#include "fingerprint/fingerprint.hpp"
-
 #include "storage/keys.hpp"
 
 #include "storage/commit_guard.hpp"
@@ -67,18 +65,6 @@ Oid keys_table_oid() {
   if (!OidIsValid(table))
     report_missing_table();
   return table;
-}
-
-// The key's digest as the primary key holds it, in `out` (a bytea).
-struct alignas(int32) KeyDigest {
-  char bytes[VARHDRSZ + fingerprint::key_digest_size];
-};
-
-void digest_of(const text *key, KeyDigest &out) {
-  SET_VARSIZE(out.bytes, sizeof out.bytes);
-  uint8 digest[fingerprint::key_digest_size];
-  fingerprint::key_digest(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key), digest);
-  memcpy(VARDATA(out.bytes), digest, sizeof digest);
 }
 
 // --- the extension's columns ------------------------------------------------
@@ -318,7 +304,8 @@ namespace {
 bool same_key(Relation rel, const KeyColumns &columns, HeapTuple tuple,
               const text *key) {
   bool isnull = false;
-  Datum stored = heap_getattr(tuple, columns.key, RelationGetDescr(rel), &isnull);
+  Datum stored =
+      heap_getattr(tuple, columns.key, RelationGetDescr(rel), &isnull);
   if (isnull)
     return false;
   text *stored_key = DatumGetTextPP(stored);
@@ -348,15 +335,13 @@ pg_attribute_noreturn() void report_shared_digest() {
 KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
   Relation rel = table_open(table.relid, AccessShareLock);
   KeyColumns columns = key_columns(rel);
-  KeyDigest digest;
-  digest_of(key.key, digest);
 
   // systable_beginscan maps the table's column numbers to the index's.
   ScanKeyData scan_keys[2];
   ScanKeyInit(&scan_keys[0], columns.scope, BTEqualStrategyNumber, F_OIDEQ,
               ObjectIdGetDatum(key.scope));
   ScanKeyInit(&scan_keys[1], columns.key_digest, BTEqualStrategyNumber,
-              F_BYTEAEQ, PointerGetDatum(digest.bytes));
+              F_BYTEAEQ, PointerGetDatum(key.digest));
 
   SnapshotData dirty;
   InitDirtySnapshot(dirty);
@@ -468,7 +453,6 @@ void end_insert(Insert &insert) {
 
 struct RowValues {
   const KeyRef *key;
-  const KeyDigest *key_digest;
   bytea *request_hash;
   Datum response;
   bool response_is_null;
@@ -492,7 +476,7 @@ void fill_row(const Insert &insert, const KeyColumns &columns,
   };
   set(columns.scope, ObjectIdGetDatum(row.key->scope), false);
   set(columns.key, PointerGetDatum(row.key->key), false);
-  set(columns.key_digest, PointerGetDatum(row.key_digest->bytes), false);
+  set(columns.key_digest, PointerGetDatum(row.key->digest), false);
   set(columns.request_hash, PointerGetDatum(row.request_hash), false);
   set(columns.response, row.response, row.response_is_null);
   set(columns.created_at, TimestampTzGetDatum(row.created_at), false);
@@ -529,8 +513,7 @@ bool same_value(TupleTableSlot *slot, AttrNumber attnum, Datum expected,
 // BEFORE triggers may change the row, but not drop it or move it to
 // another key: the key would then run its request again on every retry.
 void check_trigger_result(bool kept, TupleTableSlot *slot,
-                          const KeyColumns &columns, const KeyRef &key,
-                          const KeyDigest &digest) {
+                          const KeyColumns &columns, const KeyRef &key) {
   if (!kept)
     ereport(ERROR,
             (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
@@ -541,8 +524,7 @@ void check_trigger_result(bool kept, TupleTableSlot *slot,
                        "request again.")));
   if (!same_value(slot, columns.scope, ObjectIdGetDatum(key.scope), true) ||
       !same_value(slot, columns.key, PointerGetDatum(key.key), false) ||
-      !same_value(slot, columns.key_digest, PointerGetDatum(digest.bytes),
-                  false))
+      !same_value(slot, columns.key_digest, PointerGetDatum(key.digest), false))
     ereport(ERROR,
             (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
              errmsg("a BEFORE INSERT trigger on idempotency.keys changed the "
@@ -556,7 +538,7 @@ void check_trigger_result(bool kept, TupleTableSlot *slot,
 // that is ready for inserts (unique and exclusion checks included), and the
 // AFTER row triggers queued.
 void insert_row(const Insert &insert, const KeyColumns &columns,
-                const KeyRef &key, const KeyDigest &digest) {
+                const KeyRef &key) {
   ResultRelInfo *target = insert.target;
   Relation rel = target->ri_RelationDesc;
   TupleTableSlot *slot = insert.slot;
@@ -565,7 +547,7 @@ void insert_row(const Insert &insert, const KeyColumns &columns,
   if (target->ri_TrigDesc != nullptr &&
       target->ri_TrigDesc->trig_insert_before_row)
     check_trigger_result(ExecBRInsertTriggers(estate, target, slot), slot,
-                         columns, key, digest);
+                         columns, key);
   TupleConstr *constraints = RelationGetDescr(rel)->constr;
   if (constraints != nullptr && constraints->has_generated_stored)
     ExecComputeStoredGenerated(target, estate, slot, CMD_INSERT);
@@ -601,11 +583,7 @@ StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
 
   // The TTL counts from the write, not from the transaction's start: fn
   // may have run for a long time.
-  KeyDigest digest;
-  digest_of(key.key, digest);
-  RowValues values{&key,     &digest,          request_hash,
-                   response, response_is_null, 0,
-                   0};
+  RowValues values{&key, request_hash, response, response_is_null, 0, 0};
   values.created_at = GetCurrentTimestamp();
   values.expires_at = DatumGetTimestampTz(DirectFunctionCall2(
       timestamptz_pl_interval, TimestampTzGetDatum(values.created_at),
@@ -613,7 +591,7 @@ StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
 
   Insert insert = begin_insert(rel);
   fill_row(insert, columns, values);
-  insert_row(insert, columns, key, digest);
+  insert_row(insert, columns, key);
   StoredRow row{timestamp_in(insert.slot, columns.created_at),
                 timestamp_in(insert.slot, columns.expires_at)};
   end_insert(insert);
@@ -640,14 +618,6 @@ bool remove(const KeyTable &table, const ItemPointerData &row) {
                   errdetail("The idempotency key was changed while being "
                             "forgotten.")));
   pg_unreachable();
-}
-
-Datum key_digest_body(FunctionCallInfo fcinfo) {
-  KeyDigest digest;
-  digest_of(PG_GETARG_TEXT_PP(0), digest);
-  bytea *result = static_cast<bytea *>(palloc(sizeof digest.bytes));
-  memcpy(result, digest.bytes, sizeof digest.bytes);
-  PG_RETURN_BYTEA_P(result);
 }
 
 } // namespace idempotency::storage

@@ -3,9 +3,9 @@
 // The primary key is (scope, key_digest): the role and a fixed-size digest
 // of the key (fingerprint::key_digest), so its entries stay small however
 // long keys are. The key's text is kept in the row and compared on every
-// lookup. Reads go straight to the index with a dirty snapshot, which also sees rows
-// of transactions still in progress: that is how a call learns that another
-// transaction holds a key, and which transaction to wait for. Writes go
+// lookup. Reads go straight to the index with a dirty snapshot, which also sees
+// rows of transactions still in progress: that is how a call learns that
+// another transaction holds a key, and which transaction to wait for. Writes go
 // through PostgreSQL's executor as a single-row INSERT does (the way logical
 // replication applies a row): defaults of columns a DBA added, constraints,
 // row triggers, every kind of index and exclusion constraints are honoured,
@@ -41,10 +41,12 @@ struct KeyColumns {
 // type was changed. Cached per backend until the table's definition changes.
 const KeyColumns &key_columns(Relation rel);
 
-// A key in its scope (the role that calls).
+// A key in its scope (the role that calls), with the key's digest
+// (fingerprint/key_digest.hpp), which the primary key holds.
 struct KeyRef {
   Oid scope;
   text *key;
+  bytea *digest;
 };
 static_assert(std::is_trivially_destructible_v<KeyRef>);
 
@@ -93,9 +95,5 @@ StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
 // row was deleted meanwhile (by expiry); a row being changed by another open
 // transaction is waited for.
 bool remove(const KeyTable &table, const ItemPointerData &row);
-
-// idempotency.key_digest(key text) RETURNS bytea: the digest the primary
-// key holds, so that a DBA can find a key through the index.
-Datum key_digest_body(FunctionCallInfo fcinfo);
 
 } // namespace idempotency::storage

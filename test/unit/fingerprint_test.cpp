@@ -15,8 +15,11 @@
 
 namespace {
 
-using idempotency::fingerprint::hex_size;
+using idempotency::fingerprint::Fingerprint;
 using idempotency::fingerprint::HmacSha256;
+using idempotency::fingerprint::key_digest;
+using idempotency::fingerprint::key_digest_size;
+using idempotency::fingerprint::legacy_fingerprint;
 using idempotency::fingerprint::RequestFingerprint;
 using idempotency::fingerprint::Sha256;
 
@@ -215,9 +218,9 @@ TEST(HmacSha256, CopyOfAKeyedObjectStartsAFreshMessage) {
 // --- RequestFingerprint ----------------------------------------------------
 
 std::string hex_of(RequestFingerprint &fp) {
-  char out[hex_size];
-  fp.finish_hex(out);
-  return std::string(out);
+  Fingerprint out;
+  fp.finish(out);
+  return to_hex(out);
 }
 
 struct Arg {
@@ -244,28 +247,41 @@ std::string bytes_of(const void *data, std::size_t size) {
   return std::string(static_cast<const char *>(data), size);
 }
 
-TEST(RequestFingerprint, HexIsLowerCase64CharsAndNulTerminated) {
-  RequestFingerprint fp("f", 1);
-  char out[hex_size];
-  std::memset(out, 'X', sizeof out);
-  fp.finish_hex(out);
-  ASSERT_EQ(hex_size, 65u);
-  EXPECT_EQ(out[64], '\0');
-  EXPECT_EQ(std::strlen(out), 64u);
-  for (int i = 0; i < 64; ++i)
-    EXPECT_TRUE((out[i] >= '0' && out[i] <= '9') ||
-                (out[i] >= 'a' && out[i] <= 'f'))
-        << "char " << i << " is '" << out[i] << "'";
+TEST(KeyDigest, IsTheFirstElevenBytesOfSha256) {
+  // sha256("abc") = ba7816bf8f01cfea414140de5dae2223b00361a3...
+  std::uint8_t out[key_digest_size];
+  key_digest("abc", 3, out);
+  ASSERT_EQ(key_digest_size, 11u);
+  std::string hex;
+  for (std::uint8_t byte : out) {
+    static constexpr char digits[] = "0123456789abcdef";
+    hex += digits[byte >> 4];
+    hex += digits[byte & 0x0f];
+  }
+  EXPECT_EQ(hex, "ba7816bf8f01cfea414140");
 }
 
-// Pins the wire encoding: stored fingerprints must stay comparable across
-// releases. The encoding of fn "f" with arguments int4 300 and NULL text:
-//   01 | 01 00 00 00 00 00 00 00 | 'f'
-//   04 | 04 00 00 00 00 00 00 00 | 'int4'
-//   04 | 04 00 00 00 00 00 00 00 | 'text'
-//   05 | 04 00 00 00 00 00 00 00 | 2c 01 00 00
-//   03 | 00 00 00 00 00 00 00 00
-// and the expected value is `printf` of those bytes piped into `sha256sum`.
+TEST(LegacyFingerprint, LowerCaseHexDigestIsTheBytesItSpells) {
+  const std::string text(
+      "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  Fingerprint out;
+  legacy_fingerprint(text.data(), text.size(), out);
+  EXPECT_EQ(to_hex(out), text);
+}
+
+TEST(LegacyFingerprint, AnyOtherTextIsItsSha256) {
+  // Upper case, a wrong length, and plain text are hashed, not decoded.
+  for (const std::string text :
+       {std::string("abc"),
+        std::string("BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F"
+                    "20015AD"),
+        std::string(63, 'a'), std::string(65, 'a'), std::string(64, 'g')}) {
+    Fingerprint out;
+    legacy_fingerprint(text.data(), text.size(), out);
+    EXPECT_EQ(to_hex(out), sha256_hex(text)) << text;
+  }
+}
+
 TEST(RequestFingerprint, EncodingIsStable) {
   const std::uint8_t int4_300[] = {0x2c, 0x01, 0x00, 0x00};
   EXPECT_EQ(fingerprint("f", {{"int4", bytes_of(int4_300, sizeof int4_300)},

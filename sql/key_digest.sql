@@ -1,0 +1,48 @@
+-- The primary key holds (scope, key_digest): the first 11 bytes of SHA-256
+-- over the key's bytes. The key's text stays in the row and every lookup
+-- compares it, so a row whose digest belongs to another key is an error,
+-- never another key's response.
+\i sql/include/setup.sql
+
+-- The digest is SHA-256's first 11 bytes, whatever the key's length.
+SELECT idempotency.key_digest('k') = substring(sha256(convert_to('k', 'UTF8')) FOR 11) AS sha256_prefix,
+       octet_length(idempotency.key_digest(repeat('x', 255))) AS long_key_bytes;
+
+-- Every call stores it; a DBA finds a key through the primary key.
+SELECT idempotency.idempotent_call('kd-1', NULL, 'SELECT 1');
+SET enable_seqscan = off;
+EXPLAIN (COSTS OFF)
+SELECT key FROM idempotency.keys
+ WHERE scope OPERATOR(idempotency.=) idempotency.current_scope()
+   AND key_digest = idempotency.key_digest('kd-1');
+SELECT key FROM idempotency.keys
+ WHERE scope OPERATOR(idempotency.=) idempotency.current_scope()
+   AND key_digest = idempotency.key_digest('kd-1');
+RESET enable_seqscan;
+
+-- A row whose key text was changed by hand still carries the old key's
+-- digest. A call with the old key finds that row and refuses it (23505):
+-- the row belongs to another key. Nothing runs, nothing is stored.
+CREATE TABLE kd_runs (n int);
+SELECT idempotency.idempotent_call('kd-2', NULL, 'INSERT INTO kd_runs VALUES (1) RETURNING n');
+UPDATE idempotency.keys SET key = 'kd-2-edited' WHERE key = 'kd-2';
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('kd-2', NULL, 'INSERT INTO kd_runs VALUES (2) RETURNING n')$$);
+SELECT sqlstate_of($$SELECT * FROM idempotency.lookup('kd-2')$$);
+SELECT count(*) AS runs FROM kd_runs;
+-- The edited key is not found under its new text either: it has no row
+-- with its own digest, so it runs.
+SELECT idempotency.idempotent_call('kd-2-edited', NULL, 'INSERT INTO kd_runs VALUES (3) RETURNING n');
+-- Restoring the digest of the row's key makes the row that key's again:
+-- the request it stored replays.
+DELETE FROM idempotency.keys WHERE key = 'kd-2-edited' AND response = '3';
+UPDATE idempotency.keys SET key_digest = idempotency.key_digest(key) WHERE key = 'kd-2-edited';
+SELECT idempotency.idempotent_call('kd-2-edited', NULL, 'INSERT INTO kd_runs VALUES (1) RETURNING n'),
+       idempotency.last_call_replayed();
+SELECT n FROM kd_runs ORDER BY n;
+
+-- A row inserted by hand without the digest is refused by NOT NULL.
+SELECT sqlstate_of($$INSERT INTO idempotency.keys (scope, key, request_hash, created_at, expires_at)
+                     VALUES (current_user::text::idempotency.role_scope, 'kd-3', '\x00', now(), now() + interval '1 day')$$);
+
+DELETE FROM idempotency.keys WHERE key LIKE 'kd-%';
+DROP TABLE kd_runs;
