@@ -176,8 +176,9 @@ CREATE EXTENSION idempotency;
 ALTER DATABASE busy SET idempotency.expire_batch_size = 1;
 ALTER DATABASE busy SET idempotency.expire_batch_delay = '100ms';
 INSERT INTO idempotency.keys
-    SELECT current_user::regrole, 'k' || g, 'h', '1'::jsonb,
-           now() - interval '2 days', now() - interval '1 day'
+    SELECT current_user::regrole, 'k' || g, 'h'::bytea, '1'::jsonb,
+           now() - interval '2 days', now() - interval '1 day',
+           idempotency.key_digest('k' || g)
       FROM generate_series(1, 1000) AS g;
 });
 

@@ -256,9 +256,10 @@ sub store_world
 		' UNION ALL ',
 		map {
 			my $role = $_;
-			"SELECT '$role'::regrole, '$world{$role}{prefix}-' || lpad(g::text, 4, '0'), "
-			  . "repeat('h', 64), '{\"ok\": true}'::jsonb, now(), now() + interval '1 day' "
-			  . "FROM generate_series(1, $world{$role}{keys}) AS g"
+			"SELECT '$role'::regrole, k, sha256(k::bytea), '{\"ok\": true}'::jsonb, "
+			  . "now(), now() + interval '1 day', idempotency.key_digest(k) "
+			  . "FROM generate_series(1, $world{$role}{keys}) AS g, "
+			  . "LATERAL (SELECT '$world{$role}{prefix}-' || lpad(g::text, 4, '0') AS k) AS l"
 		} sort keys %world);
 	$node->safe_psql('postgres',
 		"TRUNCATE idempotency.keys; INSERT INTO idempotency.keys $rows; "
@@ -317,11 +318,12 @@ sub store_bob_keys
 	$node->safe_psql('postgres', qq{
 TRUNCATE idempotency.keys;
 INSERT INTO idempotency.keys
-  SELECT 'alice'::regrole, 'n-' || g, 'h', NULL, now(), now() + interval '1 hour'
+  SELECT 'alice'::regrole, 'n-' || g, 'h'::bytea, NULL, now(), now() + interval '1 hour',
+         idempotency.key_digest('n-' || g)
     FROM generate_series(1, 3) AS g;
 INSERT INTO idempotency.keys
-  SELECT 'bob'::regrole, '$prefix-' || lpad(g::text, 4, '0'), 'h', NULL, now(),
-         now() + interval '$expires_in'
+  SELECT 'bob'::regrole, '$prefix-' || lpad(g::text, 4, '0'), 'h'::bytea, NULL, now(),
+         now() + interval '$expires_in', idempotency.key_digest('$prefix-' || lpad(g::text, 4, '0'))
     FROM generate_series(1, 500) AS g;
 });
 	$node->safe_psql('postgres', 'VACUUM ANALYZE idempotency.keys');

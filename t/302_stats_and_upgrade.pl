@@ -1,6 +1,6 @@
 # Operations: the idempotency.stats view (counters in shared memory,
 # visible to pg_monitor without exposing keys, reset by stats_reset) and the
-# upgrades from 0.1 to 0.2 to 0.3 keeping stored keys, each with its role.
+# upgrades from 0.1 through 0.4 keeping stored keys, each with its role.
 use strict;
 use warnings;
 
@@ -49,8 +49,9 @@ is( $node->safe_psql(
 	'1|t|1',
 	'a key stored under 0.1 replays after the upgrade');
 
-# --- upgrade to 0.3: the scope becomes a role_scope; keys stored under 0.1
-# and 0.2 by several roles replay for their own role only -----------------
+# --- upgrades to 0.3 (the scope becomes a role_scope) and 0.4 (the primary
+# key holds a digest of the key); keys stored under 0.1, 0.2 and 0.3
+# by several roles replay for their own role only --------------------------
 $node->safe_psql('postgres', q{
 CREATE DATABASE upgraded_roles;
 CREATE ROLE regress_other LOGIN;
@@ -77,10 +78,26 @@ sub store_calls
 store_calls([ 'regress_caller', 'under-0.1', 1 ], [ 'regress_other', 'under-0.1', 2 ]);
 $node->safe_psql('upgraded_roles', q{ALTER EXTENSION idempotency UPDATE TO '0.2'});
 store_calls([ 'regress_caller', 'under-0.2', 3 ], [ 'regress_other', 'under-0.2', 4 ]);
+$node->safe_psql('upgraded_roles', q{ALTER EXTENSION idempotency UPDATE TO '0.3'});
+store_calls([ 'regress_caller', 'under-0.3', 5 ], [ 'regress_other', 'under-0.3', 6 ]);
+# Until ALTER EXTENSION UPDATE, this library serves the 0.3 row as it is.
+is( $node->safe_psql('upgraded_roles', sprintf($role_call, @{ $calls[0] }[ 0 .. 2 ])),
+	"$calls[0][3]|t", 'a key replays from a 0.3 table before the update to 0.4');
 $node->safe_psql('upgraded_roles', 'ALTER EXTENSION idempotency UPDATE');
 is( $node->safe_psql('upgraded_roles',
 		q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
-	'0.3', 'ALTER EXTENSION UPDATE reaches 0.3');
+	'0.4', 'ALTER EXTENSION UPDATE reaches 0.4');
+is( $node->safe_psql('upgraded_roles',
+		q{SELECT string_agg(a.attname, ',' ORDER BY k.n)
+		    FROM pg_index AS i, unnest(i.indkey) WITH ORDINALITY AS k(attnum, n), pg_attribute AS a
+		   WHERE i.indexrelid = 'idempotency.keys_pkey'::regclass
+		     AND a.attrelid = i.indrelid AND a.attnum = k.attnum}),
+	'scope,key_digest', 'the primary key of 0.4 is (scope, key_digest)');
+is( $node->safe_psql('upgraded_roles',
+		q{SELECT count(*) FILTER (WHERE key_digest = idempotency.key_digest(key)
+		                            AND octet_length(request_hash) = 32)
+		    FROM idempotency.keys}),
+	'6', 'every stored key has its digest and a 32-byte fingerprint');
 is( $node->safe_psql('upgraded_roles',
 		q{SELECT format_type(atttypid, atttypmod) FROM pg_attribute
 		   WHERE attrelid = 'idempotency.keys'::regclass AND attname = 'scope'}),
@@ -88,18 +105,18 @@ is( $node->safe_psql('upgraded_roles',
 is( $node->safe_psql('upgraded_roles',
 		q{SELECT count(*) FROM pg_attribute WHERE attrelid = 'idempotency.keys'::regclass
 		   AND attname = 'status' AND NOT attisdropped}),
-	'0', '0.3 has no status column');
+	'0', 'no status column since 0.3');
 for my $call (@calls)
 {
 	my ($role, $key, $n, $response) = @$call;
 	is( $node->safe_psql('upgraded_roles', sprintf($role_call, $role, $key, $n)),
-		"$response|t", "${role}'s key $key replays under 0.3");
+		"$response|t", "${role}'s key $key replays under 0.4");
 }
 is( $node->safe_psql('upgraded_roles',
 		'SET ROLE regress_other; SELECT key FROM idempotency.keys ORDER BY key'),
-	"under-0.1\nunder-0.2", 'each role sees only its own keys under 0.3');
+	"under-0.1\nunder-0.2\nunder-0.3", 'each role sees only its own keys under 0.4');
 is($node->safe_psql('upgraded_roles', 'SELECT count(*) FROM runs'),
-	'4', 'fn ran once per role and key');
+	'6', 'fn ran once per role and key');
 
 # A fresh install and an upgraded one have the same objects, and the same
 # definitions of them: functions (body, volatility, security, settings and

@@ -96,7 +96,7 @@ bytea *client_fingerprint(RequestFingerprint framed, text *client_hash) {
   return as_bytea(digest);
 }
 
-bytea *legacy_client_fingerprint(text *client_hash) {
+bytea *legacy_client_fingerprint(const text *client_hash) {
   Fingerprint digest;
   legacy_fingerprint(VARDATA_ANY(client_hash), VARSIZE_ANY_EXHDR(client_hash),
                      digest);

@@ -37,7 +37,7 @@ bytea *request_hash(const RequestFingerprint &prefix,
 bytea *client_fingerprint(RequestFingerprint framed, text *client_hash);
 
 // What a row stored before version 0.3 holds for the same client text.
-bytea *legacy_client_fingerprint(text *client_hash);
+bytea *legacy_client_fingerprint(const text *client_hash);
 
 bytea *as_bytea(const Fingerprint &fingerprint);
 

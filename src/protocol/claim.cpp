@@ -3,6 +3,7 @@
 
 #include "boundary/subtransaction.hpp"
 #include "fingerprint/key_digest.hpp"
+#include "fingerprint/request_hash.hpp"
 #include "protocol/claim.hpp"
 #include "protocol/message_key.hpp"
 #include "settings/settings.hpp"
@@ -170,7 +171,14 @@ bool same_bytes(const varlena *a, const varlena *b) {
          memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
 }
 
-bool matches(const RequestMatch &request, const bytea *stored) {
+bool matches(const RequestMatch &request, const storage::KeyProbe &row) {
+  // A table not yet updated to 0.4 holds fingerprints as text: the hex of
+  // the 32 bytes, or a client's text from before 0.3, which the legacy form
+  // turns into what the update would store.
+  const bytea *stored =
+      row.request_hash_is_hex
+          ? fingerprint::legacy_client_fingerprint(row.request_hash)
+          : row.request_hash;
   return same_bytes(stored, request.fingerprint) ||
          (request.legacy_fingerprint != nullptr &&
           same_bytes(stored, request.legacy_fingerprint));
@@ -283,7 +291,7 @@ TakenKey take_key(const storage::KeyTable &table, const storage::KeyRef &key,
     storage::KeyProbe stored = storage::probe(table, key, now);
     if (stored.state == storage::KeyState::done) {
       release(claim);
-      if (!matches(request, stored.request_hash))
+      if (!matches(request, stored))
         report_reused(key);
       stats::count(stats::Event::replayed);
       return TakenKey{true, stored, claim};

@@ -112,10 +112,19 @@ Form_pg_attribute find_column(TupleDesc desc, const char *name) {
 
 // Refuses a table whose columns the extension could not read or write
 // correctly: a value stored under another type would be misread later.
+//
+// A table without key_digest has the row of versions before 0.4 (primary
+// key on the key's text, request_hash as hex text): the library serves it
+// until ALTER EXTENSION UPDATE changes it.
 KeyColumns locate_columns(Relation rel) {
   TupleDesc desc = RelationGetDescr(rel);
   KeyColumns columns{};
-  for (const ExpectedColumn &expected : expected_columns) {
+  columns.text_layout = find_column(desc, "key_digest") == nullptr;
+  for (ExpectedColumn expected : expected_columns) {
+    if (columns.text_layout && expected.field == &KeyColumns::key_digest)
+      continue;
+    if (columns.text_layout && expected.field == &KeyColumns::request_hash)
+      expected.type = TEXTOID;
     Form_pg_attribute attribute = find_column(desc, expected.name);
     if (attribute == nullptr)
       ereport(ERROR,
@@ -149,7 +158,7 @@ KeyColumns locate_columns(Relation rel) {
 
 bool is_ours(const KeyColumns &columns, AttrNumber attnum) {
   for (const ExpectedColumn &expected : expected_columns)
-    if (columns.*expected.field == attnum)
+    if (columns.*expected.field == attnum && attnum != InvalidAttrNumber)
       return true;
   return false;
 }
@@ -285,6 +294,7 @@ KeyProbe done_row(Relation rel, const KeyColumns &columns, SysScanDesc scan,
   read_times(rel, columns, tuple, result);
   result.request_hash = reinterpret_cast<bytea *>(DatumGetPointer(
       copy_varlena(tuple, columns.request_hash, desc, &isnull)));
+  result.request_hash_is_hex = columns.text_layout;
   result.response =
       copy_varlena(tuple, columns.response, desc, &result.response_is_null);
   return result;
@@ -340,8 +350,14 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
   ScanKeyData scan_keys[2];
   ScanKeyInit(&scan_keys[0], columns.scope, BTEqualStrategyNumber, F_OIDEQ,
               ObjectIdGetDatum(key.scope));
-  ScanKeyInit(&scan_keys[1], columns.key_digest, BTEqualStrategyNumber,
-              F_BYTEAEQ, PointerGetDatum(key.digest));
+  if (columns.text_layout) {
+    ScanKeyInit(&scan_keys[1], columns.key, BTEqualStrategyNumber, F_TEXTEQ,
+                PointerGetDatum(key.key));
+    scan_keys[1].sk_collation = C_COLLATION_OID;
+  } else {
+    ScanKeyInit(&scan_keys[1], columns.key_digest, BTEqualStrategyNumber,
+                F_BYTEAEQ, PointerGetDatum(key.digest));
+  }
 
   SnapshotData dirty;
   InitDirtySnapshot(dirty);
@@ -460,6 +476,22 @@ struct RowValues {
   TimestampTz expires_at;
 };
 
+// A fingerprint as versions before 0.4 stored it: lower-case hex text.
+text *as_hex(const bytea *fingerprint) {
+  static constexpr char digits[] = "0123456789abcdef";
+  Size size = VARSIZE_ANY_EXHDR(fingerprint);
+  const uint8 *bytes =
+      reinterpret_cast<const uint8 *>(VARDATA_ANY(fingerprint));
+  text *hex = static_cast<text *>(palloc(VARHDRSZ + 2 * size));
+  SET_VARSIZE(hex, VARHDRSZ + 2 * size);
+  char *out = VARDATA(hex);
+  for (Size i = 0; i < size; i++) {
+    out[2 * i] = digits[bytes[i] >> 4];
+    out[2 * i + 1] = digits[bytes[i] & 0x0f];
+  }
+  return hex;
+}
+
 // Our columns get the call's values, the others their defaults.
 void fill_row(const Insert &insert, const KeyColumns &columns,
               const RowValues &row) {
@@ -476,8 +508,12 @@ void fill_row(const Insert &insert, const KeyColumns &columns,
   };
   set(columns.scope, ObjectIdGetDatum(row.key->scope), false);
   set(columns.key, PointerGetDatum(row.key->key), false);
-  set(columns.key_digest, PointerGetDatum(row.key->digest), false);
-  set(columns.request_hash, PointerGetDatum(row.request_hash), false);
+  if (columns.text_layout) {
+    set(columns.request_hash, PointerGetDatum(as_hex(row.request_hash)), false);
+  } else {
+    set(columns.key_digest, PointerGetDatum(row.key->digest), false);
+    set(columns.request_hash, PointerGetDatum(row.request_hash), false);
+  }
   set(columns.response, row.response, row.response_is_null);
   set(columns.created_at, TimestampTzGetDatum(row.created_at), false);
   set(columns.expires_at, TimestampTzGetDatum(row.expires_at), false);
@@ -524,7 +560,8 @@ void check_trigger_result(bool kept, TupleTableSlot *slot,
                        "request again.")));
   if (!same_value(slot, columns.scope, ObjectIdGetDatum(key.scope), true) ||
       !same_value(slot, columns.key, PointerGetDatum(key.key), false) ||
-      !same_value(slot, columns.key_digest, PointerGetDatum(key.digest), false))
+      (!columns.text_layout && !same_value(slot, columns.key_digest,
+                                           PointerGetDatum(key.digest), false)))
     ereport(ERROR,
             (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
              errmsg("a BEFORE INSERT trigger on idempotency.keys changed the "

@@ -34,6 +34,10 @@ struct KeyColumns {
   AttrNumber response;
   AttrNumber created_at;
   AttrNumber expires_at;
+  // The row of versions before 0.4, until ALTER EXTENSION UPDATE: no
+  // key_digest (the primary key is on the key's text) and request_hash as
+  // hex text.
+  bool text_layout;
 };
 
 // The columns of `rel` (idempotency.keys, opened by the caller). Raises
@@ -62,7 +66,8 @@ struct KeyProbe {
   TransactionId holder; // in_progress: the transaction to wait for
   ItemPointerData row;  // expired: the row a new call replaces; done: the row
   bytea *request_hash;  // done: the stored fingerprint
-  Datum response;       // done: the stored response
+  bool request_hash_is_hex; // as text, in a table of a version before 0.4
+  Datum response;           // done: the stored response
   bool response_is_null;
   TimestampTz created_at; // done, expired: the row's times
   TimestampTz expires_at;
