@@ -243,6 +243,11 @@ void idempotency_database_worker_main(Datum main_arg) {
   BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg),
                                             InvalidOid, 0);
   pgstat_report_appname(idempotency::worker::database_worker_type);
+  // No batch waits for its commit to reach the disk: the WAL writer
+  // flushes it soon after, and a crash that loses it loses only deletions
+  // that a later round makes again. Callers meanwhile flush their own
+  // commits without queueing behind the worker's.
+  SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
   idempotency::worker::run_round();
   proc_exit(0);
 }
