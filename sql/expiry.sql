@@ -115,6 +115,9 @@ SELECT name, boot_val, unit, context FROM pg_settings
  WHERE name LIKE 'idempotency.expire%' ORDER BY name;
 SET idempotency.expire_interval = '1s';
 SET idempotency.expire_batch_size = 0;
+SET idempotency.expire_rate = -1;
+-- expire_rate replaced expire_batch_delay in 0.4.
+SET idempotency.expire_batch_delay = 5;
 -- A smaller batch changes nothing but the number of passes.
 SET idempotency.expire_batch_size = 1;
 SELECT r.* FROM generate_series(1, 3) AS g, run('batch-' || g) AS r;

@@ -174,7 +174,7 @@ $node->safe_psql(
 	'busy', q{
 CREATE EXTENSION idempotency;
 ALTER DATABASE busy SET idempotency.expire_batch_size = 1;
-ALTER DATABASE busy SET idempotency.expire_batch_delay = '100ms';
+ALTER DATABASE busy SET idempotency.expire_rate = 10;
 INSERT INTO idempotency.keys
     SELECT current_user::regrole, 'k' || g, 'h'::bytea, '1'::jsonb,
            now() - interval '2 days', now() - interval '1 day',

@@ -1,7 +1,7 @@
 # The expiry worker under constraints: it skips rows another transaction
-# has locked (never waits for them), pauses idempotency.expire_batch_delay
-# between batches, and logs, then retries next round, when no
-# max_worker_processes slot is free.
+# has locked (never waits for them), deletes no more than
+# idempotency.expire_rate keys a second, and logs, then retries next round,
+# when no max_worker_processes slot is free.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -63,30 +63,49 @@ $node->poll_query_until('postgres', 'SELECT count(*) = 0 FROM idempotency.keys')
   or die 'the unlocked key stays';
 pass('once the lock is gone, a later round deletes it');
 
-# --- expire_batch_delay: the worker pauses after each batch ---------------
-# With one key per batch and a 10 s pause, the worker is seen waiting (wait
-# event Extension) in the middle of its round, some of the three keys
-# deleted and some not; without the pause it never waits inside a round.
+# --- expire_rate: the worker deletes no faster than the rate -------------
+# One key per batch at 2 keys a second: at any moment a round has deleted
+# at most 2 keys for each second since it began, and the batch under way.
+# The bound below allows one key more. Unpaced, the worker deletes the 2000
+# keys in well under a second; paced, the round would take 1000 seconds,
+# longer than a poll waits, so only a reload that raises the rate of the
+# running round ends it in time.
 $node->safe_psql('postgres', 'CREATE DATABASE paced');
 $node->safe_psql(
 	'paced', q{
 CREATE EXTENSION idempotency;
 ALTER DATABASE paced SET idempotency.expire_batch_size = 1;
-ALTER DATABASE paced SET idempotency.expire_batch_delay = '10s';
 });
-expired_keys('paced', 'p1', 'p2', 'p3');
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET idempotency.expire_rate = 2; SELECT pg_reload_conf()");
+my $paced_keys = 2000;
+expired_keys('paced', map { "p$_" } 1 .. $paced_keys);
+$node->poll_query_until('paced', "SELECT count(*) <= $paced_keys - 3 FROM idempotency.keys")
+  or die 'the paced round deleted nothing';
+my $within_rate = qq{
+SELECT $paced_keys - (SELECT count(*) FROM idempotency.keys)
+       <= 2 * extract(epoch FROM clock_timestamp() - coalesce(running_since, last_started)) + 2
+  FROM idempotency.expiry_status WHERE datname = 'paced'};
+for my $look (1 .. 3)
+{
+	is($node->safe_psql('paced', $within_rate),
+		't', "look $look: no more than 2 keys deleted per second of the round");
+	sleep 1;
+}
+cmp_ok($node->safe_psql('paced', 'SELECT count(*) FROM idempotency.keys'),
+	'>', 0, 'the paced round is not over');
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET idempotency.expire_rate = 0; SELECT pg_reload_conf()");
 ok( $node->poll_query_until(
-		'paced', q{
-SELECT count(*) = 1
-  FROM pg_stat_activity
- WHERE backend_type = 'idempotency expiry' AND datname = 'paced'
-   AND wait_event_type = 'Extension' AND wait_event = 'Extension'
-   AND (SELECT count(*) FROM idempotency.keys) BETWEEN 1 AND 2}),
-	'the worker pauses between batches');
-$node->safe_psql('postgres', 'ALTER DATABASE paced RESET idempotency.expire_batch_delay');
-$node->poll_query_until('paced', 'SELECT count(*) = 0 FROM idempotency.keys')
-  or die 'the paced keys stay';
-pass('the round goes on after the pauses');
+		'paced', 'SELECT count(*) = 0 FROM idempotency.keys'),
+	'raised by a reload, the rate applies to the running round, which deletes the rest');
+is( $node->safe_psql(
+		'postgres',
+		"SELECT failed_rounds FROM idempotency.expiry_status WHERE datname = 'paced'"),
+	'0',
+	'no paced round failed');
+$node->safe_psql('postgres',
+	"ALTER SYSTEM RESET idempotency.expire_rate; SELECT pg_reload_conf()");
 
 # --- no free max_worker_processes slot ------------------------------------
 # The launcher takes the only slot: each round logs that it could not start

@@ -23,8 +23,9 @@ int wait_timeout_ms();
 int expire_interval_seconds();
 // idempotency.expire_batch_size: keys per batch (one worker transaction).
 int expire_batch_size();
-// idempotency.expire_batch_delay: pause after each batch, milliseconds.
-int expire_batch_delay_ms();
+// idempotency.expire_rate: expired keys per second a worker deletes at most;
+// 0 sets no limit.
+int expire_rate();
 
 // idempotency.max_response_size: the largest response stored, in bytes.
 Size max_response_bytes();

@@ -64,15 +64,73 @@ bool must_leave() {
   return true;
 }
 
-// idempotency.expire_batch_delay; a signal (SIGTERM, or a barrier that
-// DROP DATABASE waits for) cuts it short.
-void pause_after_batch() {
-  int delay_ms = settings::expire_batch_delay_ms();
-  if (delay_ms == 0)
+// A round that falls behind its schedule (while it collects keys, or on a
+// busy machine) catches up on at most this much of it at full speed.
+constexpr int64 max_catch_up_usecs = 100 * 1000;
+// The longest the worker sleeps without looking whether its database is
+// wanted alone: DROP DATABASE and CREATE DATABASE ... TEMPLATE wait only a
+// few seconds for other connections, and do not wake them.
+constexpr long max_wait_ms = 100;
+
+// idempotency.expire_rate, kept from the round's start: before each batch
+// the worker waits until the keys it has handled since then (deleted or
+// skipped) are no more than the rate allows for the time elapsed.
+struct Pace {
+  int rate; // keys per second; 0: no limit
+  TimestampTz since;
+  int64 keys;
+};
+static_assert(std::is_trivially_destructible_v<Pace>);
+
+Pace start_pace() {
+  return Pace{settings::expire_rate(), GetCurrentTimestamp(), 0};
+}
+
+// A reload (SIGHUP) applies a new idempotency.expire_rate from
+// postgresql.conf to the running round, counted from the reload on.
+void reload_settings_if_asked(Pace *pace) {
+  if (!ConfigReloadPending)
     return;
-  (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-                  delay_ms, PG_WAIT_EXTENSION);
-  ResetLatch(MyLatch);
+  ConfigReloadPending = false;
+  ProcessConfigFile(PGC_SIGHUP);
+  if (settings::expire_rate() != pace->rate)
+    *pace = start_pace();
+}
+
+// How long to wait before the next batch, in microseconds; 0: go on now.
+int64 wait_before_next_batch(Pace *pace) {
+  if (pace->rate == 0)
+    return 0;
+  TimestampTz now = GetCurrentTimestamp();
+  TimestampTz due =
+      pace->since + pace->keys * USECS_PER_SEC / static_cast<int64>(pace->rate);
+  if (due > now)
+    return due - now;
+  // Behind schedule: forget what is more than max_catch_up_usecs late, so
+  // that the round never runs flat out for long to make up for it.
+  if (now - due > max_catch_up_usecs)
+    pace->since += now - due - max_catch_up_usecs;
+  return 0;
+}
+
+// Waits for the next batch's turn under idempotency.expire_rate. Every wake
+// (its time come, SIGTERM, a barrier that DROP DATABASE waits for, a
+// reload, any other signal) first checks must_leave(); false when the round
+// must stop.
+bool wait_for_turn(Pace *pace) {
+  for (;;) {
+    if (must_leave())
+      return false;
+    reload_settings_if_asked(pace);
+    int64 wait_usecs = wait_before_next_batch(pace);
+    if (wait_usecs == 0)
+      return true;
+    long wait_ms =
+        std::min(max_wait_ms, static_cast<long>((wait_usecs + 999) / 1000));
+    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                    wait_ms, PG_WAIT_EXTENSION);
+    ResetLatch(MyLatch);
+  }
 }
 
 enum class RoundEnd { finished, left_early, extension_dropped };
@@ -90,10 +148,12 @@ bool begin_round_transaction(const char *activity, LOCKMODE mode) {
 
 // Runs passes until no expired key is left: each collects keys in a
 // read-only transaction, then deletes them in batches of
-// idempotency.expire_batch_size, each batch its own short transaction.
+// idempotency.expire_batch_size, each batch its own short transaction, at
+// most idempotency.expire_rate keys a second.
 RoundEnd run_passes(TimestampTz cutoff, MemoryContext pass_context,
                     volatile int64 *deleted) {
   int batch_size = settings::expire_batch_size();
+  Pace pace = start_pace();
   ExpiryCursor cursor{};
   for (;;) {
     if (must_leave())
@@ -106,16 +166,15 @@ RoundEnd run_passes(TimestampTz cutoff, MemoryContext pass_context,
     commit_transaction();
 
     for (int from = 0; from < keys.count; from += batch_size) {
-      if (must_leave())
+      if (!wait_for_turn(&pace))
         return RoundEnd::left_early;
       if (!begin_round_transaction("deleting expired idempotency keys",
                                    RowExclusiveLock))
         return RoundEnd::extension_dropped;
-      *deleted += delete_expired(cutoff, keys.tids + from,
-                                 std::min(batch_size, keys.count - from));
+      int count = std::min(batch_size, keys.count - from);
+      *deleted += delete_expired(cutoff, keys.tids + from, count);
       commit_transaction();
-      if (from + batch_size < keys.count || !keys.finished)
-        pause_after_batch();
+      pace.keys += count;
     }
     MemoryContextReset(pass_context);
     if (keys.finished)
@@ -178,11 +237,17 @@ void run_round() {
 } // namespace idempotency::worker
 
 void idempotency_database_worker_main(Datum main_arg) {
+  pqsignal(SIGHUP, SignalHandlerForConfigReload);
   pqsignal(SIGTERM, die);
   BackgroundWorkerUnblockSignals();
   BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg),
                                             InvalidOid, 0);
   pgstat_report_appname(idempotency::worker::database_worker_type);
+  // No batch waits for its commit to reach the disk: the WAL writer
+  // flushes it soon after, and a crash that loses it loses only deletions
+  // that a later round makes again. Callers meanwhile flush their own
+  // commits without queueing behind the worker's.
+  SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
   idempotency::worker::run_round();
   proc_exit(0);
 }
