@@ -1,5 +1,6 @@
 #include "storage/keys.hpp"
 
+#include "storage/citus.hpp"
 #include "storage/commit_guard.hpp"
 
 namespace idempotency::storage {
@@ -561,6 +562,7 @@ StoredRow store(const KeyTable &table, const KeyRef &key, text *request_hash,
   table_close(rel, NoLock);
 
   commit_guard::note_key_written(row.expires_at);
+  citus::note_key_write();
   return row;
 }
 
@@ -572,8 +574,10 @@ bool remove(const KeyTable &table, const ItemPointerData &row) {
       GetActiveSnapshot(), InvalidSnapshot, true /* wait */, &failure,
       false /* changingPart */);
   table_close(rel, NoLock);
-  if (result == TM_Ok)
+  if (result == TM_Ok) {
+    citus::note_key_write();
     return true;
+  }
   if (result == TM_Deleted)
     return false;
   ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
