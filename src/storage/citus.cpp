@@ -140,4 +140,97 @@ void note_key_write() {
   use_two_phase_commit_if_coordinated();
 }
 
+// --- Citus's metadata
+// ----------------------------------------------------------
+
+namespace {
+
+AttrNumber column_named(TupleDesc desc, const char *name) {
+  for (int i = 0; i < desc->natts; i++) {
+    Form_pg_attribute attribute = TupleDescAttr(desc, i);
+    if (!attribute->attisdropped &&
+        strcmp(NameStr(attribute->attname), name) == 0)
+      return attribute->attnum;
+  }
+  return InvalidAttrNumber;
+}
+
+// partmethod 'n' is a table without a distribution column: a reference
+// table (replicated to all nodes, repmodel 't'), a single-shard distributed
+// table (it has a colocation group), or a local table Citus manages.
+TableKind kind_of(Relation partition, HeapTuple tuple) {
+  TupleDesc desc = RelationGetDescr(partition);
+  AttrNumber method = column_named(desc, "partmethod");
+  AttrNumber repmodel = column_named(desc, "repmodel");
+  AttrNumber colocation = column_named(desc, "colocationid");
+  if (method == InvalidAttrNumber || repmodel == InvalidAttrNumber ||
+      colocation == InvalidAttrNumber)
+    return TableKind::distributed; // a metadata layout not known here
+  bool isnull = false;
+  char partition_method =
+      DatumGetChar(heap_getattr(tuple, method, desc, &isnull));
+  if (partition_method != 'n')
+    return TableKind::distributed;
+  if (DatumGetChar(heap_getattr(tuple, repmodel, desc, &isnull)) == 't')
+    return TableKind::reference;
+  if (DatumGetInt32(heap_getattr(tuple, colocation, desc, &isnull)) != 0)
+    return TableKind::distributed;
+  return TableKind::managed_local;
+}
+
+} // namespace
+
+TableKind table_kind(Oid relid) {
+  Oid partition_oid =
+      get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
+  if (!OidIsValid(partition_oid))
+    return TableKind::not_citus;
+  Relation partition = table_open(partition_oid, AccessShareLock);
+  AttrNumber logicalrelid =
+      column_named(RelationGetDescr(partition), "logicalrelid");
+  TableKind kind = TableKind::not_citus;
+  if (logicalrelid != InvalidAttrNumber) {
+    Oid index = get_relname_relid("pg_dist_partition_logical_relid_index",
+                                  PG_CATALOG_NAMESPACE);
+    ScanKeyData key;
+    ScanKeyInit(&key, logicalrelid, BTEqualStrategyNumber, F_OIDEQ,
+                ObjectIdGetDatum(relid));
+    SysScanDesc scan = systable_beginscan(partition, index, OidIsValid(index),
+                                          nullptr, 1, &key);
+    HeapTuple tuple = systable_getnext(scan);
+    if (tuple != nullptr)
+      kind = kind_of(partition, tuple);
+    systable_endscan(scan);
+  }
+  table_close(partition, AccessShareLock);
+  return kind;
+}
+
+const char *citus_table_message(TableKind kind) {
+  switch (kind) {
+  case TableKind::reference:
+    return "idempotency.keys is a Citus reference table";
+  case TableKind::managed_local:
+    return "idempotency.keys is a local table in Citus's metadata";
+  case TableKind::distributed:
+  case TableKind::not_citus:
+    break;
+  }
+  return "idempotency.keys is a Citus distributed table";
+}
+
+void report_citus_table(TableKind kind) {
+  ereport(ERROR,
+          (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+           errmsg("%s", citus_table_message(kind)),
+           errdetail("Citus keeps the table's rows in its shards, while "
+                     "idempotency keys are read and written in this node's "
+                     "own table: a key stored in one would be missed in the "
+                     "other, and a retry could run its request again."),
+           errhint("Make idempotency.keys a local table again with the steps "
+                   "in the extension's docs/scale-out.md; undistribute_table "
+                   "refuses a table that belongs to an extension.")));
+  pg_unreachable();
+}
+
 } // namespace idempotency::storage::citus

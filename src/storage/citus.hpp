@@ -2,7 +2,7 @@
 //
 // On a Citus coordinator, idempotency.keys is an ordinary local table while
 // fn (or the handler's own statements) may change distributed tables on the
-// workers. That matters at commit:
+// workers. Two things follow:
 //
 // - Commit. Citus commits the workers' part of a transaction itself, from
 //   its own callback at XACT_EVENT_PRE_COMMIT. It uses two-phase commit only
@@ -20,6 +20,12 @@
 //   all: Citus's recovery commits the prepared work when that record
 //   committed and rolls it back otherwise.
 //
+// - Where the keys live. A table Citus has taken over (distributed,
+//   reference, or a local table added to its metadata) keeps its rows in
+//   shards, not in the local heap this extension reads and writes: keys
+//   would be split between the two. table_kind() tells; storage/keys.cpp
+//   refuses such a table (report_citus_table).
+//
 // Citus is never linked against: its functions are looked up in the library
 // the server loaded at start (Citus can only be loaded through
 // shared_preload_libraries), so without Citus nothing here does anything.
@@ -34,5 +40,24 @@ namespace idempotency::storage::citus {
 // through two-phase commit if it is a Citus coordinated transaction now or
 // becomes one before it commits; otherwise this does nothing.
 void note_key_write();
+
+// What Citus's metadata (pg_dist_partition) says about a table.
+enum class TableKind {
+  not_citus,     // not in Citus's metadata, or Citus is not installed
+  distributed,   // hash-, range- or append-distributed, or single-shard
+  reference,     // a reference table: a copy on every node
+  managed_local, // a local table added to Citus's metadata (a shard of its own)
+};
+
+// Reads pg_catalog.pg_dist_partition, if the database has one. Does not
+// depend on the Citus library being loaded: the metadata decides where the
+// rows are. Needs a transaction.
+TableKind table_kind(Oid relid);
+
+// 0A000: idempotency.keys is a Citus table of this kind.
+pg_attribute_noreturn() void report_citus_table(TableKind kind);
+
+// The message of report_citus_table, for the expiry worker's log and status.
+const char *citus_table_message(TableKind kind);
 
 } // namespace idempotency::storage::citus
