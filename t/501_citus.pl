@@ -215,10 +215,25 @@ is(commit_records() - $records, 0, '... and records no commit');
 # a key commits with a plain COMMIT before the coordinator does.
 $records = commit_records();
 $log = remote_commands(
-	'BEGIN; UPDATE accounts SET balance = balance WHERE tenant = 6; COMMIT');
+	'BEGIN; UPDATE accounts SET balance = balance WHERE tenant = 11; COMMIT');
 like($log, qr/issuing COMMIT\n/,
 	'without a key, Citus commits a single-shard write with a plain COMMIT');
 is(commit_records() - $records, 0, '... and records nothing');
+
+# citus.function_opens_transaction_block = off would let Citus commit fn's
+# remote write on its own, at once, outside any transaction: idempotent_call
+# turns it on while fn runs.
+my ($rc, $setting, $stderr) = $coordinator->psql(
+	'postgres',
+	'SET citus.log_remote_commands = on; '
+	  . 'SET citus.function_opens_transaction_block = off; '
+	  . call_sql('pay-6', 6, 100)
+	  . '; SHOW citus.function_opens_transaction_block');
+like(
+	$stderr,
+	qr/issuing BEGIN.*issuing UPDATE.*issuing PREPARE TRANSACTION/s,
+	'with function_opens_transaction_block off, fn still runs in a prepared transaction');
+like($setting, qr/\|f\noff$/, '... and the setting is off again after the call');
 
 # Remote work after the key is written: claim() and complete(), then the
 # handler's own UPDATE.

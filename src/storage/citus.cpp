@@ -140,6 +140,28 @@ void note_key_write() {
   use_two_phase_commit_if_coordinated();
 }
 
+namespace {
+constexpr const char *opens_transaction_block =
+    "citus.function_opens_transaction_block";
+}
+
+int begin_fn() {
+  if (!citus_loaded() || IsTransactionBlock())
+    return 0;
+  const char *value = GetConfigOption(opens_transaction_block, true, false);
+  if (value == nullptr || strcmp(value, "on") == 0)
+    return 0;
+  int level = NewGUCNestLevel();
+  (void)set_config_option(opens_transaction_block, "on", PGC_USERSET,
+                          PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+  return level;
+}
+
+void end_fn(int guc_level) {
+  if (guc_level > 0)
+    AtEOXact_GUC(true, guc_level);
+}
+
 // --- Citus's metadata
 // ----------------------------------------------------------
 

@@ -41,6 +41,17 @@ namespace idempotency::storage::citus {
 // becomes one before it commits; otherwise this does nothing.
 void note_key_write();
 
+// idempotent_call runs fn between these two. Citus opens transactions on
+// the workers for the distributed statements of a function only while
+// citus.function_opens_transaction_block is on (its default; off is kept
+// for compatibility with Citus before 8.2): off, outside a transaction
+// block, each such statement commits on its worker at once, before the key
+// is even written, and nothing ties the two together. While fn runs the
+// setting is on. begin_fn returns what end_fn needs (0: nothing changed).
+// An error in fn ends the (sub)transaction, which restores the setting.
+int begin_fn();
+void end_fn(int guc_level);
+
 // What Citus's metadata (pg_dist_partition) says about a table.
 enum class TableKind {
   not_citus,     // not in Citus's metadata, or Citus is not installed
