@@ -7,6 +7,7 @@
 #include "protocol/stored_errors.hpp"
 #include "settings/settings.hpp"
 #include "stats/stats.hpp"
+#include "storage/citus.hpp"
 #include "storage/keys.hpp"
 
 namespace idempotency::protocol {
@@ -76,8 +77,10 @@ Datum run_and_store(const storage::KeyTable &table, const Request &request,
   Interval ttl = settings::ttl();
   bool response_is_null;
   bool is_error;
+  int citus_guc_level = storage::citus::begin_fn();
   Datum response = run_fn_storing_errors(*request.statement, request.args,
                                          &response_is_null, &is_error);
+  storage::citus::end_fn(citus_guc_level);
   check_response_size(request.key, response, response_is_null);
   storage::StoredRow times = storage::store(
       table, request.key, request.match.fingerprint, response, response_is_null,

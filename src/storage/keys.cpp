@@ -1,5 +1,6 @@
 #include "storage/keys.hpp"
 
+#include "storage/citus.hpp"
 #include "storage/commit_guard.hpp"
 
 namespace idempotency::storage {
@@ -15,11 +16,13 @@ pg_attribute_noreturn() void report_missing_table() {
 
 // --- what this backend knows about idempotency.keys -----------------------
 //
-// The table's oid, where our columns are and the default expressions of
-// the columns a DBA added are looked up once and kept until an
-// invalidation says the table (or a schema) changed. A table rebuilt by
-// ALTER TABLE, VACUUM FULL or CLUSTER keeps its oid; its relcache entry is
-// invalidated all the same, so the next call looks again.
+// The table's oid, where our columns are, the default expressions of the
+// columns a DBA added and whether Citus has taken the table over are looked
+// up once and kept until an invalidation says the table (or a schema)
+// changed. A table rebuilt by ALTER TABLE, VACUUM FULL or CLUSTER keeps its
+// oid; its relcache entry is invalidated all the same, so the next call
+// looks again. Citus invalidates the relcache entry of a table whenever it
+// adds it to its metadata or removes it.
 
 struct DefaultColumn {
   AttrNumber attnum;
@@ -29,8 +32,10 @@ struct DefaultColumn {
 struct TableCache {
   bool relid_known;
   bool columns_known;
+  bool citus_known;
   uint64 invalidations; // of the table, counted to spot one during a rebuild
   Oid relid;
+  citus::TableKind citus_kind;
   KeyColumns columns;
   int default_count;
   DefaultColumn *defaults;
@@ -43,6 +48,7 @@ void forget_relation(Datum, Oid relid) {
   if (relid == InvalidOid || relid == cache.relid) {
     cache.relid_known = false;
     cache.columns_known = false;
+    cache.citus_known = false;
     cache.invalidations++;
   }
 }
@@ -202,28 +208,70 @@ void remember_columns(Relation rel) {
   plan_defaults(rel, columns);
   MemoryContextSwitchTo(previous);
   cache.columns = columns;
+  if (cache.relid != RelationGetRelid(rel))
+    cache.citus_known = false;
   cache.relid = RelationGetRelid(rel);
   cache.columns_known = cache.invalidations == invalidations;
+}
+
+void remember_relid(Oid relid) {
+  if (relid != cache.relid) {
+    cache.columns_known = false;
+    cache.citus_known = false;
+  }
+  cache.relid = relid;
+  cache.relid_known = true;
+}
+
+// Whether Citus has taken the cached table over. The lookup may take in
+// invalidations; if one concerns the table, the answer serves this call
+// and the next one looks again.
+citus::TableKind cached_citus_kind() {
+  if (cache.citus_known)
+    return cache.citus_kind;
+  uint64 invalidations = cache.invalidations;
+  citus::TableKind kind = citus::table_kind(cache.relid);
+  cache.citus_kind = kind;
+  cache.citus_known = cache.invalidations == invalidations;
+  return kind;
+}
+
+void refuse_citus_table() {
+  citus::TableKind kind = cached_citus_kind();
+  if (kind != citus::TableKind::not_citus)
+    citus::report_citus_table(kind);
 }
 
 } // namespace
 
 KeyTable key_table() {
   watch_invalidations();
-  if (!cache.relid_known) {
-    Oid relid = keys_table_oid();
-    if (relid != cache.relid)
-      cache.columns_known = false;
-    cache.relid = relid;
-    cache.relid_known = true;
-  }
+  if (!cache.relid_known)
+    remember_relid(keys_table_oid());
+  refuse_citus_table();
   return KeyTable{cache.relid};
 }
 
+citus::TableKind key_table_citus_kind() {
+  watch_invalidations();
+  if (!cache.relid_known) {
+    Oid schema = get_namespace_oid("idempotency", true);
+    Oid relid =
+        OidIsValid(schema) ? get_relname_relid("keys", schema) : InvalidOid;
+    if (!OidIsValid(relid))
+      return citus::TableKind::not_citus;
+    remember_relid(relid);
+  }
+  return cached_citus_kind();
+}
+
+// Checked again with the table open: a conversion by Citus that committed
+// while this transaction waited for the table's lock arrives with the lock.
 const KeyColumns &key_columns(Relation rel) {
   watch_invalidations();
   if (!cache.columns_known || cache.relid != RelationGetRelid(rel))
     remember_columns(rel);
+  refuse_citus_table();
   return cache.columns;
 }
 
@@ -635,19 +683,23 @@ StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
   table_close(rel, NoLock);
 
   commit_guard::note_key_written(row.expires_at);
+  citus::note_key_write();
   return row;
 }
 
 bool remove(const KeyTable &table, const ItemPointerData &row) {
   Relation rel = table_open(table.relid, RowExclusiveLock);
+  (void)key_columns(rel); // refuses a table Citus has taken over
   TM_FailureData failure;
   TM_Result result = table_tuple_delete(
       rel, const_cast<ItemPointer>(&row), GetCurrentCommandId(true),
       GetActiveSnapshot(), InvalidSnapshot, true /* wait */, &failure,
       false /* changingPart */);
   table_close(rel, NoLock);
-  if (result == TM_Ok)
+  if (result == TM_Ok) {
+    citus::note_key_write();
     return true;
+  }
   if (result == TM_Deleted)
     return false;
   ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),

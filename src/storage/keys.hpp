@@ -13,6 +13,7 @@
 #pragma once
 
 #include "pg.hpp"
+#include "storage/citus.hpp"
 
 namespace idempotency::storage {
 
@@ -22,7 +23,17 @@ struct KeyTable {
 };
 static_assert(std::is_trivially_destructible_v<KeyTable>);
 
+// Raises 42P01 when the table is missing, and 0A000 when Citus has taken it
+// over (a distributed, reference or Citus-managed local table: its rows are
+// then in shards, not in the local heap read and written here; see
+// storage/citus.hpp). Both answers are cached until the table's relcache
+// entry is invalidated, so the check costs a call nothing.
 KeyTable key_table();
+
+// Whether (and how) Citus has taken idempotency.keys over, without raising:
+// for the expiry worker, which then leaves the database alone. not_citus
+// when the table does not exist.
+citus::TableKind key_table_citus_kind();
 
 // Where the extension's columns are in idempotency.keys, found by name. A
 // DBA may add and drop other columns; ours must keep their names and types.
@@ -43,6 +54,8 @@ struct KeyColumns {
 // The columns of `rel` (idempotency.keys, opened by the caller). Raises
 // 42703 when one of the extension's columns is missing and 42804 when its
 // type was changed. Cached per backend until the table's definition changes.
+// Raises 0A000, as key_table() does, when Citus has taken the table over:
+// checked again here, with the table locked.
 const KeyColumns &key_columns(Relation rel);
 
 // A key in its scope (the role that calls), with the key's digest

@@ -3,6 +3,7 @@
 #include "worker/database_round.hpp"
 
 #include "settings/settings.hpp"
+#include "storage/keys.hpp"
 #include "worker/expire.hpp"
 #include "worker/status.hpp"
 
@@ -182,25 +183,59 @@ RoundEnd run_passes(TimestampTz cutoff, MemoryContext pass_context,
   }
 }
 
+enum class RoundStart { no_extension, keys_in_citus, ready };
+
+// Logs a round that deletes nothing because Citus has taken
+// idempotency.keys over: the keys are in its shards, and the local table is
+// not theirs to expire (calls refuse the table too). In a transaction.
+void warn_keys_in_citus(const char *reason) {
+  ereport(WARNING,
+          (errmsg("idempotency expiry skipped database \"%s\": %s",
+                  get_database_name(MyDatabaseId), reason),
+           errhint("Make idempotency.keys a local table again with the steps "
+                   "in the extension's docs/scale-out.md.")));
+}
+
 // Looks up whether the extension is installed and, if so, the round's
 // cutoff; without the extension the database is left alone, silently.
-bool prepare_round(TimestampTz started, TimestampTz *cutoff) {
+// `skipped` is the reason when Citus has taken idempotency.keys over.
+RoundStart prepare_round(TimestampTz started, TimestampTz *cutoff,
+                         const char **skipped) {
   SetCurrentStatementStartTimestamp();
   StartTransactionCommand();
-  bool installed = extension_installed();
-  if (installed)
+  RoundStart start = RoundStart::no_extension;
+  if (extension_installed()) {
+    storage::citus::TableKind kind = storage::key_table_citus_kind();
+    start = RoundStart::ready;
+    if (kind != storage::citus::TableKind::not_citus) {
+      *skipped = storage::citus::citus_table_message(kind);
+      warn_keys_in_citus(*skipped);
+      start = RoundStart::keys_in_citus;
+    }
+  }
+  if (start == RoundStart::ready)
     *cutoff = expiry_cutoff(started);
   CommitTransactionCommand();
-  return installed;
+  return start;
 }
 
 void run_round() {
   Oid database = MyDatabaseId;
   TimestampTz started = GetCurrentTimestamp();
   TimestampTz cutoff = 0;
-  if (!prepare_round(started, &cutoff)) {
+  const char *skipped = nullptr;
+  switch (prepare_round(started, &cutoff, &skipped)) {
+  case RoundStart::no_extension:
     status::forget(database);
     return;
+  case RoundStart::keys_in_citus:
+    // Recorded as a failed round, so that monitoring on expiry_status sees
+    // that keys no longer expire here.
+    status::round_started(database, started);
+    status::round_finished(database, GetCurrentTimestamp(), 0, skipped);
+    return;
+  case RoundStart::ready:
+    break;
   }
   status::round_started(database, started);
 
