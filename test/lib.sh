@@ -9,9 +9,10 @@ export PG_CONFIG
 
 # Debian packages the build and the suites need: pgbouncer for
 # t/402_pgbouncer.pl; chromium for the examples' browser test; python3-django
-# and python3-psycopg2 (Django 3.2's PostgreSQL driver) for the Django example.
+# and python3-psycopg2 (Django 3.2's PostgreSQL driver) for the Django example;
+# python3-matplotlib for bench/scale's plot (its smoke runs in CI).
 PREREQUISITES=(postgresql-15 postgresql-server-dev-15 libipc-run-perl make g++ cmake libgtest-dev
-  pgbouncer chromium fonts-dejavu-core python3-django python3-psycopg2)
+  pgbouncer chromium fonts-dejavu-core python3-django python3-psycopg2 python3-matplotlib)
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
