@@ -104,9 +104,9 @@ BEGIN
   RETURN jsonb_build_object('tenant', account, 'balance', left_over);
 END $$;
 });
-is( $workers[0]->safe_psql(
-		'postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
-	'0.3',
+my $extversion = q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'};
+is( $workers[0]->safe_psql('postgres', $extversion),
+	$coordinator->safe_psql('postgres', $extversion),
 	'CREATE EXTENSION idempotency on the coordinator reached the workers');
 
 sub call_sql
@@ -335,7 +335,7 @@ my $make_local = q{
 BEGIN;
 SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
 CREATE TABLE idempotency_keys_saved AS
-  SELECT scope::text AS role, key, request_hash, response, created_at, expires_at
+  SELECT scope::text AS role, key, key_digest, request_hash, response, created_at, expires_at
   FROM idempotency.keys;
 ALTER EXTENSION idempotency DROP VIEW idempotency.stats;
 ALTER EXTENSION idempotency DROP VIEW idempotency.key_usage;
@@ -343,8 +343,8 @@ ALTER EXTENSION idempotency DROP TABLE idempotency.keys;
 DROP TABLE idempotency.keys CASCADE;
 DROP EXTENSION idempotency;
 CREATE EXTENSION idempotency;
-INSERT INTO idempotency.keys (scope, key, request_hash, response, created_at, expires_at)
-  SELECT role::idempotency.role_scope, key, request_hash, response, created_at, expires_at
+INSERT INTO idempotency.keys (scope, key, key_digest, request_hash, response, created_at, expires_at)
+  SELECT role::idempotency.role_scope, key, key_digest, request_hash, response, created_at, expires_at
   FROM idempotency_keys_saved;
 DROP TABLE idempotency_keys_saved;
 COMMIT;
