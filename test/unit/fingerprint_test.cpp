@@ -271,7 +271,7 @@ TEST(LegacyFingerprint, LowerCaseHexDigestIsTheBytesItSpells) {
 
 TEST(LegacyFingerprint, AnyOtherTextIsItsSha256) {
   // Upper case, a wrong length, and plain text are hashed, not decoded.
-  for (const std::string text :
+  for (const std::string &text :
        {std::string("abc"),
         std::string("BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F"
                     "20015AD"),
