@@ -61,6 +61,7 @@ extern "C" {
 #include "utils/backend_status.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
+#include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/inval.h"

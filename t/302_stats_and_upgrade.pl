@@ -1,6 +1,6 @@
 # Operations: the idempotency.stats view (counters in shared memory,
 # visible to pg_monitor without exposing keys, reset by stats_reset) and the
-# upgrades from 0.1 through 0.4 keeping stored keys, each with its role.
+# upgrades from 0.1 through 0.5 keeping stored keys, each with its role.
 use strict;
 use warnings;
 
@@ -83,7 +83,7 @@ store_calls([ 'regress_caller', 'under-0.3', 5 ], [ 'regress_other', 'under-0.3'
 # Until ALTER EXTENSION UPDATE, this library serves the 0.3 row as it is.
 is( $node->safe_psql('upgraded_roles', sprintf($role_call, @{ $calls[0] }[ 0 .. 2 ])),
 	"$calls[0][3]|t", 'a key replays from a 0.3 table before the update to 0.4');
-$node->safe_psql('upgraded_roles', 'ALTER EXTENSION idempotency UPDATE');
+$node->safe_psql('upgraded_roles', q{ALTER EXTENSION idempotency UPDATE TO '0.4'});
 is( $node->safe_psql('upgraded_roles',
 		q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
 	'0.4', 'ALTER EXTENSION UPDATE reaches 0.4');
@@ -117,6 +117,20 @@ is( $node->safe_psql('upgraded_roles',
 	"under-0.1\nunder-0.2\nunder-0.3", 'each role sees only its own keys under 0.4');
 is($node->safe_psql('upgraded_roles', 'SELECT count(*) FROM runs'),
 	'6', 'fn ran once per role and key');
+
+# 0.5 adds tenant keys beside the table and leaves its rows alone.
+$node->safe_psql('upgraded_roles', 'ALTER EXTENSION idempotency UPDATE');
+is( $node->safe_psql('upgraded_roles',
+		q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
+	'0.5', 'ALTER EXTENSION UPDATE reaches 0.5');
+for my $call (@calls)
+{
+	my ($role, $key, $n, $response) = @$call;
+	is( $node->safe_psql('upgraded_roles', sprintf($role_call, $role, $key, $n)),
+		"$response|t", "${role}'s key $key replays under 0.5");
+}
+is($node->safe_psql('upgraded_roles', 'SELECT count(*) FROM runs'),
+	'6', 'fn ran once per role and key under 0.5 too');
 
 # A fresh install and an upgraded one have the same objects, and the same
 # definitions of them: functions (body, volatility, security, settings and

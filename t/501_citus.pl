@@ -39,26 +39,10 @@ plan skip_all => "Citus is not installed ($pkglibdir/citus.so is missing); "
 
 my $port_base = $ENV{CITUS_TEST_PORT};
 
-# A started node with Citus and the extension preloaded, reachable over TCP
-# on 127.0.0.1 (Citus connects to the other nodes by host and port).
-# Automatic 2PC recovery is off: the test runs recover_prepared_transactions()
-# itself, so what is prepared and recorded is what the test looks at.
-sub citus_node
+sub citus_node_at
 {
 	my ($name, $index, $conf) = @_;
-	my $node = PostgreSQL::Test::Cluster->new($name,
-		defined $port_base ? (port => $port_base + $index) : ());
-	$node->init;
-	$node->append_conf(
-		'postgresql.conf', qq{
-shared_preload_libraries = 'citus,idempotency'
-listen_addresses = '127.0.0.1'
-max_prepared_transactions = 20
-citus.recover_2pc_interval = -1
-} . ($conf // ''));
-	$node->start;
-	$node->safe_psql('postgres', 'CREATE EXTENSION citus');
-	return $node;
+	return citus_node($name, defined $port_base ? $port_base + $index : undef, $conf);
 }
 
 # The coordinator can be made to wait right after its commit record is
@@ -66,7 +50,7 @@ citus.recover_2pc_interval = -1
 # COMMIT PREPARED): a session with synchronous_commit = on waits for a
 # synchronous standby that never connects. Every other session commits with
 # synchronous_commit = local and does not wait.
-my $coordinator = citus_node(
+my $coordinator = citus_node_at(
 	'coordinator', 0, q{
 wal_level = replica
 max_wal_senders = 2
@@ -74,7 +58,7 @@ synchronous_standby_names = 'never_connects'
 synchronous_commit = local
 restart_after_crash = on
 });
-my @workers = (citus_node('worker1', 1), citus_node('worker2', 2));
+my @workers = (citus_node_at('worker1', 1), citus_node_at('worker2', 2));
 
 my $coordinator_port = $coordinator->port;
 $coordinator->safe_psql('postgres',

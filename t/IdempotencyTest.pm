@@ -10,7 +10,7 @@ use PostgreSQL::Test::Cluster;
 
 our @EXPORT =
   qw(preloaded_node sqlstate_of runs_of work_call_sql expire_keys_sql
-  wait_until_serving psql_or_undef);
+  wait_until_serving psql_or_undef citus_node);
 
 # A started node with shared_preload_libraries = 'idempotency', plus the
 # postgresql.conf lines in `conf` and the init options in `init`.
@@ -90,6 +90,27 @@ sub psql_or_undef
 	my ($node, $sql) = @_;
 	my @result = eval { $node->psql('postgres', $sql) };
 	return @result;
+}
+
+# A started Citus node with the extension preloaded, reachable over TCP on
+# 127.0.0.1 (Citus connects to the other nodes by host and port), on `port`
+# or a free one. Automatic 2PC recovery is off: tests that look at prepared
+# transactions run recover_prepared_transactions() themselves.
+sub citus_node
+{
+	my ($name, $port, $conf) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name, defined $port ? (port => $port) : ());
+	$node->init;
+	$node->append_conf(
+		'postgresql.conf', qq{
+shared_preload_libraries = 'citus,idempotency'
+listen_addresses = '127.0.0.1'
+max_prepared_transactions = 20
+citus.recover_2pc_interval = -1
+} . ($conf // ''));
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION citus');
+	return $node;
 }
 
 1;

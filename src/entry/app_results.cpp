@@ -35,10 +35,8 @@ Datum return_rows(FunctionCallInfo fcinfo, Row *row) {
   return (Datum)0;
 }
 
-} // namespace
-
-Datum claim_body(FunctionCallInfo fcinfo) {
-  protocol::ClaimRow claimed = protocol::claim_key(fcinfo);
+Datum claim_rows(FunctionCallInfo fcinfo, protocol::Keying keying) {
+  protocol::ClaimRow claimed = protocol::claim_key(fcinfo, keying);
   Row row{};
   set(row, 0, BoolGetDatum(claimed.replayed));
   set(row, 1, claimed.response, claimed.response_is_null);
@@ -47,15 +45,17 @@ Datum claim_body(FunctionCallInfo fcinfo) {
   return return_rows(fcinfo, &row);
 }
 
-Datum complete_body(FunctionCallInfo fcinfo) {
-  protocol::complete_key(fcinfo);
-  PG_RETURN_VOID();
+Datum lookup_rows(FunctionCallInfo fcinfo, protocol::Keying keying) {
+  protocol::LookupRow found = protocol::lookup_key(fcinfo, keying);
+  Row row{};
+  set(row, 0, CStringGetTextDatum(protocol::lookup_state_name(found.state)));
+  set_time(row, 1, found.has_times, found.created_at);
+  set_time(row, 2, found.has_times, found.expires_at);
+  set(row, 3, found.response, found.response_is_null);
+  return return_rows(fcinfo, &row);
 }
 
-Datum release_body(FunctionCallInfo fcinfo) {
-  protocol::release_key(fcinfo);
-  PG_RETURN_VOID();
-}
+} // namespace
 
 Datum last_call_body(FunctionCallInfo fcinfo) {
   const protocol::LastCall &last = protocol::last_call();
@@ -68,18 +68,48 @@ Datum last_call_body(FunctionCallInfo fcinfo) {
   return return_rows(fcinfo, &row);
 }
 
+Datum claim_body(FunctionCallInfo fcinfo) {
+  return claim_rows(fcinfo, protocol::Keying::by_role);
+}
+
+Datum complete_body(FunctionCallInfo fcinfo) {
+  protocol::complete_key(fcinfo, protocol::Keying::by_role);
+  PG_RETURN_VOID();
+}
+
+Datum release_body(FunctionCallInfo fcinfo) {
+  protocol::release_key(fcinfo, protocol::Keying::by_role);
+  PG_RETURN_VOID();
+}
+
 Datum lookup_body(FunctionCallInfo fcinfo) {
-  protocol::LookupRow found = protocol::lookup_key(fcinfo);
-  Row row{};
-  set(row, 0, CStringGetTextDatum(protocol::lookup_state_name(found.state)));
-  set_time(row, 1, found.has_times, found.created_at);
-  set_time(row, 2, found.has_times, found.expires_at);
-  set(row, 3, found.response, found.response_is_null);
-  return return_rows(fcinfo, &row);
+  return lookup_rows(fcinfo, protocol::Keying::by_role);
 }
 
 Datum forget_body(FunctionCallInfo fcinfo) {
-  PG_RETURN_BOOL(protocol::forget_key(fcinfo));
+  PG_RETURN_BOOL(protocol::forget_key(fcinfo, protocol::Keying::by_role));
+}
+
+Datum tenant_claim_body(FunctionCallInfo fcinfo) {
+  return claim_rows(fcinfo, protocol::Keying::by_tenant);
+}
+
+Datum tenant_complete_body(FunctionCallInfo fcinfo) {
+  protocol::complete_key(fcinfo, protocol::Keying::by_tenant);
+  PG_RETURN_VOID();
+}
+
+Datum tenant_release_body(FunctionCallInfo fcinfo) {
+  protocol::release_key(fcinfo, protocol::Keying::by_tenant);
+  PG_RETURN_VOID();
+}
+
+Datum tenant_lookup_body(FunctionCallInfo fcinfo) {
+  return lookup_rows(fcinfo, protocol::Keying::by_tenant);
+}
+
+Datum tenant_forget_body(FunctionCallInfo fcinfo) {
+  PG_RETURN_BOOL(protocol::forget_key(fcinfo, protocol::Keying::by_tenant));
 }
 
 } // namespace idempotency::entry

@@ -60,4 +60,18 @@ IDEMPOTENCY_SQL_FUNCTION(idempotency_forget, idempotency::entry::forget_body)
 // idempotency.key_digest(key text) RETURNS bytea
 IDEMPOTENCY_SQL_FUNCTION(idempotency_key_digest, idempotency::fingerprint::key_digest_body)
 
+// idempotency--0.4--0.5.sql
+// idempotency.tenant_call(tenant, key, request_hash, fn [, VARIADIC args "any"]) RETURNS jsonb
+IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_call, idempotency::protocol::tenant_call)
+// idempotency.tenant_claim(tenant, key, request_hash) RETURNS TABLE (replayed, response, created_at, expires_at)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_claim, idempotency::entry::tenant_claim_body)
+// idempotency.tenant_complete(tenant, key, response) RETURNS void
+IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_complete, idempotency::entry::tenant_complete_body)
+// idempotency.tenant_release(tenant, key) RETURNS void
+IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_release, idempotency::entry::tenant_release_body)
+// idempotency.tenant_lookup(tenant, key) RETURNS TABLE (state, created_at, expires_at, response)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_lookup, idempotency::entry::tenant_lookup_body)
+// idempotency.tenant_forget(tenant, key) RETURNS boolean
+IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_forget, idempotency::entry::tenant_forget_body)
+
 // clang-format on

@@ -13,7 +13,7 @@ namespace idempotency::protocol {
 
 namespace {
 
-constexpr int arg_key = 0;
+// After the key (and, for the tenant_* functions, the tenant before it).
 constexpr int arg_request_hash = 1;
 constexpr int arg_response = 1;
 
@@ -22,6 +22,9 @@ constexpr int arg_response = 1;
 struct HeldKey {
   Oid scope;
   text *key;
+  bool has_tenant;
+  Oid tenant_type;
+  Datum tenant;
   bytea *fingerprint;
   Claim claim; // owned by the transaction's resource owner
   Interval ttl;
@@ -39,8 +42,21 @@ struct HeldKey {
 
 HeldKey *held_keys = nullptr; // this transaction's, newest first
 
+bool same_tenant(const HeldKey &held, const storage::KeyRef &key) {
+  if (held.has_tenant != key.has_tenant)
+    return false;
+  if (!held.has_tenant)
+    return true;
+  if (held.tenant_type != key.tenant_type)
+    return false;
+  int16 length;
+  bool by_value;
+  get_typlenbyval(key.tenant_type, &length, &by_value);
+  return datumIsEqual(held.tenant, key.tenant, by_value, length);
+}
+
 bool same_key(const HeldKey &held, const storage::KeyRef &key) {
-  return held.scope == key.scope &&
+  return held.scope == key.scope && same_tenant(held, key) &&
          VARSIZE_ANY_EXHDR(held.key) == VARSIZE_ANY_EXHDR(key.key) &&
          memcmp(VARDATA_ANY(held.key), VARDATA_ANY(key.key),
                 VARSIZE_ANY_EXHDR(key.key)) == 0;
@@ -73,6 +89,14 @@ void hold(const storage::KeyRef &key, bytea *fingerprint,
   auto *held = static_cast<HeldKey *>(palloc0(sizeof(HeldKey)));
   held->scope = key.scope;
   held->key = copy_text(key.key);
+  held->has_tenant = key.has_tenant;
+  held->tenant_type = key.tenant_type;
+  if (key.has_tenant) {
+    int16 length;
+    bool by_value;
+    get_typlenbyval(key.tenant_type, &length, &by_value);
+    held->tenant = datumCopy(key.tenant, by_value, length);
+  }
   held->fingerprint = copy_text(fingerprint);
   held->claim = taken.claim;
   held->ttl = settings::ttl();
@@ -87,12 +111,12 @@ void hold(const storage::KeyRef &key, bytea *fingerprint,
 
 // A claim() request's fingerprint: the claim marker and the client's text
 // (or NULL), so a claim never matches an idempotent_call of the same key.
-bytea *claim_fingerprint(FunctionCallInfo fcinfo) {
+bytea *claim_fingerprint(FunctionCallInfo fcinfo, int hash_argno) {
   fingerprint::RequestFingerprint framed =
       fingerprint::RequestFingerprint::for_claim();
-  if (!PG_ARGISNULL(arg_request_hash))
+  if (!PG_ARGISNULL(hash_argno))
     return fingerprint::client_fingerprint(framed,
-                                           PG_GETARG_TEXT_PP(arg_request_hash));
+                                           PG_GETARG_TEXT_PP(hash_argno));
   framed.add_null();
   fingerprint::Fingerprint digest;
   framed.finish(digest);
@@ -198,14 +222,18 @@ void on_subtransaction_event(SubXactEvent event, SubTransactionId aborted,
 
 } // namespace
 
-ClaimRow claim_key(FunctionCallInfo fcinfo) {
+ClaimRow claim_key(FunctionCallInfo fcinfo, Keying keying) {
   clear_last_call();
-  storage::KeyRef key = key_argument(fcinfo, arg_key);
-  bytea *fingerprint = claim_fingerprint(fcinfo);
-  storage::KeyTable table = storage::key_table();
-  TakenKey taken = take_key(table, key, RequestMatch{fingerprint, nullptr},
-                            GetCurrentTransactionStartTimestamp(),
-                            "idempotency.claim", TopTransactionResourceOwner);
+  storage::KeyRef key = request_key(fcinfo, keying);
+  bytea *fingerprint =
+      claim_fingerprint(fcinfo, key_argno(keying) + arg_request_hash);
+  storage::KeyTable table = storage::table_for(key);
+  TakenKey taken =
+      take_key(table, key, RequestMatch{fingerprint, nullptr},
+               GetCurrentTransactionStartTimestamp(),
+               keying == Keying::by_tenant ? "idempotency.tenant_claim"
+                                           : "idempotency.claim",
+               TopTransactionResourceOwner);
   if (taken.replay) {
     const storage::KeyProbe &stored = taken.stored;
     record_last_call(is_error_document(stored.response, stored.response_is_null)
@@ -220,14 +248,17 @@ ClaimRow claim_key(FunctionCallInfo fcinfo) {
   return ClaimRow{false, (Datum)0, true, false, 0, 0};
 }
 
-void complete_key(FunctionCallInfo fcinfo) {
-  storage::KeyRef key = key_argument(fcinfo, arg_key);
+void complete_key(FunctionCallInfo fcinfo, Keying keying) {
+  storage::KeyRef key = request_key(fcinfo, keying);
   HeldKey &held = claimed_key(key, "idempotency.complete()");
-  bool response_is_null = PG_ARGISNULL(arg_response);
-  Datum response = response_is_null ? (Datum)0 : PG_GETARG_DATUM(arg_response);
+  int response_argno = key_argno(keying) + arg_response;
+  bool response_is_null = PG_ARGISNULL(response_argno);
+  Datum response =
+      response_is_null ? (Datum)0 : PG_GETARG_DATUM(response_argno);
   check_response_size(key, response, response_is_null);
-  storage::store(storage::key_table(), key, held.fingerprint, response,
-                 response_is_null, held.ttl,
+  storage::KeyTable table = storage::table_for(key);
+  storage::store(table, key, held.fingerprint, response, response_is_null,
+                 held.ttl,
                  held.replaces_expired_row ? &held.expired_row : nullptr);
   held.completed = true;
   held.completed_in = GetCurrentSubTransactionId();
@@ -235,22 +266,24 @@ void complete_key(FunctionCallInfo fcinfo) {
   // Outside any subtransaction only the whole transaction can undo the
   // completion, and the row now shows the key as in progress to everyone
   // else: the lock has done its work. Inside one, a ROLLBACK TO would remove
-  // the row again, so the lock stays until the transaction ends.
-  if (GetCurrentTransactionNestLevel() == 1)
+  // the row again, so the lock stays until the transaction ends; and so it
+  // does for a tenant key, whose row others do not see before it commits.
+  if (GetCurrentTransactionNestLevel() == 1 &&
+      storage::row_shows_in_progress(table))
     release(held.claim);
 }
 
-void release_key(FunctionCallInfo fcinfo) {
-  storage::KeyRef key = key_argument(fcinfo, arg_key);
+void release_key(FunctionCallInfo fcinfo, Keying keying) {
+  storage::KeyRef key = request_key(fcinfo, keying);
   HeldKey &held = claimed_key(key, "idempotency.release()");
   release(held.claim);
   forget_held(&held);
 }
 
-LookupRow lookup_key(FunctionCallInfo fcinfo) {
-  storage::KeyRef key = key_argument(fcinfo, arg_key);
+LookupRow lookup_key(FunctionCallInfo fcinfo, Keying keying) {
+  storage::KeyRef key = request_key(fcinfo, keying);
   storage::KeyProbe stored = storage::probe(
-      storage::key_table(), key, GetCurrentTransactionStartTimestamp());
+      storage::table_for(key), key, GetCurrentTransactionStartTimestamp());
   LookupRow row{};
   row.response_is_null = true;
   switch (stored.state) {
@@ -288,8 +321,8 @@ LookupRow lookup_key(FunctionCallInfo fcinfo) {
   return row;
 }
 
-bool forget_key(FunctionCallInfo fcinfo) {
-  storage::KeyRef key = key_argument(fcinfo, arg_key);
+bool forget_key(FunctionCallInfo fcinfo, Keying keying) {
+  storage::KeyRef key = request_key(fcinfo, keying);
   PreventCommandIfReadOnly("idempotency.forget");
   if (find_held(key) != nullptr) {
     const char *shown = key_text(key);
@@ -299,12 +332,12 @@ bool forget_key(FunctionCallInfo fcinfo) {
          errmsg("idempotency key \"%s\" is claimed by this transaction", shown),
          errhint("Release it, or forget it in a later transaction.")));
   }
-  storage::KeyTable table = storage::key_table();
+  storage::KeyTable table = storage::table_for(key);
   storage::KeyProbe stored =
       storage::probe(table, key, GetCurrentTransactionStartTimestamp());
   switch (stored.state) {
   case storage::KeyState::done:
-    return storage::remove(table, stored.row);
+    return storage::remove(table, key, stored);
   case storage::KeyState::in_progress:
     report_in_progress(key);
   case storage::KeyState::absent:

@@ -17,6 +17,7 @@
 #pragma once
 
 #include "pg.hpp"
+#include "protocol/claim.hpp"
 
 namespace idempotency::protocol {
 
@@ -41,11 +42,13 @@ struct LookupRow {
   bool response_is_null;
 };
 
-ClaimRow claim_key(FunctionCallInfo fcinfo);
-void complete_key(FunctionCallInfo fcinfo);
-void release_key(FunctionCallInfo fcinfo);
-LookupRow lookup_key(FunctionCallInfo fcinfo);
-bool forget_key(FunctionCallInfo fcinfo);
+// Each reads its key as `keying` says (protocol/claim.hpp): the tenant_*
+// variants take the tenant first.
+ClaimRow claim_key(FunctionCallInfo fcinfo, Keying keying);
+void complete_key(FunctionCallInfo fcinfo, Keying keying);
+void release_key(FunctionCallInfo fcinfo, Keying keying);
+LookupRow lookup_key(FunctionCallInfo fcinfo, Keying keying);
+bool forget_key(FunctionCallInfo fcinfo, Keying keying);
 
 const char *lookup_state_name(LookupState state);
 

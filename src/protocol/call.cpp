@@ -12,12 +12,16 @@
 
 namespace idempotency::protocol {
 
-namespace {
+namespace call_args {
 
-constexpr int arg_key = 0;
+// After the key (and, for tenant_call, the tenant before it).
 constexpr int arg_request_hash = 1;
 constexpr int arg_fn = 2;
 constexpr int first_fn_arg = 3;
+
+} // namespace call_args
+
+namespace {
 
 struct Request {
   storage::KeyRef key;
@@ -40,8 +44,11 @@ RequestMatch client_match(text *fn, text *client_hash) {
 }
 
 // Validates the arguments; the key's size is checked before it is read.
-Request read_request(FunctionCallInfo fcinfo) {
-  storage::KeyRef key = key_argument(fcinfo, arg_key);
+Request read_request(FunctionCallInfo fcinfo, Keying keying) {
+  storage::KeyRef key = request_key(fcinfo, keying);
+  int shift = key_argno(keying);
+  int arg_request_hash = shift + call_args::arg_request_hash;
+  int arg_fn = shift + call_args::arg_fn;
   if (PG_ARGISNULL(arg_fn))
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                     errmsg("fn must not be null")));
@@ -49,7 +56,7 @@ Request read_request(FunctionCallInfo fcinfo) {
   Request request;
   request.key = key;
   text *fn = PG_GETARG_TEXT_PP(arg_fn);
-  request.args = collect_args(fcinfo, first_fn_arg);
+  request.args = collect_args(fcinfo, shift + call_args::first_fn_arg);
   request.statement = statement_for(fn, request.args);
   if (PG_ARGISNULL(arg_request_hash))
     request.match = RequestMatch{
@@ -88,8 +95,10 @@ Datum run_and_store(const storage::KeyTable &table, const Request &request,
       taken.stored.state == storage::KeyState::expired ? &taken.stored.row
                                                        : nullptr);
 
-  // The row now shows the key as in progress to everyone else.
-  release(taken.claim);
+  // The row now shows the key as in progress to everyone else (a tenant
+  // key's row does not: its claim is kept until the transaction ends).
+  if (storage::row_shows_in_progress(table))
+    release(taken.claim);
   stats::count(stats::Event::ran);
   record_last_call(is_error ? Outcome::stored_error : Outcome::ran,
                    times.created_at, times.expires_at);
@@ -100,16 +109,30 @@ Datum run_and_store(const storage::KeyTable &table, const Request &request,
 
 } // namespace
 
-Datum idempotent_call(FunctionCallInfo fcinfo) {
+namespace {
+
+Datum call_keyed(FunctionCallInfo fcinfo, Keying keying) {
   clear_last_call();
-  Request request = read_request(fcinfo);
-  storage::KeyTable table = storage::key_table();
-  TakenKey taken = take_key(table, request.key, request.match,
-                            GetCurrentTransactionStartTimestamp(),
-                            "idempotency.idempotent_call", nullptr);
+  Request request = read_request(fcinfo, keying);
+  storage::KeyTable table = storage::table_for(request.key);
+  TakenKey taken = take_key(
+      table, request.key, request.match, GetCurrentTransactionStartTimestamp(),
+      keying == Keying::by_tenant ? "idempotency.tenant_call"
+                                  : "idempotency.idempotent_call",
+      nullptr);
   if (taken.replay)
     return replay(taken.stored, fcinfo);
   return run_and_store(table, request, taken, fcinfo);
+}
+
+} // namespace
+
+Datum idempotent_call(FunctionCallInfo fcinfo) {
+  return call_keyed(fcinfo, Keying::by_role);
+}
+
+Datum tenant_call(FunctionCallInfo fcinfo) {
+  return call_keyed(fcinfo, Keying::by_tenant);
 }
 
 } // namespace idempotency::protocol

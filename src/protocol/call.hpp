@@ -8,4 +8,8 @@ namespace idempotency::protocol {
 
 Datum idempotent_call(FunctionCallInfo fcinfo);
 
+// idempotency.tenant_call: the same with the tenant first, its key in
+// idempotency.tenant_keys (storage/tenant_keys.hpp).
+Datum tenant_call(FunctionCallInfo fcinfo);
+
 } // namespace idempotency::protocol

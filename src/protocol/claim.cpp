@@ -66,6 +66,30 @@ template <typename Body> auto with_owner(ResourceOwner owner, Body body) {
   return result;
 }
 
+// A tenant key's claim covers the tenant too: one key text under two
+// tenants is two keys. The tenant's bytes follow the key's, after a byte
+// that keeps the two apart.
+void update_with_tenant(fingerprint::HmacSha256 &mac,
+                        const storage::KeyRef &key) {
+  const uint8 separator = 0;
+  mac.update(&separator, 1);
+  int16 length;
+  bool by_value;
+  get_typlenbyval(key.tenant_type, &length, &by_value);
+  if (by_value) {
+    mac.update(reinterpret_cast<const uint8 *>(&key.tenant), (size_t)length);
+  } else if (length == -1) {
+    varlena *value = pg_detoast_datum_packed(
+        reinterpret_cast<varlena *>(DatumGetPointer(key.tenant)));
+    mac.update(reinterpret_cast<const uint8 *>(VARDATA_ANY(value)),
+               VARSIZE_ANY_EXHDR(value));
+  } else {
+    Size size = datumGetSize(key.tenant, by_value, length);
+    mac.update(reinterpret_cast<const uint8 *>(DatumGetPointer(key.tenant)),
+               size);
+  }
+}
+
 } // namespace
 
 // The tag is database, role, then 47 bits of HMAC-SHA256(cluster secret,
@@ -87,6 +111,8 @@ Claim claim_for(const storage::KeyRef &key, ResourceOwner owner) {
   fingerprint::HmacSha256 mac = claim_mac();
   mac.update(prefix, sizeof prefix);
   mac.update(VARDATA_ANY(key.key), VARSIZE_ANY_EXHDR(key.key));
+  if (key.has_tenant)
+    update_with_tenant(mac, key);
   uint8 digest[fingerprint::HmacSha256::mac_size];
   mac.finish(digest);
 
@@ -273,7 +299,27 @@ storage::KeyRef key_argument(FunctionCallInfo fcinfo, int argno) {
                     (size_t)key_bytes, max_key_bytes)));
   }
   text *key = PG_GETARG_TEXT_PP(argno);
-  return storage::KeyRef{GetUserId(), key, fingerprint::digest_of_key(key)};
+  return storage::KeyRef{
+      GetUserId(), key, fingerprint::digest_of_key(key), false, InvalidOid, 0};
+}
+
+storage::KeyRef request_key(FunctionCallInfo fcinfo, Keying keying) {
+  if (keying == Keying::by_role)
+    return key_argument(fcinfo, key_argno(keying));
+  if (PG_ARGISNULL(0))
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                    errmsg("tenant must not be null")));
+  Oid tenant_type = get_fn_expr_argtype(fcinfo->flinfo, 0);
+  if (!OidIsValid(tenant_type) || tenant_type == UNKNOWNOID)
+    ereport(ERROR,
+            (errcode(ERRCODE_DATATYPE_MISMATCH), errmsg("tenant has no type"),
+             errhint("Cast the tenant to the type of the distribution "
+                     "column, e.g. 42::bigint.")));
+  storage::KeyRef key = key_argument(fcinfo, key_argno(keying));
+  key.has_tenant = true;
+  key.tenant_type = tenant_type;
+  key.tenant = PG_GETARG_DATUM(0);
+  return key;
 }
 
 TakenKey take_key(const storage::KeyTable &table, const storage::KeyRef &key,

@@ -2,6 +2,7 @@
 
 #include "storage/citus.hpp"
 #include "storage/commit_guard.hpp"
+#include "storage/tenant_keys.hpp"
 
 namespace idempotency::storage {
 
@@ -249,7 +250,7 @@ KeyTable key_table() {
   if (!cache.relid_known)
     remember_relid(keys_table_oid());
   refuse_citus_table();
-  return KeyTable{cache.relid};
+  return KeyTable{cache.relid, false};
 }
 
 citus::TableKind key_table_citus_kind() {
@@ -372,11 +373,13 @@ bool same_key(Relation rel, const KeyColumns &columns, HeapTuple tuple,
                 VARSIZE_ANY_EXHDR(key)) == 0;
 }
 
+} // namespace
+
 // Two keys of one role with one digest: practically never by chance (see
 // fingerprint::key_digest), but a row whose key text was changed by hand
 // also lands here. Answering for the other key would hand out its
 // response; storing beside it would break the primary key.
-pg_attribute_noreturn() void report_shared_digest() {
+void report_shared_digest() {
   ereport(ERROR,
           (errcode(ERRCODE_UNIQUE_VIOLATION),
            errmsg("idempotency key shares its digest with another stored key "
@@ -388,9 +391,15 @@ pg_attribute_noreturn() void report_shared_digest() {
   pg_unreachable();
 }
 
-} // namespace
+KeyTable table_for(const KeyRef &key) {
+  return key.has_tenant ? tenant_keys::table_for(key) : key_table();
+}
+
+bool row_shows_in_progress(const KeyTable &table) { return !table.tenant; }
 
 KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
+  if (table.tenant)
+    return tenant_keys::probe(table, key, now);
   Relation rel = table_open(table.relid, AccessShareLock);
   KeyColumns columns = key_columns(rel);
 
@@ -658,6 +667,9 @@ TimestampTz timestamp_in(TupleTableSlot *slot, AttrNumber attnum) {
 StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
                 Datum response, bool response_is_null, const Interval &ttl,
                 const ItemPointerData *expired_row) {
+  if (table.tenant)
+    return tenant_keys::store(table, key, request_hash, response,
+                              response_is_null, ttl, expired_row != nullptr);
   // fn may have dropped the extension (the drop rolls back with the error).
   Relation rel = try_table_open(table.relid, RowExclusiveLock);
   if (rel == nullptr)
@@ -687,7 +699,10 @@ StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
   return row;
 }
 
-bool remove(const KeyTable &table, const ItemPointerData &row) {
+bool remove(const KeyTable &table, const KeyRef &key, const KeyProbe &stored) {
+  if (table.tenant)
+    return tenant_keys::remove(table, key);
+  ItemPointerData row = stored.row;
   Relation rel = table_open(table.relid, RowExclusiveLock);
   (void)key_columns(rel); // refuses a table Citus has taken over
   TM_FailureData failure;

@@ -17,9 +17,12 @@
 
 namespace idempotency::storage {
 
-// idempotency.keys of the current database, looked up once per call.
+// The key table of a call: idempotency.keys of the current database, or
+// (tenant = true) idempotency.tenant_keys, the key table Citus distributes
+// with the tenants' data (storage/tenant_keys.hpp). Looked up once per call.
 struct KeyTable {
   Oid relid;
+  bool tenant;
 };
 static_assert(std::is_trivially_destructible_v<KeyTable>);
 
@@ -59,11 +62,16 @@ struct KeyColumns {
 const KeyColumns &key_columns(Relation rel);
 
 // A key in its scope (the role that calls), with the key's digest
-// (fingerprint/key_digest.hpp), which the primary key holds.
+// (fingerprint/key_digest.hpp), which the primary key holds. Keys of
+// idempotency.tenant_keys also belong to a tenant: a value of the type of
+// the business tables' distribution column (has_tenant).
 struct KeyRef {
   Oid scope;
   text *key;
   bytea *digest;
+  bool has_tenant;
+  Oid tenant_type;
+  Datum tenant;
 };
 static_assert(std::is_trivially_destructible_v<KeyRef>);
 
@@ -109,9 +117,22 @@ StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
                 Datum response, bool response_is_null, const Interval &ttl,
                 const ItemPointerData *expired_row);
 
-// Deletes a done row of a key whose owner forgets it. Returns false when the
-// row was deleted meanwhile (by expiry); a row being changed by another open
-// transaction is waited for.
-bool remove(const KeyTable &table, const ItemPointerData &row);
+// Deletes a done row of a key whose owner forgets it (`stored`, as probe()
+// found it). Returns false when the row was deleted meanwhile (by expiry); a
+// row being changed by another open transaction is waited for.
+bool remove(const KeyTable &table, const KeyRef &key, const KeyProbe &stored);
+
+// The key table of `key`: key_table(), or tenant_keys::table_for(key).
+KeyTable table_for(const KeyRef &key);
+
+// Whether a stored row shows its key as in progress to other transactions
+// before it commits. In idempotency.keys it does (probe reads the index with
+// a dirty snapshot), so a call lets go of its claim once the row is written.
+// A tenant key is read through Citus with an MVCC snapshot: the claim must
+// cover the key until the transaction ends.
+bool row_shows_in_progress(const KeyTable &table);
+
+// 23505: a stored row has the key's scope and digest but another key text.
+pg_attribute_noreturn() void report_shared_digest();
 
 } // namespace idempotency::storage

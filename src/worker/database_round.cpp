@@ -179,8 +179,16 @@ RoundEnd run_passes(TimestampTz cutoff, MemoryContext pass_context,
     }
     MemoryContextReset(pass_context);
     if (keys.finished)
-      return RoundEnd::finished;
+      break;
   }
+  // Tenant keys, on the Citus coordinator: one DELETE that Citus runs on
+  // every shard of idempotency.tenant_keys, where the shard is now.
+  if (!begin_round_transaction("deleting expired idempotency tenant keys",
+                               AccessShareLock))
+    return RoundEnd::extension_dropped;
+  *deleted += expire_tenant_keys(cutoff);
+  commit_transaction();
+  return RoundEnd::finished;
 }
 
 enum class RoundStart { no_extension, keys_in_citus, ready };

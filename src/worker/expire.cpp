@@ -5,6 +5,7 @@
 #include "settings/settings.hpp"
 #include "stats/stats.hpp"
 #include "storage/keys.hpp"
+#include "storage/tenant_keys.hpp"
 
 namespace idempotency::worker {
 
@@ -230,6 +231,12 @@ int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
   return deleted;
 }
 
+int64 expire_tenant_keys(TimestampTz cutoff) {
+  int64 deleted = storage::tenant_keys::expire(cutoff);
+  stats::count_expired(deleted);
+  return deleted;
+}
+
 // idempotency.expire(): one round now, in the caller's transaction; the
 // cutoff is the transaction's start, the instant idempotent_call compares
 // expires_at with.
@@ -252,6 +259,7 @@ Datum expire_body(FunctionCallInfo) {
       break;
   }
   MemoryContextDelete(pass_context);
+  deleted += expire_tenant_keys(cutoff);
   PG_RETURN_INT64(deleted);
 }
 

@@ -68,4 +68,8 @@ int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
 // returns how many keys it deleted.
 Datum expire_body(FunctionCallInfo fcinfo);
 
+// Deletes the expired keys of idempotency.tenant_keys (Citus), when this
+// node is the Citus coordinator; counts them as expired. In a transaction.
+int64 expire_tenant_keys(TimestampTz cutoff);
+
 } // namespace idempotency::worker

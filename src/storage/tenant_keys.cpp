@@ -1,0 +1,370 @@
+#include "storage/tenant_keys.hpp"
+
+#include "storage/citus.hpp"
+
+namespace idempotency::storage::tenant_keys {
+
+namespace {
+
+const int errcode_key_in_progress = MAKE_SQLSTATE('I', 'K', '4', '0', '9');
+
+constexpr const char *table_name = "tenant_keys";
+
+Oid tenant_keys_oid() {
+  Oid schema = get_namespace_oid("idempotency", true);
+  return OidIsValid(schema) ? get_relname_relid(table_name, schema)
+                            : InvalidOid;
+}
+
+Oid table_owner(Oid relid) {
+  HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+  if (!HeapTupleIsValid(tuple))
+    elog(ERROR, "cache lookup failed for relation %u", relid);
+  Oid owner = ((Form_pg_class)GETSTRUCT(tuple))->relowner;
+  ReleaseSysCache(tuple);
+  return owner;
+}
+
+// The statements of this file, each run through SPI as the table's owner
+// (callers have no rights on the table; a BEFORE trigger or default a DBA
+// added runs as that owner, as it would for the extension's own writes).
+// Every name is schema-qualified, every operator too: the caller's
+// search_path plays no part.
+class OwnerSpi {
+public:
+  explicit OwnerSpi(Oid owner) {
+    caller_context_ = CurrentMemoryContext;
+    GetUserIdAndSecContext(&saved_user_, &saved_context_);
+    SetUserIdAndSecContext(owner,
+                           saved_context_ | SECURITY_LOCAL_USERID_CHANGE);
+    if (SPI_connect() != SPI_OK_CONNECT)
+      elog(ERROR, "SPI_connect failed");
+  }
+  // Not a destructor: frames that call PostgreSQL hold only trivially
+  // destructible values. On an error, the (sub)transaction's abort restores
+  // the user and closes SPI.
+  void finish() {
+    SPI_finish();
+    SetUserIdAndSecContext(saved_user_, saved_context_);
+  }
+  int run(const char *sql, int nargs, Oid *types, Datum *values,
+          const char *nulls, bool read_only, int expected) {
+    int rc =
+        SPI_execute_with_args(sql, nargs, types, values, nulls, read_only, 0);
+    if (rc != expected)
+      elog(ERROR, "idempotency.tenant_keys: statement failed: %s",
+           SPI_result_code_string(rc));
+    return rc;
+  }
+  MemoryContext caller_context() const { return caller_context_; }
+
+private:
+  MemoryContext caller_context_;
+  Oid saved_user_;
+  int saved_context_;
+};
+static_assert(std::is_trivially_destructible_v<OwnerSpi>);
+
+// The key's identity, as the statements' first three parameters.
+constexpr int identity_args = 3;
+constexpr const char *identity_filter =
+    "k.tenant OPERATOR(pg_catalog.=) $1"
+    " AND k.scope OPERATOR(idempotency.=)"
+    " $2::pg_catalog.regrole::idempotency.role_scope"
+    " AND k.key_digest OPERATOR(pg_catalog.=) $3";
+
+void set_identity(const KeyRef &key, Oid *types, Datum *values) {
+  types[0] = key.tenant_type;
+  values[0] = key.tenant;
+  types[1] = REGROLEOID;
+  values[1] = ObjectIdGetDatum(key.scope);
+  types[2] = BYTEAOID;
+  values[2] = PointerGetDatum(key.digest);
+}
+
+Oid tenant_column_type(Oid relid) {
+  AttrNumber attnum = get_attnum(relid, "tenant");
+  if (attnum == InvalidAttrNumber)
+    ereport(ERROR,
+            (errcode(ERRCODE_UNDEFINED_COLUMN),
+             errmsg("idempotency.tenant_keys has no column \"tenant\"")));
+  return get_atttype(relid, attnum);
+}
+
+void check_tenant_type(Oid relid, const KeyRef &key) {
+  Oid column_type = tenant_column_type(relid);
+  if (column_type == key.tenant_type)
+    return;
+  ereport(ERROR,
+          (errcode(ERRCODE_DATATYPE_MISMATCH),
+           errmsg("tenant is of type %s, but idempotency.tenant_keys.tenant "
+                  "is of type %s",
+                  format_type_be(key.tenant_type), format_type_be(column_type)),
+           errhint("Pass the tenant as %s, the type of the distribution "
+                   "column the keys are co-located with.",
+                   format_type_be(column_type))));
+}
+
+// Whether the shard of idempotency.tenant_keys that holds `key`'s tenant
+// has its placement on this node (Citus's local group). Read with a new
+// snapshot (not read-only): a move that committed since the calling
+// statement began must be seen, as Citus's own routing sees it.
+bool tenant_is_local(OwnerSpi &spi, const KeyRef &key) {
+  Oid types[1] = {key.tenant_type};
+  Datum values[1] = {key.tenant};
+  spi.run("SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_placement AS p"
+          " WHERE p.shardid OPERATOR(pg_catalog.=)"
+          "   pg_catalog.get_shard_id_for_distribution_column("
+          "     'idempotency.tenant_keys'::pg_catalog.regclass, $1)"
+          "   AND p.groupid OPERATOR(pg_catalog.=)"
+          "   (SELECT g.groupid FROM pg_catalog.pg_dist_local_group AS g)",
+          1, types, values, nullptr, false, SPI_OK_SELECT);
+  bool is_null = false;
+  int64 placements = DatumGetInt64(
+      SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null));
+  return placements > 0;
+}
+
+const char *tenant_text(const KeyRef &key) {
+  Oid output;
+  bool is_varlena;
+  getTypeOutputInfo(key.tenant_type, &output, &is_varlena);
+  return OidOutputFunctionCall(output, key.tenant);
+}
+
+pg_attribute_noreturn() void report_not_local(const KeyRef &key) {
+  const char *tenant = tenant_text(key);
+  ereport(
+      ERROR,
+      (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+       errmsg("the idempotency keys of tenant %s are on another node", tenant),
+       errdetail("A tenant's keys are read and written only on the node that "
+                 "holds its shard of idempotency.tenant_keys, in the same "
+                 "local transaction as the request's own work."),
+       errhint("Call the tenant_* functions inside a function distributed "
+               "with create_distributed_function(..., colocate_with => "
+               "'idempotency.tenant_keys', force_delegation => true), which "
+               "Citus runs on that node; see the extension's "
+               "docs/scale-out.md.")));
+  pg_unreachable();
+}
+
+pg_attribute_noreturn() void report_moved(const KeyRef &key) {
+  ereport(ERROR,
+          (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+           errmsg("the shard of tenant %s moved to another node during the "
+                  "request",
+                  tenant_text(key)),
+           errdetail("Citus moved the tenant's shards while the request "
+                     "ran; nothing of it is kept."),
+           errhint("Retry the request: it runs on the tenant's new node.")));
+  pg_unreachable();
+}
+
+Datum copy_to(MemoryContext context, Datum value, bool by_value, int length) {
+  MemoryContext saved = MemoryContextSwitchTo(context);
+  Datum copy = datumCopy(value, by_value, length);
+  MemoryContextSwitchTo(saved);
+  return copy;
+}
+
+} // namespace
+
+KeyTable table_for(const KeyRef &key) {
+  Oid relid = tenant_keys_oid();
+  if (!OidIsValid(relid))
+    ereport(ERROR,
+            (errcode(ERRCODE_UNDEFINED_TABLE),
+             errmsg("table idempotency.tenant_keys does not exist"),
+             errhint("A superuser creates it on the Citus coordinator with "
+                     "SELECT idempotency.distribute_keys('table'), naming a "
+                     "distributed table the keys are to be co-located with.")));
+  if (citus::table_kind(relid) != citus::TableKind::distributed)
+    ereport(ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("idempotency.tenant_keys is not a Citus distributed table"),
+             errhint("Create it with idempotency.distribute_keys().")));
+  check_tenant_type(relid, key);
+  OwnerSpi spi(table_owner(relid));
+  bool local = tenant_is_local(spi, key);
+  spi.finish();
+  if (!local)
+    report_not_local(key);
+  return KeyTable{relid, true};
+}
+
+KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
+  Oid types[identity_args];
+  Datum values[identity_args];
+  set_identity(key, types, values);
+  char sql[512];
+  snprintf(sql, sizeof sql,
+           "SELECT k.key, k.request_hash, k.response, k.created_at,"
+           " k.expires_at FROM idempotency.tenant_keys AS k WHERE %s",
+           identity_filter);
+
+  OwnerSpi spi(table_owner(table.relid));
+  spi.run(sql, identity_args, types, values, nullptr, false, SPI_OK_SELECT);
+  KeyProbe result{};
+  result.state = KeyState::absent;
+  result.response_is_null = true;
+  if (SPI_processed > 0) {
+    HeapTuple row = SPI_tuptable->vals[0];
+    TupleDesc desc = SPI_tuptable->tupdesc;
+    bool is_null = false;
+    text *stored_key = DatumGetTextPP(SPI_getbinval(row, desc, 1, &is_null));
+    if (VARSIZE_ANY_EXHDR(stored_key) != VARSIZE_ANY_EXHDR(key.key) ||
+        memcmp(VARDATA_ANY(stored_key), VARDATA_ANY(key.key),
+               VARSIZE_ANY_EXHDR(key.key)) != 0)
+      report_shared_digest();
+    result.created_at =
+        DatumGetTimestampTz(SPI_getbinval(row, desc, 4, &is_null));
+    result.expires_at =
+        DatumGetTimestampTz(SPI_getbinval(row, desc, 5, &is_null));
+    if (result.expires_at <= now) {
+      result.state = KeyState::expired;
+    } else {
+      result.state = KeyState::done;
+      MemoryContext caller = spi.caller_context();
+      result.request_hash = DatumGetByteaPP(
+          copy_to(caller, SPI_getbinval(row, desc, 2, &is_null), false, -1));
+      Datum response = SPI_getbinval(row, desc, 3, &result.response_is_null);
+      if (!result.response_is_null)
+        result.response = copy_to(caller, response, false, -1);
+    }
+  }
+  spi.finish();
+  return result;
+}
+
+StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
+                Datum response, bool response_is_null, const Interval &ttl,
+                bool replaces_expired_row) {
+  TimestampTz created_at = GetCurrentTimestamp();
+  TimestampTz expires_at = DatumGetTimestampTz(DirectFunctionCall2(
+      timestamptz_pl_interval, TimestampTzGetDatum(created_at),
+      IntervalPGetDatum(const_cast<Interval *>(&ttl))));
+
+  constexpr int nargs = identity_args + 5;
+  Oid types[nargs];
+  Datum values[nargs];
+  char nulls[nargs + 1];
+  memset(nulls, ' ', nargs);
+  nulls[nargs] = '\0';
+  set_identity(key, types, values);
+  types[3] = TEXTOID;
+  values[3] = PointerGetDatum(key.key);
+  types[4] = BYTEAOID;
+  values[4] = PointerGetDatum(request_hash);
+  types[5] = JSONBOID;
+  values[5] = response;
+  if (response_is_null)
+    nulls[5] = 'n';
+  types[6] = TIMESTAMPTZOID;
+  values[6] = TimestampTzGetDatum(created_at);
+  types[7] = TIMESTAMPTZOID;
+  values[7] = TimestampTzGetDatum(expires_at);
+
+  OwnerSpi spi(table_owner(table.relid));
+  if (replaces_expired_row) {
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "DELETE FROM idempotency.tenant_keys AS k WHERE %s"
+             " AND k.expires_at OPERATOR(pg_catalog.<=) $7",
+             identity_filter);
+    Oid delete_types[7] = {types[0], types[1], types[2], types[3],
+                           types[4], types[5], types[6]};
+    // $4..$6 are unused by the DELETE; passing them keeps $7 in place.
+    spi.run(sql, 7, delete_types, values, nulls, false, SPI_OK_DELETE);
+  }
+
+  // A shard move that finished while fn ran sends the key, from here on,
+  // to the tenant's new node, through another connection than fn's writes:
+  // the request must run again there.
+  if (!tenant_is_local(spi, key))
+    report_moved(key);
+
+  const char *insert =
+      "INSERT INTO idempotency.tenant_keys AS k (tenant, scope, key,"
+      " key_digest, request_hash, response, created_at, expires_at)"
+      " VALUES ($1, $2::pg_catalog.regrole::idempotency.role_scope, $4, $3,"
+      " $5, $6, $7, $8) RETURNING k.created_at, k.expires_at";
+  MemoryContext caller = spi.caller_context();
+  PG_TRY();
+  {
+    spi.run(insert, nargs, types, values, nulls, false,
+            SPI_OK_INSERT_RETURNING);
+  }
+  PG_CATCH();
+  {
+    // Another transaction stored the key first: the primary key refused
+    // this one. The transaction is aborting; say what it means.
+    MemoryContextSwitchTo(caller);
+    ErrorData *error = CopyErrorData();
+    if (error->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
+      PG_RE_THROW();
+    FlushErrorState();
+    ereport(ERROR,
+            (errcode(errcode_key_in_progress),
+             errmsg("idempotency key was stored by another transaction first"),
+             errdetail("Another transaction claimed the key on another node "
+                       "(the tenant's shard was moving) and committed it."),
+             errhint("Retry the request: it replays the stored response.")));
+  }
+  PG_END_TRY();
+  StoredRow row{};
+  bool is_null = false;
+  row.created_at = DatumGetTimestampTz(
+      SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null));
+  row.expires_at = DatumGetTimestampTz(
+      SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &is_null));
+  spi.finish();
+  return row;
+}
+
+bool remove(const KeyTable &table, const KeyRef &key) {
+  Oid types[identity_args + 1];
+  Datum values[identity_args + 1];
+  set_identity(key, types, values);
+  types[3] = TEXTOID;
+  values[3] = PointerGetDatum(key.key);
+  char sql[512];
+  snprintf(sql, sizeof sql,
+           "DELETE FROM idempotency.tenant_keys AS k WHERE %s"
+           " AND k.key OPERATOR(pg_catalog.=) $4",
+           identity_filter);
+  OwnerSpi spi(table_owner(table.relid));
+  spi.run(sql, identity_args + 1, types, values, nullptr, false, SPI_OK_DELETE);
+  bool removed = SPI_processed > 0;
+  spi.finish();
+  return removed;
+}
+
+int64 expire(TimestampTz now) {
+  Oid relid = tenant_keys_oid();
+  if (!OidIsValid(relid) ||
+      citus::table_kind(relid) != citus::TableKind::distributed)
+    return 0;
+  OwnerSpi spi(table_owner(relid));
+  spi.run("SELECT g.groupid FROM pg_catalog.pg_dist_local_group AS g", 0,
+          nullptr, nullptr, nullptr, true, SPI_OK_SELECT);
+  bool is_null = true;
+  bool coordinator =
+      SPI_processed > 0 &&
+      DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+                                  1, &is_null)) == 0 &&
+      !is_null;
+  int64 deleted = 0;
+  if (coordinator) {
+    Oid types[1] = {TIMESTAMPTZOID};
+    Datum values[1] = {TimestampTzGetDatum(now)};
+    spi.run("DELETE FROM idempotency.tenant_keys AS k"
+            " WHERE k.expires_at OPERATOR(pg_catalog.<=) $1",
+            1, types, values, nullptr, false, SPI_OK_DELETE);
+    deleted = (int64)SPI_processed;
+  }
+  spi.finish();
+  return deleted;
+}
+
+} // namespace idempotency::storage::tenant_keys

@@ -1,0 +1,409 @@
+# Tenant keys on Citus: a coordinator and two workers on localhost. The key
+# table idempotency.tenant_keys is distributed with accounts (co-located by
+# tenant); requests run through functions Citus delegates to the worker that
+# holds the tenant, so a request is one local transaction there.
+#
+# - distribute_keys: superusers only, once, co-located with the table named.
+# - Retries replay per tenant; a request delegated to a worker uses no
+#   two-phase commit (pg_dist_transaction) and writes its key in the shard
+#   beside the tenant's row; IK422 and IK409 arrive through the coordinator;
+#   one key text under two tenants, or two roles, is two keys.
+# - Callers cannot read or write the table on any node; a tenant's keys are
+#   refused outside the node that holds them (0A000).
+# - The application API (tenant_claim/tenant_complete) in a delegated handler.
+# - A shard move (citus_move_shard_placement) while callers run: keys move
+#   with their tenant and replay, nothing ran twice.
+# - Expiry through the coordinator deletes expired tenant keys on every shard,
+#   also after the move; workers leave them alone; stats counts them.
+# - kill -9 of a worker's backend and of the coordinator's during calls that
+#   clients retry: every key ran once, every acknowledged response replays.
+#
+# Needs Citus; without it the file says so and is skipped. CITUS_TEST_PORT,
+# when set, is the first of six TCP ports (this file uses the last three).
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+use POSIX ();
+
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
+
+my $pkglibdir = `pg_config --pkglibdir`;
+chomp $pkglibdir;
+plan skip_all => "Citus is not installed ($pkglibdir/citus.so is missing); "
+  . 'docs/scale-out.md says how to get it'
+  unless -f "$pkglibdir/citus.so";
+
+my $port_base = $ENV{CITUS_TEST_PORT};
+my $coordinator = citus_node('coordinator', defined $port_base ? $port_base + 3 : undef,
+	"restart_after_crash = on\n");
+my @workers = map {
+	citus_node("worker$_", defined $port_base ? $port_base + 3 + $_ : undef,
+		"restart_after_crash = on\nwal_level = logical\nmax_wal_senders = 10\nmax_replication_slots = 10\n")
+} (1, 2);
+
+$coordinator->safe_psql('postgres',
+	"SELECT citus_set_coordinator_host('127.0.0.1', " . $coordinator->port . ')');
+$coordinator->safe_psql('postgres',
+	"SELECT citus_add_node('127.0.0.1', " . $_->port . ')')
+  for @workers;
+
+# withdraw counts its runs in the row it changes: withdrawals is how often
+# the operation ran for that tenant.
+$coordinator->safe_psql(
+	'postgres', q{
+CREATE EXTENSION idempotency;
+CREATE ROLE app LOGIN;
+CREATE ROLE other_app LOGIN;
+SET citus.shard_count = 8;
+CREATE TABLE accounts (tenant bigint PRIMARY KEY, balance bigint NOT NULL,
+                       withdrawals int NOT NULL DEFAULT 0);
+SELECT create_distributed_table('accounts', 'tenant');
+INSERT INTO accounts SELECT g, 100000 FROM generate_series(1, 40) g;
+GRANT SELECT, UPDATE ON accounts TO app, other_app;
+CREATE FUNCTION withdraw(account bigint, amount bigint, pause float8) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  left_over bigint;
+BEGIN
+  UPDATE accounts SET balance = balance - amount, withdrawals = withdrawals + 1
+   WHERE tenant = account RETURNING balance INTO left_over;
+  PERFORM pg_sleep(pause);
+  RETURN jsonb_build_object('tenant', account, 'balance', left_over);
+END $$;
+});
+
+is( $coordinator->psql('postgres', q{SELECT idempotency.distribute_keys('accounts')},
+		extra_params => [ '-U', 'app' ]),
+	3, 'distribute_keys is for superusers');
+is(sqlstate_of($coordinator, q{SELECT idempotency.distribute_keys('idempotency.keys')}),
+	'42809', 'keys are co-located only with a distributed table');
+$coordinator->safe_psql('postgres', q{SELECT idempotency.distribute_keys('accounts')});
+is(sqlstate_of($coordinator, q{SELECT idempotency.distribute_keys('accounts')}),
+	'42P07', 'distribute_keys runs once');
+is( $coordinator->safe_psql(
+		'postgres', q{
+SELECT format_type(a.atttypid, a.atttypmod),
+       (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'idempotency.tenant_keys'::regclass)
+     = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'accounts'::regclass)
+  FROM pg_attribute AS a
+ WHERE a.attrelid = 'idempotency.tenant_keys'::regclass AND a.attname = 'tenant'}),
+	'bigint|t', 'tenant_keys has the tenant type of accounts and is co-located with it');
+
+# The request functions: Citus runs each on the worker that holds its
+# tenant, in a transaction block too (force_delegation).
+$coordinator->safe_psql(
+	'postgres', q{
+CREATE FUNCTION pay(tenant bigint, key text, amount bigint, pause float8 DEFAULT 0)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+  RETURN idempotency.tenant_call(tenant, key, NULL,
+    'SELECT withdraw($1, $2, $3)', tenant, amount, pause);
+END $$;
+SELECT create_distributed_function('pay(bigint,text,bigint,float8)', 'tenant',
+  colocate_with => 'idempotency.tenant_keys', force_delegation => true);
+
+CREATE FUNCTION pay_by_hand(tenant bigint, key text, amount bigint) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  claimed record;
+  result jsonb;
+BEGIN
+  SELECT * INTO claimed FROM idempotency.tenant_claim(tenant, key, amount::text);
+  IF claimed.replayed THEN
+    RETURN claimed.response;
+  END IF;
+  result := withdraw(tenant, amount, 0);
+  PERFORM idempotency.tenant_complete(tenant, key, result);
+  RETURN result;
+END $$;
+SELECT create_distributed_function('pay_by_hand(bigint,text,bigint)', 'tenant',
+  colocate_with => 'idempotency.tenant_keys', force_delegation => true);
+
+CREATE FUNCTION key_state(tenant bigint, key text) RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+  RETURN (SELECT l.state FROM idempotency.tenant_lookup(tenant, key) AS l);
+END $$;
+SELECT create_distributed_function('key_state(bigint,text)', 'tenant',
+  colocate_with => 'idempotency.tenant_keys', force_delegation => true);
+
+CREATE FUNCTION forget_key(tenant bigint, key text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+  RETURN idempotency.tenant_forget(tenant, key);
+END $$;
+SELECT create_distributed_function('forget_key(bigint,text)', 'tenant',
+  colocate_with => 'idempotency.tenant_keys', force_delegation => true);
+});
+
+sub as_app
+{
+	my ($sql, $role) = @_;
+	return $coordinator->safe_psql('postgres', $sql,
+		extra_params => [ '-U', $role // 'app' ]);
+}
+
+sub withdrawals
+{
+	my ($tenant) = @_;
+	return $coordinator->safe_psql('postgres',
+		"SELECT withdrawals FROM accounts WHERE tenant = $tenant");
+}
+
+sub two_phase_commits
+{
+	return $coordinator->safe_psql('postgres', 'SELECT count(*) FROM pg_dist_transaction');
+}
+
+# --- retries, one node per request -------------------------------------------
+my $prepared_before = two_phase_commits();
+my $first = as_app(q{SELECT pay(1, 'order-1', 10)});
+is($first, '{"tenant": 1, "balance": 99990}', 'a new key runs the withdrawal');
+is(as_app(q{SELECT pay(1, 'order-1', 10)}), $first, 'its retry gets the stored response');
+is(withdrawals(1), '1', 'the withdrawal ran once');
+as_app("SELECT pay($_, 'order-$_', 5)") for 2 .. 21;
+is(two_phase_commits(), $prepared_before,
+	'single-tenant requests, new keys and replays, use no two-phase commit');
+my (undef, undef, $remote) = $coordinator->psql(
+	'postgres', q{SET citus.log_remote_commands = on; SELECT pay(23, 'order-23', 5)},
+	extra_params => [ '-U', 'app' ]);
+like($remote, qr/issuing SELECT public\.pay\('23'::bigint, 'order-23'::text/,
+	'the call is delegated to the worker as a whole');
+unlike($remote, qr/PREPARE TRANSACTION|UPDATE public\.accounts|INSERT INTO idempotency/,
+	'the coordinator sends no statement of its own and no PREPARE');
+
+my $same_node = q{
+SELECT (SELECT nodeport FROM citus_shards
+         WHERE shardid = get_shard_id_for_distribution_column('idempotency.tenant_keys', %1$d))
+     = (SELECT nodeport FROM citus_shards
+         WHERE shardid = get_shard_id_for_distribution_column('accounts', %1$d)),
+       (SELECT count(*) FROM idempotency.tenant_keys WHERE tenant = %1$d)};
+is($coordinator->safe_psql('postgres', sprintf($same_node, 1)),
+	't|1', "the key is stored in the shard on the tenant's node");
+
+# --- IK422, IK409, tenants and roles -----------------------------------------
+my (undef, undef, $err) = $coordinator->psql('postgres', q{SELECT pay(1, 'order-1', 11)},
+	extra_params => [ '-U', 'app', '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/IK422/, 'the same key with another amount is IK422, through the coordinator');
+
+my $holder = $coordinator->background_psql('postgres', extra_params => [ '-U', 'app' ]);
+$holder->query_until(qr/started/, qq{\\echo started\nSELECT pay(24, 'slow', 7, 3);\n});
+usleep(1_000_000);
+(undef, undef, $err) = $coordinator->psql('postgres', q{SELECT pay(24, 'slow', 7, 3)},
+	extra_params => [ '-U', 'app', '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/IK409/, 'a duplicate while the first runs is IK409');
+is(as_app(q{SELECT key_state(24, 'slow')}), 'in_progress', 'lookup shows it in progress');
+$holder->quit;
+is(as_app(q{SELECT pay(24, 'slow', 7, 3)}), '{"tenant": 24, "balance": 99993}',
+	'after the first commits, the duplicate replays');
+is(withdrawals(24), '1', 'the slow withdrawal ran once');
+
+is(as_app(q{SELECT pay(2, 'order-1', 10)}), '{"tenant": 2, "balance": 99985}',
+	"one key text under another tenant is another key");
+is(as_app(q{SELECT key_state(3, 'order-1')}), 'absent', 'and is absent for a third tenant');
+is(as_app(q{SELECT key_state(1, 'order-1')}, 'other_app'), 'absent',
+	"another role does not see app's key");
+as_app(q{SELECT pay(1, 'order-1', 10)}, 'other_app');
+is(withdrawals(1), '2', "another role's request with the same key text is its own");
+
+# --- rights and place -----------------------------------------------------------
+for my $node ($coordinator, @workers)
+{
+	my ($rc, undef, $denied) = $node->psql('postgres',
+		q{SELECT count(*) FROM idempotency.tenant_keys},
+		extra_params => [ '-U', 'app' ]);
+	like($denied, qr/permission denied/, 'callers cannot read tenant_keys on ' . $node->name);
+	(undef, undef, $denied) = $node->psql('postgres',
+		q{INSERT INTO idempotency.tenant_keys VALUES (30, 'app', 'forged', idempotency.key_digest('forged'), '\x00', '{}', now(), now() + '1 day')},
+		extra_params => [ '-U', 'app' ]);
+	like($denied, qr/permission denied/, 'callers cannot write tenant_keys on ' . $node->name);
+}
+is( sqlstate_of(
+		$coordinator, q{SELECT idempotency.tenant_call(1::bigint, 'order-1', NULL, 'SELECT 1')}),
+	'0A000', "a tenant's keys are refused on a node that does not hold them");
+is(sqlstate_of($coordinator, q{SELECT idempotency.tenant_call(1, 'x', NULL, 'SELECT 1')}),
+	'42804', 'a tenant of another type than the tenant column is refused');
+is(sqlstate_of($coordinator, q{SELECT idempotency.tenant_call(NULL::bigint, 'x', NULL, 'SELECT 1')}),
+	'22004', 'a NULL tenant is refused');
+# Exactly one worker holds tenant 30: there the call runs, elsewhere it is
+# refused.
+my @states = map {
+	sqlstate_of($_, q{SELECT idempotency.tenant_call(30::bigint, 'direct', NULL, 'SELECT 1')})
+} @workers;
+is(join(',', sort @states), '0A000,no error',
+	'connected to a worker directly, only the one holding the tenant takes its keys');
+
+# --- the application API ------------------------------------------------------
+my $by_hand = as_app(q{SELECT pay_by_hand(25, 'hand-1', 4)});
+is(as_app(q{SELECT pay_by_hand(25, 'hand-1', 4)}), $by_hand,
+	'tenant_claim replays what tenant_complete stored');
+is(withdrawals(25), '1', 'the handler ran the withdrawal once');
+is(as_app(q{SELECT forget_key(25, 'hand-1')}), 't', 'tenant_forget deletes the key');
+is(as_app(q{SELECT key_state(25, 'hand-1')}), 'absent', 'and it is gone');
+is(two_phase_commits(), $prepared_before, 'the application API uses no two-phase commit either');
+
+# --- a shard move while callers run ---------------------------------------------
+# Callers: 4 clients, keys mv-1 .. mv-5000 picked at random (some are
+# retries), the tenant derived from the key.
+my $script = $coordinator->basedir . '/move.sql';
+PostgreSQL::Test::Utils::append_to_file($script, q{
+\set k random(1, 5000)
+\set t 1 + :k % 8
+SELECT pay(:t, 'mv-' || :k, 1);
+});
+my $moved_tenant = 1;
+my $shard = $coordinator->safe_psql('postgres',
+	"SELECT get_shard_id_for_distribution_column('idempotency.tenant_keys', $moved_tenant)");
+my $from_port = $coordinator->safe_psql('postgres',
+	"SELECT nodeport FROM citus_shards WHERE shardid = $shard");
+my ($to) = grep { $_->port != $from_port } @workers;
+my $pgbench = IPC::Run::start(
+	[ 'pgbench', '-n', '-h', $coordinator->host, '-p', $coordinator->port, '-U', 'app',
+	  '-c', '4', '-j', '2', '-T', '10', '--max-tries=50', '-f', $script, 'postgres' ],
+	'>', \my $bench_out, '2>', \my $bench_err);
+usleep(3_000_000);
+my $keys_before_move = $coordinator->safe_psql('postgres',
+	q{SELECT count(*) FROM idempotency.tenant_keys WHERE key LIKE 'mv-%'});
+$coordinator->safe_psql('postgres',
+	"SELECT citus_move_shard_placement($shard, '127.0.0.1', $from_port, '127.0.0.1', "
+	  . $to->port . ", 'force_logical')");
+$pgbench->finish;
+note "pgbench: $bench_out $bench_err";
+my $keys_after = $coordinator->safe_psql('postgres',
+	q{SELECT count(*) FROM idempotency.tenant_keys WHERE key LIKE 'mv-%'});
+unlike($bench_err, qr/aborted/,
+	'no caller failed: a request the move interrupted failed with 40001 and ran again');
+cmp_ok($keys_before_move, '>', 0, 'callers stored keys before the move');
+cmp_ok($keys_after, '>', $keys_before_move, 'and after it began');
+is( $coordinator->safe_psql('postgres',
+		"SELECT nodeport FROM citus_shards WHERE shardid = $shard"),
+	$to->port, 'the shard of tenant 1 moved to the other worker');
+is($coordinator->safe_psql('postgres', sprintf($same_node, $moved_tenant)),
+	't|' . $coordinator->safe_psql('postgres',
+		"SELECT count(*) FROM idempotency.tenant_keys WHERE tenant = $moved_tenant"),
+	"tenant 1's keys moved with its account");
+# Every stored mv- key ran once: withdrawals of mv- keys per tenant equal
+# the keys stored; and each replays without a new withdrawal.
+my $mv_withdrawals = q{
+SELECT sum(withdrawals) FROM accounts WHERE tenant BETWEEN 1 AND 8};
+my $expected = $coordinator->safe_psql('postgres', q{
+SELECT (SELECT count(*) FROM idempotency.tenant_keys WHERE key LIKE 'mv-%')
+     + (SELECT count(*) FROM idempotency.tenant_keys WHERE tenant BETWEEN 1 AND 8 AND key NOT LIKE 'mv-%')});
+is($coordinator->safe_psql('postgres', $mv_withdrawals), $expected,
+	'every withdrawal during the move has its key, none ran twice');
+# Citus delegates `SELECT pay(...)` alone, not inside a query with FROM:
+# one statement per key.
+my @moved_keys = split /\n/, $coordinator->safe_psql('postgres', q{
+SELECT key FROM idempotency.tenant_keys WHERE key LIKE 'mv-%' ORDER BY key});
+my $stored_responses = $coordinator->safe_psql('postgres', q{
+SELECT response FROM idempotency.tenant_keys WHERE key LIKE 'mv-%' ORDER BY key});
+my $replayed_responses = as_app(join '', map {
+	my ($k) = /^mv-(\d+)$/;
+	sprintf("SELECT pay(%d, '%s', 1);\n", 1 + $k % 8, $_)
+} @moved_keys);
+is($replayed_responses, $stored_responses, 'every key replays its stored response after the move');
+is($coordinator->safe_psql('postgres', $mv_withdrawals), $expected, 'and the replays ran nothing');
+
+# --- expiry and stats ------------------------------------------------------------
+$coordinator->safe_psql('postgres', q{
+UPDATE idempotency.tenant_keys SET expires_at = now() - interval '1 second' WHERE key LIKE 'mv-%'});
+my $expired = $coordinator->safe_psql('postgres',
+	q{SELECT count(*) FROM idempotency.tenant_keys WHERE key LIKE 'mv-%'});
+is($workers[0]->safe_psql('postgres', 'SELECT idempotency.expire()'), '0',
+	'a worker leaves tenant keys to the coordinator');
+is($coordinator->safe_psql('postgres', 'SELECT idempotency.expire()'), $expired,
+	'the coordinator deletes every expired tenant key once, on every shard, the moved one too');
+is( $coordinator->safe_psql('postgres',
+		q{SELECT count(*) FROM idempotency.tenant_keys WHERE key LIKE 'mv-%'}),
+	'0', 'no expired key is left');
+is( $coordinator->safe_psql('postgres', q{
+SELECT s.keys = (SELECT count(*) FROM idempotency.keys) + (SELECT count(*) FROM idempotency.tenant_keys)
+  FROM idempotency.stats AS s WHERE s.datname = current_database()}),
+	't', 'idempotency.stats counts tenant keys');
+$coordinator->safe_psql('postgres', q{
+UPDATE idempotency.tenant_keys SET expires_at = now() - interval '1 second' WHERE tenant = 2});
+$coordinator->safe_psql('postgres', q{ALTER SYSTEM SET idempotency.expire_interval = 1; SELECT pg_reload_conf()});
+ok( $coordinator->poll_query_until('postgres',
+		q{SELECT count(*) = 0 FROM idempotency.tenant_keys WHERE tenant = 2}),
+	"the coordinator's expiry worker deletes expired tenant keys");
+
+# --- kill -9 during calls ------------------------------------------------------------
+# Three clients, 40 keys each, each call retried until it answers. Meanwhile
+# a worker's backend, then the coordinator's, is killed: each crash restarts
+# its node. Afterwards every key ran once, and replays what its client got.
+my @clients;
+my $results = $coordinator->basedir . '/storm';
+mkdir $results;
+for my $client (1 .. 3)
+{
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		open my $out, '>', "$results/$client" or die;
+		for my $n (1 .. 40)
+		{
+			my $tenant = 9 + ($n % 12);
+			my $key = "storm-$client-$n";
+			for my $try (1 .. 200)
+			{
+				my $answer = `psql -X -A -t -h ${\ $coordinator->host} -p ${\ $coordinator->port} -U app -d postgres -c "SELECT pay($tenant, '$key', 1, 0.1)" 2>/dev/null`;
+				if ($? == 0 && $answer =~ /balance/)
+				{
+					chomp $answer;
+					print $out "$tenant|$key|$answer\n";
+					last;
+				}
+				usleep(200_000);
+			}
+		}
+		close $out;
+		# Not exit: the test's END blocks would stop the nodes.
+		POSIX::_exit(0);
+	}
+	push @clients, $pid;
+}
+usleep(2_000_000);
+for my $victim ($workers[0], $coordinator)
+{
+	my $killed = 0;
+	for (1 .. 100)
+	{
+		my $backend = $victim->safe_psql('postgres', q{
+SELECT pid FROM pg_stat_activity WHERE usename = 'app' AND state = 'active'
+   AND query LIKE '%pay(%' LIMIT 1});
+		$killed = kill 'KILL', $backend if $backend;
+		last if $killed;
+		usleep(50_000);
+	}
+	ok($killed, 'killed a backend of ' . $victim->name . ' during a call');
+	ok( $victim->poll_query_until('postgres', 'SELECT true'),
+		$victim->name . ' is back after its crash restart');
+	usleep(3_000_000);
+}
+waitpid($_, 0) for @clients;
+my @acknowledged;
+for my $client (1 .. 3)
+{
+	open my $in, '<', "$results/$client" or die;
+	push @acknowledged, map { chomp; [ split /\|/, $_, 3 ] } <$in>;
+}
+is(scalar @acknowledged, 120, 'every storm call was answered in the end');
+is( $coordinator->safe_psql('postgres', q{
+SELECT sum(withdrawals) FROM accounts WHERE tenant BETWEEN 9 AND 20}),
+	$coordinator->safe_psql('postgres', q{
+SELECT count(*) FROM idempotency.tenant_keys WHERE tenant BETWEEN 9 AND 20}),
+	'every withdrawal of the storm has its key: none ran twice, none without a key');
+my $again = as_app(join '', map { "SELECT pay($_->[0], '$_->[1]', 1, 0.1);\n" } @acknowledged);
+is($again, join("\n", map { $_->[2] } @acknowledged),
+	'every acknowledged key replays the response its client got');
+
+$coordinator->stop;
+$_->stop for @workers;
+done_testing();
