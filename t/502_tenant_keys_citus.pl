@@ -250,7 +250,12 @@ is(two_phase_commits(), $prepared_before, 'the application API uses no two-phase
 
 # --- a shard move while callers run ---------------------------------------------
 # Callers: 4 clients, keys mv-1 .. mv-5000 picked at random (some are
-# retries), the tenant derived from the key.
+# retries), the tenant derived from the key. Two clients may send one key at
+# once: the second waits for the first and replays (wait_timeout, set for
+# the role on every node, where the delegated calls run).
+$_->safe_psql('postgres',
+	q{SET citus.enable_ddl_propagation = off; ALTER ROLE app SET idempotency.wait_timeout = '10s'})
+  for ($coordinator, @workers);
 my $script = $coordinator->basedir . '/move.sql';
 PostgreSQL::Test::Utils::append_to_file($script, q{
 \set k random(1, 5000)

@@ -30,6 +30,17 @@ Oid table_owner(Oid relid) {
 // added runs as that owner, as it would for the extension's own writes).
 // Every name is schema-qualified, every operator too: the caller's
 // search_path plays no part.
+// A statement's plan, kept for the backend's life (see OwnerSpi::run_kept).
+struct KeptPlan {
+  Oid tenant_type;
+  SPIPlanPtr plan;
+};
+static_assert(std::is_trivially_destructible_v<KeptPlan>);
+
+KeptPlan locality_plan;
+KeptPlan probe_plan;
+KeptPlan insert_plan;
+
 class OwnerSpi {
 public:
   explicit OwnerSpi(Oid owner) {
@@ -51,6 +62,31 @@ public:
           const char *nulls, bool read_only, int expected) {
     int rc =
         SPI_execute_with_args(sql, nargs, types, values, nulls, read_only, 0);
+    if (rc != expected)
+      elog(ERROR, "idempotency.tenant_keys: statement failed: %s",
+           SPI_result_code_string(rc));
+    return rc;
+  }
+  // The same through a plan kept for the backend's life: the statements of
+  // every call are parsed and planned (by Citus too) once, not per call.
+  // PostgreSQL's plan cache replans them when the table changes; a plan
+  // made for another tenant type is made again.
+  int run_kept(KeptPlan &kept, const char *sql, int nargs, Oid *types,
+               Datum *values, const char *nulls, bool read_only, int expected) {
+    if (kept.plan == nullptr || kept.tenant_type != types[0]) {
+      if (kept.plan != nullptr)
+        SPI_freeplan(kept.plan);
+      kept.plan = nullptr;
+      SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
+      if (plan == nullptr)
+        elog(ERROR, "idempotency.tenant_keys: preparing failed: %s",
+             SPI_result_code_string(SPI_result));
+      if (SPI_keepplan(plan) != 0)
+        elog(ERROR, "idempotency.tenant_keys: SPI_keepplan failed");
+      kept.plan = plan;
+      kept.tenant_type = types[0];
+    }
+    int rc = SPI_execute_plan(kept.plan, values, nulls, read_only, 0);
     if (rc != expected)
       elog(ERROR, "idempotency.tenant_keys: statement failed: %s",
            SPI_result_code_string(rc));
@@ -112,13 +148,15 @@ void check_tenant_type(Oid relid, const KeyRef &key) {
 bool tenant_is_local(OwnerSpi &spi, const KeyRef &key) {
   Oid types[1] = {key.tenant_type};
   Datum values[1] = {key.tenant};
-  spi.run("SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_placement AS p"
-          " WHERE p.shardid OPERATOR(pg_catalog.=)"
-          "   pg_catalog.get_shard_id_for_distribution_column("
-          "     'idempotency.tenant_keys'::pg_catalog.regclass, $1)"
-          "   AND p.groupid OPERATOR(pg_catalog.=)"
-          "   (SELECT g.groupid FROM pg_catalog.pg_dist_local_group AS g)",
-          1, types, values, nullptr, false, SPI_OK_SELECT);
+  spi.run_kept(
+      locality_plan,
+      "SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_placement AS p"
+      " WHERE p.shardid OPERATOR(pg_catalog.=)"
+      "   pg_catalog.get_shard_id_for_distribution_column("
+      "     'idempotency.tenant_keys'::pg_catalog.regclass, $1)"
+      "   AND p.groupid OPERATOR(pg_catalog.=)"
+      "   (SELECT g.groupid FROM pg_catalog.pg_dist_local_group AS g)",
+      1, types, values, nullptr, false, SPI_OK_SELECT);
   bool is_null = false;
   int64 placements = DatumGetInt64(
       SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null));
@@ -204,7 +242,8 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
            identity_filter);
 
   OwnerSpi spi(table_owner(table.relid));
-  spi.run(sql, identity_args, types, values, nullptr, false, SPI_OK_SELECT);
+  spi.run_kept(probe_plan, sql, identity_args, types, values, nullptr, false,
+               SPI_OK_SELECT);
   KeyProbe result{};
   result.state = KeyState::absent;
   result.response_is_null = true;
@@ -292,8 +331,8 @@ StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
   MemoryContext caller = spi.caller_context();
   PG_TRY();
   {
-    spi.run(insert, nargs, types, values, nulls, false,
-            SPI_OK_INSERT_RETURNING);
+    spi.run_kept(insert_plan, insert, nargs, types, values, nulls, false,
+                 SPI_OK_INSERT_RETURNING);
   }
   PG_CATCH();
   {
