@@ -248,6 +248,48 @@ is(as_app(q{SELECT forget_key(25, 'hand-1')}), 't', 'tenant_forget deletes the k
 is(as_app(q{SELECT key_state(25, 'hand-1')}), 'absent', 'and it is gone');
 is(two_phase_commits(), $prepared_before, 'the application API uses no two-phase commit either');
 
+# Handler code in a session on the worker that holds the tenant: claim,
+# the handler's own statement, complete, in one local transaction.
+my ($home) = grep {
+	sqlstate_of($_, q{SELECT idempotency.tenant_call(26::bigint, 'probe-home', NULL, 'SELECT 1')})
+	  eq 'no error'
+} @workers;
+my $handler = q{
+BEGIN;
+SELECT replayed FROM idempotency.tenant_claim(26::bigint, 'on-worker', NULL);
+UPDATE accounts SET balance = balance - 3, withdrawals = withdrawals + 1 WHERE tenant = 26;
+SELECT 'completed' FROM idempotency.tenant_complete(26::bigint, 'on-worker', '{"done": true}') AS c;
+COMMIT;
+};
+is($home->safe_psql('postgres', $handler, extra_params => [ '-U', 'app' ]), "f\ncompleted",
+	"claim/complete in a session on the tenant's worker");
+is(as_app(q{SELECT key_state(26, 'on-worker')}), 'done', 'its key is stored');
+is(withdrawals(26), '1', 'and the handler ran once');
+
+# A delegated request that reaches a tenant on the other worker is refused
+# by Citus, and nothing of it stays.
+my $far_tenant = $coordinator->safe_psql('postgres', q{
+SELECT t FROM generate_series(28, 40) AS t
+ WHERE (SELECT nodeport FROM citus_shards WHERE shardid = get_shard_id_for_distribution_column('accounts', t))
+    <> (SELECT nodeport FROM citus_shards WHERE shardid = get_shard_id_for_distribution_column('accounts', 27))
+ LIMIT 1});
+$coordinator->safe_psql('postgres', qq{
+CREATE FUNCTION transfer(tenant bigint, key text, other bigint) RETURNS jsonb
+LANGUAGE plpgsql AS \$\$
+BEGIN
+  RETURN idempotency.tenant_call(tenant, key, NULL,
+    'SELECT withdraw(\$1, 1, 0) || withdraw(\$2, 1, 0)', tenant, other);
+END \$\$;
+SELECT create_distributed_function('transfer(bigint,text,bigint)', 'tenant',
+  colocate_with => 'idempotency.tenant_keys', force_delegation => true);
+GRANT EXECUTE ON FUNCTION transfer(bigint,text,bigint) TO app;
+});
+my ($transfer_rc) = $coordinator->psql('postgres', "SELECT transfer(27, 'across', $far_tenant)",
+	extra_params => [ '-U', 'app' ]);
+isnt($transfer_rc, 0, 'a delegated request that needs another worker fails');
+is(withdrawals(27) . withdrawals($far_tenant) . as_app(q{SELECT key_state(27, 'across')}),
+	'00absent', 'and leaves no withdrawal and no key');
+
 # --- a shard move while callers run ---------------------------------------------
 # Callers: 4 clients, keys mv-1 .. mv-5000 picked at random (some are
 # retries), the tenant derived from the key. Two clients may send one key at
@@ -408,6 +450,10 @@ SELECT count(*) FROM idempotency.tenant_keys WHERE tenant BETWEEN 9 AND 20}),
 my $again = as_app(join '', map { "SELECT pay($_->[0], '$_->[1]', 1, 0.1);\n" } @acknowledged);
 is($again, join("\n", map { $_->[2] } @acknowledged),
 	'every acknowledged key replays the response its client got');
+
+# The key table depends on the extension's type.
+is(sqlstate_of($coordinator, 'DROP EXTENSION idempotency'), '2BP01',
+	'DROP EXTENSION is refused while idempotency.tenant_keys exists');
 
 $coordinator->stop;
 $_->stop for @workers;

@@ -77,7 +77,11 @@ public:
       if (kept.plan != nullptr)
         SPI_freeplan(kept.plan);
       kept.plan = nullptr;
-      SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
+      // A generic plan: Citus then keeps the local plan of the shard query
+      // with it, instead of deparsing, parsing and planning the shard query
+      // again on every execution (as it does for a custom plan).
+      SPIPlanPtr plan =
+          SPI_prepare_cursor(sql, nargs, types, CURSOR_OPT_GENERIC_PLAN);
       if (plan == nullptr)
         elog(ERROR, "idempotency.tenant_keys: preparing failed: %s",
              SPI_result_code_string(SPI_result));
