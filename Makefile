@@ -29,6 +29,11 @@ PG_CXXFLAGS = $(IDEMPOTENCY_CXXFLAGS) \
 	-isystem $(shell $(PG_CONFIG) --includedir-server) -I$(srcdir)/src
 SHLIB_LINK += -lstdc++
 
+# Rebuild every object whose headers changed (.deps/*.Po, written by the
+# compiler): a struct changed in a header must not leave objects built with
+# its old layout. Object basenames are unique across src/*/.
+override autodepend = yes
+
 # No LLVM bitcode for the JIT: the extension's functions are not inlinable
 # expressions, and the bitcode step would need clang.
 override with_llvm = no

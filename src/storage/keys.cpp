@@ -250,7 +250,7 @@ KeyTable key_table() {
   if (!cache.relid_known)
     remember_relid(keys_table_oid());
   refuse_citus_table();
-  return KeyTable{cache.relid, false};
+  return KeyTable{cache.relid, false, InvalidOid};
 }
 
 citus::TableKind key_table_citus_kind() {

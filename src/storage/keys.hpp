@@ -23,6 +23,7 @@ namespace idempotency::storage {
 struct KeyTable {
   Oid relid;
   bool tenant;
+  Oid local_shard; // tenant: the tenant's shard of the table on this node
 };
 static_assert(std::is_trivially_destructible_v<KeyTable>);
 

@@ -38,7 +38,6 @@ struct KeptPlan {
 static_assert(std::is_trivially_destructible_v<KeptPlan>);
 
 KeptPlan locality_plan;
-KeptPlan probe_plan;
 KeptPlan insert_plan;
 
 class OwnerSpi {
@@ -145,26 +144,54 @@ void check_tenant_type(Oid relid, const KeyRef &key) {
                    format_type_be(column_type))));
 }
 
-// Whether the shard of idempotency.tenant_keys that holds `key`'s tenant
-// has its placement on this node (Citus's local group). Read with a new
-// snapshot (not read-only): a move that committed since the calling
-// statement began must be seen, as Citus's own routing sees it.
-bool tenant_is_local(OwnerSpi &spi, const KeyRef &key) {
+// The shard of idempotency.tenant_keys that holds `key`'s tenant, when its
+// placement is on this node (Citus's local group): its relation here, or
+// InvalidOid. Read with a new snapshot (not read-only): a move that
+// committed since the calling statement began must be seen, as Citus's own
+// routing sees it.
+Oid local_shard(OwnerSpi &spi, const KeyRef &key) {
   Oid types[1] = {key.tenant_type};
   Datum values[1] = {key.tenant};
-  spi.run_kept(
-      locality_plan,
-      "SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_placement AS p"
-      " WHERE p.shardid OPERATOR(pg_catalog.=)"
-      "   pg_catalog.get_shard_id_for_distribution_column("
-      "     'idempotency.tenant_keys'::pg_catalog.regclass, $1)"
-      "   AND p.groupid OPERATOR(pg_catalog.=)"
-      "   (SELECT g.groupid FROM pg_catalog.pg_dist_local_group AS g)",
-      1, types, values, nullptr, false, SPI_OK_SELECT);
+  spi.run_kept(locality_plan,
+               "SELECT pg_catalog.to_regclass(pg_catalog.shard_name("
+               "   'idempotency.tenant_keys'::pg_catalog.regclass, p.shardid))"
+               " FROM pg_catalog.pg_dist_placement AS p"
+               " WHERE p.shardid OPERATOR(pg_catalog.=)"
+               "   pg_catalog.get_shard_id_for_distribution_column("
+               "     'idempotency.tenant_keys'::pg_catalog.regclass, $1)"
+               "   AND p.groupid OPERATOR(pg_catalog.=)"
+               "   (SELECT g.groupid FROM pg_catalog.pg_dist_local_group AS g)",
+               1, types, values, nullptr, false, SPI_OK_SELECT);
+  if (SPI_processed == 0)
+    return InvalidOid;
   bool is_null = false;
-  int64 placements = DatumGetInt64(
-      SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null));
-  return placements > 0;
+  Datum shard =
+      SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null);
+  return is_null ? InvalidOid : DatumGetObjectId(shard);
+}
+
+// Kept plans of the probe, one per local shard relation (a node holds a few
+// dozen shards of the table); when all slots are taken, the next shard
+// takes a slot over in turn.
+constexpr int probe_plan_slots = 64;
+struct ShardPlan {
+  Oid shard;
+  KeptPlan kept;
+};
+static_assert(std::is_trivially_destructible_v<ShardPlan>);
+ShardPlan probe_plans[probe_plan_slots];
+int next_probe_slot = 0;
+
+KeptPlan &probe_plan_for(Oid shard) {
+  for (ShardPlan &slot : probe_plans)
+    if (slot.shard == shard)
+      return slot.kept;
+  ShardPlan &slot = probe_plans[next_probe_slot];
+  next_probe_slot = (next_probe_slot + 1) % probe_plan_slots;
+  if (slot.kept.plan != nullptr)
+    SPI_freeplan(slot.kept.plan);
+  slot = ShardPlan{shard, KeptPlan{InvalidOid, nullptr}};
+  return slot.kept;
 }
 
 const char *tenant_text(const KeyRef &key) {
@@ -228,26 +255,35 @@ KeyTable table_for(const KeyRef &key) {
              errhint("Create it with idempotency.distribute_keys().")));
   check_tenant_type(relid, key);
   OwnerSpi spi(table_owner(relid));
-  bool local = tenant_is_local(spi, key);
+  Oid shard = local_shard(spi, key);
   spi.finish();
-  if (!local)
+  if (!OidIsValid(shard))
     report_not_local(key);
-  return KeyTable{relid, true};
+  return KeyTable{relid, true, shard};
 }
 
 KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
   Oid types[identity_args];
   Datum values[identity_args];
   set_identity(key, types, values);
-  char sql[512];
+  // The tenant's shard on this node is read directly, as a local table:
+  // through Citus, the same lookup costs several times as much (it plans
+  // the shard query anew on every call). Only reads take this way; every
+  // write goes through Citus, which blocks writes to a shard it is moving.
+  // A move that ends after table_for() checked the placement leaves the
+  // shard readable here, unchanged, until its writes resume on the new node.
+  char sql[640];
   snprintf(sql, sizeof sql,
            "SELECT k.key, k.request_hash, k.response, k.created_at,"
-           " k.expires_at FROM idempotency.tenant_keys AS k WHERE %s",
+           " k.expires_at FROM %s AS k WHERE %s",
+           quote_qualified_identifier(
+               get_namespace_name(get_rel_namespace(table.local_shard)),
+               get_rel_name(table.local_shard)),
            identity_filter);
 
   OwnerSpi spi(table_owner(table.relid));
-  spi.run_kept(probe_plan, sql, identity_args, types, values, nullptr, false,
-               SPI_OK_SELECT);
+  spi.run_kept(probe_plan_for(table.local_shard), sql, identity_args, types,
+               values, nullptr, false, SPI_OK_SELECT);
   KeyProbe result{};
   result.state = KeyState::absent;
   result.response_is_null = true;
@@ -324,7 +360,7 @@ StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
   // A shard move that finished while fn ran sends the key, from here on,
   // to the tenant's new node, through another connection than fn's writes:
   // the request must run again there.
-  if (!tenant_is_local(spi, key))
+  if (!OidIsValid(local_shard(spi, key)))
     report_moved(key);
 
   const char *insert =
