@@ -193,14 +193,22 @@ my (undef, undef, $err) = $coordinator->psql('postgres', q{SELECT pay(1, 'order-
 like($err, qr/IK422/, 'the same key with another amount is IK422, through the coordinator');
 
 my $holder = $coordinator->background_psql('postgres', extra_params => [ '-U', 'app' ]);
-$holder->query_until(qr/started/, qq{\\echo started\nSELECT pay(24, 'slow', 7, 3);\n});
-usleep(1_000_000);
-(undef, undef, $err) = $coordinator->psql('postgres', q{SELECT pay(24, 'slow', 7, 3)},
+$holder->query_until(qr/started/, qq{\\echo started\nSELECT pay(24, 'slow', 7, 5);\n});
+# Wait until the first request holds the key (a loaded machine may take
+# a while to start it).
+my $held = 0;
+for (1 .. 100)
+{
+	last if $held = as_app(q{SELECT key_state(24, 'slow')}) eq 'in_progress';
+	usleep(50_000);
+}
+ok($held, 'the first request holds the key');
+(undef, undef, $err) = $coordinator->psql('postgres', q{SELECT pay(24, 'slow', 7, 5)},
 	extra_params => [ '-U', 'app', '-v', 'VERBOSITY=verbose' ]);
 like($err, qr/IK409/, 'a duplicate while the first runs is IK409');
 is(as_app(q{SELECT key_state(24, 'slow')}), 'in_progress', 'lookup shows it in progress');
 $holder->quit;
-is(as_app(q{SELECT pay(24, 'slow', 7, 3)}), '{"tenant": 24, "balance": 99993}',
+is(as_app(q{SELECT pay(24, 'slow', 7, 5)}), '{"tenant": 24, "balance": 99993}',
 	'after the first commits, the duplicate replays');
 is(withdrawals(24), '1', 'the slow withdrawal ran once');
 
