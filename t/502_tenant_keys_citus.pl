@@ -10,13 +10,17 @@
 #   one key text under two tenants, or two roles, is two keys.
 # - Callers cannot read or write the table on any node; a tenant's keys are
 #   refused outside the node that holds them (0A000).
-# - The application API (tenant_claim/tenant_complete) in a delegated handler.
+# - The application API (tenant_claim/tenant_complete) in a delegated handler
+#   and in a session on the tenant's worker; a delegated request that needs
+#   another worker is refused and leaves nothing.
 # - A shard move (citus_move_shard_placement) while callers run: keys move
 #   with their tenant and replay, nothing ran twice.
 # - Expiry through the coordinator deletes expired tenant keys on every shard,
 #   also after the move; workers leave them alone; stats counts them.
 # - kill -9 of a worker's backend and of the coordinator's during calls that
 #   clients retry: every key ran once, every acknowledged response replays.
+# - A worker crash right after a request's commit record: the retry replays.
+# - DROP EXTENSION is refused while the key table exists.
 #
 # Needs Citus; without it the file says so and is skipped. CITUS_TEST_PORT,
 # when set, is the first of six TCP ports (this file uses the last three).
@@ -277,7 +281,7 @@ is(withdrawals(26), '1', 'and the handler ran once');
 # A delegated request that reaches a tenant on the other worker is refused
 # by Citus, and nothing of it stays.
 my $far_tenant = $coordinator->safe_psql('postgres', q{
-SELECT t FROM generate_series(28, 40) AS t
+SELECT t FROM generate_series(28, 35) AS t
  WHERE (SELECT nodeport FROM citus_shards WHERE shardid = get_shard_id_for_distribution_column('accounts', t))
     <> (SELECT nodeport FROM citus_shards WHERE shardid = get_shard_id_for_distribution_column('accounts', 27))
  LIMIT 1});
@@ -458,6 +462,59 @@ SELECT count(*) FROM idempotency.tenant_keys WHERE tenant BETWEEN 9 AND 20}),
 my $again = as_app(join '', map { "SELECT pay($_->[0], '$_->[1]', 1, 0.1);\n" } @acknowledged);
 is($again, join("\n", map { $_->[2] } @acknowledged),
 	'every acknowledged key replays the response its client got');
+
+# --- a worker crash at the commit boundary ---------------------------------------
+# The worker has written the request's commit record and waits to
+# acknowledge it (for a synchronous standby that never connects, for this
+# role only) when its backend is killed. The client never heard back; the
+# withdrawal and its key committed together, so the retry replays.
+$coordinator->safe_psql('postgres', q{
+CREATE ROLE slow_committer LOGIN;
+GRANT SELECT, UPDATE ON accounts TO slow_committer});
+for my $worker (@workers)
+{
+	$worker->safe_psql('postgres', q{
+SET citus.enable_ddl_propagation = off;
+ALTER ROLE slow_committer SET synchronous_commit = on;
+ALTER SYSTEM SET synchronous_commit = local;
+ALTER SYSTEM SET synchronous_standby_names = 'never_connects';
+SELECT pg_reload_conf()});
+}
+my $edge_tenant = 39;
+my ($edge_worker) = grep {
+	$_->port == $coordinator->safe_psql('postgres',
+		"SELECT nodeport FROM citus_shards WHERE shardid = get_shard_id_for_distribution_column('accounts', $edge_tenant)")
+} @workers;
+my $committer = $coordinator->background_psql('postgres',
+	extra_params => [ '-U', 'slow_committer' ], on_error_stop => 0);
+$committer->query_until(qr/started/,
+	qq{\\echo started\nSELECT pay($edge_tenant, 'commit-edge', 9);\n});
+my $waiting = '';
+for (1 .. 200)
+{
+	$waiting = $edge_worker->safe_psql('postgres', q{
+SELECT pid FROM pg_stat_activity WHERE usename = 'slow_committer' AND wait_event = 'SyncRep'});
+	last if $waiting;
+	usleep(50_000);
+}
+ok($waiting, "the request's commit record is written, its acknowledgement waits");
+kill 'KILL', $waiting if $waiting;
+ok($edge_worker->poll_query_until('postgres', 'SELECT true'), 'the worker is back');
+$committer->quit;
+for my $worker (@workers)
+{
+	$worker->safe_psql('postgres', q{
+ALTER SYSTEM RESET synchronous_standby_names;
+ALTER SYSTEM RESET synchronous_commit;
+SELECT pg_reload_conf()});
+}
+is(withdrawals($edge_tenant), '1', 'the withdrawal committed before the crash');
+is(as_app(qq{SELECT key_state($edge_tenant, 'commit-edge')}, 'slow_committer'), 'done',
+	'and its key with it');
+is( as_app(qq{SELECT pay($edge_tenant, 'commit-edge', 9)}, 'slow_committer'),
+	'{"tenant": 39, "balance": 99991}',
+	'the retry replays the response the client never got');
+is(withdrawals($edge_tenant), '1', 'and withdraws nothing');
 
 # The key table depends on the extension's type.
 is(sqlstate_of($coordinator, 'DROP EXTENSION idempotency'), '2BP01',
