@@ -37,11 +37,8 @@ use FindBin;
 use lib $FindBin::RealBin;
 use IdempotencyTest;
 
-my $pkglibdir = `pg_config --pkglibdir`;
-chomp $pkglibdir;
-plan skip_all => "Citus is not installed ($pkglibdir/citus.so is missing); "
-  . 'docs/scale-out.md says how to get it'
-  unless -f "$pkglibdir/citus.so";
+my $missing = citus_missing();
+plan skip_all => $missing if $missing;
 
 my $port_base = $ENV{CITUS_TEST_PORT};
 my $coordinator = citus_node('coordinator', defined $port_base ? $port_base + 3 : undef,

@@ -10,7 +10,7 @@ use PostgreSQL::Test::Cluster;
 
 our @EXPORT =
   qw(preloaded_node sqlstate_of runs_of work_call_sql expire_keys_sql
-  wait_until_serving psql_or_undef citus_node);
+  wait_until_serving psql_or_undef citus_missing citus_node);
 
 # A started node with shared_preload_libraries = 'idempotency', plus the
 # postgresql.conf lines in `conf` and the init options in `init`.
@@ -90,6 +90,17 @@ sub psql_or_undef
 	my ($node, $sql) = @_;
 	my @result = eval { $node->psql('postgres', $sql) };
 	return @result;
+}
+
+# Why the Citus tests cannot run here (Citus is not installed into the
+# PostgreSQL under test), or '' when they can.
+sub citus_missing
+{
+	my $pkglibdir = `pg_config --pkglibdir`;
+	chomp $pkglibdir;
+	return '' if -f "$pkglibdir/citus.so";
+	return "Citus is not installed ($pkglibdir/citus.so is missing); "
+	  . 'docs/scale-out.md says how to get it';
 }
 
 # A started Citus node with the extension preloaded, reachable over TCP on
