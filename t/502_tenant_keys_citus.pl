@@ -499,13 +499,17 @@ for my $victim ($workers[1], $coordinator)
 open my $stop, '>', "$results/stop" or die;
 close $stop;
 waitpid($_, 0) for @clients;
-my @acknowledged;
+my (@acknowledged, @unanswered);
 for my $client (1 .. 3)
 {
 	open my $in, '<', "$results/$client" or die;
-	push @acknowledged, map { chomp; [ split /\|/, $_, 3 ] } <$in>;
+	for my $line (<$in>)
+	{
+		chomp $line;
+		my $call = [ split /\|/, $line, 3 ];
+		push @{ $call->[0] eq 'unanswered' ? \@unanswered : \@acknowledged }, $call;
+	}
 }
-my @unanswered = grep { $_->[0] eq 'unanswered' } @acknowledged;
 is(scalar @unanswered, 0, 'every storm call was answered in the end');
 cmp_ok(scalar @acknowledged, '>=', 30, 'the storm answered at least 30 keys');
 note scalar(@acknowledged) . ' storm keys';
