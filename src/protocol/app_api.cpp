@@ -20,11 +20,7 @@ constexpr int arg_response = 1;
 // A key this transaction claimed through claim(), until the transaction
 // ends or the claim is released. Lives in TopTransactionContext.
 struct HeldKey {
-  Oid scope;
-  text *key;
-  bool has_tenant;
-  Oid tenant_type;
-  Datum tenant;
+  storage::KeyRef key; // a copy, in TopTransactionContext
   bytea *fingerprint;
   Claim claim; // owned by the transaction's resource owner
   Interval ttl;
@@ -42,29 +38,39 @@ struct HeldKey {
 
 HeldKey *held_keys = nullptr; // this transaction's, newest first
 
-bool same_tenant(const HeldKey &held, const storage::KeyRef &key) {
-  if (held.has_tenant != key.has_tenant)
-    return false;
-  if (!held.has_tenant)
-    return true;
-  if (held.tenant_type != key.tenant_type)
-    return false;
+// The tenant's byte layout, for copying and comparing it as a Datum.
+struct TypeLayout {
   int16 length;
   bool by_value;
-  get_typlenbyval(key.tenant_type, &length, &by_value);
-  return datumIsEqual(held.tenant, key.tenant, by_value, length);
+};
+
+TypeLayout tenant_layout(const storage::KeyRef &key) {
+  TypeLayout layout{};
+  get_typlenbyval(key.tenant_type, &layout.length, &layout.by_value);
+  return layout;
 }
 
-bool same_key(const HeldKey &held, const storage::KeyRef &key) {
-  return held.scope == key.scope && same_tenant(held, key) &&
-         VARSIZE_ANY_EXHDR(held.key) == VARSIZE_ANY_EXHDR(key.key) &&
-         memcmp(VARDATA_ANY(held.key), VARDATA_ANY(key.key),
-                VARSIZE_ANY_EXHDR(key.key)) == 0;
+bool same_tenant(const storage::KeyRef &a, const storage::KeyRef &b) {
+  if (a.has_tenant != b.has_tenant)
+    return false;
+  if (!a.has_tenant)
+    return true;
+  if (a.tenant_type != b.tenant_type)
+    return false;
+  TypeLayout layout = tenant_layout(a);
+  return datumIsEqual(a.tenant, b.tenant, layout.by_value, layout.length);
+}
+
+bool same_key(const storage::KeyRef &a, const storage::KeyRef &b) {
+  return a.scope == b.scope && same_tenant(a, b) &&
+         VARSIZE_ANY_EXHDR(a.key) == VARSIZE_ANY_EXHDR(b.key) &&
+         memcmp(VARDATA_ANY(a.key), VARDATA_ANY(b.key),
+                VARSIZE_ANY_EXHDR(b.key)) == 0;
 }
 
 HeldKey *find_held(const storage::KeyRef &key) {
   for (HeldKey *held = held_keys; held != nullptr; held = held->next)
-    if (same_key(*held, key))
+    if (same_key(held->key, key))
       return held;
   return nullptr;
 }
@@ -83,20 +89,23 @@ text *copy_text(const text *value) {
   return copy;
 }
 
+// `key` with its values copied into the current memory context.
+storage::KeyRef copy_key(const storage::KeyRef &key) {
+  storage::KeyRef copy = key;
+  copy.key = copy_text(key.key);
+  copy.digest = copy_text(key.digest);
+  if (key.has_tenant) {
+    TypeLayout layout = tenant_layout(key);
+    copy.tenant = datumCopy(key.tenant, layout.by_value, layout.length);
+  }
+  return copy;
+}
+
 void hold(const storage::KeyRef &key, bytea *fingerprint,
           const TakenKey &taken) {
   MemoryContext caller = MemoryContextSwitchTo(TopTransactionContext);
   auto *held = static_cast<HeldKey *>(palloc0(sizeof(HeldKey)));
-  held->scope = key.scope;
-  held->key = copy_text(key.key);
-  held->has_tenant = key.has_tenant;
-  held->tenant_type = key.tenant_type;
-  if (key.has_tenant) {
-    int16 length;
-    bool by_value;
-    get_typlenbyval(key.tenant_type, &length, &by_value);
-    held->tenant = datumCopy(key.tenant, by_value, length);
-  }
+  held->key = copy_key(key);
   held->fingerprint = copy_text(fingerprint);
   held->claim = taken.claim;
   held->ttl = settings::ttl();
@@ -163,7 +172,7 @@ void check_no_unfinished_claims(const char *ending) {
   for (HeldKey *held = held_keys; held != nullptr; held = held->next) {
     if (held->completed)
       continue;
-    const char *shown = key_for_message(held->key);
+    const char *shown = key_for_message(held->key.key);
     ereport(ERROR,
             (errcode(ERRCODE_INVALID_TRANSACTION_STATE),
              errmsg("cannot %s a transaction that holds idempotency key "

@@ -250,7 +250,7 @@ KeyTable key_table() {
   if (!cache.relid_known)
     remember_relid(keys_table_oid());
   refuse_citus_table();
-  return KeyTable{cache.relid, false, InvalidOid};
+  return KeyTable{cache.relid, InvalidOid, InvalidOid};
 }
 
 citus::TableKind key_table_citus_kind() {
@@ -395,10 +395,10 @@ KeyTable table_for(const KeyRef &key) {
   return key.has_tenant ? tenant_keys::table_for(key) : key_table();
 }
 
-bool row_shows_in_progress(const KeyTable &table) { return !table.tenant; }
+bool row_shows_in_progress(const KeyTable &table) { return !table.tenant(); }
 
 KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
-  if (table.tenant)
+  if (table.tenant())
     return tenant_keys::probe(table, key, now);
   Relation rel = table_open(table.relid, AccessShareLock);
   KeyColumns columns = key_columns(rel);
@@ -667,7 +667,7 @@ TimestampTz timestamp_in(TupleTableSlot *slot, AttrNumber attnum) {
 StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
                 Datum response, bool response_is_null, const Interval &ttl,
                 const ItemPointerData *expired_row) {
-  if (table.tenant)
+  if (table.tenant())
     return tenant_keys::store(table, key, request_hash, response,
                               response_is_null, ttl, expired_row != nullptr);
   // fn may have dropped the extension (the drop rolls back with the error).
@@ -700,7 +700,7 @@ StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
 }
 
 bool remove(const KeyTable &table, const KeyRef &key, const KeyProbe &stored) {
-  if (table.tenant)
+  if (table.tenant())
     return tenant_keys::remove(table, key);
   ItemPointerData row = stored.row;
   Relation rel = table_open(table.relid, RowExclusiveLock);

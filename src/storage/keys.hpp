@@ -18,12 +18,16 @@
 namespace idempotency::storage {
 
 // The key table of a call: idempotency.keys of the current database, or
-// (tenant = true) idempotency.tenant_keys, the key table Citus distributes
-// with the tenants' data (storage/tenant_keys.hpp). Looked up once per call.
+// idempotency.tenant_keys, the key table Citus distributes with the tenants'
+// data (storage/tenant_keys.hpp). Looked up once per call.
 struct KeyTable {
   Oid relid;
-  bool tenant;
-  Oid local_shard; // tenant: the tenant's shard of the table on this node
+  // Tenant keys only (InvalidOid otherwise): the tenant's shard of the
+  // table on this node, and the table's owner, who reads and writes it.
+  Oid local_shard;
+  Oid owner;
+
+  bool tenant() const { return OidIsValid(local_shard); }
 };
 static_assert(std::is_trivially_destructible_v<KeyTable>);
 

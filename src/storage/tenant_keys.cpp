@@ -40,6 +40,12 @@ static_assert(std::is_trivially_destructible_v<KeptPlan>);
 KeptPlan locality_plan;
 KeptPlan insert_plan;
 
+// Whether `kept` is to be prepared (again) before it runs for a tenant of
+// type `tenant_type`.
+bool needs_preparing(const KeptPlan &kept, Oid tenant_type) {
+  return kept.plan == nullptr || kept.tenant_type != tenant_type;
+}
+
 class OwnerSpi {
 public:
   explicit OwnerSpi(Oid owner) {
@@ -72,7 +78,7 @@ public:
   // made for another tenant type is made again.
   int run_kept(KeptPlan &kept, const char *sql, int nargs, Oid *types,
                Datum *values, const char *nulls, bool read_only, int expected) {
-    if (kept.plan == nullptr || kept.tenant_type != types[0]) {
+    if (needs_preparing(kept, types[0])) {
       if (kept.plan != nullptr)
         SPI_freeplan(kept.plan);
       kept.plan = nullptr;
@@ -183,9 +189,17 @@ ShardPlan probe_plans[probe_plan_slots];
 int next_probe_slot = 0;
 
 KeptPlan &probe_plan_for(Oid shard) {
-  for (ShardPlan &slot : probe_plans)
-    if (slot.shard == shard)
-      return slot.kept;
+  for (ShardPlan &slot : probe_plans) {
+    if (slot.shard != shard)
+      continue;
+    // Names the shard it was made for: once that shard is dropped (moved
+    // away), its OID may come back as another shard's. Made again by name.
+    if (slot.kept.plan != nullptr && !SPI_plan_is_valid(slot.kept.plan)) {
+      SPI_freeplan(slot.kept.plan);
+      slot.kept.plan = nullptr;
+    }
+    return slot.kept;
+  }
   ShardPlan &slot = probe_plans[next_probe_slot];
   next_probe_slot = (next_probe_slot + 1) % probe_plan_slots;
   if (slot.kept.plan != nullptr)
@@ -254,12 +268,13 @@ KeyTable table_for(const KeyRef &key) {
              errmsg("idempotency.tenant_keys is not a Citus distributed table"),
              errhint("Create it with idempotency.distribute_keys().")));
   check_tenant_type(relid, key);
-  OwnerSpi spi(table_owner(relid));
+  Oid owner = table_owner(relid);
+  OwnerSpi spi(owner);
   Oid shard = local_shard(spi, key);
   spi.finish();
   if (!OidIsValid(shard))
     report_not_local(key);
-  return KeyTable{relid, true, shard};
+  return KeyTable{relid, shard, owner};
 }
 
 KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
@@ -272,18 +287,20 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
   // write goes through Citus, which blocks writes to a shard it is moving.
   // A move that ends after table_for() checked the placement leaves the
   // shard readable here, unchanged, until its writes resume on the new node.
-  char sql[640];
-  snprintf(sql, sizeof sql,
-           "SELECT k.key, k.request_hash, k.response, k.created_at,"
-           " k.expires_at FROM %s AS k WHERE %s",
-           quote_qualified_identifier(
-               get_namespace_name(get_rel_namespace(table.local_shard)),
-               get_rel_name(table.local_shard)),
-           identity_filter);
+  KeptPlan &kept = probe_plan_for(table.local_shard);
+  char sql[640] = "";
+  if (needs_preparing(kept, key.tenant_type))
+    snprintf(sql, sizeof sql,
+             "SELECT k.key, k.request_hash, k.response, k.created_at,"
+             " k.expires_at FROM %s AS k WHERE %s",
+             quote_qualified_identifier(
+                 get_namespace_name(get_rel_namespace(table.local_shard)),
+                 get_rel_name(table.local_shard)),
+             identity_filter);
 
-  OwnerSpi spi(table_owner(table.relid));
-  spi.run_kept(probe_plan_for(table.local_shard), sql, identity_args, types,
-               values, nullptr, false, SPI_OK_SELECT);
+  OwnerSpi spi(table.owner);
+  spi.run_kept(kept, sql, identity_args, types, values, nullptr, false,
+               SPI_OK_SELECT);
   KeyProbe result{};
   result.state = KeyState::absent;
   result.response_is_null = true;
@@ -344,7 +361,7 @@ StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
   types[7] = TIMESTAMPTZOID;
   values[7] = TimestampTzGetDatum(expires_at);
 
-  OwnerSpi spi(table_owner(table.relid));
+  OwnerSpi spi(table.owner);
   if (replaces_expired_row) {
     char sql[512];
     snprintf(sql, sizeof sql,
@@ -412,7 +429,7 @@ bool remove(const KeyTable &table, const KeyRef &key) {
            "DELETE FROM idempotency.tenant_keys AS k WHERE %s"
            " AND k.key OPERATOR(pg_catalog.=) $4",
            identity_filter);
-  OwnerSpi spi(table_owner(table.relid));
+  OwnerSpi spi(table.owner);
   spi.run(sql, identity_args + 1, types, values, nullptr, false, SPI_OK_DELETE);
   bool removed = SPI_processed > 0;
   spi.finish();
