@@ -13,6 +13,8 @@
 # - The application API (tenant_claim/tenant_complete) in a delegated handler
 #   and in a session on the tenant's worker; a delegated request that needs
 #   another worker is refused and leaves nothing.
+# - ALTER TABLE (a column added and dropped, a CHECK constraint) and REINDEX
+#   CONCURRENTLY of the key table between the calls of one session.
 # - A shard move (citus_move_shard_placement) while callers run: keys move
 #   with their tenant and replay, nothing ran twice.
 # - Expiry through the coordinator deletes expired tenant keys on every shard,
@@ -300,6 +302,34 @@ my ($transfer_rc) = $coordinator->psql('postgres', "SELECT transfer(27, 'across'
 isnt($transfer_rc, 0, 'a delegated request that needs another worker fails');
 is(withdrawals(27) . withdrawals($far_tenant) . as_app(q{SELECT key_state(27, 'across')}),
 	'00absent', 'and leaves no withdrawal and no key');
+
+# --- a DBA's maintenance ------------------------------------------------------
+# One session (and Citus's connection from it to the tenant's worker, where
+# the calls keep their plans) goes on calling while a superuser changes the
+# table on every shard between its calls: stored keys replay, new keys are
+# stored, each once.
+my $dba_tenant = 36;
+my $session = $coordinator->background_psql('postgres', extra_params => [ '-U', 'app' ]);
+my $stored = $session->query_safe(qq{SELECT pay($dba_tenant, 'dba-0', 3)});
+my $new_keys = 0;
+for my $ddl (
+	'ALTER TABLE idempotency.tenant_keys ADD COLUMN note int NOT NULL DEFAULT 7',
+	'ALTER TABLE idempotency.tenant_keys ADD CONSTRAINT expires_after_creation CHECK (expires_at > created_at)',
+	'REINDEX TABLE CONCURRENTLY idempotency.tenant_keys',
+	'ALTER TABLE idempotency.tenant_keys DROP COLUMN note')
+{
+	$coordinator->safe_psql('postgres', $ddl);
+	is($session->query_safe(qq{SELECT pay($dba_tenant, 'dba-0', 3)}), $stored,
+		"after $ddl, a stored key replays in a session that called before");
+	$new_keys++;
+	like($session->query_safe(qq{SELECT pay($dba_tenant, 'dba-$new_keys', 3)}),
+		qr/"balance"/, '... and a new key is stored');
+}
+$session->quit;
+is(withdrawals($dba_tenant), 1 + $new_keys, 'each key of the session ran once');
+is( $coordinator->safe_psql('postgres',
+		"SELECT count(*) FROM idempotency.tenant_keys WHERE tenant = $dba_tenant"),
+	1 + $new_keys, 'and is stored');
 
 # --- a shard move while callers run ---------------------------------------------
 # Callers: 4 clients, keys mv-1 .. mv-5000 picked at random (some are
