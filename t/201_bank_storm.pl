@@ -379,11 +379,10 @@ sub inject_faults
 		{
 			my ($rc, $pid) = psql_or_undef($node, $victims);
 			next if !defined $rc || $rc != 0 || $pid eq '';
-			# kill answers how many processes it signalled.
-			$injected{kill9}++ if kill('KILL', $pid) == 1;
+			# Counted when it crashed the server; returns once the server
+			# is back, before the next fault.
+			$injected{kill9}++ if crash_backend($node, $pid);
 			$next_kill9 = time + $storm_seconds / ($max_kill9 + 1);
-			# Wait out the crash restart before the next fault.
-			wait_until_serving($node);
 			next;
 		}
 		# Chosen and signalled in one statement: a backend chosen by one

@@ -300,9 +300,8 @@ sub storm_from_outside
 		{
 			my ($rc, $pid) = psql_or_undef($node, $victims);
 			next if !defined $rc || $rc != 0 || $pid eq '';
-			# kill answers how many processes it signalled.
-			$count{kill9}++ if kill('KILL', $pid) == 1;
-			wait_until_serving($node);
+			# Counted when it crashed the server; returns once it is back.
+			$count{kill9}++ if crash_backend($node, $pid);
 			next;
 		}
 		# Chosen and signalled in one statement: a backend chosen by one

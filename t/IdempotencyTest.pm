@@ -10,7 +10,7 @@ use PostgreSQL::Test::Cluster;
 
 our @EXPORT =
   qw(preloaded_node sqlstate_of runs_of work_call_sql expire_keys_sql
-  wait_until_serving psql_or_undef citus_missing citus_node);
+  wait_until_serving crash_backend psql_or_undef citus_missing citus_node);
 
 # A started node with shared_preload_libraries = 'idempotency', plus the
 # postgresql.conf lines in `conf` and the init options in `init`.
@@ -80,6 +80,29 @@ sub wait_until_serving
 		select(undef, undef, undef, 0.2);
 	}
 	die 'the server did not come back after a crash restart';
+}
+
+# SIGKILL to backend `pid` of `node`; true when it crashed the server: the
+# log shows that backend killed (a backend that had just exited takes the
+# signal as a zombie, and nothing happens). Returns once the server serves
+# again.
+sub crash_backend
+{
+	my ($node, $pid) = @_;
+	my $offset = -s $node->logfile;
+	my $crashed = 0;
+	if (kill('KILL', $pid) == 1)
+	{
+		my $killed = qr/server process \(PID $pid\) was terminated by signal 9/;
+		for (1 .. 50)
+		{
+			$crashed = $node->log_contains($killed, $offset);
+			last if $crashed;
+			select(undef, undef, undef, 0.1);
+		}
+	}
+	wait_until_serving($node);
+	return $crashed;
 }
 
 # $node->psql's (rc, stdout), or an empty list when psql could not even be
