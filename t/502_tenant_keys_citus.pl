@@ -13,8 +13,9 @@
 # - The application API (tenant_claim/tenant_complete) in a delegated handler
 #   and in a session on the tenant's worker; a delegated request that needs
 #   another worker is refused and leaves nothing.
-# - ALTER TABLE (a column added and dropped, a CHECK constraint) and REINDEX
-#   CONCURRENTLY of the key table between the calls of one session.
+# - ALTER TABLE (a column added and dropped, a CHECK constraint), REINDEX
+#   CONCURRENTLY and a BEFORE INSERT trigger (run as the table's owner) on
+#   the key table between the calls of one session.
 # - A shard move (citus_move_shard_placement) while callers run: keys move
 #   with their tenant and replay, nothing ran twice.
 # - Expiry through the coordinator deletes expired tenant keys on every shard,
@@ -325,6 +326,32 @@ for my $ddl (
 	like($session->query_safe(qq{SELECT pay($dba_tenant, 'dba-$new_keys', 3)}),
 		qr/"balance"/, '... and a new key is stored');
 }
+# A trigger a DBA adds (Citus asks for citus.enable_unsafe_triggers) runs
+# in the tenant's shard, as the table's owner, not as the caller.
+$coordinator->safe_psql('postgres', q{
+SET citus.enable_unsafe_triggers = on;
+ALTER TABLE idempotency.tenant_keys ADD COLUMN written_by name;
+CREATE FUNCTION stamp_writer() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  NEW.written_by := current_user;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER stamp_writer BEFORE INSERT ON idempotency.tenant_keys
+  FOR EACH ROW EXECUTE FUNCTION stamp_writer()});
+$new_keys++;
+like($session->query_safe(qq{SELECT pay($dba_tenant, 'dba-$new_keys', 3)}),
+	qr/"balance"/, 'with a BEFORE INSERT trigger on the table, a new key is stored');
+is( $coordinator->safe_psql('postgres', qq{
+SELECT written_by = (SELECT tableowner FROM pg_tables
+                      WHERE schemaname = 'idempotency' AND tablename = 'tenant_keys')
+  FROM idempotency.tenant_keys WHERE key = 'dba-$new_keys'}),
+	't', "the trigger ran as the table's owner");
+$coordinator->safe_psql('postgres', q{
+SET citus.enable_unsafe_triggers = on;
+DROP TRIGGER stamp_writer ON idempotency.tenant_keys;
+ALTER TABLE idempotency.tenant_keys DROP COLUMN written_by});
+is($session->query_safe(qq{SELECT pay($dba_tenant, 'dba-0', 3)}), $stored,
+	'and stored keys replay after it is gone');
 $session->quit;
 is(withdrawals($dba_tenant), 1 + $new_keys, 'each key of the session ran once');
 is( $coordinator->safe_psql('postgres',
@@ -484,6 +511,19 @@ SELECT pid FROM pg_stat_activity WHERE usename = 'app' AND state = 'active'
 	return '';
 }
 
+# SIGKILL to a backend of `node` running a client's call, until one crashes
+# the node (a call may end between being found and being killed).
+sub crash_during_a_call
+{
+	my ($node) = @_;
+	for (1 .. 20)
+	{
+		my $backend = backend_in_a_call($node);
+		return 1 if $backend && crash_backend($node, $backend);
+	}
+	return 0;
+}
+
 # SIGKILL to the postmaster of `node` and every process it started, at
 # once: the postmaster is stopped first, so that it starts nothing new.
 sub power_cut
@@ -509,9 +549,8 @@ sub power_cut
 usleep(2_000_000);
 for my $victim ($workers[0], $coordinator)
 {
-	my $backend = backend_in_a_call($victim);
-	ok($backend && kill('KILL', $backend),
-		'killed a backend of ' . $victim->name . ' during a call');
+	ok(crash_during_a_call($victim),
+		'killed a backend of ' . $victim->name . ' during a call: the node crash-restarted');
 	ok( $victim->poll_query_until('postgres', 'SELECT true'),
 		$victim->name . ' is back after its crash restart');
 	usleep(2_000_000);
