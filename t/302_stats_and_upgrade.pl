@@ -119,7 +119,7 @@ is($node->safe_psql('upgraded_roles', 'SELECT count(*) FROM runs'),
 	'6', 'fn ran once per role and key');
 
 # 0.5 adds tenant keys beside the table and leaves its rows alone.
-$node->safe_psql('upgraded_roles', 'ALTER EXTENSION idempotency UPDATE');
+$node->safe_psql('upgraded_roles', q{ALTER EXTENSION idempotency UPDATE TO '0.5'});
 is( $node->safe_psql('upgraded_roles',
 		q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
 	'0.5', 'ALTER EXTENSION UPDATE reaches 0.5');
