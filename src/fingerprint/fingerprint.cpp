@@ -289,13 +289,31 @@ void RequestFingerprint::finish(Fingerprint &out) noexcept {
   hash_.finish(out);
 }
 
+namespace {
+
+void finish_key_digest(Sha256 &hash,
+                       std::uint8_t (&out)[key_digest_size]) noexcept {
+  std::uint8_t digest[Sha256::digest_size];
+  hash.finish(digest);
+  std::memcpy(out, digest, key_digest_size);
+}
+
+} // namespace
+
 void key_digest(const char *key, std::size_t key_size,
                 std::uint8_t (&out)[key_digest_size]) noexcept {
   Sha256 hash;
   hash.update(key, key_size);
-  std::uint8_t digest[Sha256::digest_size];
-  hash.finish(digest);
-  std::memcpy(out, digest, key_digest_size);
+  finish_key_digest(hash, out);
+}
+
+void unconverted_key_digest(const char *key, std::size_t key_size,
+                            std::uint8_t (&out)[key_digest_size]) noexcept {
+  constexpr std::uint8_t not_utf8 = 0xFF;
+  Sha256 hash;
+  hash.update(&not_utf8, 1);
+  hash.update(key, key_size);
+  finish_key_digest(hash, out);
 }
 
 namespace {

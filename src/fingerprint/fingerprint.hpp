@@ -55,7 +55,9 @@ constexpr std::size_t fingerprint_size = Sha256::digest_size;
 using Fingerprint = std::uint8_t[fingerprint_size];
 
 // A key's digest, the part of the key the primary key holds: the first
-// key_digest_size bytes of SHA-256 over the key's bytes. Eleven bytes keep a
+// key_digest_size bytes of SHA-256 over the key's UTF-8 bytes (the server
+// converts the key to UTF-8 first, see fingerprint/key_digest.hpp, so that
+// the digest is the same in a database of any encoding). Eleven bytes keep a
 // B-tree entry of (role, digest) at 24 bytes, the smallest a two-column
 // entry takes; within one role, two live keys share a digest with
 // probability n^2 / 2^89 (4e-12 for 50 million keys), and the key's text,
@@ -64,6 +66,13 @@ using Fingerprint = std::uint8_t[fingerprint_size];
 constexpr std::size_t key_digest_size = 11;
 void key_digest(const char *key, std::size_t key_size,
                 std::uint8_t (&out)[key_digest_size]) noexcept;
+
+// The digest of a key that has no UTF-8 form (a character of the database
+// encoding that Unicode lacks): SHA-256 over the byte 0xFF, which no UTF-8
+// text contains, then the key's bytes in the database encoding. The marker
+// keeps these digests apart from every UTF-8 key's.
+void unconverted_key_digest(const char *key, std::size_t key_size,
+                            std::uint8_t (&out)[key_digest_size]) noexcept;
 
 // The fingerprint that rows stored before version 0.3 hold for a client's
 // request_hash text. Those rows kept the text itself; the upgrade to 0.4

@@ -2,15 +2,109 @@
 
 #include "fingerprint/key_digest.hpp"
 
+extern "C" {
+#include "catalog/pg_conversion.h"
+}
+
 namespace idempotency::fingerprint {
 
-bytea *digest_of_key(const text *key) {
+namespace {
+
+// The database encoding's default conversion to UTF-8, from pg_catalog only:
+// a conversion that a user declares default in a schema of the search_path
+// must not change which key a text names. Looked up once per backend, whose
+// database, hence encoding, never changes.
+struct ToUtf8 {
+  bool looked_up;
+  Oid proc; // InvalidOid: there is none
+};
+ToUtf8 to_utf8{false, InvalidOid};
+
+Oid conversion_to_utf8() {
+  if (!to_utf8.looked_up) {
+    to_utf8.proc = FindDefaultConversion(PG_CATALOG_NAMESPACE,
+                                         GetDatabaseEncoding(), PG_UTF8);
+    to_utf8.looked_up = true;
+  }
+  return to_utf8.proc;
+}
+
+bool is_ascii(const char *bytes, Size size) {
+  for (Size i = 0; i < size; i++)
+    if (IS_HIGHBIT_SET(bytes[i]))
+      return false;
+  return true;
+}
+
+// The bytes already are the key's UTF-8 form: in a UTF8 database; in an
+// SQL_ASCII one, which declares no encoding, so the bytes are taken as they
+// are (UTF-8 text there digests as it would in a UTF8 database); and for an
+// ASCII key, the same bytes in every server encoding.
+bool bytes_are_canonical(const char *bytes, Size size) {
+  int encoding = GetDatabaseEncoding();
+  return encoding == PG_UTF8 || encoding == PG_SQL_ASCII ||
+         is_ascii(bytes, size);
+}
+
+// The digest of a key with characters beyond ASCII in a database of another
+// encoding than UTF-8: over its UTF-8 form, or, for a key that has none,
+// over its own bytes, marked (fingerprint::unconverted_key_digest).
+void digest_converted(const char *bytes, Size size,
+                      uint8 (&out)[key_digest_size]) {
+  Oid proc = conversion_to_utf8();
+  if (OidIsValid(proc)) {
+    // Only idempotency.key_digest(text) meets a text this long: a key's
+    // length is limited far below.
+    if (size >= (MaxAllocSize - 1) / MAX_CONVERSION_GROWTH)
+      ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                      errmsg("text of %zu bytes is too long for a key digest",
+                             (size_t)size)));
+    Size room = size * MAX_CONVERSION_GROWTH + 1;
+    unsigned char *utf8 = static_cast<unsigned char *>(palloc(room));
+    int converted = pg_do_encoding_conversion_buf(
+        proc, GetDatabaseEncoding(), PG_UTF8,
+        reinterpret_cast<unsigned char *>(const_cast<char *>(bytes)),
+        static_cast<int>(size), utf8, static_cast<int>(room),
+        true /* noError */);
+    bool whole = static_cast<Size>(converted) == size;
+    if (whole)
+      key_digest(reinterpret_cast<const char *>(utf8),
+                 strlen(reinterpret_cast<const char *>(utf8)), out);
+    pfree(utf8);
+    if (whole)
+      return;
+  }
+  unconverted_key_digest(bytes, size, out);
+}
+
+bytea *as_bytea(const uint8 (&digest_bytes)[key_digest_size]) {
   bytea *digest = static_cast<bytea *>(palloc(VARHDRSZ + key_digest_size));
   SET_VARSIZE(digest, VARHDRSZ + key_digest_size);
-  uint8 bytes[key_digest_size];
-  key_digest(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key), bytes);
-  memcpy(VARDATA(digest), bytes, key_digest_size);
+  memcpy(VARDATA(digest), digest_bytes, key_digest_size);
   return digest;
+}
+
+} // namespace
+
+bytea *digest_of_key(const text *key) {
+  const char *bytes = VARDATA_ANY(key);
+  Size size = VARSIZE_ANY_EXHDR(key);
+  uint8 digest_bytes[key_digest_size];
+  if (bytes_are_canonical(bytes, size))
+    key_digest(bytes, size, digest_bytes);
+  else
+    digest_converted(bytes, size, digest_bytes);
+  return as_bytea(digest_bytes);
+}
+
+bytea *legacy_digest_of_key(const text *key) {
+  const char *bytes = VARDATA_ANY(key);
+  Size size = VARSIZE_ANY_EXHDR(key);
+  if (bytes_are_canonical(bytes, size))
+    return nullptr;
+  uint8 digest_bytes[key_digest_size];
+  key_digest(bytes, size, digest_bytes);
+  return as_bytea(digest_bytes);
 }
 
 Datum key_digest_body(FunctionCallInfo fcinfo) {

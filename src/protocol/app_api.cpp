@@ -94,6 +94,8 @@ storage::KeyRef copy_key(const storage::KeyRef &key) {
   storage::KeyRef copy = key;
   copy.key = copy_text(key.key);
   copy.digest = copy_text(key.digest);
+  if (key.legacy_digest != nullptr)
+    copy.legacy_digest = copy_text(key.legacy_digest);
   if (key.has_tenant) {
     TypeLayout layout = tenant_layout(key);
     copy.tenant = datumCopy(key.tenant, layout.by_value, layout.length);

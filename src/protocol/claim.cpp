@@ -299,8 +299,13 @@ storage::KeyRef key_argument(FunctionCallInfo fcinfo, int argno) {
                     (size_t)key_bytes, max_key_bytes)));
   }
   text *key = PG_GETARG_TEXT_PP(argno);
-  return storage::KeyRef{
-      GetUserId(), key, fingerprint::digest_of_key(key), false, InvalidOid, 0};
+  return storage::KeyRef{GetUserId(),
+                         key,
+                         fingerprint::digest_of_key(key),
+                         fingerprint::legacy_digest_of_key(key),
+                         false,
+                         InvalidOid,
+                         0};
 }
 
 storage::KeyRef request_key(FunctionCallInfo fcinfo, Keying keying) {

@@ -4,6 +4,10 @@
 #include "storage/commit_guard.hpp"
 #include "storage/tenant_keys.hpp"
 
+extern "C" {
+#include "catalog/pg_extension.h"
+}
+
 namespace idempotency::storage {
 
 namespace {
@@ -117,6 +121,41 @@ Form_pg_attribute find_column(TupleDesc desc, const char *name) {
   return nullptr;
 }
 
+// The version of the extension in this database, as pg_extension records
+// it; nullptr when there is none.
+char *installed_version() {
+  Relation extensions = table_open(ExtensionRelationId, AccessShareLock);
+  ScanKeyData name;
+  ScanKeyInit(&name, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
+              CStringGetDatum("idempotency"));
+  SysScanDesc scan = systable_beginscan(extensions, ExtensionNameIndexId, true,
+                                        nullptr, 1, &name);
+  char *version = nullptr;
+  HeapTuple tuple = systable_getnext(scan);
+  if (HeapTupleIsValid(tuple)) {
+    bool isnull;
+    Datum value = heap_getattr(tuple, Anum_pg_extension_extversion,
+                               RelationGetDescr(extensions), &isnull);
+    if (!isnull)
+      version = text_to_cstring(DatumGetTextPP(value));
+  }
+  systable_endscan(scan);
+  table_close(extensions, AccessShareLock);
+  return version;
+}
+
+// Whether key_digest still holds digests over the database encoding: 0.4
+// and 0.5 stored them so, and the update to 0.6 recomputes them (then
+// alters the table, which makes every backend locate the columns again).
+bool digests_in_database_encoding() {
+  int encoding = GetDatabaseEncoding();
+  if (encoding == PG_UTF8 || encoding == PG_SQL_ASCII)
+    return false;
+  char *version = installed_version();
+  return version != nullptr &&
+         (strcmp(version, "0.4") == 0 || strcmp(version, "0.5") == 0);
+}
+
 // Refuses a table whose columns the extension could not read or write
 // correctly: a value stored under another type would be misread later.
 //
@@ -160,6 +199,8 @@ KeyColumns locate_columns(Relation rel) {
                                                             : REGROLEOID))));
     columns.*expected.field = attribute->attnum;
   }
+  columns.legacy_digest =
+      !columns.text_layout && digests_in_database_encoding();
   return columns;
 }
 
@@ -391,6 +432,17 @@ void report_shared_digest() {
   pg_unreachable();
 }
 
+namespace {
+
+// The digest that the table's rows hold for `key`.
+Datum stored_digest(const KeyColumns &columns, const KeyRef &key) {
+  if (columns.legacy_digest && key.legacy_digest != nullptr)
+    return PointerGetDatum(key.legacy_digest);
+  return PointerGetDatum(key.digest);
+}
+
+} // namespace
+
 KeyTable table_for(const KeyRef &key) {
   return key.has_tenant ? tenant_keys::table_for(key) : key_table();
 }
@@ -413,7 +465,7 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
     scan_keys[1].sk_collation = C_COLLATION_OID;
   } else {
     ScanKeyInit(&scan_keys[1], columns.key_digest, BTEqualStrategyNumber,
-                F_BYTEAEQ, PointerGetDatum(key.digest));
+                F_BYTEAEQ, stored_digest(columns, key));
   }
 
   SnapshotData dirty;
@@ -568,7 +620,7 @@ void fill_row(const Insert &insert, const KeyColumns &columns,
   if (columns.text_layout) {
     set(columns.request_hash, PointerGetDatum(as_hex(row.request_hash)), false);
   } else {
-    set(columns.key_digest, PointerGetDatum(row.key->digest), false);
+    set(columns.key_digest, stored_digest(columns, *row.key), false);
     set(columns.request_hash, PointerGetDatum(row.request_hash), false);
   }
   set(columns.response, row.response, row.response_is_null);
@@ -618,7 +670,7 @@ void check_trigger_result(bool kept, TupleTableSlot *slot,
   if (!same_value(slot, columns.scope, ObjectIdGetDatum(key.scope), true) ||
       !same_value(slot, columns.key, PointerGetDatum(key.key), false) ||
       (!columns.text_layout && !same_value(slot, columns.key_digest,
-                                           PointerGetDatum(key.digest), false)))
+                                           stored_digest(columns, key), false)))
     ereport(ERROR,
             (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
              errmsg("a BEFORE INSERT trigger on idempotency.keys changed the "

@@ -57,6 +57,11 @@ struct KeyColumns {
   // key_digest (the primary key is on the key's text) and request_hash as
   // hex text.
   bool text_layout;
+  // Versions 0.4 and 0.5 in a database whose encoding is neither UTF8 nor
+  // SQL_ASCII, until ALTER EXTENSION UPDATE: key_digest holds the digest of
+  // the key's bytes in that encoding (fingerprint::legacy_digest_of_key),
+  // not of its UTF-8 form.
+  bool legacy_digest;
 };
 
 // The columns of `rel` (idempotency.keys, opened by the caller). Raises
@@ -74,6 +79,9 @@ struct KeyRef {
   Oid scope;
   text *key;
   bytea *digest;
+  // The digest of versions 0.4 and 0.5, where it is another
+  // (fingerprint::legacy_digest_of_key), else nullptr.
+  bytea *legacy_digest;
   bool has_tenant;
   Oid tenant_type;
   Datum tenant;

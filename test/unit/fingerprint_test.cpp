@@ -22,6 +22,7 @@ using idempotency::fingerprint::key_digest_size;
 using idempotency::fingerprint::legacy_fingerprint;
 using idempotency::fingerprint::RequestFingerprint;
 using idempotency::fingerprint::Sha256;
+using idempotency::fingerprint::unconverted_key_digest;
 
 std::string to_hex(const std::uint8_t (&digest)[Sha256::digest_size]) {
   static constexpr char digits[] = "0123456789abcdef";
@@ -259,6 +260,19 @@ TEST(KeyDigest, IsTheFirstElevenBytesOfSha256) {
     hex += digits[byte & 0x0f];
   }
   EXPECT_EQ(hex, "ba7816bf8f01cfea414140");
+}
+
+TEST(KeyDigest, UnconvertedKeyIsMarkedApartFromEveryUtf8Key) {
+  // SHA-256 over 0xFF then the bytes: no UTF-8 text holds the byte 0xFF.
+  std::uint8_t marked[key_digest_size];
+  unconverted_key_digest("abc", 3, marked);
+  std::uint8_t plain[key_digest_size];
+  key_digest("\xff"
+             "abc",
+             4, plain);
+  EXPECT_EQ(bytes_of(marked, sizeof marked), bytes_of(plain, sizeof plain));
+  key_digest("abc", 3, plain);
+  EXPECT_NE(bytes_of(marked, sizeof marked), bytes_of(plain, sizeof plain));
 }
 
 TEST(LegacyFingerprint, LowerCaseHexDigestIsTheBytesItSpells) {
