@@ -38,3 +38,41 @@ $$;
 -- columns); this statement changes nothing but makes every session locate
 -- them again.
 ALTER TABLE idempotency.keys ALTER COLUMN key_digest SET STATISTICS 0;
+
+-- Every version's dump loads into this one ----------------------------------
+--
+-- pg_restore creates the extension at the current version, then copies the
+-- dumped version's columns into idempotency.keys: 0.1 and 0.2 (scope as a
+-- regrole, request_hash as text, status), 0.3 (scope as a role_scope,
+-- request_hash as text, no key_digest), 0.4 and 0.5 (these columns, whose
+-- key_digest is over the database encoding). So that each of these loads:
+--
+-- - the table keeps a column status, as 0.1 and 0.2 had it, which nothing
+--   writes: it stays NULL (no bytes in a row of eight columns or fewer,
+--   whose null bitmap fits in the row header's padding);
+-- - a BEFORE INSERT row trigger computes key_digest from the key and, for
+--   a row without key_digest (the layout before 0.4), makes request_hash
+--   the fingerprint the update to 0.4 makes of the stored text. The text
+--   reaches it read as bytea: a text with a backslash is read as bytea
+--   escapes (docs/maintenance.md says how to restore such a dump).
+--
+-- idempotent_call writes every column itself: its store leaves the trigger
+-- out, so a call pays nothing for it.
+ALTER TABLE idempotency.keys ADD COLUMN status pg_catalog.text;
+ALTER TABLE idempotency.keys ALTER COLUMN status SET STATISTICS 0;
+
+COMMENT ON COLUMN idempotency.keys.status IS
+    'always NULL: accepts the status column of dumps made by 0.1 and 0.2';
+
+CREATE FUNCTION idempotency.keys_loaded()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idempotency_keys_loaded'
+LANGUAGE C;
+
+COMMENT ON FUNCTION idempotency.keys_loaded() IS
+    'fills key_digest (and converts request_hash of rows dumped before 0.4) for rows loaded into idempotency.keys by COPY or INSERT';
+
+REVOKE ALL ON FUNCTION idempotency.keys_loaded() FROM PUBLIC;
+
+CREATE TRIGGER keys_loaded BEFORE INSERT ON idempotency.keys
+    FOR EACH ROW EXECUTE FUNCTION idempotency.keys_loaded();

@@ -1,5 +1,5 @@
 -- The primary key holds (scope, key_digest): the first 11 bytes of SHA-256
--- over the key's bytes. The key's text stays in the row and every lookup
+-- over the key's UTF-8 bytes. The key's text stays in the row and every lookup
 -- compares it, so a row whose digest belongs to another key is an error,
 -- never another key's response.
 \i sql/include/setup.sql
@@ -40,9 +40,46 @@ SELECT idempotency.idempotent_call('kd-2-edited', NULL, 'INSERT INTO kd_runs VAL
        idempotency.last_call_replayed();
 SELECT n FROM kd_runs ORDER BY n;
 
--- A row inserted by hand without the digest is refused by NOT NULL.
-SELECT sqlstate_of($$INSERT INTO idempotency.keys (scope, key, request_hash, created_at, expires_at)
-                     VALUES (current_user::text::idempotency.role_scope, 'kd-3', '\x00', now(), now() + interval '1 day')$$);
+-- Rows loaded by COPY or INSERT get the digest of their key from the
+-- trigger keys_loaded, whatever digest they carry (a dump of 0.4 or 0.5
+-- from a database of another encoding carries another).
+INSERT INTO idempotency.keys (scope, key, request_hash, response, created_at, expires_at, key_digest)
+VALUES (current_user::text::idempotency.role_scope, 'kd-3', sha256('kd-3 request'), '"loaded"',
+        now(), now() + interval '1 day', '\x0102');
+SELECT key_digest = idempotency.key_digest(key) AS digest_of_key,
+       request_hash = sha256('kd-3 request') AS request_hash_kept,
+       status IS NULL AS no_status
+  FROM idempotency.keys WHERE key = 'kd-3';
+-- A row without key_digest is in the layout before 0.4, as a dump of 0.3
+-- loads it: request_hash is the text those versions stored (here a
+-- client's hash), which becomes the fingerprint the update to 0.4 makes
+-- of it; 0.1's and 0.2's status column is accepted and left NULL.
+INSERT INTO idempotency.keys (scope, key, request_hash, status, response, created_at, expires_at)
+VALUES (current_user::text::idempotency.role_scope, 'kd-4', 'client-hash', 'done', '"by 0.2"',
+        now(), now() + interval '1 day');
+SELECT key_digest = idempotency.key_digest(key) AS digest_of_key,
+       request_hash = sha256('client-hash') AS fingerprint_of_text,
+       status IS NULL AS no_status
+  FROM idempotency.keys WHERE key = 'kd-4';
+-- Both are found through their digest: kd-3 answers another request with
+-- IK422, kd-4 replays for its client's hash.
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('kd-3', NULL, 'SELECT 1')$$) AS other_request;
+SELECT idempotency.idempotent_call('kd-4', 'client-hash', 'SELECT 1'), idempotency.last_call_replayed();
+-- The trigger is for rows that arrive without idempotent_call: a call,
+-- which writes every column itself, leaves it out.
+BEGIN;
+SET LOCAL track_functions = 'all';
+SELECT idempotency.idempotent_call('kd-5', NULL, 'SELECT 5');
+SELECT count(*) AS trigger_calls_by_idempotent_call FROM pg_stat_xact_user_functions
+ WHERE schemaname = 'idempotency' AND funcname = 'keys_loaded';
+INSERT INTO idempotency.keys (scope, key, request_hash, response, created_at, expires_at)
+VALUES (current_user::text::idempotency.role_scope, 'kd-6', 'h', '6', now(), now() + interval '1 day');
+SELECT calls AS trigger_calls_by_insert FROM pg_stat_xact_user_functions
+ WHERE schemaname = 'idempotency' AND funcname = 'keys_loaded';
+ROLLBACK;
+-- A row without a key is still refused by NOT NULL.
+SELECT sqlstate_of($$INSERT INTO idempotency.keys (scope, request_hash, created_at, expires_at)
+                     VALUES (current_user::text::idempotency.role_scope, '\x00', now(), now() + interval '1 day')$$);
 
 DELETE FROM idempotency.keys WHERE key LIKE 'kd-%';
 DROP TABLE kd_runs;

@@ -15,10 +15,13 @@ SELECT 'regress_rs_alice'::idempotency.role_scope AS alice,
        '"Regress_RS Bob"'::idempotency.role_scope AS bob,
        'REGRESS_RS_ALICE'::idempotency.role_scope::regrole = 'regress_rs_alice'::regrole AS folded,
        '"Regress_RS Bob"'::idempotency.role_scope::regrole = '"Regress_RS Bob"'::regrole AS same_oid;
--- A role that does not exist here is an error (42704), and an OID is not a
--- role name: it would name another role, or none, on another node.
+-- A role that does not exist here is an error (42704). An OID is not a
+-- role name: it would name another role, or none, on another node. A
+-- number is how regrole (the scope of 0.1 and 0.2) writes a role that no
+-- longer exists, in their dumps too: it reads as no role ("-").
 SELECT sqlstate_of($$SELECT 'regress_rs_nobody'::idempotency.role_scope$$);
-SELECT sqlstate_of($$SELECT '10'::idempotency.role_scope$$) AS bootstrap_superuser_oid;
+SELECT '10'::idempotency.role_scope AS bootstrap_superuser_oid,
+       '10'::idempotency.role_scope::regrole::oid AS read_as_oid;
 SELECT sqlstate_of($$SELECT 'a.b'::idempotency.role_scope$$);
 -- No role: "-", read as OID 0, never a caller's scope. A role that no longer
 -- exists is written "-" too, not as its OID.

@@ -7,6 +7,7 @@
 #include "entry/app_results.hpp"
 #include "fingerprint/key_digest.hpp"
 #include "protocol/call.hpp"
+#include "protocol/loaded_rows.hpp"
 #include "protocol/session.hpp"
 #include "stats/stats.hpp"
 #include "storage/role_scope.hpp"
@@ -73,5 +74,10 @@ IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_release, idempotency::entry::tenant_
 IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_lookup, idempotency::entry::tenant_lookup_body)
 // idempotency.tenant_forget(tenant, key) RETURNS boolean
 IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_forget, idempotency::entry::tenant_forget_body)
+
+// idempotency--0.5--0.6.sql
+
+// idempotency.keys_loaded() RETURNS trigger
+IDEMPOTENCY_SQL_FUNCTION(idempotency_keys_loaded, idempotency::protocol::keys_loaded_body)
 
 // clang-format on

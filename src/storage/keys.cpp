@@ -6,6 +6,8 @@
 
 extern "C" {
 #include "catalog/pg_extension.h"
+#include "catalog/pg_trigger.h"
+#include "parser/parse_func.h"
 }
 
 namespace idempotency::storage {
@@ -44,6 +46,7 @@ struct TableCache {
   KeyColumns columns;
   int default_count;
   DefaultColumn *defaults;
+  Oid loader_function;   // idempotency.keys_loaded(), InvalidOid before 0.6
   MemoryContext context; // owns `defaults` and their expressions
 };
 
@@ -234,6 +237,14 @@ void plan_defaults(Relation rel, const KeyColumns &columns) {
   }
 }
 
+// The function of the trigger keys_loaded (protocol/loaded_rows.hpp), which
+// fixes rows that COPY or INSERT load; InvalidOid before version 0.6.
+Oid loader_function() {
+  List *name = list_make2(makeString(pstrdup("idempotency")),
+                          makeString(pstrdup("keys_loaded")));
+  return LookupFuncName(name, 0, nullptr, true);
+}
+
 // Replaces the cached columns. The old memory context may still be in use
 // by a store further up the stack (a trigger or default that calls
 // idempotent_call): it lives until the transaction ends. The catalog
@@ -249,6 +260,7 @@ void remember_columns(Relation rel) {
   MemoryContext previous = MemoryContextSwitchTo(cache.context);
   plan_defaults(rel, columns);
   MemoryContextSwitchTo(previous);
+  cache.loader_function = loader_function();
   cache.columns = columns;
   if (cache.relid != RelationGetRelid(rel))
     cache.citus_known = false;
@@ -539,6 +551,78 @@ struct Insert {
   TransitionCaptureState *transitions; // nullptr: no transition tables
 };
 
+// What SetTriggerFlags (trigger.c) derives from one trigger.
+void add_trigger_flags(TriggerDesc *triggers, const Trigger &trigger) {
+  int16 type = trigger.tgtype;
+  auto matches = [type](int level, int timing, int event) {
+    return TRIGGER_TYPE_MATCHES(type, level, timing, event);
+  };
+  constexpr int row = TRIGGER_TYPE_ROW, statement = TRIGGER_TYPE_STATEMENT;
+  constexpr int before = TRIGGER_TYPE_BEFORE, after = TRIGGER_TYPE_AFTER,
+                instead = TRIGGER_TYPE_INSTEAD;
+  constexpr int insert = TRIGGER_TYPE_INSERT, update = TRIGGER_TYPE_UPDATE,
+                remove = TRIGGER_TYPE_DELETE, truncate = TRIGGER_TYPE_TRUNCATE;
+  triggers->trig_insert_before_row |= matches(row, before, insert);
+  triggers->trig_insert_after_row |= matches(row, after, insert);
+  triggers->trig_insert_instead_row |= matches(row, instead, insert);
+  triggers->trig_insert_before_statement |= matches(statement, before, insert);
+  triggers->trig_insert_after_statement |= matches(statement, after, insert);
+  triggers->trig_update_before_row |= matches(row, before, update);
+  triggers->trig_update_after_row |= matches(row, after, update);
+  triggers->trig_update_instead_row |= matches(row, instead, update);
+  triggers->trig_update_before_statement |= matches(statement, before, update);
+  triggers->trig_update_after_statement |= matches(statement, after, update);
+  triggers->trig_delete_before_row |= matches(row, before, remove);
+  triggers->trig_delete_after_row |= matches(row, after, remove);
+  triggers->trig_delete_instead_row |= matches(row, instead, remove);
+  triggers->trig_delete_before_statement |= matches(statement, before, remove);
+  triggers->trig_delete_after_statement |= matches(statement, after, remove);
+  triggers->trig_truncate_before_statement |=
+      matches(statement, before, truncate);
+  triggers->trig_truncate_after_statement |=
+      matches(statement, after, truncate);
+  triggers->trig_insert_new_table |=
+      TRIGGER_FOR_INSERT(type) &&
+      TRIGGER_USES_TRANSITION_TABLE(trigger.tgnewtable);
+  triggers->trig_update_old_table |=
+      TRIGGER_FOR_UPDATE(type) &&
+      TRIGGER_USES_TRANSITION_TABLE(trigger.tgoldtable);
+  triggers->trig_update_new_table |=
+      TRIGGER_FOR_UPDATE(type) &&
+      TRIGGER_USES_TRANSITION_TABLE(trigger.tgnewtable);
+  triggers->trig_delete_old_table |=
+      TRIGGER_FOR_DELETE(type) &&
+      TRIGGER_USES_TRANSITION_TABLE(trigger.tgoldtable);
+}
+
+// Takes the trigger keys_loaded out of the result relation's copy of the
+// table's triggers: it computes what fill_row() has set, so a call does not
+// pay for it. The other triggers fire as they would for an INSERT.
+void leave_out_loader(ResultRelInfo *target) {
+  TriggerDesc *triggers = target->ri_TrigDesc;
+  if (triggers == nullptr || !OidIsValid(cache.loader_function))
+    return;
+  int kept = 0;
+  for (int i = 0; i < triggers->numtriggers; i++)
+    if (triggers->triggers[i].tgfoid != cache.loader_function)
+      triggers->triggers[kept++] = triggers->triggers[i];
+  if (kept == triggers->numtriggers)
+    return;
+  if (kept == 0) {
+    target->ri_TrigDesc = nullptr;
+    return;
+  }
+  // The per-trigger arrays InitResultRelInfo made are zeroed and indexed
+  // like `triggers`, which only got shorter.
+  triggers->numtriggers = kept;
+  Trigger *kept_triggers = triggers->triggers;
+  memset(triggers, 0, sizeof(TriggerDesc));
+  triggers->triggers = kept_triggers;
+  triggers->numtriggers = kept;
+  for (int i = 0; i < kept; i++)
+    add_trigger_flags(triggers, kept_triggers[i]);
+}
+
 Insert begin_insert(Relation rel) {
   Insert insert;
   insert.estate = CreateExecutorState();
@@ -551,6 +635,7 @@ Insert begin_insert(Relation rel) {
 
   insert.target = makeNode(ResultRelInfo);
   InitResultRelInfo(insert.target, rel, 1, nullptr, 0);
+  leave_out_loader(insert.target);
   // Lets AFTER triggers find the relation (ExecGetTriggerResultRel).
   insert.estate->es_opened_result_relations = list_make1(insert.target);
   insert.estate->es_output_cid = GetCurrentCommandId(true);
@@ -561,7 +646,7 @@ Insert begin_insert(Relation rel) {
   // Statement triggers fire as for an INSERT of one row (as COPY fires
   // them), with the row in their transition table.
   insert.transitions = MakeTransitionCaptureState(
-      rel->trigdesc, RelationGetRelid(rel), CMD_INSERT);
+      insert.target->ri_TrigDesc, RelationGetRelid(rel), CMD_INSERT);
   ExecBSInsertTriggers(insert.estate, insert.target);
   return insert;
 }

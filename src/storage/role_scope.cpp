@@ -12,7 +12,9 @@
 // exists, or none, is written "-" and read back as no role (OID 0), which is
 // never the scope of a caller: its keys stay out of every role's reach
 // instead of passing, by OID, to whichever role holds that OID elsewhere.
-// Numeric OIDs are not accepted, for the same reason.
+// For the same reason a number is read as no role, never as the role with
+// that OID: it is how regrole, the scope's type in 0.1 and 0.2, writes a
+// role that no longer exists, so their dumps hold dropped roles' keys so.
 #include "storage/role_scope.hpp"
 
 namespace idempotency::storage {
@@ -22,9 +24,19 @@ namespace {
 constexpr const char *no_role = "-";
 
 // The role a scope's text names, on this node; 42704 if there is none.
+// "-" and numbers name no role (OID 0).
 // Role names are global, so no search_path is involved.
+bool is_number(const char *scope_text) {
+  if (*scope_text == '\0')
+    return false;
+  for (const char *c = scope_text; *c != '\0'; c++)
+    if (*c < '0' || *c > '9')
+      return false;
+  return true;
+}
+
 Oid role_of_text(const char *scope_text) {
-  if (strcmp(scope_text, no_role) == 0)
+  if (strcmp(scope_text, no_role) == 0 || is_number(scope_text))
     return InvalidOid;
   List *names = stringToQualifiedNameList(scope_text);
   if (list_length(names) != 1)
