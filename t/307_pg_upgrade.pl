@@ -1,0 +1,147 @@
+# pg_upgrade into a new cluster of the same major version keeps every key:
+# its role (role OIDs and the key table's files are carried over), its
+# response, created_at and expires_at, and its replay; a dropped role's key
+# stays with no role; a database whose extension is at an older version
+# keeps it, replays, and updates afterwards; a LATIN1 database's keys
+# beyond ASCII replay.
+use strict;
+use warnings;
+
+use File::Path qw(rmtree);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+use FindBin;
+use lib $FindBin::RealBin;
+use IdempotencyTest;
+
+my $conf = "idempotency.expire_interval = 0\n";
+my $old = preloaded_node('old_cluster', conf => $conf);
+
+$old->safe_psql('postgres', q{
+CREATE ROLE regress_alice;
+CREATE ROLE regress_bob;
+CREATE ROLE regress_gone;
+CREATE DATABASE app;
+CREATE DATABASE app05;
+});
+command_ok(
+	[
+		'createdb', '-h', $old->host, '-p', $old->port, '-E', 'LATIN1',
+		'-T', 'template0', '--locale=C', 'latin'
+	],
+	'a LATIN1 database');
+
+my %version = (app => undef, app05 => '0.5', latin => undef);
+# [database, role, key, fn argument]
+my @calls = (
+	[ 'app', 'regress_alice', 'order-1', 1 ],
+	[ 'app', 'regress_bob', 'order-1', 2 ],
+	[ 'app', 'regress_alice', 'order-7d', 3 ],
+	[ 'app05', 'regress_alice', 'order-1', 4 ],
+	[ 'latin', 'regress_bob', 'Zürich-ÿ', 5 ],);
+
+sub call_sql
+{
+	my ($role, $key, $n) = @_;
+	return "SET client_encoding = 'UTF8'; SET ROLE $role;
+SELECT idempotency.idempotent_call('$key', NULL, 'INSERT INTO runs VALUES (\$1) RETURNING n', $n),
+       idempotency.last_call_replayed()";
+}
+
+for my $db (sort keys %version)
+{
+	my $with = defined $version{$db} ? "VERSION '$version{$db}'" : '';
+	$old->safe_psql(
+		$db, qq{
+CREATE EXTENSION idempotency $with;
+CREATE TABLE runs (n int);
+GRANT SELECT, INSERT ON runs TO PUBLIC;
+SET ROLE regress_gone;
+SELECT idempotency.idempotent_call('gone', NULL, 'SELECT 1');
+});
+}
+for my $call (@calls)
+{
+	my ($db, $role, $key, $n) = @$call;
+	my $ttl = $key eq 'order-7d' ? "SET idempotency.ttl = '7 days';" : '';
+	is($old->safe_psql($db, $ttl . call_sql($role, $key, $n)),
+		"$n|f", "before: $db, $role, '$key' runs");
+}
+$old->safe_psql('postgres', 'DROP ROLE regress_gone');
+
+my $keys_query = q{SET client_encoding = 'UTF8';
+SELECT key, scope::text, scope::regrole::oid, request_hash, response, created_at, expires_at,
+       key_digest = idempotency.key_digest(key)
+  FROM idempotency.keys ORDER BY key, scope::text};
+my %before = map { $_ => $old->safe_psql($_, $keys_query) } keys %version;
+$old->stop;
+
+my $new = PostgreSQL::Test::Cluster->new('new_cluster');
+$new->init;
+$new->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'idempotency'\n$conf");
+
+# pg_upgrade writes its scripts into the working directory.
+my $workdir = PostgreSQL::Test::Utils::tempdir;
+chdir $workdir;
+my $bindir = $old->config_data('--bindir');
+command_ok(
+	[
+		'pg_upgrade', '--no-sync',
+		'-d', $old->data_dir, '-D', $new->data_dir,
+		'-b', $bindir, '-B', $bindir,
+		'-s', $new->host,
+		'-p', $old->port, '-P', $new->port
+	],
+	'pg_upgrade into a new cluster');
+$new->start;
+my $default_version = $new->safe_psql('postgres',
+	q{SELECT default_version FROM pg_available_extensions WHERE name = 'idempotency'});
+
+for my $db (sort keys %version)
+{
+	is($new->safe_psql($db, $keys_query),
+		$before{$db},
+		"$db: every key kept with its role's OID, response, created_at and expires_at");
+	is( $new->safe_psql(
+			$db, q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
+		$version{$db} // $default_version,
+		"$db: the extension keeps its version");
+	is( $new->safe_psql(
+			$db, q{SELECT count(*) FROM idempotency.keys WHERE key = 'gone' AND scope::text = '-'}),
+		'1',
+		"$db: the dropped role's key still belongs to no role");
+}
+for my $call (@calls)
+{
+	my ($db, $role, $key, $n) = @$call;
+	is($new->safe_psql($db, call_sql($role, $key, $n)),
+		"$n|t", "after pg_upgrade: $db, $role, '$key' replays");
+}
+is( $new->safe_psql(
+		'app', "SET ROLE regress_bob; SELECT count(*) FROM idempotency.keys"),
+	'1',
+	'app: bob still sees his own key only');
+for my $db (sort keys %version)
+{
+	is($new->safe_psql($db, 'SELECT count(*) FROM runs'),
+		scalar(grep { $_->[0] eq $db } @calls),
+		"$db: fn ran again for no key");
+}
+
+is( $new->safe_psql(
+		'app', q{SELECT count(*) FROM pg_trigger
+  WHERE tgrelid = 'idempotency.keys'::regclass AND tgname = 'keys_loaded'}),
+	'1',
+	'app: the table keeps its trigger keys_loaded');
+is($new->safe_psql('app', call_sql('regress_bob', 'order-new', 6)),
+	'6|f', 'app: a new key runs and is stored');
+
+$new->safe_psql('app05', 'ALTER EXTENSION idempotency UPDATE');
+is( $new->safe_psql('app05', call_sql('regress_alice', 'order-1', 4)),
+	'4|t', 'app05: the key replays after ALTER EXTENSION UPDATE');
+
+$new->stop;
+done_testing();
