@@ -16,12 +16,15 @@
 -- are recomputed here. One row's new digest may be another row's old one
 -- (UTF-8 bytes read as LATIN1 spell another key) and the primary key is
 -- checked row by row, so every digest first moves out of the way, to a
--- 12-byte value that no digest has.
+-- 12-byte value that no digest has. Calls wait meanwhile (they may read):
+-- a key stored under its old digest during the update would be missed
+-- after it.
 DO $$
 BEGIN
   IF pg_catalog.getdatabaseencoding() OPERATOR(pg_catalog.=) ANY (ARRAY['UTF8', 'SQL_ASCII']) THEN
     RETURN;
   END IF;
+  LOCK TABLE idempotency.keys IN SHARE ROW EXCLUSIVE MODE;
   UPDATE idempotency.keys
      SET key_digest = '\xff'::pg_catalog.bytea OPERATOR(pg_catalog.||) key_digest;
   UPDATE idempotency.keys SET key_digest = idempotency.key_digest(key);
@@ -57,7 +60,8 @@ ALTER TABLE idempotency.keys ALTER COLUMN key_digest SET STATISTICS 0;
 --   escapes (docs/maintenance.md says how to restore such a dump).
 --
 -- idempotent_call writes every column itself: its store leaves the trigger
--- out, so a call pays nothing for it.
+-- out, so a call never runs it. ALWAYS: logical replication's apply runs
+-- it too (a publisher of another encoding or an older version).
 ALTER TABLE idempotency.keys ADD COLUMN status pg_catalog.text;
 ALTER TABLE idempotency.keys ALTER COLUMN status SET STATISTICS 0;
 
@@ -76,3 +80,4 @@ REVOKE ALL ON FUNCTION idempotency.keys_loaded() FROM PUBLIC;
 
 CREATE TRIGGER keys_loaded BEFORE INSERT ON idempotency.keys
     FOR EACH ROW EXECUTE FUNCTION idempotency.keys_loaded();
+ALTER TABLE idempotency.keys ENABLE ALWAYS TRIGGER keys_loaded;

@@ -14,7 +14,10 @@
 //   dumps load, is left NULL.
 //
 // idempotent_call writes its rows itself, key_digest included; the store
-// leaves this trigger out (storage::store), so it costs a call nothing.
+// leaves this trigger out of its result relation (storage::store), so a
+// call never runs it. It is enabled ALWAYS: logical replication's apply
+// runs it too, for rows published by a node of another encoding or an
+// older version.
 #pragma once
 
 #include "pg.hpp"
