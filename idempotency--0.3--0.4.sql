@@ -15,7 +15,9 @@ DROP VIEW idempotency.key_usage;
 -- images. key_digest is the first 11 bytes of SHA-256 over the key's bytes
 -- (in the database encoding); the key's text stays in the row, and every
 -- lookup compares it. The digest depends on the key alone, so dumps, COPY
--- and logical replication carry it unchanged to any node.
+-- and logical replication carry it unchanged to any node of the same
+-- database encoding; 0.6 digests the key's UTF-8 form instead, the same in
+-- every encoding (idempotency--0.5--0.6.sql).
 CREATE FUNCTION idempotency.key_digest(key pg_catalog.text)
 RETURNS pg_catalog.bytea
 AS 'MODULE_PATHNAME', 'idempotency_key_digest'
