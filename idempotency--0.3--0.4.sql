@@ -27,7 +27,13 @@ COMMENT ON FUNCTION idempotency.key_digest(pg_catalog.text) IS
     'the digest of an idempotency key, as keys.key_digest holds it: find a key with WHERE key_digest = idempotency.key_digest(''...'')';
 
 ALTER TABLE idempotency.keys ADD COLUMN key_digest pg_catalog.bytea;
-UPDATE idempotency.keys SET key_digest = idempotency.key_digest(key);
+-- The digest as 0.4 and 0.5 compute it, over the key's bytes in the
+-- database encoding, written out: a later library's key_digest() digests
+-- the UTF-8 form, and the update to 0.6 recomputes these.
+UPDATE idempotency.keys
+   SET key_digest = pg_catalog.substr(
+         pg_catalog.sha256(pg_catalog.convert_to(key, pg_catalog.getdatabaseencoding())),
+         1, 11);
 
 -- The request fingerprint as 32 raw bytes instead of 64 hex digits ---------
 --

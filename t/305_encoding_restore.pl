@@ -121,6 +121,28 @@ SELECT idempotency.key_digest('Zürich ÿ') = '\x'::bytea || substr(sha256(conve
 	'key_digest is over the key\'s UTF-8 bytes in a LATIN1 database');
 dump_and_restore('latin', 'current version');
 
+# --- stored under 0.3, updated to 0.4, then to the current version ----------
+command_ok(
+	[
+		'createdb', '-h', $node->host, '-p', $node->port, '-E', 'LATIN1',
+		'-T', 'template0', '--locale=C', 'latin03'
+	],
+	'a LATIN1 database for 0.3');
+$node->safe_psql('latin03', q{
+CREATE EXTENSION idempotency VERSION '0.3';
+CREATE TABLE runs (n int);
+});
+store_keys('latin03');
+$node->safe_psql('latin03', q{ALTER EXTENSION idempotency UPDATE TO '0.4'});
+is( $node->safe_psql(
+		'latin03', q{SET client_encoding = 'UTF8';
+SELECT idempotency.idempotent_call('café-1', 'h1', 'INSERT INTO runs VALUES ($1) RETURNING n', 1),
+       idempotency.last_call_replayed()}),
+	'1|t',
+	'updated from 0.3 to 0.4 with this library, a key beyond ASCII replays');
+$node->safe_psql('latin03', 'ALTER EXTENSION idempotency UPDATE');
+check_replays('latin03', 'LATIN1 database updated from 0.3 through 0.4');
+
 # --- stored under 0.5, then updated -----------------------------------------
 command_ok(
 	[
