@@ -51,8 +51,9 @@ ALTER TABLE idempotency.keys ALTER COLUMN key_digest SET STATISTICS 0;
 -- key_digest is over the database encoding). So that each of these loads:
 --
 -- - the table keeps a column status, as 0.1 and 0.2 had it, which nothing
---   writes: it stays NULL (no bytes in a row of eight columns or fewer,
---   whose null bitmap fits in the row header's padding);
+--   writes: it stays NULL. A call writes its row without trailing NULL
+--   columns, so that the row header keeps 24 bytes (a null bitmap for the
+--   nine columns, 0.3's dropped status included, would make it 32);
 -- - a BEFORE INSERT row trigger computes key_digest from the key and, for
 --   a row without key_digest (the layout before 0.4), makes request_hash
 --   the fingerprint the update to 0.4 makes of the stored text. The text

@@ -77,6 +77,19 @@ VALUES (current_user::text::idempotency.role_scope, 'kd-6', 'h', '6', now(), now
 SELECT calls AS trigger_calls_by_insert FROM pg_stat_xact_user_functions
  WHERE schemaname = 'idempotency' AND funcname = 'keys_loaded';
 ROLLBACK;
+-- status costs a call's row nothing: the row is written without its
+-- trailing NULL columns, so its header keeps 24 bytes (the table has nine
+-- columns, 0.3's dropped one included, whose null bitmap would take 32).
+-- A row loaded by INSERT has all nine.
+CREATE EXTENSION pageinspect;
+CREATE TABLE kd_header AS
+SELECT t.t_hoff, t.t_infomask2 & 2047 AS natts, k.key
+  FROM idempotency.keys AS k,
+       LATERAL heap_page_items(get_raw_page('idempotency.keys', (k.ctid::text::point)[0]::int)) AS t
+ WHERE t.t_ctid = k.ctid AND k.key IN ('kd-1', 'kd-4');
+SELECT key, t_hoff, natts FROM kd_header ORDER BY key;
+DROP TABLE kd_header;
+DROP EXTENSION pageinspect;
 -- A row without a key is still refused by NOT NULL.
 SELECT sqlstate_of($$INSERT INTO idempotency.keys (scope, request_hash, created_at, expires_at)
                      VALUES (current_user::text::idempotency.role_scope, '\x00', now(), now() + interval '1 day')$$);
