@@ -2,6 +2,7 @@
 #include "protocol/fn_parameters.hpp"
 
 extern "C" {
+#include "common/hashfn.h"
 #include "parser/analyze.h"
 #include "parser/parse_coerce.h"
 #include "parser/parse_param.h"
@@ -106,10 +107,91 @@ void keep_passed_through_types(const char *sql, int nargs, const Oid *given,
     memcpy(open->types, seeded.types, sizeof(Oid) * nargs);
 }
 
-} // namespace
+uint64 generation = 0;
 
-void infer_parameter_types(const char *sql, int nargs, const Oid *given,
-                           Oid *types) {
+void catalog_changed(Datum, int, uint32) { generation++; }
+
+void watch_catalogs() {
+  static bool watching = false;
+  if (watching)
+    return;
+  static const int caches[] = {TYPEOID, NAMESPACEOID,     PROCOID,
+                               OPEROID, CASTSOURCETARGET, ATTNUM};
+  for (int cache : caches)
+    CacheRegisterSyscacheCallback(cache, catalog_changed, (Datum)0);
+  watching = true;
+}
+
+// The answers of infer_parameter_types, per fn text and given types.
+struct Inferred {
+  uint64 hash; // the table's key
+  char *sql;
+  int nargs;
+  Oid *given;
+  Oid *types;
+  uint64 generation;
+};
+
+constexpr long max_inferred = 1024;
+HTAB *inferred = nullptr;
+MemoryContext inferred_context = nullptr;
+
+uint64 hash_of(const char *sql, int nargs, const Oid *given) {
+  uint64 hash = hash_bytes_extended(
+      reinterpret_cast<const unsigned char *>(sql), (int)strlen(sql), nargs);
+  return hash_bytes_extended(reinterpret_cast<const unsigned char *>(given),
+                             (int)(sizeof(Oid) * nargs), hash);
+}
+
+Inferred *find_inferred(uint64 hash, const char *sql, int nargs,
+                        const Oid *given) {
+  if (inferred == nullptr) {
+    inferred_context = AllocSetContextCreate(
+        TopMemoryContext, "idempotency parameter types", ALLOCSET_SMALL_SIZES);
+    HASHCTL ctl;
+    memset(&ctl, 0, sizeof(ctl));
+    ctl.keysize = sizeof(uint64);
+    ctl.entrysize = sizeof(Inferred);
+    ctl.hcxt = inferred_context;
+    inferred = hash_create("idempotency parameter types", 64, &ctl,
+                           HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+  }
+  auto *found =
+      static_cast<Inferred *>(hash_search(inferred, &hash, HASH_FIND, nullptr));
+  if (found == nullptr || found->nargs != nargs ||
+      strcmp(found->sql, sql) != 0 ||
+      memcmp(found->given, given, sizeof(Oid) * nargs) != 0)
+    return nullptr;
+  return found;
+}
+
+void keep_inferred(uint64 hash, const char *sql, int nargs, const Oid *given,
+                   const Oid *types, uint64 at) {
+  if (hash_get_num_entries(inferred) >= max_inferred)
+    return;
+  auto copy = [](const void *from, Size size) {
+    void *to = MemoryContextAlloc(inferred_context, Max(size, 1));
+    memcpy(to, from, size);
+    return to;
+  };
+  Inferred kept{hash,
+                static_cast<char *>(copy(sql, strlen(sql) + 1)),
+                nargs,
+                static_cast<Oid *>(copy(given, sizeof(Oid) * nargs)),
+                static_cast<Oid *>(copy(types, sizeof(Oid) * nargs)),
+                at};
+  bool existed;
+  auto *entry = static_cast<Inferred *>(
+      hash_search(inferred, &hash, HASH_ENTER, &existed));
+  if (existed) {
+    pfree(entry->sql);
+    pfree(entry->given);
+    pfree(entry->types);
+  }
+  *entry = kept;
+}
+
+void infer(const char *sql, int nargs, const Oid *given, Oid *types) {
   for (int i = 0; i < nargs; i++)
     types[i] = InvalidOid;
   Analysis analysis = new_analysis(nargs, types);
@@ -125,6 +207,26 @@ void infer_parameter_types(const char *sql, int nargs, const Oid *given,
     if (!OidIsValid(types[i]))
       types[i] = OidIsValid(given[i]) ? given[i] : TEXTOID;
   }
+}
+
+} // namespace
+
+uint64 parameter_types_generation() {
+  watch_catalogs();
+  return generation;
+}
+
+void infer_parameter_types(const char *sql, int nargs, const Oid *given,
+                           Oid *types) {
+  uint64 at = parameter_types_generation();
+  uint64 hash = hash_of(sql, nargs, given);
+  Inferred *found = find_inferred(hash, sql, nargs, given);
+  if (found != nullptr && found->generation == at) {
+    memcpy(types, found->types, sizeof(Oid) * nargs);
+    return;
+  }
+  infer(sql, nargs, given, types);
+  keep_inferred(hash, sql, nargs, given, types, at);
 }
 
 Conversion conversion_between(Oid given, Oid target, int position) {

@@ -26,9 +26,19 @@ namespace idempotency::protocol {
 //     fn analysed with the given types gives the types of the others;
 //  4. a parameter still open is the given type, or text.
 // Never raises for what fn's text says: an fn that cannot be analysed
-// raises its own error when it is prepared to run.
+// raises its own error when it is prepared to run. The answer is kept per
+// fn text and given types for the life of the backend (up to a bound), until
+// parameter_types_generation() changes: a client's statement with untyped
+// parameters that is parsed for every call (an unnamed statement) asks again
+// each time.
 void infer_parameter_types(const char *sql, int nargs, const Oid *given,
                            Oid *types);
+
+// Counts the changes this backend has seen to the catalogs that decide fn's
+// parameter types or their names (types, schemas, functions, operators,
+// casts, columns): what was worked out at an older generation is worked out
+// again.
+uint64 parameter_types_generation();
 
 // How one argument becomes the value fn receives: nothing to do when the
 // caller's type is fn's, else PostgreSQL's own conversion - the assignment

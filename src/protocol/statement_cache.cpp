@@ -16,13 +16,6 @@ constexpr long max_statements = 1024;
 HTAB *statements = nullptr;
 MemoryContext statements_context = nullptr;
 
-// Counts changes seen by this backend to the catalogs that decide what fn
-// receives and how the fingerprint names it: a statement described before
-// such a change works its types out again.
-uint64 catalog_generation = 0;
-
-void catalog_changed(Datum, int, uint32) { catalog_generation++; }
-
 uint64 hash_of(const char *sql, size_t sql_size, const FnArgs &args) {
   uint64 hash =
       hash_bytes_extended(reinterpret_cast<const unsigned char *>(sql),
@@ -50,10 +43,6 @@ void create_table() {
   ctl.hcxt = statements_context;
   statements = hash_create("idempotency statements", 64, &ctl,
                            HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-  static const int caches[] = {TYPEOID, NAMESPACEOID,     PROCOID,
-                               OPEROID, CASTSOURCETARGET, ATTNUM};
-  for (int cache : caches)
-    CacheRegisterSyscacheCallback(cache, catalog_changed, (Datum)0);
 }
 
 template <typename T> T *allocate(MemoryContext context, int count) {
@@ -89,7 +78,7 @@ void fingerprint_types(Statement &statement, text *fn) {
 // meanwhile leaves the statement stale, described again on next use.
 void describe(Statement &statement, text *fn, const Oid *types,
               MemoryContext parent) {
-  uint64 generation = catalog_generation;
+  uint64 generation = parameter_types_generation();
   MemoryContext context = AllocSetContextCreate(parent, "idempotency statement",
                                                 ALLOCSET_SMALL_SIZES);
   MemoryContext caller = MemoryContextSwitchTo(context);
@@ -137,7 +126,7 @@ Oid *inferred_types(const Statement &statement) {
 // After a catalog change: the types again; a statement whose types are
 // unchanged keeps its conversions and plan and only names its types again.
 void refresh(Statement &statement, text *fn) {
-  uint64 generation = catalog_generation;
+  uint64 generation = parameter_types_generation();
   Oid *types = inferred_types(statement);
   if (!same_types(types, statement.types, statement.nargs)) {
     // The old plan is left to its memory context, not freed: a call further
@@ -180,7 +169,7 @@ Statement *statement_for(text *fn, const FnArgs &args) {
   auto *found = static_cast<Statement *>(
       hash_search(statements, &hash, HASH_FIND, nullptr));
   if (found != nullptr && matches(*found, sql, sql_size, args)) {
-    if (found->catalog_generation != catalog_generation)
+    if (found->catalog_generation != parameter_types_generation())
       refresh(*found, fn);
     return found;
   }
