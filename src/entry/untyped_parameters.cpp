@@ -187,9 +187,12 @@ void type_untyped_parameters(ParseState *state, Query *statement,
   auto *parameters = static_cast<VariableParameters *>(state->p_ref_hook_state);
   if (!has_untyped(*parameters))
     return;
-  Oid schema = get_namespace_oid("idempotency", true);
-  if (!OidIsValid(schema) || !IsTransactionState())
+  if (!IsTransactionState())
     return;
+  // The extension is not relocatable: its schema is idempotency.
+  if (!OidIsValid(get_extension_oid("idempotency", true)))
+    return;
+  Oid schema = get_namespace_oid("idempotency", true);
   Typing typing{schema, parameters};
   Search search{statement, &typing};
   find_calls(reinterpret_cast<Node *>(statement), &search);
