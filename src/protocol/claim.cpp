@@ -205,9 +205,12 @@ bool matches(const RequestMatch &request, const storage::KeyProbe &row) {
       row.request_hash_is_hex
           ? fingerprint::legacy_client_fingerprint(row.request_hash)
           : row.request_hash;
-  return same_bytes(stored, request.fingerprint) ||
-         (request.legacy_fingerprint != nullptr &&
-          same_bytes(stored, request.legacy_fingerprint));
+  if (same_bytes(stored, request.fingerprint))
+    return true;
+  for (const bytea *earlier : request.earlier)
+    if (earlier != nullptr && same_bytes(stored, earlier))
+      return true;
+  return false;
 }
 
 pg_attribute_noreturn() void report_reused(const storage::KeyRef &key) {
