@@ -3,7 +3,13 @@
 RESULT lines, see test/clients/run) against the extension's real effects:
 the ledger and type_calls rows the business functions wrote. Also checks
 that every snippet docs/drivers.md shows is, verbatim, code a driver runs.
-Prints one line per check and closes with `clients: N passed, M failed`."""
+Prints one line per check and closes with `clients: N passed, M failed`.
+
+After changing a snippet (a `docs:begin NAME` ... `docs:end NAME` region of
+a driver's source), rewrite the page's blocks from the sources:
+
+    test/clients/check.py --update-docs --docs docs/drivers.md --sources test/clients
+"""
 
 import argparse
 import json
@@ -84,12 +90,17 @@ def expect_count(what, actual, expected):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--results", required=True)
-    parser.add_argument("--run", required=True)
+    parser.add_argument("--results")
+    parser.add_argument("--run")
     parser.add_argument("--docs", required=True)
     parser.add_argument("--sources", required=True)
-    parser.add_argument("configs", nargs="+")
+    parser.add_argument("--update-docs", action="store_true",
+                        help="rewrite the snippet blocks of --docs from the sources, check nothing")
+    parser.add_argument("configs", nargs="*")
     args = parser.parse_args()
+    if args.update_docs:
+        update_docs(args.docs, args.sources)
+        return 0
 
     db = psycopg2.connect(dbname="clients", user="postgres")
     db.autocommit = True
@@ -214,15 +225,35 @@ def main():
     report("all drivers: the cross-driver keys ran once", cross_driver_executions)
 
     with open(args.docs, encoding="utf-8") as page:
-        docs = page.read()
+        shown = dict(shown_snippets(page.read()))
     for snippet_name, snippet in snippets(args.sources):
-        def in_docs(snippet=snippet):
-            if snippet not in docs:
-                raise Failed("the snippet is not in docs/drivers.md verbatim")
-        report(f"docs/drivers.md shows {snippet_name}'s snippet", in_docs)
+        def in_docs(snippet_name=snippet_name, snippet=snippet):
+            if snippet_name not in shown:
+                raise Failed(f"docs/drivers.md has no `<!-- snippet {snippet_name} -->` block")
+            if shown[snippet_name] != snippet:
+                raise Failed("the block differs from the source (test/clients/check.py --update-docs)")
+        report(f"docs/drivers.md shows {snippet_name}'s snippet as the suite runs it", in_docs)
 
     print(f"clients: {passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
+
+
+SHOWN = re.compile(r"(<!-- snippet (\S+) -->\n```[a-z]*\n)(.*?)(\n```)", re.S)
+
+
+def shown_snippets(docs):
+    """(name, text) of every snippet block of docs/drivers.md."""
+    return [(match.group(2), match.group(3)) for match in SHOWN.finditer(docs)]
+
+
+def update_docs(docs_path, root):
+    """Rewrites docs/drivers.md's snippet blocks from the sources."""
+    sources = dict(snippets(root))
+    with open(docs_path, encoding="utf-8") as page:
+        docs = page.read()
+    docs = SHOWN.sub(lambda m: m.group(1) + sources.get(m.group(2), m.group(3)) + m.group(4), docs)
+    with open(docs_path, "w", encoding="utf-8") as page:
+        page.write(docs)
 
 
 def snippets(root):
