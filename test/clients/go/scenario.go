@@ -194,7 +194,7 @@ func main() {
 	step("release", func() error {
 		key := prefix + "release"
 		err := conn.BeginFunc(ctx, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SELECT replayed FROM idempotency.claim($1, $2)", key, "hash-r"); err != nil {
+			if _, err := tx.Exec(ctx, "SELECT replayed FROM idempotency.claim($1, $2)", key, nil); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, "SELECT idempotency.release($1)", key)
@@ -213,7 +213,7 @@ func main() {
 			return err
 		}
 		var replayed bool
-		err = tx.QueryRow(ctx, "SELECT replayed FROM idempotency.claim($1, $2)", key, "hash-r").Scan(&replayed)
+		err = tx.QueryRow(ctx, "SELECT replayed FROM idempotency.claim($1, $2)", key, nil).Scan(&replayed)
 		tx.Rollback(ctx)
 		if err != nil {
 			return err

@@ -189,7 +189,7 @@ public class Scenario {
           PreparedStatement release = conn.prepareStatement("SELECT idempotency.release(?)");
           PreparedStatement lookup = conn.prepareStatement("SELECT state FROM idempotency.lookup(?)")) {
         claim.setString(1, key);
-        claim.setString(2, "hash-r");
+        claim.setNull(2, Types.OTHER); // no request_hash
         claim.executeQuery().close();
         release.setString(1, key);
         release.executeQuery().close();

@@ -201,7 +201,7 @@ int main() {
     const std::string key = prefix + "release";
     exec(conn, "BEGIN");
     Result claim = call(conn, "SELECT replayed FROM idempotency.claim($1, $2)",
-                        {{key}, {"hash-r"}});
+                        {{key}, null_value});
     Result release = call(conn, "SELECT idempotency.release($1)", {{key}});
     exec(conn, "COMMIT");
     Result lookup =
@@ -210,7 +210,7 @@ int main() {
       result("release_lookup", "state", PQgetvalue(lookup.get(), 0, 0));
     exec(conn, "BEGIN");
     Result again = call(conn, "SELECT replayed FROM idempotency.claim($1, $2)",
-                        {{key}, {"hash-r"}});
+                        {{key}, null_value});
     exec(conn, "ROLLBACK");
     if (!report_error("release_again", again.get()))
       result("release_again", "replayed", replayed_text(again.get(), 0));

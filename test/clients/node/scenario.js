@@ -132,13 +132,13 @@ async function main() {
   await step('release', async () => {
     const key = prefix + 'release';
     await client.query('BEGIN');
-    await db.query('SELECT replayed FROM idempotency.claim($1, $2)', [key, 'hash-r']);
+    await db.query('SELECT replayed FROM idempotency.claim($1, $2)', [key, null]);
     await db.query('SELECT idempotency.release($1)', [key]);
     await client.query('COMMIT');
     const lookup = await db.query('SELECT state FROM idempotency.lookup($1)', [key]);
     result('release_lookup', 'state', lookup.rows[0].state);
     await client.query('BEGIN');
-    const again = await db.query('SELECT replayed FROM idempotency.claim($1, $2)', [key, 'hash-r']);
+    const again = await db.query('SELECT replayed FROM idempotency.claim($1, $2)', [key, null]);
     await client.query('ROLLBACK');
     result('release_again', 'replayed', again.rows[0].replayed);
   });

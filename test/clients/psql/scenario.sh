@@ -56,7 +56,7 @@ COMMIT;
 
 \set key :prefix 'release'
 BEGIN;
-SELECT replayed::text AS replayed FROM idempotency.claim(:'key', 'hash-r') \gset
+SELECT replayed::text AS replayed FROM idempotency.claim(:'key', NULL) \gset
 \unset replayed
 SELECT idempotency.release(:'key') \gset
 COMMIT;
@@ -64,7 +64,7 @@ SELECT state AS state FROM idempotency.lookup(:'key') \gset
 \echo RESULT release_lookup state :state
 \unset state
 BEGIN;
-SELECT replayed::text AS replayed FROM idempotency.claim(:'key', 'hash-r') \gset
+SELECT replayed::text AS replayed FROM idempotency.claim(:'key', NULL) \gset
 ROLLBACK;
 \echo RESULT release_again replayed :replayed
 \unset replayed

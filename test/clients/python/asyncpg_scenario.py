@@ -125,12 +125,12 @@ async def main():
     async def release():
         key = prefix + "release"
         async with conn.transaction():
-            await conn.execute("SELECT replayed FROM idempotency.claim($1, $2)", key, "hash-r")
+            await conn.execute("SELECT replayed FROM idempotency.claim($1, $2)", key, None)
             await conn.execute("SELECT idempotency.release($1)", key)
         result("release_lookup", "state", await conn.fetchval("SELECT state FROM idempotency.lookup($1)", key))
         transaction = conn.transaction()
         await transaction.start()
-        replayed = await conn.fetchval("SELECT replayed FROM idempotency.claim($1, $2)", key, "hash-r")
+        replayed = await conn.fetchval("SELECT replayed FROM idempotency.claim($1, $2)", key, None)
         await transaction.rollback()
         result("release_again", "replayed", replayed)
     await step("release", release)

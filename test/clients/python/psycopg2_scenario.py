@@ -133,12 +133,12 @@ def main():
     def release():
         key = prefix + "release"
         with conn, conn.cursor() as cur:
-            cur.execute("SELECT replayed FROM idempotency.claim(%s, %s)", (key, "hash-r"))
+            cur.execute("SELECT replayed FROM idempotency.claim(%s, %s)", (key, None))
             cur.execute("SELECT idempotency.release(%s)", (key,))
         state, = fetch(conn, "SELECT state FROM idempotency.lookup(%s)", (key,))
         result("release_lookup", "state", state)
         with conn.cursor() as cur:
-            cur.execute("SELECT replayed FROM idempotency.claim(%s, %s)", (key, "hash-r"))
+            cur.execute("SELECT replayed FROM idempotency.claim(%s, %s)", (key, None))
             replayed, = cur.fetchone()
         conn.rollback()
         result("release_again", "replayed", replayed)

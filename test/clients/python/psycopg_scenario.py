@@ -136,12 +136,12 @@ def main():
     def release():
         key = prefix + "release"
         with conn.transaction():
-            conn.execute(sql("SELECT replayed FROM idempotency.claim(%s, %s)"), (key, "hash-r"))
+            conn.execute(sql("SELECT replayed FROM idempotency.claim(%s, %s)"), (key, None))
             conn.execute(sql("SELECT idempotency.release(%s)"), (key,))
         state, = conn.execute(sql("SELECT state FROM idempotency.lookup(%s)"), (key,)).fetchone()
         result("release_lookup", "state", state)
         with conn.transaction(force_rollback=True):
-            replayed, = conn.execute(sql("SELECT replayed FROM idempotency.claim(%s, %s)"), (key, "hash-r")).fetchone()
+            replayed, = conn.execute(sql("SELECT replayed FROM idempotency.claim(%s, %s)"), (key, None)).fetchone()
         result("release_again", "replayed", replayed)
     step("release", release)
 

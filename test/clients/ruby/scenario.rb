@@ -148,12 +148,12 @@ end
 step('release') do
   key = "#{PREFIX}release"
   conn.transaction do |tx|
-    tx.exec_params('SELECT replayed FROM idempotency.claim($1, $2)', [key, 'hash-r'])
+    tx.exec_params('SELECT replayed FROM idempotency.claim($1, $2)', [key, nil])
     tx.exec_params('SELECT idempotency.release($1)', [key])
   end
   result('release_lookup', 'state', conn.exec_params('SELECT state FROM idempotency.lookup($1)', [key]).first['state'])
   conn.exec('BEGIN')
-  replayed = conn.exec_params('SELECT replayed FROM idempotency.claim($1, $2)', [key, 'hash-r']).first['replayed']
+  replayed = conn.exec_params('SELECT replayed FROM idempotency.claim($1, $2)', [key, nil]).first['replayed']
   conn.exec('ROLLBACK')
   result('release_again', 'replayed', boolean(replayed))
 end
