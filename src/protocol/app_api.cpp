@@ -124,14 +124,14 @@ RequestMatch claim_fingerprint(FunctionCallInfo fcinfo, int hash_argno) {
   if (!PG_ARGISNULL(hash_argno)) {
     fingerprint::ClientFingerprints client = fingerprint::client_fingerprints(
         nullptr, PG_GETARG_TEXT_PP(hash_argno));
-    return RequestMatch{client.current, {client.earlier, nullptr}};
+    return RequestMatch{client.current, {client.earlier, nullptr}, {}};
   }
   fingerprint::RequestFingerprint framed =
       fingerprint::RequestFingerprint::for_claim();
   framed.add_null();
   fingerprint::Fingerprint digest;
   framed.finish(digest);
-  return RequestMatch{fingerprint::as_bytea(digest), {nullptr, nullptr}};
+  return RequestMatch{fingerprint::as_bytea(digest), {nullptr, nullptr}, {}};
 }
 
 pg_attribute_noreturn() void report_not_claimed(const storage::KeyRef &key,

@@ -40,21 +40,40 @@ RequestMatch client_match(text *fn, text *client_hash) {
       fingerprint::client_fingerprints(fn, client_hash);
   return RequestMatch{
       client.current,
-      {client.earlier, fingerprint::legacy_client_fingerprint(client_hash)}};
+      {client.earlier, fingerprint::legacy_client_fingerprint(client_hash)},
+      {}};
 }
 
-// The fingerprint of what fn receives, and where rows stored before 0.6 may
-// hold another one for the same request, that one too.
+// The form rows stored before 0.6 hold: the caller's types and values,
+// text in the database encoding.
+struct EarlierRequest {
+  const Statement *statement;
+  FnArgs given;
+};
+static_assert(std::is_trivially_destructible_v<EarlierRequest>);
+
+bytea *earlier_fingerprint(const void *context) {
+  const auto *request = static_cast<const EarlierRequest *>(context);
+  return fingerprint::request_hash(
+      request->statement->earlier_prefix, request->statement->earlier_encoders,
+      request->given, fingerprint::TextForm::database);
+}
+
+// The fingerprint of what fn receives; where rows stored before 0.6 may hold
+// another one for the same request, that one when a stored row asks for it.
 RequestMatch computed_match(const Statement &statement, const FnArgs &given,
                             const FnArgs &received) {
   RequestMatch match{fingerprint::request_hash(statement.fingerprint_prefix,
                                                statement.encoders, received,
                                                fingerprint::TextForm::utf8),
-                     {nullptr, nullptr}};
-  if (statement.earlier_differs)
-    match.earlier[0] = fingerprint::request_hash(
-        statement.earlier_prefix, statement.earlier_encoders, given,
-        fingerprint::TextForm::database);
+                     {nullptr, nullptr},
+                     {}};
+  if (statement.earlier_differs) {
+    auto *earlier =
+        static_cast<EarlierRequest *>(palloc(sizeof(EarlierRequest)));
+    *earlier = EarlierRequest{&statement, given};
+    match.deferred = DeferredFingerprint{earlier_fingerprint, earlier};
+  }
   return match;
 }
 

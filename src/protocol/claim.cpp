@@ -210,7 +210,8 @@ bool matches(const RequestMatch &request, const storage::KeyProbe &row) {
   for (const bytea *earlier : request.earlier)
     if (earlier != nullptr && same_bytes(stored, earlier))
       return true;
-  return false;
+  return request.deferred.compute != nullptr &&
+         same_bytes(stored, request.deferred.compute(request.deferred.context));
 }
 
 pg_attribute_noreturn() void report_reused(const storage::KeyRef &key) {
