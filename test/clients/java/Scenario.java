@@ -248,11 +248,12 @@ public class Scenario {
       });
     }
 
-    // Cross-driver: setLong where psql wrote an int literal.
+    // Cross-driver: setLong (int8) where psql wrote an int literal, and
+    // setString (varchar; untyped with stringtype=unspecified) for the amount.
     try (PreparedStatement call = conn.prepareStatement(CALL_WITHDRAW)) {
       call.setString(1, System.getenv("CLIENTS_CROSS_KEY"));
       call.setLong(2, Long.parseLong(System.getenv("CLIENTS_CROSS_ACCOUNT")));
-      call.setLong(3, 250);
+      call.setString(3, "250");
       step("cross", () -> report("cross", call));
     }
     try (PreparedStatement call = conn.prepareStatement(CALL_TYPES)) {
