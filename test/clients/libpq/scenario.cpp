@@ -19,8 +19,6 @@ const char *const stamp = "2026-01-02 03:04:05+00";
 const char *const uuid = "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11";
 const char *const doc = R"({"a": 1, "b": [true, null]})";
 
-using Result = std::unique_ptr<PGresult, decltype(&PQclear)>;
-
 void result(const std::string &step, const std::string &field,
             const std::string &value) {
   std::cout << "RESULT " << step << ' ' << field << ' ' << value << std::endl;
@@ -31,14 +29,16 @@ bool ok(const PGresult *res) {
          PQresultStatus(res) == PGRES_COMMAND_OK;
 }
 
-// NULL where a value is absent: std::optional would do as well.
+// docs:begin libpq
+using Result = std::unique_ptr<PGresult, decltype(&PQclear)>;
+
+// A parameter's text, or NULL.
 struct Value {
   std::string text;
   bool null = false;
 };
 const Value null_value{"", true};
 
-// docs:begin libpq
 const char *const call_withdraw =
     "SELECT idempotency.idempotent_call($1, NULL, 'SELECT withdraw($1, $2)',"
     "                                   $2, $3)::text,"

@@ -33,6 +33,14 @@ async def step(name, body):
 
 
 # docs:begin asyncpg
+class Busy(Exception):
+    """IK409: another transaction holds the key; retry later with the same key."""
+
+
+class KeyReused(Exception):
+    """IK422: the key was used for another request; a new request needs a new key."""
+
+
 CALL_WITHDRAW = """
     SELECT idempotency.idempotent_call($1, NULL, 'SELECT withdraw($1, $2)', $2, $3)::text AS response,
            idempotency.last_call_replayed() AS replayed"""
@@ -49,14 +57,6 @@ async def withdraw(conn, key, account, amount):
             raise KeyReused(key) from err  # 422: a new request needs a new key
         raise
 # docs:end asyncpg
-
-
-class Busy(Exception):
-    pass
-
-
-class KeyReused(Exception):
-    pass
 
 
 CALL_TYPES = """

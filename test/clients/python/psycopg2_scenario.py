@@ -34,6 +34,14 @@ def step(name, body):
 
 
 # docs:begin psycopg2
+class Busy(Exception):
+    """IK409: another transaction holds the key; retry later with the same key."""
+
+
+class KeyReused(Exception):
+    """IK422: the key was used for another request; a new request needs a new key."""
+
+
 CALL_WITHDRAW = (
     "SELECT idempotency.idempotent_call(%s, NULL, 'SELECT withdraw($1, $2)', %s, %s)::text,"
     "       idempotency.last_call_replayed()")
@@ -51,14 +59,6 @@ def withdraw(conn, key, account, amount):
             raise KeyReused(key) from err  # 422: a new request needs a new key
         raise
 # docs:end psycopg2
-
-
-class Busy(Exception):
-    pass
-
-
-class KeyReused(Exception):
-    pass
 
 
 CALL_TYPES = (
