@@ -295,6 +295,21 @@ void define() {
 
 const Interval &ttl() { return key_ttl_value; }
 
+namespace {
+
+TimestampTz plus_interval(TimestampTz start, const Interval &span) {
+  return DatumGetTimestampTz(DirectFunctionCall2(
+      timestamptz_pl_interval, TimestampTzGetDatum(start),
+      IntervalPGetDatum(const_cast<Interval *>(&span))));
+}
+
+} // namespace
+
+TimestampTz key_expiry(TimestampTz created_at, const Interval &ttl) {
+  return Min(plus_interval(created_at, ttl),
+             plus_interval(created_at, max_ttl_value));
+}
+
 int wait_timeout_ms() { return wait_timeout; }
 
 Size max_response_bytes() { return (Size)max_response_size; }

@@ -12,8 +12,16 @@ namespace idempotency::settings {
 void define();
 
 // How long a key claimed now stays valid: idempotency.ttl, never more than
-// idempotency.max_ttl.
+// idempotency.max_ttl as intervals compare (a month is 30 days).
 const Interval &ttl();
+
+// When a key written at `created_at` with `ttl` (ttl() when it was claimed)
+// expires: created_at + ttl, as timestamptz arithmetic computes it (months
+// and days in the session's time zone), but never later than created_at +
+// idempotency.max_ttl computed the same way. So max_ttl holds exactly
+// whatever units either is spelled in: '1 mon' claimed on 3 December is 30
+// days under the default max_ttl, not 31; '1 year' under '361 days' is 361.
+TimestampTz key_expiry(TimestampTz created_at, const Interval &ttl);
 
 // idempotency.wait_timeout: how long a call waits for another transaction
 // that holds the same key, in milliseconds; 0 answers IK409 at once.
