@@ -9,6 +9,11 @@ struct SqlstateList; // settings/sqlstate_list.hpp
 
 namespace idempotency::settings {
 
+// Defines every setting. A value of the call's settings that their checks
+// refuse where PostgreSQL only warns (set before the library was loaded in
+// the session, or a role's or database's value when the session starts) is
+// kept, and the accessors below raise its error (22023, or 42501) until the
+// setting is set again: no call runs on a default nobody chose.
 void define();
 
 // How long a key claimed now stays valid: idempotency.ttl, never more than
