@@ -71,10 +71,8 @@ SELECT idempotency.idempotent_call('pre-ttl', NULL, 'INSERT INTO runs VALUES (31
 SET idempotency.ttl = '31 days';
 });
 like($err,
-	qr/ERROR:  22023: invalid value for parameter "idempotency.ttl": "31 days"\nDETAIL:  idempotency.ttl must not exceed idempotency.max_ttl/,
-	'a ttl over max_ttl set before loading fails the first call with 22023');
-like($err, qr/CONTEXT:  idempotency.ttl: a value PostgreSQL could only warn about/,
-	'... saying why it was not refused when set');
+	qr/ERROR:  22023: invalid value for parameter "idempotency.ttl": "31 days"\nDETAIL:  idempotency.ttl must not exceed idempotency.max_ttl[^\n]*\nCONTEXT:  idempotency.ttl: a value PostgreSQL could only warn about/,
+	'a ttl over max_ttl set before loading fails the first call with 22023, saying why SET did not refuse it');
 like($err, qr/ERROR:  22023: invalid value for parameter "idempotency.ttl": "31 days".*ERROR:  22023: invalid value for parameter "idempotency.ttl": "31 days"/s,
 	'... and once loaded, SET refuses it itself');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM runs WHERE n = 31'),
