@@ -4,6 +4,8 @@
 #include "storage/commit_guard.hpp"
 #include "storage/tenant_keys.hpp"
 
+#include "settings/settings.hpp"
+
 namespace idempotency::storage {
 
 namespace {
@@ -682,9 +684,7 @@ StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
   // may have run for a long time.
   RowValues values{&key, request_hash, response, response_is_null, 0, 0};
   values.created_at = GetCurrentTimestamp();
-  values.expires_at = DatumGetTimestampTz(DirectFunctionCall2(
-      timestamptz_pl_interval, TimestampTzGetDatum(values.created_at),
-      IntervalPGetDatum(const_cast<Interval *>(&ttl))));
+  values.expires_at = settings::key_expiry(values.created_at, ttl);
 
   Insert insert = begin_insert(rel);
   fill_row(insert, columns, values);
