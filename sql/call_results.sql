@@ -66,11 +66,14 @@ SELECT count(*) AS keys,
        LATERAL (SELECT idempotency.idempotent_call(f.key, NULL, f.fn)::text,
                        idempotency.last_call_replayed()) AS r(replay, replayed);
 
--- The fingerprint covers argument types and values: the same call is
--- recognised, a changed type or value is not.
+-- The fingerprint covers the values fn receives: the same call is
+-- recognised, a changed value is not. fn's text gives $1 of `$1 + 1` the
+-- type integer, so 5 passed as the domain or as an integer is one request.
 SELECT idempotency.idempotent_call('a-point', NULL, 'SELECT $1[0]', point(3, 4)),
        idempotency.last_call_replayed() AS replayed;
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('a-point', NULL, 'SELECT $1[0]', point(3, 5))$$);
-SELECT sqlstate_of($$SELECT idempotency.idempotent_call('a-domain', NULL, 'SELECT $1 + 1', 5)$$);
+SELECT idempotency.idempotent_call('a-domain', NULL, 'SELECT $1 + 1', 5),
+       idempotency.last_call_replayed() AS replayed;
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('a-domain', NULL, 'SELECT $1 + 1', 6::positive_int)$$);
 DROP FUNCTION first_call(text, text);
 DROP TABLE first_answers;

@@ -54,7 +54,12 @@ SELECT idempotency.idempotent_call('req-7f3a', NULL, 'SELECT withdraw($1, $2)', 
 -- Same key, different request: IK422, nothing runs.
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('req-7f3a', NULL, 'SELECT withdraw($1, $2)', 7, 301)$$);
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('req-7f3a', NULL, 'SELECT withdraw($1, $2)', 8, 300)$$);
-SELECT sqlstate_of($$SELECT idempotency.idempotent_call('req-7f3a', NULL, 'SELECT withdraw($1, $2)', 7, 300::bigint)$$);
+-- The same values as other types are the same request: withdraw receives
+-- the same integer and bigint whatever types the caller sent them as.
+SELECT idempotency.idempotent_call('req-7f3a', NULL, 'SELECT withdraw($1, $2)', 7::smallint, 300::bigint),
+       idempotency.last_call_replayed();
+SELECT idempotency.idempotent_call('req-7f3a', NULL, 'SELECT withdraw($1, $2)', '7', '300'::varchar),
+       idempotency.last_call_replayed();
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('req-7f3a', NULL, 'SELECT withdraw($1,$2)', 7, 300)$$);
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('req-7f3a', NULL, 'SELECT withdraw($1, $2)', 7, NULL::int)$$);
 SELECT idempotency.idempotent_call('req-7f3a', NULL, 'SELECT withdraw($1, $2)', 7, 301);

@@ -53,11 +53,15 @@ SELECT idempotency.idempotent_call('args-row', NULL, 'SELECT $1', i) FROM items 
 -- The record is the same request as the named type only if the types match.
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('args-pair', NULL, 'SELECT $1', ROW(1, 'x'))$$);
 
--- Domains: the domain is the argument's type; a value the domain refuses
--- never reaches the call.
+-- Domains: a value the domain refuses never reaches the call. fn receives
+-- the type its text gives $1 (integer for `$1 + 1`), so 41 as the domain
+-- and 41 as an integer are one request.
 CREATE DOMAIN positive AS int CHECK (VALUE > 0);
 SELECT idempotency.idempotent_call('args-domain', NULL, 'SELECT $1 + 1', 41::positive);
-SELECT sqlstate_of($$SELECT idempotency.idempotent_call('args-domain', NULL, 'SELECT $1 + 1', 41)$$);
+SELECT idempotency.idempotent_call('args-domain', NULL, 'SELECT $1 + 1', 41), idempotency.last_call_replayed();
+-- A parameter fn declares as the domain receives the domain, checked.
+CREATE FUNCTION plus_one(n positive) RETURNS int LANGUAGE sql AS 'SELECT n + 1';
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('args-domain-fn', NULL, 'SELECT hostile_args.plus_one($1)', 0)$$);
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('args-domain-bad', NULL, 'SELECT $1 + 1', (-1)::positive)$$);
 CREATE DOMAIN pair_with_a AS pair CHECK ((VALUE).a IS NOT NULL);
 SELECT idempotency.idempotent_call('args-domain-composite', NULL, 'SELECT $1', ROW(3, 'z')::pair_with_a);
@@ -100,20 +104,23 @@ SELECT idempotency.idempotent_call('args-anyarray', NULL, 'SELECT $1', most_comm
 
 -- A request refused with IK422 is never applied, nor even started: fn
 -- writes a row and draws a number from a sequence (which no rollback
--- gives back), and after every refused variant (another type, another
--- value, a NULL, another fn text) only the first request's row and number
--- are there.
+-- gives back), and after every refused variant (another value, a NULL,
+-- another fn text) only the first request's row and number are there. The
+-- same amount as another type is the same request (the column's numeric
+-- is what fn receives): replayed, not applied again.
 CREATE TABLE applied (amount numeric, run bigint);
 CREATE SEQUENCE fn_runs;
 SELECT idempotency.idempotent_call('args-applied', NULL, 'INSERT INTO hostile_args.applied VALUES ($1, nextval(''hostile_args.fn_runs'')) RETURNING amount', 5);
-SELECT sqlstate_of($$SELECT idempotency.idempotent_call('args-applied', NULL, 'INSERT INTO hostile_args.applied VALUES ($1, nextval(''hostile_args.fn_runs'')) RETURNING amount', 5::bigint)$$);
+SELECT idempotency.idempotent_call('args-applied', NULL, 'INSERT INTO hostile_args.applied VALUES ($1, nextval(''hostile_args.fn_runs'')) RETURNING amount', 5::bigint),
+       idempotency.last_call_replayed();
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('args-applied', NULL, 'INSERT INTO hostile_args.applied VALUES ($1, nextval(''hostile_args.fn_runs'')) RETURNING amount', 6)$$);
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('args-applied', NULL, 'INSERT INTO hostile_args.applied VALUES ($1, nextval(''hostile_args.fn_runs'')) RETURNING amount', NULL::int)$$);
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('args-applied', NULL, 'INSERT INTO hostile_args.applied VALUES ($1 + 1, nextval(''hostile_args.fn_runs'')) RETURNING amount', 5)$$);
 SELECT amount, run FROM applied;
 SELECT last_value AS numbers_drawn FROM fn_runs;
 
--- fn uses its parameters wrongly: the parser's error, nothing stored.
+-- fn uses its parameters wrongly, or a value does not convert to the type
+-- fn's text gives it: PostgreSQL's error, nothing stored.
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('args-missing', NULL, 'SELECT $2', 1)$$);
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('args-mistyped', NULL, 'SELECT $1 + 1', 'one'::text)$$);
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('args-inline', NULL, 'SELECT $1 || $1', 'a')$$);

@@ -72,6 +72,29 @@ SELECT idempotency.idempotent_call('lim-cut', NULL, 'SELECT 1');
 SELECT ttl_of('lim-cut');
 RESET idempotency.ttl;
 RESET idempotency.max_ttl;
+-- max_ttl holds in calendar units too: expires_at is never later than
+-- created_at + max_ttl as timestamptz arithmetic computes it. '1 year', 'P1Y'
+-- and '12 mons' (360 days when intervals compare) may be set under
+-- '361 days', and their keys live 361 days, not 365 or 366.
+SET idempotency.max_ttl = '361 days';
+SET idempotency.ttl = '1 year';
+SELECT idempotency.idempotent_call('lim-1-year', NULL, 'SELECT 1');
+SET idempotency.ttl = 'P1Y';
+SELECT idempotency.idempotent_call('lim-p1y', NULL, 'SELECT 1');
+SET idempotency.ttl = '12 mons';
+SELECT idempotency.idempotent_call('lim-12-mons', NULL, 'SELECT 1');
+SELECT key, ttl_of(key) FROM unnest(ARRAY['lim-1-year', 'lim-p1y', 'lim-12-mons']) AS key;
+RESET idempotency.ttl;
+RESET idempotency.max_ttl;
+-- '1 mon' under the default max_ttl ('30 days') is the calendar month from
+-- the key's creation, cut to 30 days when the month is longer (31 days from
+-- 3 December, 28 from 3 February).
+SET idempotency.ttl = '1 mon';
+SELECT idempotency.idempotent_call('lim-1-mon', NULL, 'SELECT 1');
+SELECT expires_at = least(created_at + interval '1 mon', created_at + interval '30 days') AS calendar_month_at_most_30_days,
+       expires_at <= created_at + interval '30 days' AS within_max_ttl
+  FROM idempotency.keys WHERE key = 'lim-1-mon';
+RESET idempotency.ttl;
 
 -- --- response size -----------------------------------------------------------
 

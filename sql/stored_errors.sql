@@ -146,6 +146,65 @@ SELECT idempotency.idempotent_call('se-outer', NULL,
   $$SELECT idempotency.idempotent_call('se-inner', NULL, 'SELECT 1'), se_decline(9)$$) #>> '{error,sqlstate}' AS sqlstate;
 SELECT key FROM idempotency.keys WHERE key IN ('se-outer', 'se-inner') ORDER BY key;
 
+-- Transient conditions are never stored, even when their class is listed:
+-- with 55 listed, a lock_timeout inside fn (55P03) propagates unchanged,
+-- undoes fn's effects and stores nothing; the retry runs fn again, and once
+-- the lock is gone its result is stored. A prepared transaction holds the
+-- lock fn waits for.
+CREATE TABLE se_locked (id int);
+CREATE FUNCTION se_lock(amount int) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM nextval('se_runs');
+  INSERT INTO se_ledger VALUES (amount);
+  LOCK TABLE se_locked IN ACCESS EXCLUSIVE MODE;
+  RETURN to_jsonb(amount);
+END $$;
+BEGIN;
+LOCK TABLE se_locked IN ACCESS EXCLUSIVE MODE;
+PREPARE TRANSACTION 'se-lock-holder';
+SELECT sqlstate_of($$SET idempotency.store_errors = '55P03'$$);
+SELECT sqlstate_of($$SET idempotency.store_errors = '55, 57'$$);
+SET idempotency.store_errors = '55';
+SELECT setval('se_runs', 1, false);
+SET lock_timeout = '100ms';
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('se-lock', NULL, 'SELECT se_lock($1)', 11)$$);
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('se-lock', NULL, 'SELECT se_lock($1)', 11)$$);
+RESET lock_timeout;
+-- statement_timeout inside fn (57014, which PL/pgSQL's WHEN OTHERS does not
+-- catch): the same.
+SET statement_timeout = '100ms';
+SELECT idempotency.idempotent_call('se-lock', NULL, 'SELECT se_lock($1)', 11);
+RESET statement_timeout;
+SELECT se_runs() AS runs, (SELECT count(*) FROM se_ledger WHERE amount = 11) AS ledger_rows,
+       (SELECT count(*) FROM idempotency.keys WHERE key = 'se-lock') AS stored;
+COMMIT PREPARED 'se-lock-holder';
+SELECT idempotency.idempotent_call('se-lock', NULL, 'SELECT se_lock($1)', 11) AS response;
+SELECT outcome FROM idempotency.last_call();
+SELECT se_runs() AS runs, (SELECT count(*) FROM se_ledger WHERE amount = 11) AS ledger_rows;
+
+-- Every transient SQLSTATE of a listable class, raised by fn with its class
+-- listed: propagated, never stored, fn runs on each retry. 55000, in the
+-- same class, is stored.
+CREATE FUNCTION se_raise(code text) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM nextval('se_runs');
+  RAISE EXCEPTION 'condition %', code USING ERRCODE = code;
+END $$;
+SET idempotency.store_errors = '25, 55, HV';
+SELECT setval('se_runs', 1, false);
+SELECT code,
+       sqlstate_of(format('SELECT idempotency.idempotent_call(%L, NULL, %L, %L::text)',
+                          'se-' || code, 'SELECT se_raise($1)', code)) AS first,
+       sqlstate_of(format('SELECT idempotency.idempotent_call(%L, NULL, %L, %L::text)',
+                          'se-' || code, 'SELECT se_raise($1)', code)) AS retry
+  FROM unnest(ARRAY['25P03', '25P04', '55P03', '55006', 'HV00N']) AS code;
+SELECT se_runs() AS runs,
+       (SELECT count(*) FROM idempotency.keys WHERE key LIKE 'se-%' AND key <> 'se-55000'
+          AND response #>> '{error,sqlstate}' IN ('25P03', '25P04', '55P03', '55006', 'HV00N')) AS stored;
+SELECT idempotency.idempotent_call('se-55000', NULL, 'SELECT se_raise($1)', '55000'::text) #>> '{error,sqlstate}' AS stored_sqlstate;
+DROP FUNCTION se_lock(int), se_raise(text);
+DROP TABLE se_locked;
+
 RESET idempotency.store_errors;
 DROP FUNCTION se_decline(int), se_duplicate(int), se_divide(int), se_runs();
 DROP SEQUENCE se_runs;

@@ -64,6 +64,7 @@ extern "C" {
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/guc_tables.h"
 #include "utils/inval.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
@@ -75,3 +76,15 @@ extern "C" {
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
 }
+
+namespace idempotency {
+
+// PostgreSQL's tree walkers (expression_tree_walker, query_tree_walker)
+// take their callback as bool (*)(); the cast goes through void (*)() to say
+// that the change of type is on purpose.
+template <typename Context>
+inline bool (*as_tree_walker(bool (*walker)(Node *, Context *)))() {
+  return reinterpret_cast<bool (*)()>(reinterpret_cast<void (*)()>(walker));
+}
+
+} // namespace idempotency

@@ -403,22 +403,38 @@ is($node->safe_psql('upgraded', $statistics),
 
 # alice keeps 20 days for her keys; then a superuser lowers the maximum to an
 # hour in postgresql.conf, under the 24h default too. The server and the
-# library still start; alice's stored setting is skipped (WARNING) and her
-# keys get the default, cut to the maximum.
+# library still start; alice's stored setting is skipped (WARNING), and her
+# calls fail with the setting's 22023 rather than give her keys a TTL she
+# did not choose, until her session sets idempotency.ttl (or resets it).
 $node->safe_psql('postgres', "ALTER ROLE alice SET idempotency.ttl = '20 days'");
 $node->append_conf('postgresql.conf', "idempotency.max_ttl = '1 hour'\n");
 $node->restart;
 my ($rc, $out, $err) = $node->psql(
 	'postgres', q{
+\set VERBOSITY verbose
 SHOW idempotency.ttl;
 SELECT idempotency.idempotent_call('after-lowering', NULL, 'SELECT 1');
-SELECT expires_at - created_at FROM idempotency.keys WHERE key = 'after-lowering';
 },
 	extra_params => [ '-U', 'alice' ]);
-is($out, "24h\n1\n01:00:00",
-	'keys of a role whose stored ttl exceeds a lowered max_ttl live max_ttl');
 like($err, qr/WARNING:.*idempotency.ttl.*must not exceed idempotency.max_ttl/s,
-	'... and the session is warned that its stored ttl was skipped');
+	'the session is warned that its stored ttl was skipped');
+like($err, qr/ERROR:  22023: invalid value for parameter "idempotency.ttl": "20 days"/,
+	'... and a call fails with 22023 naming the setting');
+is($node->safe_psql('postgres',
+		q{SELECT count(*) FROM idempotency.keys WHERE key = 'after-lowering'}),
+	'0', '... storing nothing');
+($rc, $out, $err) = $node->psql(
+	'postgres', q{
+SET idempotency.ttl = '30min';
+SELECT idempotency.idempotent_call('after-lowering', NULL, 'SELECT 1');
+SELECT expires_at - created_at FROM idempotency.keys WHERE key = 'after-lowering';
+RESET idempotency.ttl;
+SELECT idempotency.idempotent_call('after-reset', NULL, 'SELECT 1');
+SELECT expires_at - created_at FROM idempotency.keys WHERE key = 'after-reset';
+},
+	extra_params => [ '-U', 'alice' ]);
+is($out, "1\n00:30:00\n1\n01:00:00",
+	'a ttl the session sets works again; after RESET keys get the default, cut to the maximum');
 
 $node->stop;
 done_testing();

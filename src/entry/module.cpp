@@ -1,6 +1,8 @@
 // Module initialisation: settings, transaction callbacks, the DISCARD ALL
-// hook, shared memory and the expiry launcher.
+// hook, the typing of untyped parameters, shared memory and the expiry
+// launcher.
 // The SQL-callable functions are declared in entry/functions.cpp.
+#include "entry/untyped_parameters.hpp"
 #include "protocol/app_api.hpp"
 #include "protocol/outcome.hpp"
 #include "settings/settings.hpp"
@@ -70,6 +72,7 @@ void _PG_init(void) {
   // Per backend, so also when the library is loaded on first use.
   previous_process_utility_hook = ProcessUtility_hook;
   ProcessUtility_hook = process_utility;
+  idempotency::entry::install_untyped_parameters_hook();
   idempotency::protocol::register_transaction_callbacks();
   if (!process_shared_preload_libraries_in_progress)
     return;

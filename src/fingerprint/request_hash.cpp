@@ -4,13 +4,24 @@ namespace idempotency::fingerprint {
 
 namespace {
 
-struct EncodedValue {
+struct Bytes {
   const char *data;
   std::size_t size;
 };
-static_assert(std::is_trivially_destructible_v<EncodedValue>);
+static_assert(std::is_trivially_destructible_v<Bytes>);
 
-EncodedValue encode(const ValueEncoder &encoder, Datum value) {
+Bytes in_form(const char *data, std::size_t size, TextForm form) {
+  if (form == TextForm::database || text_forms_agree())
+    return {data, size};
+  char *converted = pg_server_to_any(data, (int)size, PG_UTF8);
+  return {converted, converted == data ? size : strlen(converted)};
+}
+
+Bytes in_form(const text *value, TextForm form) {
+  return in_form(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value), form);
+}
+
+Bytes encode(const ValueEncoder &encoder, Datum value) {
   if (encoder.binary) {
     bytea *bytes = OidSendFunctionCall(encoder.function, value);
     return {VARDATA_ANY(bytes), VARSIZE_ANY_EXHDR(bytes)};
@@ -26,22 +37,30 @@ void hash_values(RequestFingerprint fingerprint, const ValueEncoder *encoders,
       fingerprint.add_null();
       continue;
     }
-    EncodedValue encoded = encode(encoders[i], args.values[i]);
+    Bytes encoded = encode(encoders[i], args.values[i]);
     fingerprint.add_value(encoded.data, encoded.size);
   }
   fingerprint.finish(out);
 }
 
+int encoding_of(TextForm form) {
+  return form == TextForm::utf8 ? PG_UTF8 : GetDatabaseEncoding();
+}
+
 // Send functions of text-like types convert to the client encoding; hashing
-// in the database encoding keeps a request's fingerprint the same whatever
-// client_encoding the retry arrives with, and never fails to convert.
-template <typename Body> void in_database_encoding(Body body) {
+// with the client encoding set to the form's keeps a request's fingerprint
+// the same whatever client_encoding the retry arrives with.
+template <typename Body> void with_client_encoding(int encoding, Body body) {
   int client_encoding = pg_get_client_encoding();
-  if (client_encoding == GetDatabaseEncoding()) {
+  if (client_encoding == encoding ||
+      (encoding == PG_UTF8 && text_forms_agree() &&
+       client_encoding == GetDatabaseEncoding())) {
     body();
     return;
   }
-  SetClientEncoding(GetDatabaseEncoding());
+  if (PrepareClientEncoding(encoding) < 0 || SetClientEncoding(encoding) < 0)
+    elog(ERROR, "cannot convert the database encoding to %s",
+         pg_encoding_to_char(encoding));
   PG_TRY();
   { body(); }
   PG_FINALLY();
@@ -49,7 +68,28 @@ template <typename Body> void in_database_encoding(Body body) {
   PG_END_TRY();
 }
 
+bytea *framed_client_text(RequestFingerprint framed, const text *client_hash,
+                          TextForm form) {
+  Bytes hash = in_form(client_hash, form);
+  framed.add_client_hash(hash.data, hash.size);
+  Fingerprint digest;
+  framed.finish(digest);
+  return as_bytea(digest);
+}
+
+RequestFingerprint framing(text *fn, TextForm form) {
+  if (fn == nullptr)
+    return RequestFingerprint::for_claim();
+  Bytes sql = in_form(fn, form);
+  return RequestFingerprint(sql.data, sql.size);
+}
+
 } // namespace
+
+bool text_forms_agree() {
+  int encoding = GetDatabaseEncoding();
+  return encoding == PG_UTF8 || encoding == PG_SQL_ASCII;
+}
 
 ValueEncoder encoder_for(Oid type) {
   HeapTuple tuple = SearchSysCache1(TYPEOID, ObjectIdGetDatum(type));
@@ -65,19 +105,23 @@ ValueEncoder encoder_for(Oid type) {
   return {output, false};
 }
 
-RequestFingerprint prefix_for(text *fn, const FnArgs &args) {
-  RequestFingerprint prefix(VARDATA_ANY(fn), VARSIZE_ANY_EXHDR(fn));
-  for (int i = 0; i < args.count; i++) {
-    const char *type_name = format_type_be_qualified(args.types[i]);
-    prefix.add_type(type_name, strlen(type_name));
+RequestFingerprint prefix_for(text *fn, int nargs, const Oid *types,
+                              TextForm form) {
+  RequestFingerprint prefix = framing(fn, form);
+  for (int i = 0; i < nargs; i++) {
+    const char *type_name = format_type_be_qualified(types[i]);
+    Bytes name = in_form(type_name, strlen(type_name), form);
+    prefix.add_type(name.data, name.size);
   }
   return prefix;
 }
 
 bytea *request_hash(const RequestFingerprint &prefix,
-                    const ValueEncoder *encoders, const FnArgs &args) {
+                    const ValueEncoder *encoders, const FnArgs &args,
+                    TextForm form) {
   Fingerprint digest;
-  in_database_encoding([&] { hash_values(prefix, encoders, args, digest); });
+  with_client_encoding(encoding_of(form),
+                       [&] { hash_values(prefix, encoders, args, digest); });
   return as_bytea(digest);
 }
 
@@ -88,12 +132,15 @@ bytea *as_bytea(const Fingerprint &fingerprint) {
   return value;
 }
 
-bytea *client_fingerprint(RequestFingerprint framed, text *client_hash) {
-  framed.add_client_hash(VARDATA_ANY(client_hash),
-                         VARSIZE_ANY_EXHDR(client_hash));
-  Fingerprint digest;
-  framed.finish(digest);
-  return as_bytea(digest);
+ClientFingerprints client_fingerprints(text *fn, text *client_hash) {
+  ClientFingerprints fingerprints{
+      framed_client_text(framing(fn, TextForm::utf8), client_hash,
+                         TextForm::utf8),
+      nullptr};
+  if (!text_forms_agree())
+    fingerprints.earlier = framed_client_text(framing(fn, TextForm::database),
+                                              client_hash, TextForm::database);
+  return fingerprints;
 }
 
 bytea *legacy_client_fingerprint(const text *client_hash) {

@@ -122,16 +122,18 @@ void hold(const storage::KeyRef &key, bytea *fingerprint,
 
 // A claim() request's fingerprint: the claim marker and the client's text
 // (or NULL), so a claim never matches an idempotent_call of the same key.
-bytea *claim_fingerprint(FunctionCallInfo fcinfo, int hash_argno) {
+RequestMatch claim_fingerprint(FunctionCallInfo fcinfo, int hash_argno) {
+  if (!PG_ARGISNULL(hash_argno)) {
+    fingerprint::ClientFingerprints client = fingerprint::client_fingerprints(
+        nullptr, PG_GETARG_TEXT_PP(hash_argno));
+    return RequestMatch{client.current, {client.earlier, nullptr}, {}};
+  }
   fingerprint::RequestFingerprint framed =
       fingerprint::RequestFingerprint::for_claim();
-  if (!PG_ARGISNULL(hash_argno))
-    return fingerprint::client_fingerprint(framed,
-                                           PG_GETARG_TEXT_PP(hash_argno));
   framed.add_null();
   fingerprint::Fingerprint digest;
   framed.finish(digest);
-  return fingerprint::as_bytea(digest);
+  return RequestMatch{fingerprint::as_bytea(digest), {nullptr, nullptr}, {}};
 }
 
 pg_attribute_noreturn() void report_not_claimed(const storage::KeyRef &key,
@@ -236,12 +238,11 @@ void on_subtransaction_event(SubXactEvent event, SubTransactionId aborted,
 ClaimRow claim_key(FunctionCallInfo fcinfo, Keying keying) {
   clear_last_call();
   storage::KeyRef key = request_key(fcinfo, keying);
-  bytea *fingerprint =
+  RequestMatch request =
       claim_fingerprint(fcinfo, key_argno(keying) + arg_request_hash);
   storage::KeyTable table = storage::table_for(key);
   TakenKey taken =
-      take_key(table, key, RequestMatch{fingerprint, nullptr},
-               GetCurrentTransactionStartTimestamp(),
+      take_key(table, key, request, GetCurrentTransactionStartTimestamp(),
                keying == Keying::by_tenant ? "idempotency.tenant_claim"
                                            : "idempotency.claim",
                TopTransactionResourceOwner);
@@ -254,7 +255,7 @@ ClaimRow claim_key(FunctionCallInfo fcinfo, Keying keying) {
     return ClaimRow{true, stored.response,   stored.response_is_null,
                     true, stored.created_at, stored.expires_at};
   }
-  hold(key, fingerprint, taken);
+  hold(key, request.fingerprint, taken);
   record_last_call(Outcome::ran);
   return ClaimRow{false, (Datum)0, true, false, 0, 0};
 }

@@ -36,11 +36,45 @@ static_assert(std::is_trivially_destructible_v<Request>);
 // fn is another request. Rows stored before this framing hold the client's
 // text itself; the request also matches those.
 RequestMatch client_match(text *fn, text *client_hash) {
-  return RequestMatch{fingerprint::client_fingerprint(
-                          fingerprint::RequestFingerprint(
-                              VARDATA_ANY(fn), VARSIZE_ANY_EXHDR(fn)),
-                          client_hash),
-                      fingerprint::legacy_client_fingerprint(client_hash)};
+  fingerprint::ClientFingerprints client =
+      fingerprint::client_fingerprints(fn, client_hash);
+  return RequestMatch{
+      client.current,
+      {client.earlier, fingerprint::legacy_client_fingerprint(client_hash)},
+      {}};
+}
+
+// The form rows stored before 0.6 hold: the caller's types and values,
+// text in the database encoding.
+struct EarlierRequest {
+  const Statement *statement;
+  FnArgs given;
+};
+static_assert(std::is_trivially_destructible_v<EarlierRequest>);
+
+bytea *earlier_fingerprint(const void *context) {
+  const auto *request = static_cast<const EarlierRequest *>(context);
+  return fingerprint::request_hash(
+      request->statement->earlier_prefix, request->statement->earlier_encoders,
+      request->given, fingerprint::TextForm::database);
+}
+
+// The fingerprint of what fn receives; where rows stored before 0.6 may hold
+// another one for the same request, that one when a stored row asks for it.
+RequestMatch computed_match(const Statement &statement, const FnArgs &given,
+                            const FnArgs &received) {
+  RequestMatch match{fingerprint::request_hash(statement.fingerprint_prefix,
+                                               statement.encoders, received,
+                                               fingerprint::TextForm::utf8),
+                     {nullptr, nullptr},
+                     {}};
+  if (statement.earlier_differs) {
+    auto *earlier =
+        static_cast<EarlierRequest *>(palloc(sizeof(EarlierRequest)));
+    *earlier = EarlierRequest{&statement, given};
+    match.deferred = DeferredFingerprint{earlier_fingerprint, earlier};
+  }
+  return match;
 }
 
 // Validates the arguments; the key's size is checked before it is read.
@@ -56,13 +90,11 @@ Request read_request(FunctionCallInfo fcinfo, Keying keying) {
   Request request;
   request.key = key;
   text *fn = PG_GETARG_TEXT_PP(arg_fn);
-  request.args = collect_args(fcinfo, shift + call_args::first_fn_arg);
-  request.statement = statement_for(fn, request.args);
+  FnArgs given = collect_args(fcinfo, shift + call_args::first_fn_arg);
+  request.statement = statement_for(fn, given);
+  request.args = received_args(*request.statement, given);
   if (PG_ARGISNULL(arg_request_hash))
-    request.match = RequestMatch{
-        fingerprint::request_hash(request.statement->fingerprint_prefix,
-                                  request.statement->encoders, request.args),
-        nullptr};
+    request.match = computed_match(*request.statement, given, request.args);
   else
     request.match = client_match(fn, PG_GETARG_TEXT_PP(arg_request_hash));
   return request;

@@ -26,31 +26,39 @@ void append_be32(uint8 *out, uint32 value) {
   out[3] = (uint8)value;
 }
 
-// Runs a blocking heavyweight-lock wait with lock_timeout set to what is left
-// until the deadline, inside a subtransaction so a timeout can be caught and
-// the transaction goes on. Returns false on timeout; any other error (a
-// deadlock, a cancel) is raised unchanged.
+// Runs a blocking heavyweight-lock wait until the deadline
+// (idempotency.wait_timeout), inside a subtransaction so that reaching it can
+// be caught and the transaction goes on. Returns false when the deadline
+// passed. The session's own limits still hold, whichever ends first: a
+// shorter lock_timeout ends the wait with PostgreSQL's 55P03, as it ends any
+// lock wait, and statement_timeout with 57014; those errors, and any other
+// (a deadlock, a cancel), are raised unchanged.
 template <typename Wait> bool wait_until(TimestampTz deadline, Wait wait) {
   long remaining_ms =
       TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
   if (remaining_ms <= 0)
     return false;
+  // Which timer ends the wait: lock_timeout when it is set and shorter, or
+  // the deadline, put in lock_timeout's place for the wait.
+  bool deadline_first = LockTimeout <= 0 || remaining_ms <= LockTimeout;
   char timeout[32];
   snprintf(timeout, sizeof(timeout), "%ld", remaining_ms);
 
   return run_in_subtransaction(
       [&] {
         int guc_level = NewGUCNestLevel();
-        set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION,
-                          GUC_ACTION_SAVE, true, 0, false);
+        if (deadline_first)
+          set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION,
+                            GUC_ACTION_SAVE, true, 0, false);
         wait();
         // A lock timeout that fired just as the lock was granted leaves a
         // cancel pending; take it here, where it counts as a timeout.
         CHECK_FOR_INTERRUPTS();
         AtEOXact_GUC(true, guc_level);
       },
-      [](const ErrorData *error) {
-        return error->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE;
+      [deadline_first](const ErrorData *error) {
+        return deadline_first &&
+               error->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE;
       });
 }
 
@@ -205,9 +213,13 @@ bool matches(const RequestMatch &request, const storage::KeyProbe &row) {
       row.request_hash_is_hex
           ? fingerprint::legacy_client_fingerprint(row.request_hash)
           : row.request_hash;
-  return same_bytes(stored, request.fingerprint) ||
-         (request.legacy_fingerprint != nullptr &&
-          same_bytes(stored, request.legacy_fingerprint));
+  if (same_bytes(stored, request.fingerprint))
+    return true;
+  for (const bytea *earlier : request.earlier)
+    if (earlier != nullptr && same_bytes(stored, earlier))
+      return true;
+  return request.deferred.compute != nullptr &&
+         same_bytes(stored, request.deferred.compute(request.deferred.context));
 }
 
 pg_attribute_noreturn() void report_reused(const storage::KeyRef &key) {

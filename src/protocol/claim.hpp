@@ -54,13 +54,23 @@ bool wait_for_transaction(TransactionId holder, TimestampTz deadline);
 
 // --- Taking a key: the one probe/claim loop of idempotent_call and claim --
 
-// The fingerprint a request is stored with (32 raw bytes), and the one a
-// stored row may also carry: keys stored before fingerprints covered fn
-// hold the client's request_hash in its legacy form (nullptr when the
-// client passed none).
+// The fingerprint a request is stored with (32 raw bytes), and those that a
+// row stored by an earlier version may carry for the same request (nullptr
+// where there is none): fingerprints of 0.3 to 0.5, which hashed text in the
+// database encoding and the types the caller sent, and the client's own
+// request_hash as rows from before 0.3 kept it.
+// An earlier form that costs a hash is `deferred`: computed only when a
+// stored row matches none of the others.
+struct DeferredFingerprint {
+  bytea *(*compute)(const void *context); // nullptr: none
+  const void *context;
+};
+static_assert(std::is_trivially_destructible_v<DeferredFingerprint>);
+
 struct RequestMatch {
   bytea *fingerprint;
-  bytea *legacy_fingerprint;
+  bytea *earlier[2];
+  DeferredFingerprint deferred;
 };
 
 // What taking a key found: a done row with the request's fingerprint

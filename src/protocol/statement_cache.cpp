@@ -16,14 +16,6 @@ constexpr long max_statements = 1024;
 HTAB *statements = nullptr;
 MemoryContext statements_context = nullptr;
 
-// Counts changes to pg_type and pg_namespace seen by this backend. The
-// fingerprint names the argument types schema-qualified, so a renamed type
-// or schema changes it: a statement fingerprinted before such a change
-// computes its types' part again, and every backend answers alike.
-uint64 catalog_generation = 0;
-
-void catalog_changed(Datum, int, uint32) { catalog_generation++; }
-
 uint64 hash_of(const char *sql, size_t sql_size, const FnArgs &args) {
   uint64 hash =
       hash_bytes_extended(reinterpret_cast<const unsigned char *>(sql),
@@ -37,7 +29,8 @@ bool matches(const Statement &statement, const char *sql, size_t sql_size,
              const FnArgs &args) {
   return statement.nargs == args.count && strlen(statement.sql) == sql_size &&
          memcmp(statement.sql, sql, sql_size) == 0 &&
-         memcmp(statement.types, args.types, sizeof(Oid) * args.count) == 0;
+         memcmp(statement.given_types, args.types, sizeof(Oid) * args.count) ==
+             0;
 }
 
 void create_table() {
@@ -50,52 +43,118 @@ void create_table() {
   ctl.hcxt = statements_context;
   statements = hash_create("idempotency statements", 64, &ctl,
                            HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-  CacheRegisterSyscacheCallback(TYPEOID, catalog_changed, (Datum)0);
-  CacheRegisterSyscacheCallback(NAMESPACEOID, catalog_changed, (Datum)0);
 }
 
-// The part of the fingerprint that depends on fn and the argument types,
-// with the catalog generation it was computed at; fills in how to encode
-// each argument. The generation is read first: a change that arrives during
-// the lookups leaves the statement stale, fingerprinted again on next use.
-struct TypesFingerprint {
-  fingerprint::RequestFingerprint prefix;
-  uint64 generation;
-};
-
-TypesFingerprint fingerprint_types(text *fn, const FnArgs &args,
-                                   fingerprint::ValueEncoder *encoders) {
-  uint64 generation = catalog_generation;
-  for (int i = 0; i < args.count; i++)
-    encoders[i] = fingerprint::encoder_for(args.types[i]);
-  return TypesFingerprint{fingerprint::prefix_for(fn, args), generation};
+template <typename T> T *allocate(MemoryContext context, int count) {
+  return static_cast<T *>(
+      MemoryContextAlloc(context, sizeof(T) * Max(count, 1)));
 }
 
-// A statement with its copies in `context`; everything that may fail (type
-// lookups) runs before the statement is published.
+bool same_types(const Oid *a, const Oid *b, int count) {
+  return memcmp(a, b, sizeof(Oid) * count) == 0;
+}
+
+// Fills the fingerprint prefixes and encoders from the statement's types.
+void fingerprint_types(Statement &statement, text *fn) {
+  for (int i = 0; i < statement.nargs; i++)
+    statement.encoders[i] = fingerprint::encoder_for(statement.types[i]);
+  statement.fingerprint_prefix = fingerprint::prefix_for(
+      fn, statement.nargs, statement.types, fingerprint::TextForm::utf8);
+  statement.earlier_differs =
+      statement.converts || !fingerprint::text_forms_agree();
+  if (!statement.earlier_differs)
+    return;
+  for (int i = 0; i < statement.nargs; i++)
+    statement.earlier_encoders[i] =
+        fingerprint::encoder_for(statement.given_types[i]);
+  statement.earlier_prefix =
+      fingerprint::prefix_for(fn, statement.nargs, statement.given_types,
+                              fingerprint::TextForm::database);
+}
+
+// Works out, in a new memory context under `parent`, what fn receives and
+// how each argument gets there; everything that may fail runs before the
+// statement changes. The generation is read first: a change that arrives
+// meanwhile leaves the statement stale, described again on next use.
+void describe(Statement &statement, text *fn, const Oid *types,
+              MemoryContext parent) {
+  uint64 generation = parameter_types_generation();
+  MemoryContext context = AllocSetContextCreate(parent, "idempotency statement",
+                                                ALLOCSET_SMALL_SIZES);
+  MemoryContext caller = MemoryContextSwitchTo(context);
+  Statement described = statement;
+  described.context = context;
+  PG_TRY();
+  {
+    described.types = allocate<Oid>(context, statement.nargs);
+    memcpy(described.types, types, sizeof(Oid) * statement.nargs);
+    described.conversions = allocate<Conversion>(context, statement.nargs);
+    described.converts = false;
+    for (int i = 0; i < statement.nargs; i++) {
+      described.conversions[i] =
+          conversion_between(statement.given_types[i], types[i], i);
+      described.converts |= described.conversions[i].expression != nullptr;
+    }
+    described.encoders =
+        allocate<fingerprint::ValueEncoder>(context, statement.nargs);
+    described.earlier_encoders =
+        allocate<fingerprint::ValueEncoder>(context, statement.nargs);
+    fingerprint_types(described, fn);
+  }
+  PG_CATCH();
+  {
+    MemoryContextSwitchTo(caller);
+    MemoryContextDelete(context);
+    PG_RE_THROW();
+  }
+  PG_END_TRY();
+  described.catalog_generation = generation;
+  MemoryContextSwitchTo(caller);
+  if (statement.context != nullptr)
+    MemoryContextDelete(statement.context);
+  statement = described;
+}
+
+Oid *inferred_types(const Statement &statement) {
+  Oid *types =
+      static_cast<Oid *>(palloc(sizeof(Oid) * Max(statement.nargs, 1)));
+  infer_parameter_types(statement.sql, statement.nargs, statement.given_types,
+                        types);
+  return types;
+}
+
+// After a catalog change: the types again; a statement whose types are
+// unchanged keeps its conversions and plan and only names its types again.
+void refresh(Statement &statement, text *fn) {
+  uint64 generation = parameter_types_generation();
+  Oid *types = inferred_types(statement);
+  if (!same_types(types, statement.types, statement.nargs)) {
+    // The old plan is left to its memory context, not freed: a call further
+    // up this backend's stack may still be running it.
+    describe(statement, fn, types, statements_context);
+    statement.plan = nullptr;
+    return;
+  }
+  fingerprint_types(statement, fn);
+  statement.catalog_generation = generation;
+}
+
 Statement build(uint64 hash, text *fn, const FnArgs &args, bool kept,
                 MemoryContext context) {
   size_t sql_size = VARSIZE_ANY_EXHDR(fn);
-  int slots = Max(args.count, 1);
-  auto *encoders = static_cast<fingerprint::ValueEncoder *>(
-      MemoryContextAlloc(context, sizeof(fingerprint::ValueEncoder) * slots));
-  char *sql = static_cast<char *>(MemoryContextAlloc(context, sql_size + 1));
+  char *sql = allocate<char>(context, (int)sql_size + 1);
   memcpy(sql, VARDATA_ANY(fn), sql_size);
   sql[sql_size] = '\0';
-  auto *types =
-      static_cast<Oid *>(MemoryContextAlloc(context, sizeof(Oid) * slots));
-  memcpy(types, args.types, sizeof(Oid) * args.count);
-
-  TypesFingerprint fingerprinted = fingerprint_types(fn, args, encoders);
-  return Statement{hash,
-                   sql,
-                   args.count,
-                   types,
-                   fingerprinted.prefix,
-                   encoders,
-                   nullptr,
-                   kept,
-                   fingerprinted.generation};
+  Oid *given_types = allocate<Oid>(context, args.count);
+  memcpy(given_types, args.types, sizeof(Oid) * args.count);
+  // describe() fills in everything after given_types.
+  fingerprint::RequestFingerprint unset =
+      fingerprint::RequestFingerprint::for_claim();
+  Statement statement{
+      hash,  sql,     args.count, given_types, nullptr, nullptr, nullptr, false,
+      unset, nullptr, false,      unset,       nullptr, nullptr, kept,    0};
+  describe(statement, fn, inferred_types(statement), context);
+  return statement;
 }
 
 } // namespace
@@ -110,12 +169,8 @@ Statement *statement_for(text *fn, const FnArgs &args) {
   auto *found = static_cast<Statement *>(
       hash_search(statements, &hash, HASH_FIND, nullptr));
   if (found != nullptr && matches(*found, sql, sql_size, args)) {
-    if (found->catalog_generation != catalog_generation) {
-      TypesFingerprint fingerprinted =
-          fingerprint_types(fn, args, found->encoders);
-      found->fingerprint_prefix = fingerprinted.prefix;
-      found->catalog_generation = fingerprinted.generation;
-    }
+    if (found->catalog_generation != parameter_types_generation())
+      refresh(*found, fn);
     return found;
   }
 
@@ -131,6 +186,25 @@ Statement *statement_for(text *fn, const FnArgs &args) {
       hash_search(statements, &hash, HASH_ENTER, nullptr));
   *entry = built;
   return entry;
+}
+
+FnArgs received_args(const Statement &statement, const FnArgs &args) {
+  if (!statement.converts)
+    return args;
+  FnArgs received = args;
+  received.types = statement.types;
+  received.values =
+      static_cast<Datum *>(palloc(sizeof(Datum) * Max(args.count, 1)));
+  received.nulls =
+      static_cast<bool *>(palloc(sizeof(bool) * Max(args.count, 1)));
+  for (int i = 0; i < args.count; i++) {
+    received.nulls[i] = args.nulls[i];
+    received.values[i] = args.values[i];
+    if (!args.nulls[i] && statement.conversions[i].expression != nullptr)
+      received.values[i] =
+          convert(statement.conversions[i], args.values[i], &received.nulls[i]);
+  }
+  return received;
 }
 
 namespace {

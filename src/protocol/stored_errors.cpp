@@ -45,9 +45,12 @@ Datum error_document(const ErrorData *error) {
   return JsonbPGetDatum(JsonbValueToJsonb(document));
 }
 
+// A transient condition (a lock timeout, a cancel, ...) is never stored,
+// even when its class is listed: a retry must run fn again.
 bool error_is_stored(const ErrorData *error) {
-  return sqlstate_listed(settings::stored_errors(),
-                         unpack_sql_state(error->sqlerrcode));
+  const char *sqlstate = unpack_sql_state(error->sqlerrcode);
+  return sqlstate_listed(settings::stored_errors(), sqlstate) &&
+         !sqlstate_transient(sqlstate);
 }
 
 } // namespace

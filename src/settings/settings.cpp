@@ -59,6 +59,171 @@ int expire_batch_size() { return batch_size; }
 
 int expire_rate() { return rate; }
 
+// Values PostgreSQL skips with only a WARNING. A value of the call's
+// settings that their checks refuse where PostgreSQL does not raise an error
+// would leave the setting's default (or an earlier value) in force: a
+// role's or database's value checked when a session starts, and any value
+// set before the library was loaded. Until the library is loaded in a
+// session, PostgreSQL keeps an idempotency.* value (from SET, ALTER ROLE or
+// DATABASE ... SET, postgresql.conf) as a placeholder it cannot check; when
+// the library loads, define() hands it to the real setting, and PostgreSQL
+// only warns when it is refused. Such a value is kept here, and every call
+// fails with the setting's error until the setting is set again.
+namespace {
+
+enum class CallSetting {
+  max_ttl,
+  ttl,
+  wait_timeout,
+  max_response_size,
+  store_errors
+};
+constexpr const char *call_setting_names[] = {
+    "idempotency.max_ttl", "idempotency.ttl", "idempotency.wait_timeout",
+    "idempotency.max_response_size", "idempotency.store_errors"};
+constexpr int call_setting_count = 5;
+
+// A value a call setting did not take, with where it came from.
+struct RefusedValue {
+  bool refused;
+  char *text; // malloc'd (check hooks must not raise); nullptr if it failed
+  GucContext scontext;
+  GucSource source;
+  Oid srole;
+};
+static_assert(std::is_trivially_destructible_v<RefusedValue>);
+
+RefusedValue refused_values[call_setting_count];
+bool any_refused = false;
+
+void keep_refused(int i, const char *text, GucContext scontext,
+                  GucSource source, Oid srole) {
+  RefusedValue &value = refused_values[i];
+  free(value.text);
+  value = RefusedValue{true, strdup(text), scontext, source, srole};
+  any_refused = true;
+}
+
+void forget_refusal(CallSetting setting) {
+  refused_values[static_cast<int>(setting)].refused = false;
+}
+
+config_generic *find_setting(const char *name) {
+  config_generic **all = get_guc_variables();
+  int count = GetNumConfigOptions();
+  for (int i = 0; i < count; i++)
+    if (strcmp(all[i]->name, name) == 0)
+      return all[i];
+  return nullptr;
+}
+
+// Sources whose refused values PostgreSQL skips with a WARNING while a
+// session starts.
+bool applied_at_session_start(GucSource source) {
+  return source == PGC_S_GLOBAL || source == PGC_S_DATABASE ||
+         source == PGC_S_USER || source == PGC_S_DATABASE_USER;
+}
+
+// Called by a check hook that refuses `text`: kept when PostgreSQL would
+// only warn, and the value would have been in force (a database's value is
+// applied after the role's, which outranks it).
+void note_check_refusal(CallSetting setting, const char *text,
+                        GucSource source) {
+  if (text == nullptr || !applied_at_session_start(source))
+    return;
+  int i = static_cast<int>(setting);
+  config_generic *current = find_setting(call_setting_names[i]);
+  if (current != nullptr && current->source > source)
+    return;
+  keep_refused(i, text, PGC_SUSET, source, InvalidOid);
+}
+
+// A call setting's placeholder, captured before define().
+struct Placeholder {
+  char *text; // nullptr: none; in TopMemoryContext
+  GucContext scontext;
+  GucSource source;
+  Oid srole;
+};
+static_assert(std::is_trivially_destructible_v<Placeholder>);
+
+Placeholder placeholders[call_setting_count];
+
+void capture_placeholders() {
+  for (int i = 0; i < call_setting_count; i++) {
+    placeholders[i] =
+        Placeholder{nullptr, PGC_INTERNAL, PGC_S_DEFAULT, InvalidOid};
+    config_generic *found = find_setting(call_setting_names[i]);
+    if (found == nullptr || (found->flags & GUC_CUSTOM_PLACEHOLDER) == 0 ||
+        found->source == PGC_S_DEFAULT)
+      continue;
+    auto *holder = reinterpret_cast<config_string *>(found);
+    if (*holder->variable == nullptr)
+      continue;
+    placeholders[i] =
+        Placeholder{MemoryContextStrdup(TopMemoryContext, *holder->variable),
+                    found->scontext, found->source, found->srole};
+  }
+}
+
+// After define(): a value its setting took now has the placeholder's
+// source; a refused one left the setting at an earlier source (the
+// default, or a role's or database's value).
+void note_refused_placeholders() {
+  for (int i = 0; i < call_setting_count; i++) {
+    const Placeholder &held = placeholders[i];
+    if (held.text == nullptr)
+      continue;
+    config_generic *defined = find_setting(call_setting_names[i]);
+    if (defined != nullptr && defined->source != held.source)
+      keep_refused(i, held.text, held.scontext, held.source, held.srole);
+    pfree(held.text);
+    placeholders[i].text = nullptr;
+  }
+}
+
+void refused_value_context(void *arg) {
+  errcontext("%s: a value PostgreSQL could only warn about (set before the "
+             "idempotency library was loaded, or a role's or database's "
+             "value); calls fail until the setting is set again",
+             static_cast<const char *>(arg));
+}
+
+// The refusal, as PostgreSQL's own error for the value (checked again, as
+// SET would check it); should the value pass now, a 22023 all the same:
+// the setting did not take it.
+pg_attribute_noreturn() void report_refused(int i) {
+  const RefusedValue &value = refused_values[i];
+  const char *name = call_setting_names[i];
+  ErrorContextCallback context{error_context_stack, refused_value_context,
+                               const_cast<char *>(name)};
+  error_context_stack = &context;
+  if (value.text == nullptr)
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("invalid value for parameter \"%s\"", name)));
+  (void)set_config_option_ext(name, value.text, value.scontext, value.source,
+                              value.srole, GUC_ACTION_SET, false, ERROR, false);
+  ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                  errmsg("invalid value for parameter \"%s\": \"%s\"", name,
+                         value.text)));
+  pg_unreachable();
+}
+
+// Raises the error of a value one of the call's settings refused where
+// PostgreSQL only warned (report_refused), until that setting is set again
+// (SET, RESET). The call settings' accessors call it, so no
+// call runs on a default nobody chose.
+void raise_if_value_refused() {
+  if (!any_refused)
+    return;
+  for (int i = 0; i < call_setting_count; i++)
+    if (refused_values[i].refused)
+      report_refused(i);
+  any_refused = false;
+}
+
+} // namespace
+
 // The call's settings (idempotency.ttl, idempotency.wait_timeout).
 namespace {
 
@@ -170,8 +335,10 @@ void update_key_ttl() {
 
 bool check_ttl(char **newval, void **extra, GucSource source) {
   Interval parsed;
-  if (!check_span("idempotency.ttl", *newval, &parsed))
+  if (!check_span("idempotency.ttl", *newval, &parsed)) {
+    note_check_refusal(CallSetting::ttl, *newval, source);
     return false;
+  }
   // The built-in default is never refused (that would fail loading the
   // library when max_ttl is under 24h): keys of it are cut to max_ttl.
   if (source != PGC_S_DEFAULT &&
@@ -179,6 +346,7 @@ bool check_ttl(char **newval, void **extra, GucSource source) {
     GUC_check_errdetail("idempotency.ttl must not exceed idempotency.max_ttl "
                         "(%s).",
                         max_ttl_text);
+    note_check_refusal(CallSetting::ttl, *newval, source);
     return false;
   }
   return keep_parsed(parsed, extra);
@@ -187,17 +355,22 @@ bool check_ttl(char **newval, void **extra, GucSource source) {
 void assign_ttl(const char *, void *extra) {
   ttl_value = *static_cast<Interval *>(extra);
   update_key_ttl();
+  forget_refusal(CallSetting::ttl);
 }
 
-bool check_max_ttl(char **newval, void **extra, GucSource) {
+bool check_max_ttl(char **newval, void **extra, GucSource source) {
   Interval parsed;
-  return check_span("idempotency.max_ttl", *newval, &parsed) &&
-         keep_parsed(parsed, extra);
+  if (!check_span("idempotency.max_ttl", *newval, &parsed)) {
+    note_check_refusal(CallSetting::max_ttl, *newval, source);
+    return false;
+  }
+  return keep_parsed(parsed, extra);
 }
 
 void assign_max_ttl(const char *, void *extra) {
   max_ttl_value = *static_cast<Interval *>(extra);
   update_key_ttl();
+  forget_refusal(CallSetting::max_ttl);
 }
 
 const char *sqlstate_list_problem(SqlstateListCheck check) {
@@ -219,7 +392,7 @@ const char *sqlstate_list_problem(SqlstateListCheck check) {
   return "";
 }
 
-bool check_store_errors(char **newval, void **extra, GucSource) {
+bool check_store_errors(char **newval, void **extra, GucSource source) {
   SqlstateList parsed;
   const char *text = *newval == nullptr ? "" : *newval;
   SqlstateListResult result = parse_sqlstate_list(text, parsed);
@@ -230,6 +403,7 @@ bool check_store_errors(char **newval, void **extra, GucSource) {
         "%d entries.",
         (int)result.entry_size, text + result.entry_start,
         sqlstate_list_problem(result.check), SqlstateList::capacity);
+    note_check_refusal(CallSetting::store_errors, text, source);
     return false;
   }
   auto *copy = static_cast<SqlstateList *>(malloc(sizeof(SqlstateList)));
@@ -244,11 +418,21 @@ void assign_store_errors(const char *, void *extra) {
   stored_errors_value = extra == nullptr
                             ? &no_stored_errors
                             : static_cast<const SqlstateList *>(extra);
+  forget_refusal(CallSetting::store_errors);
+}
+
+void assign_wait_timeout(int, void *) {
+  forget_refusal(CallSetting::wait_timeout);
+}
+
+void assign_max_response_size(int, void *) {
+  forget_refusal(CallSetting::max_response_size);
 }
 
 } // namespace
 
 void define() {
+  capture_placeholders();
   define_expiry_settings();
   // Defined before idempotency.ttl, whose check compares with it.
   DefineCustomStringVariable(
@@ -271,8 +455,8 @@ void define() {
       "0 answers IK409 at once; otherwise the call waits up to this long, "
       "then replays the finished response, or runs fn if the holder rolled "
       "back.",
-      &wait_timeout, 0, 0, INT_MAX, PGC_USERSET, GUC_UNIT_MS, nullptr, nullptr,
-      nullptr);
+      &wait_timeout, 0, 0, INT_MAX, PGC_USERSET, GUC_UNIT_MS, nullptr,
+      assign_wait_timeout, nullptr);
 
   DefineCustomIntVariable(
       "idempotency.max_response_size",
@@ -280,7 +464,7 @@ void define() {
       "A larger response is an error, and nothing is stored. "
       "Measured as the response's jsonb size before compression.",
       &max_response_size, default_max_response_size, 0, INT_MAX, PGC_SUSET,
-      GUC_UNIT_BYTE, nullptr, nullptr, nullptr);
+      GUC_UNIT_BYTE, nullptr, assign_max_response_size, nullptr);
 
   DefineCustomStringVariable(
       "idempotency.store_errors",
@@ -291,14 +475,43 @@ void define() {
       "retries get the same document.",
       &store_errors_text, "", PGC_USERSET, GUC_LIST_INPUT, check_store_errors,
       assign_store_errors, nullptr);
+  note_refused_placeholders();
 }
 
-const Interval &ttl() { return key_ttl_value; }
+const Interval &ttl() {
+  raise_if_value_refused();
+  return key_ttl_value;
+}
 
-int wait_timeout_ms() { return wait_timeout; }
+namespace {
 
-Size max_response_bytes() { return (Size)max_response_size; }
+TimestampTz plus_interval(TimestampTz start, const Interval &span) {
+  return DatumGetTimestampTz(
+      DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(start),
+                          IntervalPGetDatum(const_cast<Interval *>(&span))));
+}
 
-const SqlstateList &stored_errors() { return *stored_errors_value; }
+} // namespace
+
+TimestampTz key_expiry(TimestampTz created_at, const Interval &ttl) {
+  raise_if_value_refused();
+  return Min(plus_interval(created_at, ttl),
+             plus_interval(created_at, max_ttl_value));
+}
+
+int wait_timeout_ms() {
+  raise_if_value_refused();
+  return wait_timeout;
+}
+
+Size max_response_bytes() {
+  raise_if_value_refused();
+  return (Size)max_response_size;
+}
+
+const SqlstateList &stored_errors() {
+  raise_if_value_refused();
+  return *stored_errors_value;
+}
 
 } // namespace idempotency::settings

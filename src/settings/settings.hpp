@@ -9,11 +9,24 @@ struct SqlstateList; // settings/sqlstate_list.hpp
 
 namespace idempotency::settings {
 
+// Defines every setting. A value of the call's settings that their checks
+// refuse where PostgreSQL only warns (set before the library was loaded in
+// the session, or a role's or database's value when the session starts) is
+// kept, and the accessors below raise its error (22023, or 42501) until the
+// setting is set again: no call runs on a default nobody chose.
 void define();
 
 // How long a key claimed now stays valid: idempotency.ttl, never more than
-// idempotency.max_ttl.
+// idempotency.max_ttl as intervals compare (a month is 30 days).
 const Interval &ttl();
+
+// When a key written at `created_at` with `ttl` (ttl() when it was claimed)
+// expires: created_at + ttl, as timestamptz arithmetic computes it (months
+// and days in the session's time zone), but never later than created_at +
+// idempotency.max_ttl computed the same way. So max_ttl holds exactly
+// whatever units either is spelled in: '1 mon' claimed on 3 December is 30
+// days under the default max_ttl, not 31; '1 year' under '361 days' is 361.
+TimestampTz key_expiry(TimestampTz created_at, const Interval &ttl);
 
 // idempotency.wait_timeout: how long a call waits for another transaction
 // that holds the same key, in milliseconds; 0 answers IK409 at once.

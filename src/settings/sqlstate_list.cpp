@@ -21,13 +21,27 @@ bool is_sqlstate_char(char c) noexcept {
 char upper(char c) noexcept { return c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c; }
 
 constexpr const char *not_error_classes[] = {"00", "01", "02"};
+// The classes whose every condition is transient (see sqlstate_transient);
+// IK is refused in the setting too: the extension's own answers (IK409) are
+// never fn's outcome.
 constexpr const char *transient_classes[] = {"08", "40", "53", "57",
-                                             "58", "XX", "IK"};
+                                             "58", "72", "XX"};
+constexpr const char *own_class = "IK";
+// Transient conditions in classes that are not transient as a whole.
+constexpr const char *transient_sqlstates[] = {"25P03", "25P04", "55P03",
+                                               "55006", "HV00N"};
 
 template <std::size_t N>
 bool class_in(const char *entry, const char *const (&classes)[N]) noexcept {
   for (const char *cls : classes)
     if (entry[0] == cls[0] && entry[1] == cls[1])
+      return true;
+  return false;
+}
+
+bool is_transient_sqlstate(const char *entry) noexcept {
+  for (const char *sqlstate : transient_sqlstates)
+    if (std::strcmp(entry, sqlstate) == 0)
       return true;
   return false;
 }
@@ -67,7 +81,9 @@ SqlstateListResult parse_sqlstate_list(const char *text,
     entry[size] = '\0';
     if (class_in(entry, not_error_classes))
       return {SqlstateListCheck::not_an_error, first, size};
-    if (class_in(entry, transient_classes))
+    if (class_in(entry, transient_classes) ||
+        (entry[0] == own_class[0] && entry[1] == own_class[1]) ||
+        is_transient_sqlstate(entry))
       return {SqlstateListCheck::transient, first, size};
     out.count++;
     start = end + 1;
@@ -83,6 +99,11 @@ bool sqlstate_listed(const SqlstateList &list, const char *sqlstate) noexcept {
       return true;
   }
   return false;
+}
+
+bool sqlstate_transient(const char *sqlstate) noexcept {
+  return std::strlen(sqlstate) == 5 && (class_in(sqlstate, transient_classes) ||
+                                        is_transient_sqlstate(sqlstate));
 }
 
 } // namespace idempotency

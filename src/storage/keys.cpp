@@ -4,6 +4,8 @@
 #include "storage/commit_guard.hpp"
 #include "storage/tenant_keys.hpp"
 
+#include "settings/settings.hpp"
+
 extern "C" {
 #include "catalog/pg_extension.h"
 #include "catalog/pg_trigger.h"
@@ -851,9 +853,7 @@ StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
   // may have run for a long time.
   RowValues values{&key, request_hash, response, response_is_null, 0, 0};
   values.created_at = GetCurrentTimestamp();
-  values.expires_at = DatumGetTimestampTz(DirectFunctionCall2(
-      timestamptz_pl_interval, TimestampTzGetDatum(values.created_at),
-      IntervalPGetDatum(const_cast<Interval *>(&ttl))));
+  values.expires_at = settings::key_expiry(values.created_at, ttl);
 
   Insert insert = begin_insert(rel);
   fill_row(insert, columns, values);

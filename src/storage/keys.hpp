@@ -122,7 +122,8 @@ struct StoredRow {
 
 // Stores a completed call: inserts the row, after deleting the expired row
 // it replaces (`expired_row`, or nullptr). created_at is the clock when the
-// row is written, expires_at = created_at + ttl. The primary key's unique
+// row is written, expires_at = created_at + ttl, never later than created_at
+// + idempotency.max_ttl (settings::key_expiry). The primary key's unique
 // check is the final word: a second row for one key can never commit. The
 // transaction's commit is refused if a key it wrote has expired by then
 // (see storage/commit_guard.hpp).

@@ -2,6 +2,8 @@
 
 #include "storage/citus.hpp"
 
+#include "settings/settings.hpp"
+
 namespace idempotency::storage::tenant_keys {
 
 namespace {
@@ -337,9 +339,7 @@ StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
                 Datum response, bool response_is_null, const Interval &ttl,
                 bool replaces_expired_row) {
   TimestampTz created_at = GetCurrentTimestamp();
-  TimestampTz expires_at = DatumGetTimestampTz(DirectFunctionCall2(
-      timestamptz_pl_interval, TimestampTzGetDatum(created_at),
-      IntervalPGetDatum(const_cast<Interval *>(&ttl))));
+  TimestampTz expires_at = settings::key_expiry(created_at, ttl);
 
   constexpr int nargs = identity_args + 5;
   Oid types[nargs];

@@ -18,6 +18,7 @@ using idempotency::result_shape;
 using idempotency::ResultShape;
 using idempotency::row_is_object;
 using idempotency::sqlstate_listed;
+using idempotency::sqlstate_transient;
 using idempotency::SqlstateList;
 using idempotency::SqlstateListCheck;
 
@@ -128,10 +129,26 @@ TEST(SqlstateList, MalformedEntriesAreRefusedWithTheirPlace) {
 
 TEST(SqlstateList, TransientAndNonErrorClassesAreRefused) {
   for (const char *text :
-       {"40001", "40", "57014", "53", "08006", "58", "XX000", "IK409", "ik"})
+       {"40001", "40", "57014", "53", "08006", "58", "XX000", "IK409", "ik",
+        "72", "55P03", "55p03", "55006", "25P03", "25P04", "HV00N"})
     EXPECT_EQ(check_of(text), SqlstateListCheck::transient) << text;
   for (const char *text : {"00000", "01", "02000"})
     EXPECT_EQ(check_of(text), SqlstateListCheck::not_an_error) << text;
+}
+
+// The classes holding a transient condition may be listed; the transient
+// conditions in them are still never stored.
+TEST(SqlstateList, TransientConditionsInListableClasses) {
+  for (const char *text : {"55", "25", "HV", "55000", "25001", "HV000"})
+    EXPECT_EQ(check_of(text), SqlstateListCheck::ok) << text;
+  for (const char *sqlstate :
+       {"55P03", "55006", "25P03", "25P04", "HV00N", "40001", "40P01",
+        "40003", "57014", "57P01", "57P02", "57P03", "57P05", "53200",
+        "53100", "53300", "08006", "08001", "58030", "72000", "XX000"})
+    EXPECT_TRUE(sqlstate_transient(sqlstate)) << sqlstate;
+  for (const char *sqlstate : {"P0001", "23505", "55000", "25001", "55P04",
+                               "HV000", "22012", "54000", "42501"})
+    EXPECT_FALSE(sqlstate_transient(sqlstate)) << sqlstate;
 }
 
 TEST(SqlstateList, AtMostCapacityEntries) {

@@ -1,0 +1,208 @@
+#include "entry/untyped_parameters.hpp"
+#include "pg.hpp"
+#include "protocol/fn_parameters.hpp"
+
+extern "C" {
+#include "catalog/pg_proc.h"
+#include "parser/analyze.h"
+}
+
+namespace idempotency::entry {
+
+namespace {
+
+post_parse_analyze_hook_type previous_post_parse_analyze_hook = nullptr;
+
+// The state of a statement analysed with variable parameter types: PostgreSQL
+// 15's VarParamState (parser/parse_param.c), which keeps it private. It is the
+// only parse state with a coerce-param hook.
+struct VariableParameters {
+  Oid **types;
+  int *count;
+};
+
+bool is_untyped(const Node *node) {
+  return node != nullptr && IsA(node, Param) &&
+         reinterpret_cast<const Param *>(node)->paramkind == PARAM_EXTERN &&
+         reinterpret_cast<const Param *>(node)->paramtype == UNKNOWNOID;
+}
+
+bool has_untyped(const VariableParameters &parameters) {
+  for (int i = 0; i < *parameters.count; i++)
+    if ((*parameters.types)[i] == UNKNOWNOID)
+      return true;
+  return false;
+}
+
+// What one walk over the statement needs and decides.
+struct Typing {
+  Oid schema;                     // the extension's
+  VariableParameters *parameters; // the statement's
+};
+
+// A parameter $id now has `type`: every untyped use of it in the statement.
+struct Retyping {
+  int id;
+  Oid type;
+};
+
+bool retype_uses(Node *node, Retyping *retyping) {
+  if (node == nullptr)
+    return false;
+  if (is_untyped(node) &&
+      reinterpret_cast<Param *>(node)->paramid == retyping->id) {
+    auto *param = reinterpret_cast<Param *>(node);
+    param->paramtype = retyping->type;
+    param->paramtypmod = -1;
+    param->paramcollid = get_typcollation(retyping->type);
+    return false;
+  }
+  if (IsA(node, Query))
+    return query_tree_walker(reinterpret_cast<Query *>(node),
+                             as_tree_walker(retype_uses), retyping, 0);
+  return expression_tree_walker(node, as_tree_walker(retype_uses), retyping);
+}
+
+Oid tenant_type(Oid schema) {
+  Oid table = get_relname_relid("tenant_keys", schema);
+  AttrNumber column =
+      OidIsValid(table) ? get_attnum(table, "tenant") : InvalidAttrNumber;
+  return column == InvalidAttrNumber ? TEXTOID : get_atttype(table, column);
+}
+
+// A call of one of the extension's functions, as the walk found it.
+struct Call {
+  List *args;
+  int nargs;
+  int fn_position;       // of the `fn` argument, -1 if none
+  int tenant_position;   // of the `tenant` argument, -1 if none
+  int variadic_position; // of the first variadic argument, -1 if none
+};
+
+Call describe_call(const FuncExpr *call) {
+  Call described{call->args, list_length(call->args), -1, -1, -1};
+  Oid *types;
+  char **names;
+  char *modes;
+  HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(call->funcid));
+  if (!HeapTupleIsValid(proc))
+    elog(ERROR, "cache lookup failed for function %u", call->funcid);
+  int declared = get_func_arg_info(proc, &types, &names, &modes);
+  bool variadic =
+      OidIsValid(reinterpret_cast<Form_pg_proc>(GETSTRUCT(proc))->provariadic);
+  ReleaseSysCache(proc);
+  for (int i = 0; names != nullptr && i < declared; i++) {
+    if (strcmp(names[i], "fn") == 0)
+      described.fn_position = i;
+    if (strcmp(names[i], "tenant") == 0)
+      described.tenant_position = i;
+  }
+  // An explicit VARIADIC array passes typed values.
+  if (variadic && !call->funcvariadic)
+    described.variadic_position = declared - 1;
+  return described;
+}
+
+// The types fn gives the variadic arguments, or nullptr when fn is not a
+// literal known now (a parameter itself).
+Oid *fn_types(const Call &call) {
+  if (call.fn_position < 0 || call.variadic_position < 0)
+    return nullptr;
+  const Node *fn =
+      static_cast<const Node *>(list_nth(call.args, call.fn_position));
+  if (!IsA(fn, Const) || reinterpret_cast<const Const *>(fn)->constisnull ||
+      reinterpret_cast<const Const *>(fn)->consttype != TEXTOID)
+    return nullptr;
+  int count = call.nargs - call.variadic_position;
+  Oid *given = static_cast<Oid *>(palloc(sizeof(Oid) * Max(count, 1)));
+  for (int i = 0; i < count; i++) {
+    const Node *arg = static_cast<const Node *>(
+        list_nth(call.args, call.variadic_position + i));
+    Oid type = exprType(arg);
+    given[i] = type == UNKNOWNOID ? InvalidOid : type;
+  }
+  Oid *types = static_cast<Oid *>(palloc(sizeof(Oid) * Max(count, 1)));
+  protocol::infer_parameter_types(
+      TextDatumGetCString(reinterpret_cast<const Const *>(fn)->constvalue),
+      count, given, types);
+  return types;
+}
+
+void type_call(Query *statement, const FuncExpr *expression, Typing *typing) {
+  Call call = describe_call(expression);
+  Oid *types = nullptr;
+  bool types_known = false;
+  for (int i = 0; i < call.nargs; i++) {
+    auto *arg = static_cast<Node *>(list_nth(call.args, i));
+    if (!is_untyped(arg))
+      continue;
+    Oid type = TEXTOID;
+    if (i == call.tenant_position) {
+      type = tenant_type(typing->schema);
+    } else if (call.variadic_position >= 0 && i >= call.variadic_position) {
+      if (!types_known) {
+        types = fn_types(call);
+        types_known = true;
+      }
+      if (types != nullptr)
+        type = types[i - call.variadic_position];
+    }
+    Retyping retyping{reinterpret_cast<Param *>(arg)->paramid, type};
+    if (retyping.id < 1 || retyping.id > *typing->parameters->count)
+      continue;
+    (*typing->parameters->types)[retyping.id - 1] = type;
+    retype_uses(reinterpret_cast<Node *>(statement), &retyping);
+  }
+}
+
+struct Search {
+  Query *statement;
+  Typing *typing;
+};
+
+bool find_calls(Node *node, Search *search) {
+  if (node == nullptr)
+    return false;
+  if (IsA(node, Query))
+    return query_tree_walker(reinterpret_cast<Query *>(node),
+                             as_tree_walker(find_calls), search, 0);
+  bool walked =
+      expression_tree_walker(node, as_tree_walker(find_calls), search);
+  if (IsA(node, FuncExpr)) {
+    auto *call = reinterpret_cast<FuncExpr *>(node);
+    if (get_func_namespace(call->funcid) == search->typing->schema)
+      type_call(search->statement, call, search->typing);
+  }
+  return walked;
+}
+
+void type_untyped_parameters(ParseState *state, Query *statement,
+                             JumbleState *jumble) {
+  if (previous_post_parse_analyze_hook != nullptr)
+    previous_post_parse_analyze_hook(state, statement, jumble);
+  // Cheap tests first: this runs for every statement of the session.
+  if (state->p_coerce_param_hook == nullptr ||
+      state->p_ref_hook_state == nullptr)
+    return;
+  auto *parameters = static_cast<VariableParameters *>(state->p_ref_hook_state);
+  if (!has_untyped(*parameters))
+    return;
+  if (!IsTransactionState())
+    return;
+  // The extension is not relocatable: its schema is idempotency.
+  if (!OidIsValid(get_extension_oid("idempotency", true)))
+    return;
+  Oid schema = get_namespace_oid("idempotency", true);
+  Typing typing{schema, parameters};
+  Search search{statement, &typing};
+  find_calls(reinterpret_cast<Node *>(statement), &search);
+}
+
+} // namespace
+
+void install_untyped_parameters_hook() {
+  previous_post_parse_analyze_hook = post_parse_analyze_hook;
+  post_parse_analyze_hook = type_untyped_parameters;
+}
+
+} // namespace idempotency::entry
