@@ -211,14 +211,31 @@ ShardHere shard_here(OwnerSpi &spi, const KeyRef &key) {
 KeptPlan placement_lock_plan;
 static_assert(ShareLock == 5, "the lock mode lock_shard_metadata() is given");
 
-void lock_placement(OwnerSpi &spi, const KeyRef &key) {
+// Returns whether a relation of the shard was on this node before the lock
+// was taken: a request that waited for a move that took the shard away
+// still knows it was sent here for it, should Citus drop the old placement
+// before the request looks again.
+bool lock_placement(OwnerSpi &spi, const KeyRef &key) {
   Oid types[1] = {key.tenant_type};
   Datum values[1] = {key.tenant};
-  spi.run_kept(placement_lock_plan,
-               "SELECT pg_catalog.lock_shard_metadata(5 /* ShareLock */,"
-               " ARRAY[pg_catalog.get_shard_id_for_distribution_column("
-               "   'idempotency.tenant_keys'::pg_catalog.regclass, $1)])",
-               1, types, values, nullptr, false, SPI_OK_SELECT);
+  // OFFSET 0 keeps the subquery, and the look for the relation, before the
+  // lock.
+  spi.run_kept(
+      placement_lock_plan,
+      "SELECT s.here, pg_catalog.lock_shard_metadata(5 /* ShareLock */,"
+      "   ARRAY[s.shardid])"
+      " FROM (SELECT i.shardid, pg_catalog.to_regclass(pg_catalog."
+      "     shard_name('idempotency.tenant_keys'::pg_catalog.regclass,"
+      "       i.shardid)) IS NOT NULL AS here"
+      "   FROM (SELECT pg_catalog.get_shard_id_for_distribution_column("
+      "     'idempotency.tenant_keys'::pg_catalog.regclass, $1)"
+      "     AS shardid) AS i OFFSET 0) AS s",
+      1, types, values, nullptr, false, SPI_OK_SELECT);
+  bool is_null = true;
+  bool here = SPI_processed > 0 &&
+              DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+                                         SPI_tuptable->tupdesc, 1, &is_null));
+  return here && !is_null;
 }
 
 // Kept plans of the probe, one per local shard relation (a node holds a few
@@ -321,7 +338,7 @@ KeyTable table_for(const KeyRef &key) {
   check_tenant_type(relid, key);
   Oid owner = table_owner(relid);
   OwnerSpi spi(owner);
-  lock_placement(spi, key);
+  bool was_here = lock_placement(spi, key);
   ShardHere here = shard_here(spi, key);
   spi.finish();
   if (OidIsValid(here.local_shard))
@@ -330,7 +347,7 @@ KeyTable table_for(const KeyRef &key) {
   // shard here, or moved it away after it sent this request here (the old
   // placement is dropped later). Either way the request was on its way
   // during a move, and its retry goes where the move put the shard.
-  if (here.shard_relation_here)
+  if (was_here || here.shard_relation_here)
     report_moved(key);
   report_not_local(key);
 }
