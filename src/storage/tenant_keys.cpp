@@ -200,14 +200,17 @@ ShardHere shard_here(OwnerSpi &spi, const KeyRef &key) {
 // mode, until the transaction ends: the lock Citus's own writes to the shard
 // take, and that a shard move (citus_move_shard_placement, the rebalancer)
 // takes in exclusive mode, on every node, for the last moment of the move,
-// in which it changes the placement. Taken before the placement is checked,
-// it keeps the placement checked for the whole request: a move waits for
-// the request to end, and a request that comes while a move holds the lock
-// waits for the move and then sees where it put the shard. Without it, a
-// move could end between the check and the request's writes, which Citus
-// would then send to the new node (or, inside the client's transaction
-// block, refuse with "cannot execute a distributed query from a query on a
-// shard").
+// in which it changes the placement. For a hash-distributed table Citus
+// locks the group of co-located shards (the tenant's shards of every table
+// co-located with the keys) as one, so this lock and those fn's writes take
+// are the same lock: no order between them to deadlock on. Taken before the
+// placement is checked, it keeps the placement checked for the whole request: a
+// move waits for the request to end, and a request that comes while a move
+// holds the lock waits for the move and then sees where it put the shard.
+// Without it, a move could end between the check and the request's writes,
+// which Citus would then send to the new node (or, inside the client's
+// transaction block, refuse with "cannot execute a distributed query from a
+// query on a shard").
 KeptPlan placement_lock_plan;
 static_assert(ShareLock == 5, "the lock mode lock_shard_metadata() is given");
 
