@@ -204,13 +204,13 @@ ShardHere shard_here(OwnerSpi &spi, const KeyRef &key) {
 // locks the group of co-located shards (the tenant's shards of every table
 // co-located with the keys) as one, so this lock and those fn's writes take
 // are the same lock: no order between them to deadlock on. Taken before the
-// placement is checked, it keeps the placement checked for the whole request: a
-// move waits for the request to end, and a request that comes while a move
-// holds the lock waits for the move and then sees where it put the shard.
-// Without it, a move could end between the check and the request's writes,
-// which Citus would then send to the new node (or, inside the client's
-// transaction block, refuse with "cannot execute a distributed query from a
-// query on a shard").
+// placement is checked, it keeps the placement checked for the whole
+// request: a move waits for the request to end, and a request that comes
+// while a move holds the lock waits for the move and then sees where it put
+// the shard. Without it, a move could end between the check and the
+// request's writes, which Citus would then send to the new node (or, inside
+// the client's transaction block, refuse with "cannot execute a distributed
+// query from a query on a shard").
 KeptPlan placement_lock_plan;
 static_assert(ShareLock == 5, "the lock mode lock_shard_metadata() is given");
 
@@ -291,9 +291,9 @@ pg_attribute_noreturn() void report_not_local(const KeyRef &key) {
                  "local transaction as the request's own work."),
        errhint("Call the tenant_* functions inside a function distributed "
                "with create_distributed_function(..., colocate_with => "
-               "'idempotency.tenant_keys', force_delegation => true), which "
-               "Citus runs on that node; see the extension's "
-               "docs/scale-out.md.")));
+               "'idempotency.tenant_keys', force_delegation => true), whose "
+               "distribution argument is this tenant: Citus runs it on that "
+               "node. See the extension's docs/scale-out.md.")));
   pg_unreachable();
 }
 
