@@ -16,8 +16,11 @@
 # - ALTER TABLE (a column added and dropped, a CHECK constraint), REINDEX
 #   CONCURRENTLY and a BEFORE INSERT trigger (run as the table's owner) on
 #   the key table between the calls of one session.
-# - A shard move (citus_move_shard_placement) while callers run: keys move
-#   with their tenant and replay, nothing ran twice.
+# - A shard move (citus_move_shard_placement) while callers run, in
+#   autocommit and inside their own BEGIN ... COMMIT: keys move with their
+#   tenant and replay, nothing ran twice; the move waits for requests in
+#   flight, requests that arrive during it get 40001 only, and their retries
+#   run once on the new node.
 # - Expiry through the coordinator deletes expired tenant keys on every shard,
 #   also after the move; workers leave them alone; stats counts them.
 # - kill -9 during calls that clients retry, of a worker's backend and of the
@@ -366,11 +369,20 @@ is( $coordinator->safe_psql('postgres',
 $_->safe_psql('postgres',
 	q{SET citus.enable_ddl_propagation = off; ALTER ROLE app SET idempotency.wait_timeout = '10s'})
   for ($coordinator, @workers);
+# Half of the calls inside the client's own BEGIN ... COMMIT.
 my $script = $coordinator->basedir . '/move.sql';
 PostgreSQL::Test::Utils::append_to_file($script, q{
 \set k random(1, 5000)
 \set t 1 + :k % 8
 SELECT pay(:t, 'mv-' || :k, 1);
+});
+my $block_script = $coordinator->basedir . '/move_block.sql';
+PostgreSQL::Test::Utils::append_to_file($block_script, q{
+\set k random(1, 5000)
+\set t 1 + :k % 8
+BEGIN;
+SELECT pay(:t, 'mv-' || :k, 1);
+COMMIT;
 });
 my $moved_tenant = 1;
 my $shard = $coordinator->safe_psql('postgres',
@@ -380,7 +392,7 @@ my $from_port = $coordinator->safe_psql('postgres',
 my ($to) = grep { $_->port != $from_port } @workers;
 my $pgbench = IPC::Run::start(
 	[ 'pgbench', '-n', '-h', $coordinator->host, '-p', $coordinator->port, '-U', 'app',
-	  '-c', '4', '-j', '2', '-T', '10', '--max-tries=50', '-f', $script, 'postgres' ],
+	  '-c', '4', '-j', '2', '-T', '10', '--max-tries=50', '-f', $script, '-f', $block_script, 'postgres' ],
 	'>', \my $bench_out, '2>', \my $bench_err);
 usleep(3_000_000);
 my $keys_before_move = $coordinator->safe_psql('postgres',
@@ -394,6 +406,8 @@ my $keys_after = $coordinator->safe_psql('postgres',
 	q{SELECT count(*) FROM idempotency.tenant_keys WHERE key LIKE 'mv-%'});
 unlike($bench_err, qr/aborted/,
 	'no caller failed: a request the move interrupted failed with 40001 and ran again');
+like($bench_out, qr/number of failed transactions: 0 /,
+	'and none failed after its retries');
 cmp_ok($keys_before_move, '>', 0, 'callers stored keys before the move');
 cmp_ok($keys_after, '>', $keys_before_move, 'and after it began');
 is( $coordinator->safe_psql('postgres',
@@ -424,6 +438,150 @@ my $replayed_responses = as_app(join '', map {
 } @moved_keys);
 is($replayed_responses, $stored_responses, 'every key replays its stored response after the move');
 is($coordinator->safe_psql('postgres', $mv_withdrawals), $expected, 'and the replays ran nothing');
+
+# --- a shard move while calls in transaction blocks are in flight ---------------
+# Clients call as a new user would, most inside their own BEGIN ... COMMIT
+# (the delegated call then stays in the client's transaction), one in
+# autocommit, each retrying its request until it is answered. The test holds
+# the requests' work back on the tenant's worker with an advisory lock (the
+# gate) and waits for each state to be there before going on:
+#   1. three requests are in flight: past the key check, waiting in fn;
+#   2. the move is waiting for them, for the last moment of the move;
+#   3. two more requests have arrived and wait behind the move;
+# then it opens the gate. Every error a client saw is 40001, and every
+# request, retried, ran once and stored its key on the tenant's new node.
+$coordinator->safe_psql('postgres', q{
+CREATE FUNCTION withdraw_gated(account bigint, amount bigint) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_advisory_xact_lock_shared(4242);
+  RETURN withdraw(account, amount, 0);
+END $$;
+CREATE FUNCTION pay_gated(tenant bigint, key text, amount bigint) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+BEGIN
+  RETURN idempotency.tenant_call(tenant, key, NULL,
+    'SELECT withdraw_gated($1, $2)', tenant, amount);
+END $$;
+SELECT create_distributed_function('pay_gated(bigint,text,bigint)', 'tenant',
+  colocate_with => 'idempotency.tenant_keys', force_delegation => true);
+});
+# A tenant whose shard the move above left alone.
+my $block_tenant = $coordinator->safe_psql('postgres', qq{
+SELECT t FROM generate_series(37, 40) AS t
+ WHERE get_shard_id_for_distribution_column('accounts', t)
+    <> get_shard_id_for_distribution_column('accounts', $moved_tenant)
+ LIMIT 1});
+my $block_shard = $coordinator->safe_psql('postgres',
+	"SELECT get_shard_id_for_distribution_column('idempotency.tenant_keys', $block_tenant)");
+my $block_from = $coordinator->safe_psql('postgres',
+	"SELECT nodeport FROM citus_shards WHERE shardid = $block_shard");
+my ($block_source) = grep { $_->port == $block_from } @workers;
+my ($block_target) = grep { $_->port != $block_from } @workers;
+my $block_withdrawals = withdrawals($block_tenant);
+
+my $block_results = $coordinator->basedir . '/in_blocks';
+mkdir $block_results;
+# Sends one request until it is answered: `BEGIN`, the call, `COMMIT` as three
+# round trips (or the call alone, in autocommit). Writes each error's SQLSTATE
+# and, at the end, the answer.
+sub request_until_answered
+{
+	my ($key, $in_block) = @_;
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	return $pid if $pid;
+	open my $out, '>', "$block_results/$key" or die;
+	$out->autoflush(1);
+	my @call = ('-c', "SELECT pay_gated($block_tenant, '$key', 1)");
+	@call = ('-c', 'BEGIN', @call, '-c', 'COMMIT') if $in_block;
+	for (1 .. 50)
+	{
+		my ($stdout, $stderr) = ('', '');
+		IPC::Run::run(
+			[ 'psql', '-X', '-A', '-t', '-q', '-v', 'ON_ERROR_STOP=1', '-v', 'VERBOSITY=verbose',
+			  '-h', $coordinator->host, '-p', $coordinator->port, '-U', 'app', '-d', 'postgres',
+			  @call ],
+			'>', \$stdout, '2>', \$stderr);
+		if ($stdout =~ /"balance"/)
+		{
+			chomp $stdout;
+			print $out "answer|$stdout\n";
+			last;
+		}
+		my ($sqlstate) = $stderr =~ /ERROR:\s+([0-9A-Z]{5}):/;
+		print $out 'error|' . ($sqlstate // "none: $stderr") . "\n";
+	}
+	close $out;
+	POSIX::_exit(0);
+}
+
+# Waits until `sql` returns `want` on `node`.
+sub state_reached
+{
+	my ($node, $sql, $want) = @_;
+	return $node->poll_query_until('postgres', $sql, $want);
+}
+my $gate_waiters = q{
+SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND objsubid = 1 AND NOT granted};
+# Citus's lock on the placement of a group of co-located shards (advisory,
+# class 8): the move asks for it in exclusive mode, requests in share mode.
+my $placement_waiters = q{
+SELECT count(*) FROM pg_locks
+ WHERE locktype = 'advisory' AND objsubid = 8 AND mode = '%s' AND NOT granted};
+
+my $gate = $block_source->background_psql('postgres');
+$gate->query_safe('SELECT pg_advisory_lock(4242)');
+my @in_flight = (
+	[ 'blk-1', 1 ], [ 'blk-2', 1 ], [ 'blk-3', 0 ]);
+my @arriving = ([ 'blk-4', 1 ], [ 'blk-5', 0 ]);
+my @block_clients = map { request_until_answered(@$_) } @in_flight;
+ok(state_reached($block_source, $gate_waiters, '3'),
+	'three requests are in flight: past the key check, held in fn');
+my $block_move = IPC::Run::start(
+	[ 'psql', '-X', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-h', $coordinator->host,
+	  '-p', $coordinator->port, '-d', 'postgres', '-c',
+	  "SELECT citus_move_shard_placement($block_shard, '127.0.0.1', $block_from, "
+	  . "'127.0.0.1', ${\ $block_target->port }, 'force_logical')" ],
+	'>', \my $block_move_out, '2>', \my $block_move_err);
+ok(state_reached($block_source, sprintf($placement_waiters, 'ExclusiveLock'), '1'),
+	'the move waits for the requests in flight before it switches the placement');
+push @block_clients, map { request_until_answered(@$_) } @arriving;
+ok(state_reached($block_source, sprintf($placement_waiters, 'ShareLock'), '2'),
+	'two requests that arrived meanwhile wait for the move');
+$gate->query_safe('SELECT pg_advisory_unlock(4242)');
+$gate->quit;
+$block_move->finish;
+is($block_move_err, '', 'the move succeeded');
+waitpid($_, 0) for @block_clients;
+my (%answers, @errors);
+for my $call (@in_flight, @arriving)
+{
+	open my $in, '<', "$block_results/$call->[0]" or die;
+	for my $line (<$in>)
+	{
+		chomp $line;
+		my ($kind, $value) = split /\|/, $line, 2;
+		push @errors, $value if $kind eq 'error';
+		$answers{ $call->[0] } = $value if $kind eq 'answer';
+	}
+}
+note 'errors clients saw: ' . join(', ', @errors);
+is(scalar(keys %answers), 5, 'every request was answered in the end');
+is_deeply([ grep { $_ ne '40001' } @errors ], [], 'every error a client saw was 40001');
+cmp_ok(scalar @errors, '>=', 2,
+	'the requests that arrived during the move were refused with 40001 and retried');
+is( $coordinator->safe_psql('postgres', "SELECT nodeport FROM citus_shards WHERE shardid = $block_shard"),
+	$block_target->port, 'the shard moved');
+is(withdrawals($block_tenant), $block_withdrawals + 5, 'each request ran once');
+is($coordinator->safe_psql('postgres', sprintf($same_node, $block_tenant)),
+	"t|" . $coordinator->safe_psql('postgres',
+		"SELECT count(*) FROM idempotency.tenant_keys WHERE tenant = $block_tenant"),
+	"the keys are on the tenant's new node beside its account");
+is( as_app(join '', map { "SELECT pay_gated($block_tenant, '$_->[0]', 1);\n" } @in_flight, @arriving),
+	join("\n", map { $answers{ $_->[0] } } @in_flight, @arriving),
+	'each key replays the answer its client got');
+is(withdrawals($block_tenant), $block_withdrawals + 5, 'and the replays ran nothing');
 
 # --- expiry and stats ------------------------------------------------------------
 $coordinator->safe_psql('postgres', q{

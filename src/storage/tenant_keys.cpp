@@ -152,30 +152,93 @@ void check_tenant_type(Oid relid, const KeyRef &key) {
                    format_type_be(column_type))));
 }
 
-// The shard of idempotency.tenant_keys that holds `key`'s tenant, when its
-// placement is on this node (Citus's local group): its relation here, or
-// InvalidOid. Read with a new snapshot (not read-only): a move that
-// committed since the calling statement began must be seen, as Citus's own
-// routing sees it.
-Oid local_shard(OwnerSpi &spi, const KeyRef &key) {
+// Where the tenant's shard of idempotency.tenant_keys is, seen from here.
+struct ShardHere {
+  // Its relation on this node when Citus's metadata places it on this node
+  // (Citus's local group); InvalidOid otherwise.
+  Oid local_shard;
+  // Whether a relation of that shard exists on this node at all: it does
+  // while Citus is moving the shard here (before the new placement is
+  // visible) and after it moved it away (until the old placement is dropped,
+  // which Citus defers).
+  bool shard_relation_here;
+};
+static_assert(std::is_trivially_destructible_v<ShardHere>);
+
+// Read with a new snapshot (not read-only): a move that committed since the
+// calling statement began must be seen, as Citus's own routing sees it.
+ShardHere shard_here(OwnerSpi &spi, const KeyRef &key) {
   Oid types[1] = {key.tenant_type};
   Datum values[1] = {key.tenant};
-  spi.run_kept(locality_plan,
-               "SELECT pg_catalog.to_regclass(pg_catalog.shard_name("
-               "   'idempotency.tenant_keys'::pg_catalog.regclass, p.shardid))"
-               " FROM pg_catalog.pg_dist_placement AS p"
-               " WHERE p.shardid OPERATOR(pg_catalog.=)"
-               "   pg_catalog.get_shard_id_for_distribution_column("
-               "     'idempotency.tenant_keys'::pg_catalog.regclass, $1)"
-               "   AND p.groupid OPERATOR(pg_catalog.=)"
-               "   (SELECT g.groupid FROM pg_catalog.pg_dist_local_group AS g)",
-               1, types, values, nullptr, false, SPI_OK_SELECT);
+  spi.run_kept(
+      locality_plan,
+      "SELECT pg_catalog.to_regclass(pg_catalog.shard_name("
+      "   'idempotency.tenant_keys'::pg_catalog.regclass, s.shardid)),"
+      " EXISTS (SELECT FROM pg_catalog.pg_dist_placement AS p"
+      "   WHERE p.shardid OPERATOR(pg_catalog.=) s.shardid"
+      "     AND p.groupid OPERATOR(pg_catalog.=)"
+      "     (SELECT g.groupid FROM pg_catalog.pg_dist_local_group AS g))"
+      " FROM (SELECT pg_catalog.get_shard_id_for_distribution_column("
+      "   'idempotency.tenant_keys'::pg_catalog.regclass, $1) AS shardid) AS s",
+      1, types, values, nullptr, false, SPI_OK_SELECT);
+  ShardHere here{InvalidOid, false};
   if (SPI_processed == 0)
-    return InvalidOid;
-  bool is_null = false;
-  Datum shard =
-      SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null);
-  return is_null ? InvalidOid : DatumGetObjectId(shard);
+    return here;
+  bool relation_is_null = true;
+  Datum relation = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+                                 1, &relation_is_null);
+  bool placed_is_null = true;
+  bool placed_here = DatumGetBool(SPI_getbinval(
+      SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &placed_is_null));
+  here.shard_relation_here = !relation_is_null;
+  if (here.shard_relation_here && !placed_is_null && placed_here)
+    here.local_shard = DatumGetObjectId(relation);
+  return here;
+}
+
+// Citus's lock on the placement metadata of the tenant's shard, in share
+// mode, until the transaction ends: the lock Citus's own writes to the shard
+// take, and that a shard move (citus_move_shard_placement, the rebalancer)
+// takes in exclusive mode, on every node, for the last moment of the move,
+// in which it changes the placement. For a hash-distributed table Citus
+// locks the group of co-located shards (the tenant's shards of every table
+// co-located with the keys) as one, so this lock and those fn's writes take
+// are the same lock: no order between them to deadlock on. Taken before the
+// placement is checked, it keeps the placement checked for the whole
+// request: a move waits for the request to end, and a request that comes
+// while a move holds the lock waits for the move and then sees where it put
+// the shard. Without it, a move could end between the check and the
+// request's writes, which Citus would then send to the new node (or, inside
+// the client's transaction block, refuse with "cannot execute a distributed
+// query from a query on a shard").
+KeptPlan placement_lock_plan;
+static_assert(ShareLock == 5, "the lock mode lock_shard_metadata() is given");
+
+// Returns whether a relation of the shard was on this node before the lock
+// was taken: a request that waited for a move that took the shard away
+// still knows it was sent here for it, should Citus drop the old placement
+// before the request looks again.
+bool lock_placement(OwnerSpi &spi, const KeyRef &key) {
+  Oid types[1] = {key.tenant_type};
+  Datum values[1] = {key.tenant};
+  // OFFSET 0 keeps the subquery, and the look for the relation, before the
+  // lock.
+  spi.run_kept(
+      placement_lock_plan,
+      "SELECT s.here, pg_catalog.lock_shard_metadata(5 /* ShareLock */,"
+      "   ARRAY[s.shardid])"
+      " FROM (SELECT i.shardid, pg_catalog.to_regclass(pg_catalog."
+      "     shard_name('idempotency.tenant_keys'::pg_catalog.regclass,"
+      "       i.shardid)) IS NOT NULL AS here"
+      "   FROM (SELECT pg_catalog.get_shard_id_for_distribution_column("
+      "     'idempotency.tenant_keys'::pg_catalog.regclass, $1)"
+      "     AS shardid) AS i OFFSET 0) AS s",
+      1, types, values, nullptr, false, SPI_OK_SELECT);
+  bool is_null = true;
+  bool here = SPI_processed > 0 &&
+              DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+                                         SPI_tuptable->tupdesc, 1, &is_null));
+  return here && !is_null;
 }
 
 // Kept plans of the probe, one per local shard relation (a node holds a few
@@ -228,21 +291,27 @@ pg_attribute_noreturn() void report_not_local(const KeyRef &key) {
                  "local transaction as the request's own work."),
        errhint("Call the tenant_* functions inside a function distributed "
                "with create_distributed_function(..., colocate_with => "
-               "'idempotency.tenant_keys', force_delegation => true), which "
-               "Citus runs on that node; see the extension's "
-               "docs/scale-out.md.")));
+               "'idempotency.tenant_keys', force_delegation => true), whose "
+               "distribution argument is this tenant: Citus runs it on that "
+               "node. See the extension's docs/scale-out.md.")));
   pg_unreachable();
 }
 
+// 40001: the request met a shard move of its tenant. Nothing of it is kept
+// (the transaction aborts), and its retry is routed by Citus's metadata as
+// the move left it.
 pg_attribute_noreturn() void report_moved(const KeyRef &key) {
   ereport(ERROR,
           (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-           errmsg("the shard of tenant %s moved to another node during the "
+           errmsg("the shard of tenant %s moved between nodes during the "
                   "request",
                   tenant_text(key)),
-           errdetail("Citus moved the tenant's shards while the request "
-                     "ran; nothing of it is kept."),
-           errhint("Retry the request: it runs on the tenant's new node.")));
+           errdetail("Citus moved the tenant's shards between the moment it "
+                     "sent the request to this node and the moment the "
+                     "request reached the tenant's keys; nothing of the "
+                     "request is kept."),
+           errhint("Retry the request: Citus sends it to the node that holds "
+                   "the tenant now.")));
   pg_unreachable();
 }
 
@@ -272,11 +341,18 @@ KeyTable table_for(const KeyRef &key) {
   check_tenant_type(relid, key);
   Oid owner = table_owner(relid);
   OwnerSpi spi(owner);
-  Oid shard = local_shard(spi, key);
+  bool was_here = lock_placement(spi, key);
+  ShardHere here = shard_here(spi, key);
   spi.finish();
-  if (!OidIsValid(shard))
-    report_not_local(key);
-  return KeyTable{relid, shard, owner};
+  if (OidIsValid(here.local_shard))
+    return KeyTable{relid, here.local_shard, owner};
+  // A relation of the shard here, placed elsewhere: Citus is moving the
+  // shard here, or moved it away after it sent this request here (the old
+  // placement is dropped later). Either way the request was on its way
+  // during a move, and its retry goes where the move put the shard.
+  if (was_here || here.shard_relation_here)
+    report_moved(key);
+  report_not_local(key);
 }
 
 KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
@@ -374,10 +450,11 @@ StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
     spi.run(sql, 7, delete_types, values, nulls, false, SPI_OK_DELETE);
   }
 
-  // A shard move that finished while fn ran sends the key, from here on,
-  // to the tenant's new node, through another connection than fn's writes:
-  // the request must run again there.
-  if (!OidIsValid(local_shard(spi, key)))
+  // table_for() holds the placement lock, so no move can have ended since
+  // it checked; checked again all the same (a lock taken in a subtransaction
+  // that rolled back is gone): a key sent to the tenant's new node would go
+  // through another connection than fn's writes.
+  if (!OidIsValid(shard_here(spi, key).local_shard))
     report_moved(key);
 
   const char *insert =

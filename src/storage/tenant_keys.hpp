@@ -29,7 +29,11 @@ namespace idempotency::storage::tenant_keys {
 
 // idempotency.tenant_keys, checked for `key`: 42P01 when it does not exist,
 // 55000 when Citus does not distribute it, 42804 when the tenant is not of
-// its tenant column's type, 0A000 when the tenant's shard is on another node.
+// its tenant column's type, 0A000 when the tenant's shard is on another node,
+// 40001 when it is on another node because Citus is moving it here or moved
+// it away (a relation of the shard is on this node). Takes Citus's share lock
+// on the shard's placement until the transaction ends, so that no shard move
+// ends while the request runs.
 KeyTable table_for(const KeyRef &key);
 
 // As storage::probe (never in_progress: rows of open transactions are not
@@ -37,7 +41,8 @@ KeyTable table_for(const KeyRef &key);
 KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now);
 
 // As storage::store. 40001 when Citus moved the tenant's shard to another
-// node while the request ran (the request must run again, there). A row of
+// node while the request ran (the request must run again, there; not
+// expected while table_for's lock is held). A row of
 // the key committed by a transaction that claimed it on another node
 // (possible only around a shard move) makes the insert fail on the primary
 // key: raised as IK409.
