@@ -8,11 +8,14 @@ use warnings;
 use Exporter 'import';
 use PostgreSQL::Test::Cluster;
 use Test::More;
+use IPC::Run;
+use PostgreSQL::Test::Utils ();
 
 our @EXPORT =
   qw(preloaded_node sqlstate_of runs_of work_call_sql expire_keys_sql
   wait_until_serving crash_backend psql_or_undef citus_missing citus_node
-  check_storm check_storm_controls landed_faults report_storm);
+  check_storm check_storm_controls landed_faults report_storm
+  generic_plan_database generic_plan_run);
 
 # A started node with shared_preload_libraries = 'idempotency', plus the
 # postgresql.conf lines in `conf` and the init options in `init`.
@@ -453,6 +456,97 @@ sub report_storm
 	$all{violations} = @$violations;
 	diag(sprintf('%-40s %s', $_, $all{$_})) for sort keys %all;
 	diag("violation: $_") for @$violations[ 0 .. ($#$violations < 30 ? $#$violations : 29) ];
+	return;
+}
+
+
+# A database `name` on `node` whose sessions plan every prepared statement
+# generically (plan_cache_mode = force_generic_plan) and wait for a
+# concurrent duplicate (so that pgbench's clients, which stop at their first
+# error, meet none), with gp.apply(key, k, amount, note) as fn: it records
+# each run in gp.runs.
+sub generic_plan_database
+{
+	my ($node, $name) = @_;
+	$node->safe_psql('postgres', qq{
+CREATE DATABASE $name;
+ALTER DATABASE $name SET plan_cache_mode = force_generic_plan;
+ALTER DATABASE $name SET idempotency.wait_timeout = '30s';
+});
+	$node->safe_psql($name, q{
+CREATE EXTENSION idempotency;
+CREATE SCHEMA gp;
+CREATE TABLE gp.runs (key text NOT NULL, k int NOT NULL, amount bigint NOT NULL, note text NOT NULL);
+CREATE TABLE gp.plans (generic bigint NOT NULL, custom bigint NOT NULL);
+CREATE FUNCTION gp.apply(key text, k int, amount bigint, note text) RETURNS jsonb LANGUAGE sql AS $$
+  INSERT INTO gp.runs VALUES (key, k, amount, note)
+  RETURNING jsonb_build_object('k', k, 'amount', amount, 'note', note)
+$$;
+});
+	return;
+}
+
+# pgbench, in protocol `mode` (prepared: one named prepared statement per
+# connection; extended: unnamed statements), against `connstr`: 4 clients
+# call idempotent_call with one statement for random keys out of 200, each
+# key's arguments (an int, a bigint, a multi-byte text) a function of the
+# key, so that a key's repeats replay. Then, as tests: pgbench succeeded,
+# every key that ran ran once with its own arguments, its stored response
+# is what fn returned, and (prepared) the statement was planned
+# generically only.
+sub generic_plan_run
+{
+	my ($node, $database, $connstr, $mode, $label) = @_;
+	my $script = PostgreSQL::Test::Utils::tempdir() . "/$label.sql";
+	open my $file, '>', $script or die "$script: $!";
+	print $file "\\set k random(1, 200)\n"
+	  . "\\set amount (:k * 7919) % 100000 + 1\n"
+	  . "SELECT idempotency.idempotent_call('$label-' || :k::int, NULL, "
+	  . "'SELECT gp.apply(\$1, \$2, \$3, \$4)', '$label-' || :k::int, :k, :amount, "
+	  . "'заметка-é-' || :k::int);\n"
+	  . "INSERT INTO gp.plans SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+	  . "WHERE statement LIKE '%gp.apply%' AND statement NOT LIKE '%pg_prepared%';\n";
+	close $file;
+	my ($out, $err) = ('', '');
+	my $ran = IPC::Run::run(
+		[
+			$node->installed_command('pgbench'), '-n', '-M', $mode, '-c', '4',
+			'-t', '150', '-f', $script, $connstr
+		],
+		'>', \$out, '2>', \$err);
+	ok($ran, "$label: pgbench -M $mode ran every transaction without error")
+	  or diag("pgbench: $out $err");
+	like($out, qr/number of transactions actually processed: 600\/600/,
+		"$label: all 600 calls answered");
+	my $query = sub { $node->safe_psql($database, $_[0]) };
+	my $keys = $query->("SELECT count(DISTINCT key) FROM gp.runs WHERE key LIKE '$label-%'");
+	cmp_ok($keys, '>=', 100, "$label: many keys ran");
+	is($query->("SELECT count(*) - count(DISTINCT key) FROM gp.runs WHERE key LIKE '$label-%'"),
+		'0', "$label: each key ran once");
+	is( $query->(
+			qq{SELECT count(*) FROM gp.runs WHERE key LIKE '$label-%' AND
+		(key <> '$label-' || k OR amount <> (k * 7919) % 100000 + 1 OR note <> 'заметка-é-' || k)}
+		),
+		'0',
+		"$label: each key ran with its own arguments");
+	is( $query->(
+			qq{SELECT count(*) FROM gp.runs AS r LEFT JOIN idempotency.keys AS s USING (key)
+		WHERE r.key LIKE '$label-%' AND s.response IS DISTINCT FROM
+		      jsonb_build_object('k', r.k, 'amount', r.amount, 'note', r.note)}
+		),
+		'0',
+		"$label: each key stores the response of its run");
+	is( $query->(
+			qq{SELECT count(*) FROM idempotency.keys WHERE key LIKE '$label-%'
+		AND key NOT IN (SELECT key FROM gp.runs)}
+		),
+		'0',
+		"$label: no key stored without its run");
+	if ($mode eq 'prepared')
+	{
+		is($query->('SELECT max(generic) > 100 AND max(custom) = 0 FROM gp.plans'),
+			't', "$label: the prepared statement ran with a generic plan only");
+	}
 	return;
 }
 
