@@ -136,6 +136,23 @@ SELECT idempotency.complete('id-claim', '{"ok": true}');
 COMMIT;
 SELECT request_hash = sha256(frame(7, '') || frame(6, 'order-43')) AS pinned
   FROM idempotency.keys WHERE key = 'id-claim';
+-- A client's request_hash is its text in the database encoding (bytes, not
+-- characters, in the length), for both APIs; an empty one is a frame of
+-- length 0.
+SELECT idempotency.idempotent_call('id-client-mb', 'заказ-é-42', 'SELECT 1');
+SELECT request_hash = sha256(frame(1, 'SELECT 1') ||
+                             frame(6, convert_to('заказ-é-42', current_setting('server_encoding')))) AS pinned
+  FROM idempotency.keys WHERE key = 'id-client-mb';
+SELECT idempotency.idempotent_call('id-client-empty', '', 'SELECT 1');
+SELECT request_hash = sha256(frame(1, 'SELECT 1') || frame(6, '')) AS pinned
+  FROM idempotency.keys WHERE key = 'id-client-empty';
+BEGIN;
+SELECT replayed FROM idempotency.claim('id-claim-mb', 'заказ-é-43');
+SELECT idempotency.complete('id-claim-mb', '{"ok": true}');
+COMMIT;
+SELECT request_hash = sha256(frame(7, '') ||
+                             frame(6, convert_to('заказ-é-43', current_setting('server_encoding')))) AS pinned
+  FROM idempotency.keys WHERE key = 'id-claim-mb';
 SELECT ran('withdraw') AS withdrawals;
 
 RESET search_path;

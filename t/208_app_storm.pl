@@ -12,10 +12,14 @@
 # kill -9 of a backend (restart_after_crash), concurrent duplicate
 # deliveries, duplicates after the answer, and changed bodies.
 #
-# Afterwards: no order was executed twice (the orders table has no unique
-# constraint), every answer for a key is the first one, every acknowledged
-# key replays it, a declined key never got an order, and the stock is
-# explained by the orders and the top-ups.
+# Afterwards the shared checker (check_storm in IdempotencyTest.pm) reads
+# the clients' deliveries and the database key by key: no order was
+# executed twice (the orders table has no unique constraint), every answer
+# for a key is the first one and the one recorded, a changed body after the
+# answer was refused, a declined key never got an order, and the stock is
+# explained by the orders and the top-ups; every acknowledged key replays
+# its answer. Then the checker's controls: one planted fault per branch,
+# each of which it must flag.
 use strict;
 use warnings;
 
@@ -30,13 +34,16 @@ use POSIX ();
 use Time::HiRes qw(time sleep);
 
 my $clients = 10;
+# The storm lasts at least this long, and then until every kind of fault
+# has reached a client; past $storm_deadline seconds it ends anyway, and the
+# test fails on the fault that never landed.
 my $storm_seconds = $ENV{IDEMPOTENCY_STORM_SECONDS} // 12;
+my $storm_deadline = $storm_seconds + 120;
 # Clients finish their open keys after the storm; longer means stuck.
 my $drain_seconds = 60;
 my $items = 8;
-my $initial_stock = 10;
+my $initial_stock = 40;
 my $max_kill9 = 1;
-my $storm_end;
 
 my $node = preloaded_node(
 	'app_storm',
@@ -91,6 +98,11 @@ END \$\$;
 
 my $workdir = PostgreSQL::Test::Utils::tempdir;
 my $psql = $node->installed_command('psql');
+# The storm is over once this file exists (storm_from_outside creates it);
+# a client also stops when the test that started it is gone.
+my $storm_over_flag = "$workdir/storm-over";
+my $storm_parent = $$;
+sub storm_over { return -e $storm_over_flag || getppid() != $storm_parent }
 
 # The handler, as application code: psql's \\if branches on what the claim
 # and the reads returned, as a web handler's code would. It prints
@@ -190,13 +202,15 @@ sub finish_delivery
 	return ('unexpected', undef, undef, "exit $exit: $err");
 }
 
+# One delivery as a line of the client's log; `changed` marks a changed
+# body sent after the key was answered.
 sub log_delivery
 {
 	my ($log, $order, $units, @result) = @_;
 	my ($outcome, $how, $response, $detail) = map { $_ // '' } @result;
 	$detail =~ s/[\t\n]/ /g;
 	print $log join("\t", $order->{key}, $order->{api}, $order->{item}, $units,
-		$outcome, $how, $response, $detail), "\n";
+		$outcome, $how, $response, $order->{changed} ? 't' : 'f', $detail), "\n";
 }
 
 sub run_client
@@ -206,7 +220,8 @@ sub run_client
 	open my $log, '>', "$workdir/client$client.log" or die $!;
 	$log->autoflush(1);
 	my $n = 0;
-	while (time < $storm_end)
+	my $give_up;
+	while (!storm_over())
 	{
 		$n++;
 		my $order = {
@@ -219,14 +234,16 @@ sub run_client
 		my $answered;
 		while (!defined $answered)
 		{
-			if (time > $storm_end + $drain_seconds)
+			my $storming = !storm_over();
+			$give_up //= time + $drain_seconds unless $storming;
+			if (defined $give_up && time > $give_up)
 			{
 				log_delivery($log, $order, $sent, 'stuck');
 				last;
 			}
-			my $storming = time < $storm_end;
 			my $delay = $storming && rand() < 0.4 ? sprintf('%.3f', rand(0.2)) : 0;
-			my $statement_timeout = $storming && rand() < 0.15 ? 80 : 0;
+			# Fires in the handler's or fn's sleep when the delay is long.
+			my $statement_timeout = $storming && rand() < 0.15 ? 50 : 0;
 			my $timeout = $storming && rand() < 0.1 ? 0.12 : 20;
 			# A duplicate delivery at the same moment, while the first one
 			# holds the key.
@@ -268,22 +285,73 @@ sub run_client
 			log_delivery($log, $order, $sent,
 				finish_delivery(start_delivery($order, $sent, 20, 0, 0)));
 		}
-		if (rand() < 0.1)
+		# The changed body is sent until it gets a definite answer (every
+		# client's first key does it, so that every run has some).
+		if ($n == 1 || rand() < 0.1)
 		{
 			my $other = $sent == $units ? $units + 1000 : $units;
-			log_delivery($log, $order, $other,
-				finish_delivery(start_delivery($order, $other, 20, 0, 0)));
+			my $changed = { %$order, changed => 1 };
+			for (1 .. 20)
+			{
+				my @result = finish_delivery(start_delivery($changed, $other, 20, 0, 0));
+				log_delivery($log, $changed, $other, @result);
+				last if $result[0] =~ /^(ok|IK422|unexpected)$/;
+				sleep(0.005 + rand(0.02));
+			}
 		}
 	}
 	close $log;
 }
 
-# Faults from outside, and stock top-ups, until the storm ends.
+# Every delivery of every client so far, by key, as check_storm reads
+# them.
+sub read_client_logs
+{
+	my %deliveries;
+	for my $client (1 .. $clients)
+	{
+		open my $log, '<', "$workdir/client$client.log" or next;
+		while (my $line = <$log>)
+		{
+			next unless chomp $line;    # a line still being written
+			my ($key, $api, $item, $units, $outcome, $how, $response, $changed,
+				$detail)
+			  = split /\t/, $line, 9;
+			push @{ $deliveries{$key} },
+			  {
+				api => $api,
+				item => $item,
+				request => $units,
+				outcome => $outcome,
+				how => $how,
+				response => $response,
+				ran => $outcome eq 'ok' && $how !~ /^replayed/,
+				changed => $changed eq 't',
+				detail => $detail
+			  };
+		}
+	}
+	return \%deliveries;
+}
+
+# The faults the storm must land, each seen by a client.
+my @fault_kinds = ('cancels', 'terminations', 'statement timeouts',
+	'client timeouts', 'IK409s', 'IK422s');
+
+# Faults from outside, and stock top-ups, until the storm ends: when it has
+# lasted $storm_seconds, the server crashed (its log says so) and every
+# kind of fault has reached a client (or past $storm_deadline).
 sub storm_from_outside
 {
+	my ($started) = @_;
 	my %count = (cancel => 0, terminate => 0, kill9 => 0, top_up => 0);
 	my $kill9_at = time + $storm_seconds / 4;
-	while (time < $storm_end)
+	my $all_landed = sub {
+		my $seen = landed_faults(read_client_logs());
+		return $count{kill9} > 0 && !grep { $seen->{$_} == 0 } @fault_kinds;
+	};
+	until (time > $started + $storm_deadline
+		  || (time > $started + $storm_seconds && $all_landed->()))
 	{
 		sleep(0.1 + rand(0.2));
 		if (rand() < 0.25)
@@ -305,165 +373,126 @@ sub storm_from_outside
 			next;
 		}
 		# Chosen and signalled in one statement: a backend chosen by one
-		# psql run may be gone by the next.
+		# psql run may be gone by the next. Reported, not counted as
+		# landed: clients count what reached them.
 		my $fault = rand() < 0.6 ? 'cancel' : 'terminate';
 		my ($rc, $signalled) = psql_or_undef($node,
 			"SELECT pg_${fault}_backend(pid) FROM ($victims) AS victim");
 		$count{$fault}++ if defined $rc && $rc == 0 && $signalled eq 't';
 	}
+	open my $flag, '>', $storm_over_flag or die "$storm_over_flag: $!";
+	close $flag;
 	return \%count;
 }
 
 my $started = time;
-$storm_end = $started + $storm_seconds;
-my @children;
+my %client_of_pid;
 for my $client (1 .. $clients)
 {
 	my $pid = fork // die "fork: $!";
 	if ($pid == 0)
 	{
-		# The parent's END blocks stop the cluster; children leave quietly.
-		eval { run_client($client); 1 } or print STDERR "client $client: $@";
-		POSIX::_exit(0);
+		# The parent's END blocks stop the cluster; children leave through
+		# _exit, with 1 when the client died.
+		my $finished = eval { run_client($client); 1 };
+		print STDERR "client $client: $@" unless $finished;
+		POSIX::_exit($finished ? 0 : 1);
 	}
-	push @children, $pid;
+	$client_of_pid{$pid} = $client;
 }
-my $outside = storm_from_outside();
-waitpid($_, 0) for @children;
+my $outside = storm_from_outside($started);
+my @client_deaths;
+for my $pid (sort { $a <=> $b } keys %client_of_pid)
+{
+	waitpid($pid, 0) == $pid or die "waitpid $pid: $!";
+	push @client_deaths, "client $client_of_pid{$pid} exited with status $?"
+	  if $? != 0;
+}
+is_deeply(\@client_deaths, [], 'every client ran to its end');
 
-my (%deliveries, %figures);
-for my $client (1 .. $clients)
-{
-	open my $log, '<', "$workdir/client$client.log" or die "no log of client $client: $!";
-	while (my $line = <$log>)
-	{
-		chomp $line;
-		my ($key, $api, $item, $units, $outcome, $how, $response, $detail) =
-		  split /\t/, $line, 8;
-		push @{ $deliveries{$key} },
-		  {
-			api => $api,
-			item => $item,
-			units => $units,
-			outcome => $outcome,
-			how => $how,
-			response => $response,
-			detail => $detail
-		  };
-		$figures{deliveries}++;
-		$figures{"outcome $outcome"}++;
-		$figures{"answer $how"}++ if $outcome eq 'ok';
-	}
-}
+my %deliveries = %{ read_client_logs() };
+my %figures;
+$figures{deliveries} = map { @$_ } values %deliveries;
+$figures{"answer $_->{how}"}++
+  for grep { $_->{outcome} eq 'ok' } map { @$_ } values %deliveries;
 
-my %orders;
-for my $row (split /\n/,
-	$node->safe_psql('postgres', 'SELECT op_key, seq, units FROM shop.orders'))
+# The storm as check_storm reads it: the deliveries, each key's orders,
+# the stored responses and the stock.
+sub read_storm
 {
-	my ($key, $seq, $units) = split /\|/, $row;
-	push @{ $orders{$key} }, { seq => $seq, units => $units };
-}
-my %stored = map { split /\|/, $_, 2 } split /\n/, $node->safe_psql('postgres',
-	"SELECT key, response::text FROM idempotency.keys WHERE scope::text = 'shopper'");
-
-my @violations;
-my $violation = sub { push @violations, join(' ', @_) };
-my %first_answer;
-for my $key (sort keys %deliveries)
-{
-	my @all = @{ $deliveries{$key} };
-	$violation->("$key: $_->{outcome} $_->{detail}")
-	  for grep { $_->{outcome} =~ /^(stuck|unexpected)$/ } @all;
-	my @answers = grep { $_->{outcome} eq 'ok' } @all;
-	if (!@answers)
+	my %effects;
+	for my $row (split /\n/,
+		$node->safe_psql('postgres', 'SELECT op_key, seq, item, units FROM shop.orders'))
 	{
-		$violation->("$key: never answered");
-		next;
+		my ($key, $seq, $item, $units) = split /\|/, $row;
+		push @{ $effects{$key} },
+		  { id => $seq, request => $units, deltas => { $item => -$units } };
 	}
-	my $first = $answers[0];
-	$first_answer{$key} = $first;
-	for my $answer (@answers[ 1 .. $#answers ])
-	{
-		$violation->("$key: answer $answer->{response} differs from $first->{response}")
-		  if $answer->{response} ne $first->{response};
-	}
-	my $executions = grep { $_->{how} =~ /^(ran|declined|stored_error)$/ } @answers;
-	$violation->("$key: $executions answers came from running the order")
-	  if $executions > 1;
-	my $rows = $orders{$key} // [];
-	my $declined = $first->{response} =~ /"error"/;
-	if ($declined)
-	{
-		$figures{'declined keys'}++;
-		$violation->("$key: declined, but " . scalar(@$rows) . ' orders')
-		  if @$rows != 0;
-	}
-	else
-	{
-		$violation->("$key: acknowledged, but " . scalar(@$rows) . ' orders')
-		  if @$rows != 1;
-		my ($seq) = $first->{response} =~ /"order": (\d+)/;
-		$violation->("$key: the answer is not the order that was recorded")
-		  if @$rows == 1 && (!defined $seq || $seq != $rows->[0]{seq});
-		$violation->("$key: applied $rows->[0]{units} units, refused that body with IK422")
-		  if @$rows == 1
-		  && grep { $_->{outcome} eq 'IK422' && $_->{units} == $rows->[0]{units} } @all;
-	}
-	$violation->("$key: stored response differs from the answer")
-	  if ($stored{$key} // '') ne $first->{response};
-}
-for my $key (keys %orders)
-{
-	$violation->("$key: an order without an answered key")
-	  unless $first_answer{$key} && $first_answer{$key}{response} !~ /"error"/;
+	my %stored = map { split /\|/, $_, 2 } split /\n/, $node->safe_psql('postgres',
+		"SELECT key, response::text FROM idempotency.keys WHERE scope::text = 'shopper'");
+	my %stock = map { split /\|/ } split /\n/,
+	  $node->safe_psql('postgres', 'SELECT item, units FROM shop.stock');
+	my %base = map { split /\|/ } split /\n/, $node->safe_psql('postgres',
+		"SELECT i, $initial_stock + coalesce((SELECT sum(units) FROM shop.top_ups WHERE item = i), 0) "
+		  . "FROM generate_series(1, $items) AS i");
+	return {
+		attempts => \%deliveries,
+		effects => \%effects,
+		stored => \%stored,
+		balances => \%stock,
+		expected_base => \%base,
+		# A declined order's answer is a stored error: nothing applied.
+		answer_effect => sub { $_[0] =~ /"order": (\d+)/ ? $1 : undef },
+		every_key_answered => 1,
+	};
 }
 
 # Every answered key replays its first answer now, stock having been topped
 # up meanwhile: a declined order stays declined.
-$node->safe_psql('postgres', 'UPDATE shop.stock SET units = units + 100000');
-for my $key (sort keys %first_answer)
+$node->safe_psql('postgres',
+	"UPDATE shop.stock SET units = units + 100000; "
+	  . "INSERT INTO shop.top_ups SELECT item, 100000 FROM shop.stock;");
+my @violations;
+my $violation = sub { push @violations, join(' ', @_) };
+for my $key (sort keys %deliveries)
 {
-	my $first = $first_answer{$key};
+	my ($first) = grep { $_->{outcome} eq 'ok' } @{ $deliveries{$key} };
+	next unless $first;
+	$figures{'declined keys'}++ if $first->{response} =~ /"error"/;
 	my $order = { key => $key, api => $first->{api}, item => $first->{item} };
 	my ($outcome, $how, $response) =
-	  finish_delivery(start_delivery($order, $first->{units}, 20, 0, 0));
+	  finish_delivery(start_delivery($order, $first->{request}, 20, 0, 0));
 	$violation->("$key: delivered again, answered "
 		  . join(' ', map { $_ // '' } $outcome, $how, $response))
 	  unless $outcome eq 'ok'
 	  && $how =~ /^replayed/
 	  && $response eq $first->{response};
 }
+my $storm = read_storm();
+push @violations, check_storm($storm);
 
-my $duplicated = $node->safe_psql('postgres',
-	'SELECT count(*) FROM (SELECT op_key FROM shop.orders GROUP BY op_key HAVING count(*) > 1) AS d');
-$violation->("$duplicated orders executed twice") if $duplicated != 0;
-my $unexplained = $node->safe_psql(
-	'postgres', qq{
-SELECT count(*) FROM shop.stock AS s
- WHERE s.units <> $initial_stock + 100000
-       + coalesce((SELECT sum(units) FROM shop.top_ups WHERE item = s.item), 0)
-       - coalesce((SELECT sum(units) FROM shop.orders WHERE item = s.item), 0)});
-$violation->("$unexplained items whose stock the orders do not explain")
-  if $unexplained != 0;
-
-$figures{keys} = keys %deliveries;
-$figures{"outside: $_"} = $outside->{$_} for keys %$outside;
-$figures{violations} = @violations;
+$figures{"signals sent: $_"} = $outside->{$_} for qw(cancel terminate);
+$figures{'crashes in the server log'} = $outside->{kill9};
+$figures{'top-ups'} = $outside->{top_up};
+my $seen = landed_faults(\%deliveries);
+$figures{"seen by clients: $_"} = $seen->{$_} for keys %$seen;
 $figures{seconds} = sprintf('%.1f', time - $started);
-diag(sprintf('%-28s %s', $_, $figures{$_})) for sort keys %figures;
-diag("violation: $_") for @violations[ 0 .. ($#violations < 30 ? $#violations : 29) ];
+report_storm($storm, \@violations, \%figures);
 
 is(scalar @violations, 0, 'no order executed twice, every answer replays, no decline later succeeds');
-# The storm did what it is for (figures above say how often).
-cmp_ok($outside->{cancel} + $outside->{terminate}, '>=', 1, 'backends were cancelled or terminated');
+# Every kind of fault landed: the server log shows the crash, clients saw
+# the others (figures above say how often).
 cmp_ok($outside->{kill9}, '>=', 1, 'the server crashed');
-cmp_ok($figures{'outcome timeout'} // 0, '>=', 1, 'clients timed out');
-cmp_ok($figures{'outcome IK409'} // 0, '>=', 1, 'concurrent duplicates met IK409');
-cmp_ok($figures{'outcome IK422'} // 0, '>=', 1, 'changed bodies met IK422');
+cmp_ok($seen->{$_}, '>=', 1, "clients saw $_") for @fault_kinds;
 cmp_ok($figures{'answer replayed'} // 0, '>=', 1, 'duplicates were answered by replays');
 cmp_ok($figures{'declined keys'} // 0, '>=', 1, 'orders were declined');
 cmp_ok($figures{'answer stored_error'} // 0, '>=', 1, 'idempotent_call stored declines');
-cmp_ok(scalar(keys %first_answer), '>=', 20, 'the storm answered enough orders');
+cmp_ok(scalar(grep { my $key = $_; grep { $_->{outcome} eq 'ok' } @{ $deliveries{$key} } } keys %deliveries),
+	'>=', 20, 'the storm answered enough orders');
+
+# The checker catches what it is there to catch: each branch, given the
+# storm's observations with one fault planted, flags it.
+check_storm_controls($storm);
 
 $node->stop;
 done_testing();

@@ -3,7 +3,9 @@
 # each transaction lands on; a concurrent duplicate gets IK409; and
 # last_call_replayed() answers for the caller's own call - in the same
 # statement under transaction pooling, and for a new client on a reused
-# server connection under session pooling.
+# server connection under session pooling. And generic plans through the
+# extended protocol under transaction pooling: pgbench's unnamed statements,
+# planned generically, for many keys and values, each run once.
 use strict;
 use warnings;
 use FindBin;
@@ -30,6 +32,7 @@ package PooledClient
 }
 
 my $node = preloaded_node('pgbouncer');
+generic_plan_database($node, 'generic');
 $node->safe_psql(
 	'postgres', q{
 CREATE EXTENSION idempotency;
@@ -52,6 +55,7 @@ append_to_file(
 [databases]
 txn = host=$host port=$port dbname=postgres pool_mode=transaction pool_size=2
 sess = host=$host port=$port dbname=postgres pool_mode=session pool_size=2
+generic = host=$host port=$port dbname=generic pool_mode=transaction pool_size=2
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -198,5 +202,10 @@ sub begin_holding_server
 		'sess: and its first call runs fn there, with the kept plan');
 	$_->quit for $s2, $s3;
 }
+
+# Generic plans through the extended protocol, in transaction pooling: four
+# pgbench clients share two server connections (unnamed statements: this
+# PgBouncer keeps no named prepared statement across transactions).
+generic_plan_run($node, 'generic', connstr('generic'), 'extended', 'pooled');
 
 done_testing();

@@ -7,10 +7,15 @@ use warnings;
 
 use Exporter 'import';
 use PostgreSQL::Test::Cluster;
+use Test::More;
+use IPC::Run;
+use PostgreSQL::Test::Utils ();
 
 our @EXPORT =
   qw(preloaded_node sqlstate_of runs_of work_call_sql expire_keys_sql
-  wait_until_serving crash_backend psql_or_undef citus_missing citus_node);
+  wait_until_serving crash_backend psql_or_undef citus_missing citus_node
+  check_storm check_storm_controls landed_faults report_storm
+  generic_plan_database generic_plan_run);
 
 # A started node with shared_preload_libraries = 'idempotency', plus the
 # postgresql.conf lines in `conf` and the init options in `init`.
@@ -145,6 +150,404 @@ citus.recover_2pc_interval = -1
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION citus');
 	return $node;
+}
+
+# The storm checker, shared by every storm test. A storm describes what it
+# saw in one structure:
+#   attempts => { key => [ attempt, ... ] }, each attempt a hash of
+#     outcome   ok, IK422, timeout, broken, stuck, unexpected or a SQLSTATE
+#     request   the request the attempt sent (text; equal text, equal request)
+#     response  the answer's text, for outcome ok
+#     ran       true when the answer came from running the request (not a
+#               replay), for outcome ok
+#     changed   true when the request was sent, changed, after the key was
+#               answered: it must be refused (IK422), never answered
+#     detail    the error, for the report
+#   effects  => { key => [ { id, request, deltas => { account => n } } ] }:
+#     what the database shows applied, one entry per execution (a table
+#     without a unique constraint, so that a second execution shows up)
+#   stored   => { key => response text the extension stores }
+#   balances => { account => what the database holds now }
+#   expected_base => { account => its value before any effect, plus every
+#     change from outside the storm (top-ups) }
+#   answer_effect => sub (response) -> the effect id the answer names, or
+#     undef for an answer that applied nothing (a stored decline)
+#   every_key_answered => true when each key was retried until answered
+# check_storm returns every violation of exactly-once, each a text that
+# starts with the key it is about ("money: " for balances).
+sub check_storm
+{
+	my ($storm) = @_;
+	my @violations;
+	my $violation = sub { push @violations, join(' ', @_) };
+	my ($attempts, $effects, $stored) = @$storm{qw(attempts effects stored)};
+	for my $key (sort keys %$attempts)
+	{
+		my @all = @{ $attempts->{$key} };
+		my $applied = $effects->{$key} // [];
+		$violation->("$key: $_->{outcome} " . ($_->{detail} // ''))
+		  for grep { $_->{outcome} =~ /^(stuck|unexpected)$/ } @all;
+		# A changed request after the answer: refused, never answered.
+		my @changed = grep { $_->{changed} } @all;
+		$violation->("$key: the changed request $_->{request} sent after the "
+			  . "answer was answered $_->{response}")
+		  for grep { $_->{outcome} eq 'ok' } @changed;
+		$violation->("$key: a changed request after the answer was never refused")
+		  if @changed && !grep { $_->{outcome} eq 'IK422' } @changed;
+		# A refused request was not applied.
+		for my $refused (grep { $_->{outcome} eq 'IK422' } @all)
+		{
+			$violation->("$key: request $refused->{request} was refused with "
+				  . 'IK422 but applied')
+			  if grep { $_->{request} eq $refused->{request} } @$applied;
+		}
+		my @answers = grep { $_->{outcome} eq 'ok' } @all;
+		if (!@answers)
+		{
+			# Unacknowledged: applied at most once.
+			$violation->("$key: never answered") if $storm->{every_key_answered};
+			$violation->("$key: unacknowledged, but applied " . scalar(@$applied)
+				  . ' times')
+			  if @$applied > 1;
+			next;
+		}
+		# Acknowledged: every answer the same text, at most one of them from
+		# running the request, all for the one request that was applied.
+		my $first = $answers[0];
+		for my $answer (@answers[ 1 .. $#answers ])
+		{
+			$violation->("$key: answer $answer->{response} differs from "
+				  . "the first, $first->{response}")
+			  if $answer->{response} ne $first->{response};
+		}
+		my $runs = grep { $_->{ran} } @answers;
+		$violation->("$key: $runs answers ran the request") if $runs > 1;
+		$violation->("$key: stored response differs from the answer")
+		  if ($stored->{$key} // '') ne $first->{response};
+		my $id = $storm->{answer_effect}->($first->{response});
+		if (!defined $id)
+		{
+			$violation->("$key: answered without effect, but applied "
+				  . scalar(@$applied) . ' times')
+			  if @$applied;
+			next;
+		}
+		if (@$applied != 1)
+		{
+			$violation->("$key: acknowledged, but applied "
+				  . scalar(@$applied) . ' times');
+			next;
+		}
+		$violation->("$key: the answer names effect $id, the database holds "
+			  . "$applied->[0]{id}")
+		  if $id ne $applied->[0]{id};
+		for my $answer (@answers)
+		{
+			$violation->("$key: answered for request $answer->{request}, "
+				  . "applied $applied->[0]{request}")
+			  if $answer->{request} ne $applied->[0]{request};
+		}
+	}
+	for my $key (sort keys %$effects)
+	{
+		$violation->("$key: applied but never sent") unless $attempts->{$key};
+		$violation->("$key: applied but no key stored")
+		  unless defined $stored->{$key}
+		  || !grep { defined $_->{id} } @{ $effects->{$key} };
+	}
+	# Money: every balance is its base plus the effects' deltas.
+	my %expected = %{ $storm->{expected_base} // {} };
+	for my $applied (values %$effects)
+	{
+		for my $effect (@$applied)
+		{
+			$expected{$_} += $effect->{deltas}{$_} for keys %{ $effect->{deltas} // {} };
+		}
+	}
+	for my $account (sort keys %{ $storm->{balances} // {} })
+	{
+		$violation->("money: $account holds $storm->{balances}{$account}, "
+			  . "the effects explain " . ($expected{$account} // 'nothing'))
+		  if $storm->{balances}{$account} != ($expected{$account} // 0);
+	}
+	return @violations;
+}
+
+# The negative controls: for each branch of check_storm, a copy of the
+# storm's observations with one fault planted, which check_storm must flag,
+# on the planted key, with a violation it did not report before. Runs as
+# tests (one per control) and needs a storm with at least two keys
+# acknowledged with an effect, one of them with a refused changed request.
+sub check_storm_controls
+{
+	my ($storm) = @_;
+	my %before = map { $_ => 1 } check_storm($storm);
+	my $clone = sub {
+		my %copy = %$storm;
+		$copy{attempts} = { map { $_ => [ map { {%$_} } @{ $storm->{attempts}{$_} } ] } keys %{ $storm->{attempts} } };
+		$copy{effects} = { map { $_ => [ map { {%$_} } @{ $storm->{effects}{$_} } ] } keys %{ $storm->{effects} } };
+		$copy{stored} = { %{ $storm->{stored} } };
+		$copy{balances} = { %{ $storm->{balances} // {} } };
+		return \%copy;
+	};
+	my @with_effect = grep {
+		my $key = $_;
+		my ($answer) = grep { $_->{outcome} eq 'ok' } @{ $storm->{attempts}{$key} };
+		$answer && defined $storm->{answer_effect}->($answer->{response})
+		  && @{ $storm->{effects}{$key} // [] } == 1
+	} sort keys %{ $storm->{attempts} };
+	my ($refused_key) = grep {
+		grep { $_->{outcome} eq 'IK422' && $_->{changed} } @{ $storm->{attempts}{$_} }
+	} @with_effect;
+	my ($unacknowledged_key) = grep {
+		!grep { $_->{outcome} eq 'ok' } @{ $storm->{attempts}{$_} }
+	} sort keys %{ $storm->{attempts} };
+	unless (cmp_ok(scalar @with_effect, '>=', 2,
+			'the controls have acknowledged keys to plant into')
+		&& ok(defined $refused_key, 'the controls have a refused changed request'))
+	{
+		return;
+	}
+	my ($one, $two) = @with_effect;
+	my $first_answer = sub {
+		my ($copy, $key) = @_;
+		my ($answer) = grep { $_->{outcome} eq 'ok' } @{ $copy->{attempts}{$key} };
+		return $answer;
+	};
+	my @controls = (
+		[
+			'a second execution of an acknowledged key', $one,
+			sub {
+				# Its deltas in the balances too: as a real second run.
+				my ($c) = @_;
+				my $effect = { %{ $c->{effects}{$one}[0] }, id => 'planted' };
+				push @{ $c->{effects}{$one} }, $effect;
+				$c->{balances}{$_} += $effect->{deltas}{$_} for keys %{ $effect->{deltas} // {} };
+			}
+		],
+		[
+			'a lost effect of an acknowledged key', $one,
+			sub {
+				my ($c) = @_;
+				my $effect = pop @{ $c->{effects}{$one} };
+				$c->{balances}{$_} -= $effect->{deltas}{$_} for keys %{ $effect->{deltas} // {} };
+			}
+		],
+		[
+			'an effect that is not the acknowledged one', $one,
+			sub { my ($c) = @_; $c->{effects}{$one}[0]{id} = 'planted' }
+		],
+		[
+			'a changed stored response', $one,
+			sub { my ($c) = @_; $c->{stored}{$one} .= ' '; }
+		],
+		[
+			'a replay that differs from the first answer', $one,
+			sub {
+				my ($c) = @_;
+				my $answer = $first_answer->($c, $one);
+				push @{ $c->{attempts}{$one} }, { %$answer, ran => 0, response => "$answer->{response} " };
+			}
+		],
+		[
+			'a second answer that ran the request', $one,
+			sub {
+				my ($c) = @_;
+				push @{ $c->{attempts}{$one} }, { %{ $first_answer->($c, $one) }, ran => 1 };
+			}
+		],
+		[
+			'an answer for another request than the applied one', $two,
+			sub {
+				my ($c) = @_;
+				push @{ $c->{attempts}{$two} }, { %{ $first_answer->($c, $two) }, request => 'planted', ran => 0 };
+			}
+		],
+		[
+			'a replay answered to a changed request after the answer', $refused_key,
+			sub {
+				my ($c) = @_;
+				my ($changed) = grep { $_->{changed} && $_->{outcome} eq 'IK422' } @{ $c->{attempts}{$refused_key} };
+				my $answer = $first_answer->($c, $refused_key);
+				@$changed{qw(outcome response ran)} = ('ok', $answer->{response}, 0);
+			}
+		],
+		[
+			'a refused request that was applied', $refused_key,
+			sub {
+				my ($c) = @_;
+				my ($changed) = grep { $_->{changed} && $_->{outcome} eq 'IK422' } @{ $c->{attempts}{$refused_key} };
+				$c->{effects}{$refused_key}[0]{request} = $changed->{request};
+			}
+		],
+		[
+			'an unacknowledged key applied twice', $unacknowledged_key // 'planted-unanswered',
+			sub {
+				my ($c) = @_;
+				my $key = $unacknowledged_key // 'planted-unanswered';
+				$c->{attempts}{$key} //= [ { outcome => 'timeout', request => 'x' } ];
+				$c->{stored}{$key} //= '{}';
+				push @{ $c->{effects}{$key} }, { id => 'planted1', request => 'x' }, { id => 'planted2', request => 'x' };
+			}
+		],
+		[
+			'an effect nobody asked for', 'planted-unsent',
+			sub { my ($c) = @_; $c->{effects}{'planted-unsent'} = [ { id => 'planted', request => 'x' } ]; $c->{stored}{'planted-unsent'} = '{}' }
+		],
+		[
+			'money drift', 'money',
+			sub {
+				my ($c) = @_;
+				my ($account) = sort keys %{ $c->{balances} };
+				$c->{balances}{$account} += 1;
+			}
+		]);
+	for my $control (@controls)
+	{
+		my ($name, $key, $plant) = @$control;
+		if ($key eq 'money' && !%{ $storm->{balances} // {} })
+		{
+			fail("control: $name (the storm reports no balances)");
+			next;
+		}
+		my $copy = $clone->();
+		$plant->($copy);
+		my @flagged = grep { !$before{$_} } check_storm($copy);
+		ok(@flagged && !grep({ !/^\Q$key\E: / } @flagged),
+			"the checker flags $name, on that key only")
+		  or diag("control $name on $key flagged: @flagged");
+	}
+	return;
+}
+
+# How often each kind of fault reached the clients, from their attempts:
+# only faults that landed count.
+sub landed_faults
+{
+	my ($attempts) = @_;
+	my %seen = map { $_ => 0 } (
+		'cancels', 'terminations', 'statement timeouts', 'crash restarts',
+		'broken connections', 'client timeouts', 'IK409s', 'IK422s');
+	for my $attempt (map { @$_ } values %$attempts)
+	{
+		my ($outcome, $detail) = ($attempt->{outcome}, $attempt->{detail} // '');
+		$seen{cancels}++ if $outcome eq '57014' && $detail =~ /due to user request/;
+		$seen{'statement timeouts'}++
+		  if $outcome eq '57014' && $detail =~ /due to statement timeout/;
+		$seen{terminations}++
+		  if $outcome eq '57P01' && $detail =~ /administrator command/;
+		$seen{'crash restarts'}++ if $outcome =~ /^57P0[23]$/;
+		$seen{'broken connections'}++ if $outcome eq 'broken';
+		$seen{'client timeouts'}++ if $outcome eq 'timeout';
+		$seen{IK409s}++ if $outcome eq 'IK409';
+		$seen{IK422s}++ if $outcome eq 'IK422';
+	}
+	return \%seen;
+}
+
+# Prints every outcome's count and the first violations.
+sub report_storm
+{
+	my ($storm, $violations, $figures) = @_;
+	my %count;
+	$count{"outcome $_->{outcome}"}++ for map { @$_ } values %{ $storm->{attempts} };
+	my %all = (%count, %{ $figures // {} });
+	$all{keys} = keys %{ $storm->{attempts} };
+	$all{violations} = @$violations;
+	diag(sprintf('%-40s %s', $_, $all{$_})) for sort keys %all;
+	diag("violation: $_") for @$violations[ 0 .. ($#$violations < 30 ? $#$violations : 29) ];
+	return;
+}
+
+
+# A database `name` on `node` whose sessions plan every prepared statement
+# generically (plan_cache_mode = force_generic_plan) and wait for a
+# concurrent duplicate (so that pgbench's clients, which stop at their first
+# error, meet none), with gp.apply(key, k, amount, note) as fn: it records
+# each run in gp.runs.
+sub generic_plan_database
+{
+	my ($node, $name) = @_;
+	$node->safe_psql('postgres', qq{
+CREATE DATABASE $name;
+ALTER DATABASE $name SET plan_cache_mode = force_generic_plan;
+ALTER DATABASE $name SET idempotency.wait_timeout = '30s';
+});
+	$node->safe_psql($name, q{
+CREATE EXTENSION idempotency;
+CREATE SCHEMA gp;
+CREATE TABLE gp.runs (key text NOT NULL, k int NOT NULL, amount bigint NOT NULL, note text NOT NULL);
+CREATE TABLE gp.plans (generic bigint NOT NULL, custom bigint NOT NULL);
+CREATE FUNCTION gp.apply(key text, k int, amount bigint, note text) RETURNS jsonb LANGUAGE sql AS $$
+  INSERT INTO gp.runs VALUES (key, k, amount, note)
+  RETURNING jsonb_build_object('k', k, 'amount', amount, 'note', note)
+$$;
+});
+	return;
+}
+
+# pgbench, in protocol `mode` (prepared: one named prepared statement per
+# connection; extended: unnamed statements), against `connstr`: 4 clients
+# call idempotent_call with one statement for random keys out of 200, each
+# key's arguments (an int, a bigint, a multi-byte text) a function of the
+# key, so that a key's repeats replay. Then, as tests: pgbench succeeded,
+# every key that ran ran once with its own arguments, its stored response
+# is what fn returned, and (prepared) the statement was planned
+# generically only.
+sub generic_plan_run
+{
+	my ($node, $database, $connstr, $mode, $label) = @_;
+	my $script = PostgreSQL::Test::Utils::tempdir() . "/$label.sql";
+	open my $file, '>', $script or die "$script: $!";
+	print $file "\\set k random(1, 200)\n"
+	  . "\\set amount (:k * 7919) % 100000 + 1\n"
+	  . "SELECT idempotency.idempotent_call('$label-' || :k::int, NULL, "
+	  . "'SELECT gp.apply(\$1, \$2, \$3, \$4)', '$label-' || :k::int, :k, :amount, "
+	  . "'заметка-é-' || :k::int);\n"
+	  . "INSERT INTO gp.plans SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+	  . "WHERE statement LIKE '%gp.apply%' AND statement NOT LIKE '%pg_prepared%';\n";
+	close $file;
+	my ($out, $err) = ('', '');
+	my $ran = IPC::Run::run(
+		[
+			$node->installed_command('pgbench'), '-n', '-M', $mode, '-c', '4',
+			'-t', '150', '-f', $script, $connstr
+		],
+		'>', \$out, '2>', \$err);
+	ok($ran, "$label: pgbench -M $mode ran every transaction without error")
+	  or diag("pgbench: $out $err");
+	like($out, qr/number of transactions actually processed: 600\/600/,
+		"$label: all 600 calls answered");
+	my $query = sub { $node->safe_psql($database, $_[0]) };
+	my $keys = $query->("SELECT count(DISTINCT key) FROM gp.runs WHERE key LIKE '$label-%'");
+	cmp_ok($keys, '>=', 100, "$label: many keys ran");
+	is($query->("SELECT count(*) - count(DISTINCT key) FROM gp.runs WHERE key LIKE '$label-%'"),
+		'0', "$label: each key ran once");
+	is( $query->(
+			qq{SELECT count(*) FROM gp.runs WHERE key LIKE '$label-%' AND
+		(key <> '$label-' || k OR amount <> (k * 7919) % 100000 + 1 OR note <> 'заметка-é-' || k)}
+		),
+		'0',
+		"$label: each key ran with its own arguments");
+	is( $query->(
+			qq{SELECT count(*) FROM gp.runs AS r LEFT JOIN idempotency.keys AS s USING (key)
+		WHERE r.key LIKE '$label-%' AND s.response IS DISTINCT FROM
+		      jsonb_build_object('k', r.k, 'amount', r.amount, 'note', r.note)}
+		),
+		'0',
+		"$label: each key stores the response of its run");
+	is( $query->(
+			qq{SELECT count(*) FROM idempotency.keys WHERE key LIKE '$label-%'
+		AND key NOT IN (SELECT key FROM gp.runs)}
+		),
+		'0',
+		"$label: no key stored without its run");
+	if ($mode eq 'prepared')
+	{
+		is($query->('SELECT max(generic) > 100 AND max(custom) = 0 FROM gp.plans'),
+			't', "$label: the prepared statement ran with a generic plan only");
+	}
+	return;
 }
 
 1;
