@@ -40,8 +40,6 @@ const DEFAULTS = Object.freeze({
 
 function sendProblem(res, settings, status, type, title, detail, headers = {}) {
   const body = Buffer.from(JSON.stringify({ type: settings.problemBase + type, title, status, detail }));
-  for (const name of res.getHeaderNames())
-    res.removeHeader(name);
   res.statusCode = status;
   for (const [name, value] of Object.entries(headers))
     res.setHeader(name, value);
@@ -165,10 +163,17 @@ function captureResponse(res, maxBodyBytes, { onEnd, onOverflow }) {
   };
 }
 
-function clearResponse(res) {
-  for (const name of res.getHeaderNames())
-    res.removeHeader(name);
-  res.statusCode = 200;
+// The headers earlier middleware set (CORS, say), to go back to when what
+// the handler set must not reach the client.
+function headerSnapshot(res) {
+  const snapshot = res.getRawHeaderNames().map((name) => [name, res.getHeader(name)]);
+  return function restore() {
+    for (const name of res.getHeaderNames())
+      res.removeHeader(name);
+    for (const [name, value] of snapshot)
+      res.setHeader(name, value);
+    res.statusCode = 200;
+  };
 }
 
 // A request whose body no parser read (none ran, or one that skipped it):
@@ -278,6 +283,7 @@ async function handleRequest(settings, handler, req, res, next) {
 
 function runHandler(settings, handler, req, res, next, transaction, key) {
   const handle = sealable(transaction.client);
+  const clearResponse = headerSnapshot(res);
   let answer = null; // what the handler ended its response with
   let handlerReturned = false;
   let decided = false; // the transaction's outcome is chosen
@@ -296,7 +302,7 @@ function runHandler(settings, handler, req, res, next, transaction, key) {
     if (!decide())
       return settings.onLateError(error, req);
     capture.release();
-    clearResponse(res);
+    clearResponse();
     transaction.end('ROLLBACK').finally(() => next(error));
   };
 
@@ -315,7 +321,7 @@ function runHandler(settings, handler, req, res, next, transaction, key) {
     } catch (error) {
       await transaction.end('ROLLBACK');
       capture.release();
-      clearResponse(res);
+      clearResponse();
       return next(error);
     }
     capture.release();
@@ -335,6 +341,7 @@ function runHandler(settings, handler, req, res, next, transaction, key) {
         return;
       transaction.end('ROLLBACK').finally(() => {
         capture.release();
+        clearResponse();
         sendProblem(res, settings, 500, 'response-too-large', 'Response too large to store',
           `The response is larger than ${settings.maxBodyBytes} bytes and cannot be stored for replay; `
           + 'nothing was committed.');

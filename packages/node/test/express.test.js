@@ -130,6 +130,13 @@ function createApp() {
     await req.db.query(`DO $$ BEGIN RAISE EXCEPTION 'the handler''s own error' USING ERRCODE = '${req.body.code}'; END $$`);
     res.json({});
   });
+  // Earlier middleware's headers stay; the failed handler's do not leak.
+  app.post('/cors-throws', (req, res, next) => { res.set('Access-Control-Allow-Origin', '*'); next(); },
+    express.json(), idempotent(options, async (req, res) => {
+      await insertNote(req);
+      res.location('/leaked');
+      throw new Error('failed after setting Location');
+    }));
   app.post('/optional', express.json(), idempotent({ ...options, required: false }, async (req, res) => {
     await insertNote(req);
     res.status(201).json({ key: req.idempotency.key ?? null });
@@ -432,6 +439,18 @@ test('control characters, bad quoting, empty and over-long keys are refused with
   assert.equal(await rows(text), 0);
   const longest = 'k'.repeat(219) + randomUUID().slice(0, 36);
   assert.equal((await postJson(port, '/notes', longest, { text: longest })).status, 201);
+});
+
+test('a failing handler\'s headers do not reach the error answer; earlier middleware\'s do', async () => {
+  const text = `cors ${randomUUID()}`;
+  const failed = await postJson(port, '/cors-throws', randomUUID(), { text });
+  assert.equal(failed.status, 500);
+  assert.equal(failed.header('Access-Control-Allow-Origin'), '*');
+  assert.equal(failed.header('Location'), undefined);
+  assert.equal(await rows(text), 0);
+  const invalid = await postJson(port, '/cors-throws', '', { text });
+  assert.equal(invalid.status, 400);
+  assert.equal(invalid.header('Access-Control-Allow-Origin'), '*');
 });
 
 test('a missing key is 400 on a route that requires one; without required it runs in a plain transaction', async () => {
