@@ -29,9 +29,10 @@ async function setWaitTimeout(client, waitTimeout) {
 // response, createdAt, expiresAt }; throws KeyInProgressError (IK409),
 // KeyReusedError (IK422) or InvalidKeyError for the claim's own errors.
 async function claim(client, key, requestHash, { waitTimeout } = {}) {
+  // Outside the try: a bad wait timeout's 22023 is not an invalid key.
+  if (waitTimeout !== undefined)
+    await setWaitTimeout(client, waitTimeout);
   try {
-    if (waitTimeout !== undefined)
-      await setWaitTimeout(client, waitTimeout);
     const { rows: [row] } = await client.query(
       'SELECT replayed, response, created_at, expires_at FROM idempotency.claim($1, $2)',
       [key, requestHash ?? null]);

@@ -88,6 +88,12 @@ test('claim errors: in progress, invalid key; waitTimeout waits for the holder',
     await other.query('COMMIT');
 
     await other.query('BEGIN');
+    const badTimeout = await claim(other, randomUUID(), 'h', { waitTimeout: '2 parsecs' }).catch((e) => e);
+    assert.equal(badTimeout.code, '22023', 'the server\'s own error for the setting');
+    assert.ok(!(badTimeout instanceof InvalidKeyError), 'a bad wait timeout is not an invalid key');
+    await other.query('ROLLBACK');
+
+    await other.query('BEGIN');
     await assert.rejects(claim(other, '', 'h'), InvalidKeyError);
     await other.query('ROLLBACK');
     await other.query('BEGIN');

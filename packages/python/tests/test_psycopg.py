@@ -74,6 +74,10 @@ class HelperTests(unittest.TestCase):
                     claim(conn.cursor(), key, "h")
                 self.assertEqual(raised.exception.status, 409)
                 conn.rollback()
+                with self.assertRaises(Exception) as raised:
+                    claim(conn.cursor(), str(uuid.uuid4()), "h", wait_timeout="2 parsecs")
+                self.assertNotIsInstance(raised.exception, InvalidKey, "a bad wait timeout is not an invalid key")
+                conn.rollback()
                 for bad in ("", "k" * 256):
                     with self.assertRaises(InvalidKey):
                         claim(conn.cursor(), bad, "h")

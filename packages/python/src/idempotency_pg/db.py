@@ -33,11 +33,10 @@ def claim(cursor, key, request_hash=None, wait_timeout=None):
     """Claims key in the cursor's open transaction. Returns Claim(replayed,
     response, created_at, expires_at); raises KeyInProgress, KeyReused or
     InvalidKey for the claim's own errors (any other error unchanged)."""
+    # Outside the try: a bad wait timeout's 22023 is not an invalid key.
     if wait_timeout is not None:
-        _wait_timeout_setting(wait_timeout)
+        set_wait_timeout(cursor, wait_timeout)
     try:
-        if wait_timeout is not None:
-            set_wait_timeout(cursor, wait_timeout)
         # response as text: Django leaves jsonb undecoded, psycopg decodes it.
         cursor.execute("SELECT replayed, response::text, created_at, expires_at"
                        " FROM idempotency.claim(%s, %s)", [key, request_hash])
