@@ -36,8 +36,20 @@ export interface ResponseLike {
 
 export type NextFunction = (error?: unknown) => void;
 
-export type Handler<Req extends RequestLike = any, Res extends ResponseLike = any> =
-  (req: Req, res: Res, next: NextFunction) => unknown;
+/** What the wrapper adds to the request before the handler runs. */
+export interface IdempotencyInfo {
+  /** The key, or undefined for a key-less request on a route with required: false. */
+  key?: string;
+  /** The request's fingerprint. */
+  requestHash: string;
+}
+
+/** The handler's request: the transaction as req.db (or options.property), and req.idempotency. */
+export type IdempotentRequest<Req extends RequestLike = RequestLike> =
+  Req & { db: Queryable; idempotency: IdempotencyInfo };
+
+export type Handler<Req extends RequestLike = RequestLike, Res extends ResponseLike = ResponseLike> =
+  (req: IdempotentRequest<Req>, res: Res, next: NextFunction) => unknown;
 
 export interface IdempotentOptions {
   /** The node-postgres Pool the request's transaction is taken from. */
@@ -71,7 +83,7 @@ export interface IdempotentOptions {
  * transaction, runs the handler with the transaction as req.db, stores and
  * commits its response, or replays a stored one.
  */
-export function idempotent<Req extends RequestLike = any, Res extends ResponseLike = any>(
+export function idempotent<Req extends RequestLike = RequestLike, Res extends ResponseLike = ResponseLike>(
   options: IdempotentOptions, handler: Handler<Req, Res>): (req: Req, res: Res, next: NextFunction) => void;
 
 /** Sends a stored response document again, with Idempotent-Replayed: true. */

@@ -30,7 +30,9 @@ import { idempotent, withIdempotency, claim, type IdempotentOptions, type PoolLi
 declare const pool: PoolLike;
 const options: IdempotentOptions = { pool, waitTimeout: '2s', storeValidationErrors: true, replayHeaders: ['Location'] };
 const route = idempotent(options, async (req, res) => {
-  await req.db.query('SELECT 1');
+  const { rows } = await req.db.query('SELECT 1');
+  const key: string | undefined = req.idempotency.key;
+  void rows; void key;
   res.statusCode = 201;
   res.end('{}');
 });
@@ -51,10 +53,13 @@ TS
   echo "types: ok"
   # A wrong option must not type-check: the declarations are checked, not ignored.
   printf "import { idempotent } from 'idempotency-pg';\nidempotent({ pool: 1 }, () => {});\n" >"$app/wrong.cts"
-  if (cd "$app" && "$tsc" --noEmit --strict --module node16 --moduleResolution node16 wrong.cts >/dev/null); then
-    echo "a wrong option type-checked ($how)" >&2
-    exit 1
-  fi
+  printf "import { idempotent, PoolLike } from 'idempotency-pg';\ndeclare const pool: PoolLike;\nidempotent({ pool }, (req) => req.db.query(1));\n" >"$app/wrong2.cts"
+  for wrong in wrong.cts wrong2.cts; do
+    if (cd "$app" && "$tsc" --noEmit --strict --module node16 --moduleResolution node16 "$wrong" >/dev/null); then
+      echo "$wrong type-checked ($how): the declarations are not checked" >&2
+      exit 1
+    fi
+  done
   passed=$((passed + 1))
   echo "installed from $how: ok"
 }
