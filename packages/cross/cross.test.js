@@ -37,7 +37,7 @@ function nodeApp() {
 }
 
 function startDjango() {
-  const port = Number(process.env.TEST_PORT_BASE ?? 0) === 0 ? 0 : Number(process.env.TEST_PORT_BASE) + 90;
+  const port = Number(process.env.TEST_PORT_BASE ?? 0) === 0 ? 0 : Number(process.env.TEST_PORT_BASE) + 50;
   const child = spawn(process.env.VENV_PYTHON, ['djsite.py', String(port)], {
     cwd: process.env.DJANGO_SITE, stdio: ['ignore', 'pipe', 'inherit'],
   });
