@@ -1,23 +1,28 @@
 'use strict';
 // A checkout service: a page with a "Pay" button (public/) and
-// POST /api/charges, made safe to retry by the idempotency middleware.
+// POST /api/charges, made safe to retry by idempotency-pg's route wrapper
+// (packages/node in the repository).
 //
 //   PGHOST=... PGDATABASE=... PGUSER=... PORT=8080 node app.js
 
 const path = require('node:path');
 const express = require('express');
 const { Pool } = require('pg');
-const { idempotent } = require('./idempotency');
+const { idempotent } = require('idempotency-pg');
 
 // A test card number that the card network always declines.
 const DECLINED_CARD = '4000000000000002';
+// A test card number the network reports stolen only after the charge row
+// is written: the route then throws an error with status 402, the way
+// http-errors does, and nothing of the attempt may stay.
+const STOLEN_CARD = '4000000000009979';
 
 function problem(res, status, title, headers = {}) {
   res.status(status).set(headers).type('application/problem+json')
     .send(JSON.stringify({ title, status }));
 }
 
-// Charges an order's amount to a card, in the transaction the middleware
+// Charges an order's amount to a card, in the transaction the wrapper
 // opened on req.db. A declined card is an answer too (402), kept with its
 // charge row and replayed to retries; a card network outage is 503, rolled
 // back and not kept, so a retry tries again.
@@ -36,6 +41,11 @@ async function charge(req, res) {
   const { rows: [row] } = await req.db.query(
     `INSERT INTO charges (order_id, amount_cents, status) VALUES ($1, $2, $3)
      RETURNING id, created_at`, [order.id, order.amount_cents, status]);
+  if (card === STOLEN_CARD) {
+    const error = new Error('The card was reported stolen');
+    error.status = 402;
+    throw error;
+  }
   if (status === 'succeeded') {
     const { rows: [network] } = await req.db.query('SELECT available FROM card_network');
     if (!network.available)
@@ -66,8 +76,13 @@ function createApp(pool) {
       return problem(res, 404, 'No such order');
     res.json({ id: Number(order.id), description: order.description, amount_cents: Number(order.amount_cents) });
   });
-  app.post('/api/charges', express.json(), idempotent({ pool }), charge);
+  app.post('/api/charges', express.json(), idempotent({ pool }, charge));
+  // Errors with a 4xx status (http-errors' convention) are answered with
+  // their message; anything else is a 500. The idempotency wrapper has
+  // rolled the request's transaction back before this runs.
   app.use((error, req, res, next) => {
+    if (error.status >= 400 && error.status < 500)
+      return problem(res, error.status, error.message);
     console.error('unexpected error:', error);
     problem(res, 500, 'Internal server error');
   });
@@ -86,4 +101,4 @@ function main() {
 if (require.main === module)
   main();
 
-module.exports = { createApp, DECLINED_CARD };
+module.exports = { createApp, DECLINED_CARD, STOLEN_CARD };

@@ -2,7 +2,8 @@
 // The checkout page in a real browser: Debian's headless Chromium, driven by
 // puppeteer-core, presses "Pay" the way people do (twice, again after a lost
 // response, again while the first press is still in flight), and the test
-// checks what the page shows and how many charges the database holds.
+// checks what the page shows and how many charges the database holds; and a
+// card the route rejects by throwing after it wrote the charge row.
 // Needs PGHOST/PGPORT/PGDATABASE/PGUSER like test.js; CHROMIUM (default
 // /usr/bin/chromium) names the browser, RESULTS_DIR where the screenshot goes.
 
@@ -13,7 +14,7 @@ const fs = require('node:fs');
 const path = require('node:path');
 const { Client, Pool } = require('pg');
 const puppeteer = require('puppeteer-core');
-const { createApp } = require('./app');
+const { createApp, STOLEN_CARD } = require('./app');
 
 const resultsDir = process.env.RESULTS_DIR ?? path.join(__dirname, 'results');
 
@@ -180,5 +181,33 @@ test('a click while the first is in flight is told "still processing" (409), the
     [charges[0], charges[0]]);
 
   await screenshot(page, 'checkout.png');
+  await page.close();
+});
+
+test('a route that throws after writing the charge leaves nothing; pressing Pay again is not a replay', async () => {
+  const order = await createOrder('Stolen card', 2500);
+  const { page, statuses } = await openCheckout(order);
+  await page.click('#card', { count: 3 });
+  await page.type('#card', STOLEN_CARD);
+  const key = await page.$eval('#key', (element) => element.textContent);
+
+  await page.click('#pay');
+  await waitForAttempts(page, ['declined'], 'the stolen card to be declined');
+  await page.click('#pay');
+  await waitForAttempts(page, ['declined', 'declined'], 'the second press to be declined');
+  assert.deepEqual(statuses, [402, 402]);
+  // The thrown error's 402 is neither committed nor stored: no charge row of
+  // any status, no key.
+  const { rows: [row] } = await db.query('SELECT count(*)::int AS charges FROM charges WHERE order_id = $1', [order]);
+  assert.equal(row.charges, 0);
+  const { rows: [stored] } = await db.query('SELECT state FROM idempotency.lookup($1)', [key]);
+  assert.equal(stored.state, 'absent');
+
+  // Another card is a new intent: paid once.
+  await page.click('#card', { count: 3 });
+  await page.type('#card', '4242424242424242');
+  await page.click('#pay');
+  await waitForAttempts(page, ['declined', 'declined', 'paid'], 'the other card to pay');
+  assert.equal((await chargesOf(order)).length, 1);
   await page.close();
 });

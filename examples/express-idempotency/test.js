@@ -1,5 +1,5 @@
 'use strict';
-// End-to-end tests of the idempotency middleware through the checkout
+// End-to-end tests of idempotency-pg's route wrapper through the checkout
 // service's POST /api/charges: real HTTP requests against the app on
 // 127.0.0.1, and the database's charges and keys checked after each.
 // Needs PGHOST/PGPORT/PGDATABASE/PGUSER of a database where schema.sql is
@@ -12,7 +12,7 @@ const { randomUUID } = require('node:crypto');
 const express = require('express');
 const { Client, Pool } = require('pg');
 const { createApp, DECLINED_CARD } = require('./app');
-const { idempotent } = require('./idempotency');
+const { idempotent } = require('idempotency-pg');
 
 const CARD = '4242424242424242';
 const PROBLEM_BASE = 'https://idempotency.example/problems/';
@@ -29,7 +29,7 @@ let failNextNote = false;
 // when the test asks it to; key-less requests are allowed.
 function createNotesApp() {
   const app = express();
-  app.post('/notes', express.json(), idempotent({ pool, required: false }), async (req, res) => {
+  app.post('/notes', express.json(), idempotent({ pool, required: false }, async (req, res) => {
     const { rows: [note] } = await req.db.query(
       'INSERT INTO notes (text) VALUES ($1) RETURNING id', [req.body.text]);
     if (failNextNote) {
@@ -37,7 +37,7 @@ function createNotesApp() {
       throw new Error('the route failed after writing');
     }
     res.status(201).json({ note_id: note.id });
-  });
+  }));
   app.use((error, req, res, next) => res.status(500).json({ title: error.message }));
   return app;
 }
@@ -105,7 +105,7 @@ async function someoneWaitsForALock() {
 
 function assertProblem(response, status, type) {
   assert.equal(response.status, status);
-  assert.equal(response.headers.get('content-type'), 'application/problem+json; charset=utf-8');
+  assert.equal(response.headers.get('content-type'), 'application/problem+json');
   assert.equal(response.body.type, PROBLEM_BASE + type);
   assert.equal(response.body.status, status);
 }
@@ -155,16 +155,19 @@ test('a retry replays status, stored headers and body with Idempotent-Replayed: 
   assert.equal(retry.text, first.text);
   assert.equal(retry.headers.get('content-type'), first.headers.get('content-type'));
   assert.equal(retry.headers.get('location'), first.headers.get('location'));
+  assert.equal(retry.headers.get('etag'), first.headers.get('etag'));
   assert.equal((await chargesOf(order)).length, 1);
 
-  // What is stored: the status, the chosen headers and the body as text.
+  // What is stored: the status, the replayable headers as the app named
+  // them, and the body as text.
   const { rows: [stored] } = await db.query(
     'SELECT response FROM idempotency.lookup($1)', [key]);
   assert.deepEqual(stored.response, {
     status: 201,
     headers: {
-      'content-type': 'application/json; charset=utf-8',
-      location: `/api/charges/${first.body.charge_id}`,
+      'Content-Type': 'application/json; charset=utf-8',
+      Location: `/api/charges/${first.body.charge_id}`,
+      ETag: first.headers.get('etag'), // Express's own
     },
     body: first.text,
   });

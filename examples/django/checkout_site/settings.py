@@ -7,7 +7,14 @@ DEBUG = False
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
 
 INSTALLED_APPS = ["payments"]
-MIDDLEWARE = ["django.middleware.common.CommonMiddleware"]
+# A fresh project's CSRF protection stays on; the payments API view is
+# @csrf_exempt, as its clients authenticate with tokens, not cookies.
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
 ROOT_URLCONF = "checkout_site.urls"
 USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -1,4 +1,5 @@
-"""End-to-end tests of the @idempotent decorator through POST /payments.
+"""End-to-end tests of idempotency_pg's @idempotent decorator (packages/python)
+through POST /payments.
 
 TransactionTestCase, not TestCase: every request must really commit (or roll
 back), and a second connection must see a key that a request holds."""
@@ -28,7 +29,8 @@ def wait_for(condition, what, timeout=10):
 
 class IdempotentViewTests(TransactionTestCase):
     def setUp(self):
-        self.client = Client(raise_request_exception=False)
+        # CSRF checks on, as in production: the view is @csrf_exempt.
+        self.client = Client(raise_request_exception=False, enforce_csrf_checks=True)
         self.account = Account.objects.create(owner="Ada", balance_cents=10_000)
 
     def pay(self, key, amount=2_500, account=None, client=None):
@@ -76,7 +78,7 @@ class IdempotentViewTests(TransactionTestCase):
             stored = json.loads(cursor.fetchone()[0])
         self.assertEqual(stored, {
             "status": 201,
-            "headers": {"content-type": "application/json", "location": first["Location"]},
+            "headers": {"Content-Type": "application/json", "Location": first["Location"]},
             "body": first.content.decode(),
         })
 

@@ -1,10 +1,11 @@
 import json
 
 from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
+from idempotency_pg.django import idempotent
 
 from . import processor
-from .idempotency import idempotent
 from .models import Account, Payment
 
 
@@ -32,6 +33,7 @@ def parse_payment(body):
     return account_id, amount
 
 
+@csrf_exempt  # an API for token-authenticated clients, not a cookie-session form
 @require_POST
 @idempotent
 def create_payment(request):

@@ -1,0 +1,379 @@
+'use strict';
+// Express (or plain Node http) route wrapper: makes a handler safe to retry
+// with an Idempotency-Key header.
+//
+//   app.post('/charges', express.json(), idempotent({ pool }, async (req, res) => {
+//     await req.db.query('INSERT INTO charges ...');   // the request's transaction
+//     res.status(201).json(receipt);
+//   }));
+//
+// For a request with a key, the wrapper opens a transaction on a pool
+// client, claims the key, and runs the handler with the transaction as
+// req.db. It holds back what the handler sends; once the handler has both
+// ended its response and returned without throwing, it stores the response
+// (when the storing policy says so) and commits, then sends it. A handler
+// that throws, rejects or calls next(error) never commits: the transaction
+// rolls back and the error goes to Express's error handlers, whose answer is
+// not stored. req.db is sealed when the handler ends its response: any use
+// after that throws SealedError.
+
+const { readKey } = require('./key');
+const { requestFingerprint } = require('./fingerprint');
+const { isStored, DEFAULT_VALIDATION_STATUSES } = require('./policy');
+const { storedDocument, decodeBody } = require('./stored');
+const { claim, complete, sealable, setWaitTimeout } = require('./pg');
+const { KeyInProgressError, KeyReusedError, InvalidKeyError } = require('./errors');
+
+const DEFAULTS = Object.freeze({
+  required: true,
+  replayHeaders: ['Location', 'ETag'],
+  retryAfter: 1,
+  storeValidationErrors: false,
+  validationStatuses: DEFAULT_VALIDATION_STATUSES,
+  waitTimeout: undefined,
+  maxBodyBytes: 1024 * 1024,
+  maxRequestBytes: 1024 * 1024,
+  problemBase: 'https://idempotency.example/problems/',
+  property: 'db',
+  onLateError: (error) => console.error('idempotency-pg: error after the response was settled:', error),
+});
+
+function sendProblem(res, settings, status, type, title, detail, headers = {}) {
+  const body = Buffer.from(JSON.stringify({ type: settings.problemBase + type, title, status, detail }));
+  res.statusCode = status;
+  for (const [name, value] of Object.entries(headers))
+    res.setHeader(name, value);
+  res.setHeader('Content-Type', 'application/problem+json');
+  res.setHeader('Content-Length', body.length);
+  res.end(body);
+}
+
+function answerClaimError(error, res, settings, next) {
+  if (error instanceof KeyInProgressError)
+    return sendProblem(res, settings, 409, 'request-in-progress',
+      'A request with this Idempotency-Key is still being processed',
+      `Retry the same request with the same key after ${settings.retryAfter} s.`,
+      { 'Retry-After': String(settings.retryAfter) });
+  if (error instanceof KeyReusedError)
+    return sendProblem(res, settings, 422, 'idempotency-key-reused',
+      'Idempotency-Key reused with a different request',
+      'This key was used for another request; use a new key for a new request.');
+  if (error instanceof InvalidKeyError)
+    return sendProblem(res, settings, 400, 'invalid-idempotency-key', 'Invalid Idempotency-Key', error.message);
+  return next(error);
+}
+
+// Sends a stored response again, byte for byte.
+function replay(res, document) {
+  if (document === null || typeof document !== 'object' || !Number.isInteger(document.status))
+    throw new TypeError('the stored response of this key is not an HTTP response document');
+  res.statusCode = document.status;
+  for (const [name, value] of Object.entries(document.headers ?? {}))
+    res.setHeader(name, value);
+  res.setHeader('Idempotent-Replayed', 'true');
+  res.end(decodeBody(document));
+}
+
+// The headers stored with a response: Content-Type and the replayable ones,
+// under the names the application wrote.
+function replayableHeaders(res, wanted) {
+  const headers = {};
+  for (const name of res.getRawHeaderNames()) {
+    if (!wanted.has(name.toLowerCase()))
+      continue;
+    const value = res.getHeader(name);
+    headers[name] = Array.isArray(value) ? value.map(String) : String(value);
+  }
+  return headers;
+}
+
+// Holds back everything the handler writes. onEnd({ status, body, callback })
+// is called when the handler ends the response; onOverflow() when the body
+// grows past maxBodyBytes (what follows is dropped). release() puts the real
+// methods back.
+function captureResponse(res, maxBodyBytes, { onEnd, onOverflow }) {
+  const real = { write: res.write, end: res.end, writeHead: res.writeHead, flushHeaders: res.flushHeaders };
+  const chunks = [];
+  let size = 0;
+  let state = 'open'; // then 'ended' or 'overflowed'
+
+  const collect = (chunk, encoding) => {
+    if (chunk === undefined || chunk === null || typeof chunk === 'function')
+      return;
+    const bytes = typeof chunk === 'string'
+      ? Buffer.from(chunk, typeof encoding === 'string' ? encoding : 'utf8')
+      : Buffer.from(chunk);
+    size += bytes.length;
+    if (size > maxBodyBytes) {
+      state = 'overflowed';
+      chunks.length = 0;
+      onOverflow();
+      return;
+    }
+    chunks.push(bytes);
+  };
+  const callLater = (callback) => {
+    if (typeof callback === 'function')
+      process.nextTick(callback);
+  };
+
+  res.write = function write(chunk, encoding, callback) {
+    if (state === 'open')
+      collect(chunk, encoding);
+    callLater(typeof encoding === 'function' ? encoding : callback);
+    return true;
+  };
+  res.end = function end(chunk, encoding, callback) {
+    if (typeof chunk === 'function') {
+      callback = chunk;
+      chunk = undefined;
+    } else if (typeof encoding === 'function') {
+      callback = encoding;
+      encoding = undefined;
+    }
+    if (state === 'open')
+      collect(chunk, encoding);
+    if (state === 'open') {
+      state = 'ended';
+      onEnd({ status: res.statusCode, body: Buffer.concat(chunks), callback });
+    }
+    return res;
+  };
+  res.writeHead = function writeHead(status, reason, headers) {
+    if (typeof reason === 'string')
+      res.statusMessage = reason;
+    else
+      headers = reason;
+    res.statusCode = status;
+    if (Array.isArray(headers)) {
+      for (let i = 0; i + 1 < headers.length; i += 2)
+        res.setHeader(headers[i], headers[i + 1]);
+    } else if (headers) {
+      for (const [name, value] of Object.entries(headers))
+        res.setHeader(name, value);
+    }
+    return res;
+  };
+  res.flushHeaders = function flushHeaders() {};
+
+  return {
+    release() {
+      Object.assign(res, real);
+    },
+  };
+}
+
+// The headers earlier middleware set (CORS, say), to go back to when what
+// the handler set must not reach the client.
+function headerSnapshot(res) {
+  const snapshot = res.getRawHeaderNames().map((name) => [name, res.getHeader(name)]);
+  return function restore() {
+    for (const name of res.getHeaderNames())
+      res.removeHeader(name);
+    for (const [name, value] of snapshot)
+      res.setHeader(name, value);
+    res.statusCode = 200;
+  };
+}
+
+// A request whose body no parser read (none ran, or one that skipped it):
+// the wrapper reads it, as express.raw() would, for the fingerprint.
+function bodyUnread(req) {
+  if (req._body === true || req.readableEnded || Buffer.isBuffer(req.rawBody))
+    return false;
+  const body = req.body;
+  return body === undefined
+    || (body !== null && typeof body === 'object' && !Buffer.isBuffer(body)
+      && Object.getPrototypeOf(body) === Object.prototype && Object.keys(body).length === 0);
+}
+
+async function readBody(req, limit) {
+  const chunks = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += chunk.length;
+    if (size > limit)
+      return null;
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks);
+}
+
+// One request's transaction on a pool client: ends once, gives the client
+// back (discarding it when ROLLBACK failed); a failed COMMIT throws.
+function requestTransaction(client) {
+  let ended = false;
+  return {
+    client,
+    async end(command) {
+      if (ended)
+        return;
+      ended = true;
+      let broken;
+      try {
+        await client.query(command);
+      } catch (error) {
+        broken = error;
+        if (command === 'COMMIT')
+          throw error;
+      } finally {
+        client.release(broken);
+      }
+    },
+  };
+}
+
+function settingsOf(options) {
+  if (options === null || typeof options !== 'object')
+    throw new TypeError('idempotent(options, handler): options must be an object with a pool');
+  const settings = { ...DEFAULTS, ...options };
+  if (!settings.pool || typeof settings.pool.connect !== 'function')
+    throw new TypeError('idempotent(options, handler): options.pool must be a pg.Pool');
+  if (settings.waitTimeout !== undefined)
+    setWaitTimeout({ query() {} }, settings.waitTimeout); // validates it now, not at the first request
+  settings.storedHeaderNames = new Set(['content-type', ...settings.replayHeaders.map((name) => name.toLowerCase())]);
+  return settings;
+}
+
+function idempotent(options, handler) {
+  if (typeof handler !== 'function')
+    throw new TypeError('idempotent(options, handler): pass the route handler to wrap as the second argument');
+  const settings = settingsOf(options);
+  return function idempotentRoute(req, res, next) {
+    handleRequest(settings, handler, req, res, next).catch(next);
+  };
+}
+
+async function handleRequest(settings, handler, req, res, next) {
+  const read = readKey(req);
+  if (read.error !== undefined)
+    return sendProblem(res, settings, 400, 'invalid-idempotency-key', 'Invalid Idempotency-Key', read.error);
+  if (read.missing && settings.required)
+    return sendProblem(res, settings, 400, 'missing-idempotency-key', 'Missing Idempotency-Key header',
+      'Send a unique Idempotency-Key with this request and repeat it on retries.');
+  const key = read.key;
+
+  if (bodyUnread(req)) {
+    const body = await readBody(req, settings.maxRequestBytes);
+    if (body === null)
+      return sendProblem(res, settings, 413, 'request-too-large', 'Request body too large',
+        `A request to this route may have at most ${settings.maxRequestBytes} bytes of body.`);
+    req.rawBody = body;
+    req.body = body;
+  }
+  const requestHash = requestFingerprint(req);
+
+  const transaction = requestTransaction(await settings.pool.connect());
+  try {
+    await transaction.client.query('BEGIN');
+    if (key !== undefined) {
+      const claimed = await claim(transaction.client, key, requestHash, { waitTimeout: settings.waitTimeout });
+      if (claimed.replayed) {
+        await transaction.end('COMMIT');
+        return replay(res, claimed.response);
+      }
+    }
+  } catch (error) {
+    await transaction.end('ROLLBACK');
+    return answerClaimError(error, res, settings, next);
+  }
+  req.idempotency = { key, requestHash };
+  runHandler(settings, handler, req, res, next, transaction, key);
+}
+
+function runHandler(settings, handler, req, res, next, transaction, key) {
+  const handle = sealable(transaction.client);
+  const clearResponse = headerSnapshot(res);
+  let answer = null; // what the handler ended its response with
+  let handlerReturned = false;
+  let decided = false; // the transaction's outcome is chosen
+
+  const decide = () => {
+    if (decided)
+      return false;
+    decided = true;
+    handle.seal(`req.${settings.property} was used after the response was settled: the request's `
+      + 'transaction ends with its response. Do the work before answering.');
+    return true;
+  };
+
+  // The handler failed: nothing commits, the error handlers answer.
+  const fail = (error) => {
+    if (!decide())
+      return settings.onLateError(error, req);
+    capture.release();
+    clearResponse();
+    transaction.end('ROLLBACK').finally(() => next(error));
+  };
+
+  // The handler ended its response and returned: store and commit, or roll
+  // back, as the policy says; then send.
+  const finish = async () => {
+    if (!decide())
+      return;
+    const stored = isStored(answer.status, settings);
+    try {
+      if (stored && key !== undefined) {
+        await complete(transaction.client, key,
+          storedDocument(answer.status, replayableHeaders(res, settings.storedHeaderNames), answer.body));
+      }
+      await transaction.end(stored ? 'COMMIT' : 'ROLLBACK');
+    } catch (error) {
+      await transaction.end('ROLLBACK');
+      capture.release();
+      clearResponse();
+      return next(error);
+    }
+    capture.release();
+    res.end(answer.body, answer.callback);
+  };
+
+  const capture = captureResponse(res, settings.maxBodyBytes, {
+    onEnd(ended) {
+      answer = ended;
+      handle.seal(`req.${settings.property} was used after the response was sent (status ${ended.status}): `
+        + "the request's transaction ends with its response. Do the work before answering.");
+      if (handlerReturned)
+        finish().catch((error) => settings.onLateError(error, req));
+    },
+    onOverflow() {
+      if (!decide())
+        return;
+      transaction.end('ROLLBACK').finally(() => {
+        capture.release();
+        clearResponse();
+        sendProblem(res, settings, 500, 'response-too-large', 'Response too large to store',
+          `The response is larger than ${settings.maxBodyBytes} bytes and cannot be stored for replay; `
+          + 'nothing was committed.');
+        // What the handler still writes goes nowhere.
+        res.write = () => true;
+        res.end = () => res;
+      });
+    },
+  });
+
+  req[settings.property] = handle.proxy;
+  const handlerNext = (error) => {
+    if (error !== undefined && error !== 'route' && error !== 'router')
+      return fail(error);
+    // Falls through to another route: it does not run in this transaction.
+    if (!decide())
+      return undefined;
+    capture.release();
+    return transaction.end('ROLLBACK').finally(() => next(error));
+  };
+
+  let returned;
+  try {
+    returned = handler(req, res, handlerNext);
+  } catch (error) {
+    return fail(error);
+  }
+  Promise.resolve(returned).then(() => {
+    handlerReturned = true;
+    if (answer !== null)
+      finish().catch((error) => settings.onLateError(error, req));
+  }, fail);
+}
+
+module.exports = { idempotent, replay, DEFAULTS };

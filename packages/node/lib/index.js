@@ -1,0 +1,38 @@
+'use strict';
+// idempotency-pg: retry-safe request handlers on PostgreSQL's idempotency
+// extension, for node-postgres and Express.
+
+const { idempotent, replay } = require('./express');
+const { claim, complete, release, setWaitTimeout, withIdempotency } = require('./pg');
+const { fingerprint, requestFingerprint, canonicalJson, keepRawBody } = require('./fingerprint');
+const { parseKey, readKey, MAX_KEY_BYTES } = require('./key');
+const { isStored, NEVER_STORED, DEFAULT_VALIDATION_STATUSES } = require('./policy');
+const { storedDocument, decodeBody } = require('./stored');
+const errors = require('./errors');
+
+module.exports = {
+  idempotent,
+  replay,
+  claim,
+  complete,
+  release,
+  setWaitTimeout,
+  withIdempotency,
+  fingerprint,
+  requestFingerprint,
+  canonicalJson,
+  keepRawBody,
+  parseKey,
+  readKey,
+  MAX_KEY_BYTES,
+  isStored,
+  NEVER_STORED,
+  DEFAULT_VALIDATION_STATUSES,
+  storedDocument,
+  decodeBody,
+  IdempotencyError: errors.IdempotencyError,
+  KeyInProgressError: errors.KeyInProgressError,
+  KeyReusedError: errors.KeyReusedError,
+  InvalidKeyError: errors.InvalidKeyError,
+  SealedError: errors.SealedError,
+};

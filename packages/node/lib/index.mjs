@@ -1,0 +1,10 @@
+// ESM entry point of idempotency-pg: the same objects as the CommonJS one.
+import idempotencyPg from './index.js';
+
+export const {
+  idempotent, replay, claim, complete, release, setWaitTimeout, withIdempotency, fingerprint,
+  requestFingerprint, canonicalJson, keepRawBody, parseKey, readKey, MAX_KEY_BYTES, isStored,
+  NEVER_STORED, DEFAULT_VALIDATION_STATUSES, storedDocument, decodeBody, IdempotencyError,
+  KeyInProgressError, KeyReusedError, InvalidKeyError, SealedError,
+} = idempotencyPg;
+export default idempotencyPg;

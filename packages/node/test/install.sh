@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Installs idempotency-pg the two ways an application does, into a new
+# application each, without network: `npm install <tarball>` of `npm pack`,
+# and `npm install <directory>`. Each application then requires it
+# (CommonJS), imports it (ESM) and type-checks a TypeScript file against its
+# declarations, with TypeScript from the package's devDependencies.
+#
+#   test/install.sh <package directory with node_modules> <scratch directory>
+set -euo pipefail
+
+package=$(cd "$1" && pwd)
+scratch=$2
+mkdir -p "$scratch"
+tsc=$package/node_modules/.bin/tsc
+passed=0
+
+check_app() { # directory how
+  local app=$1 how=$2
+  (cd "$app" && node -e "
+    const m = require('idempotency-pg');
+    if (typeof m.idempotent !== 'function' || typeof m.withIdempotency !== 'function') process.exit(1);
+    console.log('require: ok');")
+  (cd "$app" && node --input-type=module -e "
+    import idempotencyPg, { idempotent, claim, SealedError } from 'idempotency-pg';
+    if (typeof idempotent !== 'function' || idempotencyPg.claim !== claim || !(new SealedError('x') instanceof Error))
+      process.exit(1);
+    console.log('import: ok');")
+  cat >"$app/check.cts" <<'TS'
+import { idempotent, withIdempotency, claim, type IdempotentOptions, type PoolLike, SealedError } from 'idempotency-pg';
+declare const pool: PoolLike;
+const options: IdempotentOptions = { pool, waitTimeout: '2s', storeValidationErrors: true, replayHeaders: ['Location'] };
+const route = idempotent(options, async (req, res) => {
+  const { rows } = await req.db.query('SELECT 1');
+  const key: string | undefined = req.idempotency.key;
+  void rows; void key;
+  res.statusCode = 201;
+  res.end('{}');
+});
+async function consumer(): Promise<number> {
+  const { replayed, response } = await withIdempotency(pool, { key: 'k', requestHash: 'h' }, async () => 42);
+  const claimed = await claim(await pool.connect(), 'k', null, { waitTimeout: 100 });
+  return replayed || claimed.replayed || new SealedError('x') instanceof Error ? response : 0;
+}
+void route; void consumer;
+TS
+  cat >"$app/check.mts" <<'TS'
+import idempotencyPg, { idempotent, type StoredResponse } from 'idempotency-pg';
+const stored: StoredResponse = { status: 201, headers: { Location: '/x' }, body: 'AA==', body_encoding: 'base64' };
+const same: typeof idempotent = idempotencyPg.idempotent;
+void stored; void same;
+TS
+  (cd "$app" && "$tsc" --noEmit --strict --module node16 --moduleResolution node16 --target es2022 check.cts check.mts)
+  echo "types: ok"
+  # A wrong option must not type-check: the declarations are checked, not ignored.
+  printf "import { idempotent } from 'idempotency-pg';\nidempotent({ pool: 1 }, () => {});\n" >"$app/wrong.cts"
+  printf "import { idempotent, PoolLike } from 'idempotency-pg';\ndeclare const pool: PoolLike;\nidempotent({ pool }, (req) => req.db.query(1));\n" >"$app/wrong2.cts"
+  for wrong in wrong.cts wrong2.cts; do
+    if (cd "$app" && "$tsc" --noEmit --strict --module node16 --moduleResolution node16 "$wrong" >/dev/null); then
+      echo "$wrong type-checked ($how): the declarations are not checked" >&2
+      exit 1
+    fi
+  done
+  passed=$((passed + 1))
+  echo "installed from $how: ok"
+}
+
+new_app() { # directory
+  mkdir -p "$1"
+  (cd "$1" && npm init -y >/dev/null)
+}
+
+tarball=$(cd "$scratch" && npm pack --silent "$package")
+test -f "$scratch/$tarball"
+listing=$(tar -tzf "$scratch/$tarball")
+for file in package/lib/index.js package/lib/index.mjs package/index.d.ts package/index.d.mts package/README.md \
+  package/CHANGELOG.md; do
+  grep -qx "$file" <<<"$listing" || { echo "$tarball lacks $file" >&2; exit 1; }
+done
+if grep -q '^package/test/' <<<"$listing"; then
+  echo "$tarball ships the tests" >&2
+  exit 1
+fi
+new_app "$scratch/from-tarball"
+(cd "$scratch/from-tarball" && npm install --offline --no-audit --no-fund --loglevel=error "$scratch/$tarball")
+check_app "$scratch/from-tarball" "the npm pack tarball"
+
+new_app "$scratch/from-directory"
+(cd "$scratch/from-directory" && npm install --offline --no-audit --no-fund --loglevel=error "$package")
+check_app "$scratch/from-directory" "the directory"
+echo "install: $passed passed"

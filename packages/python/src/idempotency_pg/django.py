@@ -1,0 +1,197 @@
+"""A Django view decorator that makes a view safe to retry with an
+Idempotency-Key header.
+
+    from django.views.decorators.csrf import csrf_exempt
+    from idempotency_pg.django import idempotent
+
+    @csrf_exempt          # an API called with tokens, not a cookie-session form
+    @require_POST
+    @idempotent
+    def create_payment(request):
+        payment = Payment.objects.create(...)    # in the request's transaction
+        return JsonResponse({"id": payment.pk}, status=201)
+
+For a request with a key the decorator opens transaction.atomic(), claims the
+key through the ORM's connection and runs the view inside that transaction.
+When the view returns, the response is stored with the key (if the storing
+policy says so) and the transaction commits; a response that is not stored,
+and any exception the view raises, roll it back. Only the claim's own errors
+become 409/422/400 answers: the view's errors, database errors included,
+stay the view's."""
+import functools
+
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.http import HttpResponse, JsonResponse
+
+from .db import claim, complete, _wait_timeout_setting
+from .errors import IdempotencyError, InvalidKey, KeyInProgress, KeyReused
+from .fingerprint import wsgi_fingerprint
+from .key import read_key
+from .policy import DEFAULT_VALIDATION_STATUSES, is_stored
+from .stored import decode_body, stored_document
+
+PROBLEM_BASE = "https://idempotency.example/problems/"
+REPLAY_HEADERS = ("Location", "ETag")
+MAX_BODY_BYTES = 1024 * 1024
+
+
+def problem(status, type_, title, detail, problem_base=PROBLEM_BASE, headers=None):
+    response = JsonResponse({"type": problem_base + type_, "title": title, "status": status, "detail": detail},
+                            status=status, content_type="application/problem+json")
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def replay(document):
+    """The response of a stored document, with Idempotent-Replayed: true."""
+    if not isinstance(document, dict) or not isinstance(document.get("status"), int):
+        raise TypeError("the stored response of this key is not an HTTP response document")
+    response = HttpResponse(decode_body(document), status=document["status"])
+    headers = document.get("headers") or {}
+    if not any(name.lower() == "content-type" for name in headers):
+        del response["Content-Type"]
+    for name, value in headers.items():
+        response[name] = ", ".join(value) if isinstance(value, list) else value
+    response["Idempotent-Replayed"] = "true"
+    return response
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _read_body(response, limit):
+    """The body's bytes; a streaming response is read to its end here,
+    inside the transaction."""
+    if not response.streaming:
+        body = response.content
+        if len(body) > limit:
+            raise _TooLarge()
+        return body
+    chunks, size = [], 0
+    try:
+        for chunk in response.streaming_content:
+            size += len(chunk)
+            if size > limit:
+                raise _TooLarge()
+            chunks.append(bytes(chunk))
+    finally:
+        # The iterator's own closers, not response.close(): that sends
+        # request_finished, which closes the database connection mid-transaction.
+        for close in getattr(response, "_resource_closers", ()):
+            close()
+    return b"".join(chunks)
+
+
+def _buffered(response, body):
+    """A streaming response made whole: same status and headers."""
+    if not response.streaming:
+        return response
+    whole = HttpResponse(body, status=response.status_code)
+    del whole["Content-Type"]
+    for name, value in response.items():
+        whole[name] = value
+    for name, value in response.cookies.items():
+        whole.cookies[name] = value
+    return whole
+
+
+def _replayable_headers(response, wanted):
+    return {name: value for name, value in response.items() if name.lower() in wanted}
+
+
+class _Refused(Exception):
+    """Leaves the atomic block (rolling it back) with an answer."""
+
+    def __init__(self, response):
+        super().__init__()
+        self.response = response
+
+
+def idempotent(view=None, *, required=True, replay_headers=REPLAY_HEADERS, retry_after=1,
+               store_validation_errors=False, validation_statuses=DEFAULT_VALIDATION_STATUSES,
+               wait_timeout=None, max_body_bytes=MAX_BODY_BYTES, problem_base=PROBLEM_BASE, using=None):
+    """Decorates a view; usable bare (@idempotent) or with options:
+
+    required                 answer 400 without a key (default True); False
+                             runs key-less requests in a plain transaction
+                             under the same policy, storing nothing
+    replay_headers           response headers stored and replayed besides
+                             Content-Type (default Location and ETag)
+    retry_after              seconds in the Retry-After of a 409 (default 1)
+    store_validation_errors  store 400/422 answers (default False)
+    validation_statuses      what counts as a validation failure
+    wait_timeout             idempotency.wait_timeout for the claim: seconds,
+                             or a text such as '2s'; a duplicate waits for
+                             the first request, then replays it
+    max_body_bytes           largest response stored (default 1 MiB); a
+                             larger one is refused with 500
+    problem_base             prefix of the problem documents' type URIs
+    using                    the database alias (default 'default')
+    """
+    options = dict(required=required, replay_headers=replay_headers, retry_after=retry_after,
+                   store_validation_errors=store_validation_errors, validation_statuses=validation_statuses,
+                   wait_timeout=wait_timeout, max_body_bytes=max_body_bytes, problem_base=problem_base, using=using)
+    if view is None:
+        return functools.partial(idempotent, **options)
+    if wait_timeout is not None:
+        _wait_timeout_setting(wait_timeout)  # a bad value fails at import, not at the first request
+    wanted = {"content-type", *(name.lower() for name in replay_headers)}
+    alias = using or DEFAULT_DB_ALIAS
+
+    def problem_for(error):
+        if isinstance(error, KeyInProgress):
+            return problem(409, "request-in-progress", "A request with this Idempotency-Key is still being processed",
+                           f"Retry the same request with the same key after {retry_after} s.", problem_base,
+                           {"Retry-After": str(retry_after)})
+        if isinstance(error, KeyReused):
+            return problem(422, "idempotency-key-reused", "Idempotency-Key reused with a different request",
+                           "This key was used for another request; use a new key for a new request.", problem_base)
+        return problem(400, "invalid-idempotency-key", "Invalid Idempotency-Key", str(error), problem_base)
+
+    def run(request, args, kwargs, key, request_hash):
+        with transaction.atomic(using=alias):
+            if key is not None:
+                try:
+                    with connections[alias].cursor() as cursor:
+                        claimed = claim(cursor, key, request_hash, wait_timeout)
+                except IdempotencyError as error:
+                    raise _Refused(problem_for(error)) from error
+                if claimed.replayed:
+                    return replay(claimed.response)
+            response = view(request, *args, **kwargs)
+            try:
+                body = _read_body(response, max_body_bytes)
+            except _TooLarge:
+                raise _Refused(problem(
+                    500, "response-too-large", "Response too large to store",
+                    f"The response is larger than {max_body_bytes} bytes and cannot be stored for replay; "
+                    "nothing was committed.", problem_base))
+            response = _buffered(response, body)
+            if not is_stored(response.status_code, store_validation_errors, validation_statuses):
+                transaction.set_rollback(True, using=alias)
+            elif key is not None:
+                with connections[alias].cursor() as cursor:
+                    complete(cursor, key, stored_document(
+                        response.status_code, _replayable_headers(response, wanted), body))
+            return response
+
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        header = read_key(request.META)
+        if header.error is not None:
+            return problem(400, "invalid-idempotency-key", "Invalid Idempotency-Key", header.error, problem_base)
+        if header.missing and required:
+            return problem(400, "missing-idempotency-key", "Missing Idempotency-Key header",
+                           "Send a unique Idempotency-Key with this request and repeat it on retries.", problem_base)
+        request_hash = wsgi_fingerprint(request.META, request.body)
+        try:
+            return run(request, args, kwargs, header.key, request_hash)
+        except _Refused as refused:
+            return refused.response
+
+    return wrapper
+
+
+__all__ = ["idempotent", "replay", "problem", "InvalidKey", "KeyInProgress", "KeyReused"]
