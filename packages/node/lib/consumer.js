@@ -21,7 +21,7 @@
 // object with its consume/ack/nack/publish/sendToQueue methods works.
 
 const { createHash } = require('node:crypto');
-const { claim, complete, sealable } = require('./pg');
+const { claim, sealable } = require('./pg');
 const { KeyInProgressError, KeyReusedError } = require('./errors');
 
 const ATTEMPTS_HEADER = 'x-idempotency-attempts';
@@ -90,9 +90,12 @@ async function applyOnce(pool, { key, requestHash, waitTimeout, isStoredError, b
       handle.seal(`the transaction of message key ${JSON.stringify(key)} has ended; `
         + 'use the handle only inside the handler');
     }
-    if (response === undefined)
-      response = null;
-    await complete(client, key, response);
+    // The answer as stored (jsonb's normal form: its key order, its
+    // numbers), so that the first reply and every replay are the same bytes.
+    const { rows: [stored] } = await client.query(
+      'SELECT idempotency.complete($1, $2::jsonb), $2::jsonb AS response',
+      [key, response === undefined || response === null ? null : JSON.stringify(response)]);
+    response = stored.response;
     if (beforeCommit)
       beforeCommit();
     await client.query('COMMIT');
