@@ -58,15 +58,30 @@ let spawned = 0;
 let externalDone = 0;
 
 function readLog(file) {
-  return fs.readFileSync(file, 'utf8').split('\n').filter(Boolean).map((line) => JSON.parse(line));
+  // Lines that are not JSON (a stack trace) are kept as text.
+  return fs.readFileSync(file, 'utf8').split('\n').filter(Boolean).map((line) => {
+    try {
+      return JSON.parse(line);
+    } catch {
+      return { event: 'text', text: line };
+    }
+  });
 }
 
+// Consumers without a fault take turns in the languages of STORM_LANGUAGES
+// (default node,python: consumer.js and consumer.py compete for the queue);
+// the faults are planted in consumer.js.
+const languages = (process.env.STORM_LANGUAGES || 'node,python').split(',');
+let cleanSpawns = 0;
 function spawnConsumer() {
   const fault = selfFaults.shift() || {};
-  const file = path.join(logDir, `consumer-${++spawned}.log`);
+  const language = Object.keys(fault).length ? 'node' : languages[cleanSpawns++ % languages.length];
+  const file = path.join(logDir, `consumer-${++spawned}-${language}.log`);
   const out = fs.openSync(file, 'w');
-  const child = spawn(process.execPath, [path.join(__dirname, 'consumer.js')], {
-    env: { ...process.env, ...Object.fromEntries(Object.entries(fault).map(([k, v]) => [k, String(v)])) },
+  const [command, script] = language === 'python' ? ['/usr/bin/python3', 'consumer.py'] : [process.execPath, 'consumer.js'];
+  const child = spawn(command, [path.join(__dirname, script)], {
+    env: { ...process.env, ...Object.fromEntries(Object.entries(fault).map(([k, v]) => [k, String(v)])),
+      PYTHONPATH: path.join(__dirname, '..', '..', 'packages', 'python', 'src') },
     stdio: ['ignore', out, out],
   });
   fs.closeSync(out);
@@ -210,7 +225,7 @@ async function main() {
   }
 
   const replies = (await drain(url, REPLIES)).map((message) => ({
-    id: message.properties.correlationId, answer: JSON.parse(message.content.toString()),
+    id: message.properties.correlationId, text: message.content.toString(), answer: JSON.parse(message.content.toString()),
   }));
   const deadLetters = (await drain(url, DEAD_LETTERS)).map((message) => ({
     id: message.properties.messageId, code: message.properties.headers['x-idempotency-code'],
@@ -223,20 +238,22 @@ async function main() {
   await db.query('BEGIN');
   await db.query('INSERT INTO public.ledger (message_id, account, amount) VALUES ($1, $2, $3)',
     [planted.id, planted.payload.account, planted.payload.amount]);
-  const wrongReply = { id: replies[0].id, answer: { ...replies[0].answer, planted: true } };
+  const wrongAnswer = { ...replies[0].answer, planted: true };
+  const wrongReply = { id: replies[0].id, answer: wrongAnswer, text: JSON.stringify(wrongAnswer) };
   const controlViolations = await check(db, messages, [...replies, wrongReply], deadLetters, { queueDepth: 0 });
   await db.query('ROLLBACK');
   const duplicateFlagged = controlViolations.some((v) => v.startsWith(`${planted.id}: applied 2 times`));
   const replyFlagged = controlViolations.some((v) => v.startsWith(`${wrongReply.id}: reply`) && v.includes('planted'));
 
   const acked = allLines.filter((line) => line.event === 'acked');
+  const ackedByPython = acked.filter((line) => line.consumer === 'python').length;
   const redelivered = acked.filter((line) => line.redelivered).length;
   const replayed = acked.filter((line) => line.outcome === 'replayed' || line.outcome === 'replayed_error').length;
   const requeued = allLines.filter((line) => line.event === 'requeued').length;
   const { rows: [{ effects }] } = await db.query('SELECT count(*)::int AS effects FROM public.ledger');
   await db.end();
 
-  say(`consumers spawned: ${spawned}; settled after ${consumeMs} ms`);
+  say(`consumers spawned: ${spawned}; settled after ${consumeMs} ms; deliveries acked by Python consumers: ${ackedByPython}`);
   if (faultsOn)
     say(`faults landed: ${Object.entries(landed).map(([k, v]) => `${k} ${v}`).join(', ')}`);
   for (const fault of selfFaults) say(`fault never reached: ${JSON.stringify(fault)}`);
@@ -248,7 +265,10 @@ async function main() {
   for (const violation of violations.slice(0, 30)) say(`VIOLATION ${violation}`);
   const faultKinds = Object.values(landed).filter((n) => n > 0).length;
   const allLanded = !faultsOn || faultKinds === Object.keys(landed).length;
-  const ok = violations.length === 0 && duplicateFlagged && replyFlagged && allLanded;
+  const pythonTookPart = !languages.includes('python') || ackedByPython > 0;
+  if (!pythonTookPart)
+    say('no Python consumer acked a delivery');
+  const ok = violations.length === 0 && duplicateFlagged && replyFlagged && allLanded && pythonTookPart;
   if (!allLanded)
     say('not every kind of fault landed: the run proves less than it must');
   console.log(JSON.stringify({ [label]: { messages: messages.length, ids: count, violations: violations.length,

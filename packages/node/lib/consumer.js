@@ -12,8 +12,8 @@
 //   IK422 (the key was used for another payload)      -> dead-lettered with the reason
 //   handler error listed by isStoredError             -> stored as the answer, acked
 //   other handler error                               -> retried maxAttempts times, then dead-lettered
-//   a reply_to on the message                         -> the (stored) answer is published to it
-//                                                        with the message's correlation_id
+//   a reply_to on the message                         -> the stored answer (jsonb's text) is published
+//                                                        to it with the message's correlation_id
 //
 // The channel is an amqplib Channel or ConfirmChannel (a ConfirmChannel
 // makes every reply, retry and dead letter wait for the broker's confirm
@@ -21,8 +21,8 @@
 // object with its consume/ack/nack/publish/sendToQueue methods works.
 
 const { createHash } = require('node:crypto');
-const { claim, sealable } = require('./pg');
-const { KeyInProgressError, KeyReusedError } = require('./errors');
+const { setWaitTimeout, sealable } = require('./pg');
+const { KeyInProgressError, KeyReusedError, fromClaimError } = require('./errors');
 
 const ATTEMPTS_HEADER = 'x-idempotency-attempts';
 const REASON_HEADER = 'x-idempotency-reason';
@@ -60,17 +60,34 @@ const isErrorDocument = (value) => value !== null && typeof value === 'object' &
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+// The claim, with the stored response as jsonb's text: the reply is made of
+// that text, so the first reply and every replay, from any client, are the
+// same bytes.
+async function claimText(client, key, requestHash, waitTimeout) {
+  try {
+    if (waitTimeout !== undefined)
+      await setWaitTimeout(client, waitTimeout);
+    const { rows: [row] } = await client.query(
+      'SELECT replayed, response::text AS text FROM idempotency.claim($1, $2)', [key, requestHash ?? null]);
+    return row;
+  } catch (error) {
+    throw fromClaimError(error);
+  }
+}
+
 // Claims key, runs work(db) and stores its answer in one transaction.
-// Returns { outcome: 'ran' | 'stored_error' | 'replayed' | 'replayed_error', response }.
+// Returns { outcome: 'ran' | 'stored_error' | 'replayed' | 'replayed_error',
+// response, text }: the answer as stored, and its jsonb text.
 async function applyOnce(pool, { key, requestHash, waitTimeout, isStoredError, beforeCommit }, work) {
   const client = await pool.connect();
   let broken; // a client whose ROLLBACK failed is not given back for reuse
   try {
     await client.query('BEGIN');
-    const claimed = await claim(client, key, requestHash, { waitTimeout });
+    const claimed = await claimText(client, key, requestHash, waitTimeout);
     if (claimed.replayed) {
       await client.query('COMMIT');
-      return { outcome: isErrorDocument(claimed.response) ? 'replayed_error' : 'replayed', response: claimed.response };
+      const response = claimed.text === null ? null : JSON.parse(claimed.text);
+      return { outcome: isErrorDocument(response) ? 'replayed_error' : 'replayed', response, text: claimed.text };
     }
     if (isStoredError)
       await client.query('SAVEPOINT idempotency_consumer_work');
@@ -90,16 +107,14 @@ async function applyOnce(pool, { key, requestHash, waitTimeout, isStoredError, b
       handle.seal(`the transaction of message key ${JSON.stringify(key)} has ended; `
         + 'use the handle only inside the handler');
     }
-    // The answer as stored (jsonb's normal form: its key order, its
-    // numbers), so that the first reply and every replay are the same bytes.
+    // The answer as stored: jsonb's text (its key order, its spacing).
     const { rows: [stored] } = await client.query(
-      'SELECT idempotency.complete($1, $2::jsonb), $2::jsonb AS response',
+      'SELECT idempotency.complete($1, $2::jsonb), $2::jsonb::text AS text',
       [key, response === undefined || response === null ? null : JSON.stringify(response)]);
-    response = stored.response;
     if (beforeCommit)
       beforeCommit();
     await client.query('COMMIT');
-    return { outcome, response };
+    return { outcome, response: stored.text === null ? null : JSON.parse(stored.text), text: stored.text };
   } catch (error) {
     await client.query('ROLLBACK').catch((rollbackError) => { broken = rollbackError; });
     throw error;
@@ -164,11 +179,11 @@ async function consume(options) {
     emit('dead-lettered', message, { code, reason });
   }
 
-  async function reply(message, response, outcome) {
+  async function reply(message, response, text, outcome) {
     const { replyTo, correlationId } = message.properties;
     if (!replyTo)
       return;
-    channel.sendToQueue(replyTo, Buffer.from(JSON.stringify(response)), {
+    channel.sendToQueue(replyTo, Buffer.from(text ?? 'null'), {
       correlationId, contentType: 'application/json', persistent: true,
       headers: { [REPLAYED_HEADER]: outcome === 'replayed' || outcome === 'replayed_error' },
     });
@@ -222,13 +237,13 @@ async function consume(options) {
         await deadLetterMessage(message, 'no-key', 'the message has no key (message id or business id)');
         return;
       }
-      const { outcome, response } = await applyOnce(pool, {
+      const { outcome, response, text } = await applyOnce(pool, {
         key, requestHash: requestHashOf(message, payload), waitTimeout, isStoredError,
         beforeCommit: () => emit('committing', message, { key }),
       }, (db) => handler(db, payload, message));
       inProgressAttempts.delete(key);
       emit('committed', message, { key, outcome, response });
-      await reply(message, response, outcome);
+      await reply(message, response, text, outcome);
       channel.ack(message);
       emit('acked', message, { key, outcome });
     } catch (error) {

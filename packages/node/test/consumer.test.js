@@ -115,7 +115,8 @@ test('the ack comes after the commit; a redelivery replays the stored answer and
   const replies = channel.log.filter((entry) => entry.op === 'reply');
   assert.equal(replies.length, 2);
   assert.equal(replies[1].bytes, replies[0].bytes, 'the replay replies the stored answer, byte for byte');
-  assert.deepEqual(Object.keys(replies[0].body), ['at', 'amount', 'applied'], 'in jsonb\'s key order, as stored');
+  const { rows: [stored] } = await pool.query('SELECT response::text AS text FROM idempotency.lookup($1)', [id]);
+  assert.equal(replies[0].bytes, stored.text, 'the reply is the stored answer\'s jsonb text');
   assert.equal(replies[0].options.correlationId, `c-${id}`);
   assert.equal(replies[0].queue, 'replies');
   assert.deepEqual(replies.map((r) => r.options.headers['x-idempotency-replayed']), [false, true]);

@@ -116,6 +116,9 @@ class ConsumerTests(unittest.TestCase):
             replies = [entry for entry in channel.log if entry[0] == "publish"]
             self.assertEqual(replies[0][2], "replies")
             self.assertEqual(replies[0][3], replies[1][3])
+            with psycopg.connect("") as observer:
+                stored = observer.execute("SELECT response::text FROM idempotency.lookup(%s)", [message_id]).fetchone()[0]
+            self.assertEqual(replies[0][3], stored.encode(), "the reply is the stored answer's jsonb text")
             self.assertEqual(replies[0][4].correlation_id, "c-1")
             self.assertEqual([r[4].headers["x-idempotency-replayed"] for r in replies], [False, True])
             self.assertEqual([e["outcome"] for e in events if e["type"] == "acked"], ["ran", "replayed"])

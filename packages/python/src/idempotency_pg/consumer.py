@@ -12,8 +12,8 @@ answer instead of running the handler again, and it is acked.
     IK422 (the key was used for another payload)      -> dead-lettered with the reason
     handler error chosen by is_stored_error           -> stored as the answer, acked
     other handler error                               -> retried max_attempts times, then dead-lettered
-    a reply_to on the message                         -> the (stored) answer is published to it
-                                                         with the message's correlation_id
+    a reply_to on the message                         -> the stored answer (jsonb's text) is published
+                                                         to it with the message's correlation_id
 
 The channel is a pika BlockingChannel; with confirm_delivery() on it, every
 reply, retry and dead letter is confirmed by the broker before the ack.
@@ -25,8 +25,8 @@ import json
 import random
 import time
 
-from .db import Sealable, claim
-from .errors import KeyInProgress, KeyReused, sqlstate_of
+from .db import Sealable, set_wait_timeout
+from .errors import KeyInProgress, KeyReused, claim_error, sqlstate_of
 
 ATTEMPTS_HEADER = "x-idempotency-attempts"
 REASON_HEADER = "x-idempotency-reason"
@@ -66,19 +66,35 @@ def is_error_document(value):
     return isinstance(value, dict) and len(value) == 1 and isinstance(value.get("error"), dict)
 
 
+def _claim_text(cursor, key, request_hash, wait_timeout):
+    """The claim, with the stored response as jsonb's text: the reply is made
+    of that text, so the first reply and every replay, from any client, are
+    the same bytes."""
+    try:
+        if wait_timeout is not None:
+            set_wait_timeout(cursor, wait_timeout)
+        cursor.execute("SELECT replayed, response::text FROM idempotency.claim(%s, %s)", [key, request_hash])
+        return cursor.fetchone()
+    except Exception as error:
+        mapped = claim_error(error)
+        if mapped is None:
+            raise
+        raise mapped from error
+
+
 def apply_once(conn, key, work, request_hash=None, wait_timeout=None, is_stored_error=None, before_commit=None):
     """Claims key, runs work(cursor) and stores its answer in one transaction
     on conn (psycopg2 or psycopg 3, not in autocommit). Returns (outcome,
-    response), outcome one of 'ran', 'stored_error', 'replayed',
-    'replayed_error'. Raises KeyInProgress, KeyReused, HandlerFailure (the
+    response, text): outcome one of 'ran', 'stored_error', 'replayed',
+    'replayed_error'; the answer as stored, and its jsonb text. Raises KeyInProgress, KeyReused, HandlerFailure (the
     work's error, its cause) or the database's error, after ROLLBACK."""
     cursor = conn.cursor()
     try:
-        claimed = claim(cursor, key, request_hash, wait_timeout)
-        if claimed.replayed:
+        replayed, text = _claim_text(cursor, key, request_hash, wait_timeout)
+        if replayed:
             conn.commit()
-            outcome = "replayed_error" if is_error_document(claimed.response) else "replayed"
-            return outcome, claimed.response
+            response = None if text is None else json.loads(text)
+            return ("replayed_error" if is_error_document(response) else "replayed"), response, text
         if is_stored_error is not None:
             cursor.execute("SAVEPOINT idempotency_consumer_work")
         handle = Sealable(cursor)
@@ -93,16 +109,15 @@ def apply_once(conn, key, work, request_hash=None, wait_timeout=None, is_stored_
             outcome, response = "stored_error", error_document(error)
         finally:
             handle.seal(f"the transaction of message key {key!r} has ended; use the cursor only inside the handler")
-        # The answer as stored (jsonb's normal form: its key order, its
-        # numbers), so that the first reply and every replay are the same bytes.
-        text = None if response is None else json.dumps(response)
-        cursor.execute("SELECT idempotency.complete(%s, %s::jsonb), %s::jsonb::text", [key, text, text])
-        stored = cursor.fetchone()[1]
-        response = None if stored is None else json.loads(stored)
+        # The answer as stored: jsonb's text (its key order, its spacing).
+        given = None if response is None else json.dumps(response)
+        cursor.execute("SELECT idempotency.complete(%s, %s::jsonb), %s::jsonb::text", [key, given, given])
+        text = cursor.fetchone()[1]
+        response = None if text is None else json.loads(text)
         if before_commit is not None:
             before_commit()
         conn.commit()
-        return outcome, response
+        return outcome, response, text
     except BaseException:
         try:
             conn.rollback()
@@ -185,11 +200,11 @@ class Consumer:
             self.channel.basic_nack(delivery.method.delivery_tag, requeue=False)
         self._emit("dead-lettered", delivery, code=code, reason=reason)
 
-    def _reply(self, delivery, response, outcome):
+    def _reply(self, delivery, response, text, outcome):
         props = delivery.properties
         if not props.reply_to:
             return
-        self._publish("", props.reply_to, json.dumps(response).encode(), self._properties(
+        self._publish("", props.reply_to, (text if text is not None else "null").encode(), self._properties(
             correlation_id=props.correlation_id, content_type="application/json", delivery_mode=2,
             headers={REPLAYED_HEADER: outcome in ("replayed", "replayed_error")}))
         self._emit("replied", delivery, response=response, outcome=outcome)
@@ -224,14 +239,14 @@ class Consumer:
             if not isinstance(key, str) or not key:
                 self._dead_letter(delivery, "no-key", "the message has no key (message id or business id)")
                 return
-            outcome, response = apply_once(
+            outcome, response, text = apply_once(
                 self.conn, key, lambda cursor: self.handler(cursor, payload, delivery),
                 request_hash=self.request_hash(delivery, payload), wait_timeout=self.wait_timeout,
                 is_stored_error=self.is_stored_error,
                 before_commit=lambda: self._emit("committing", delivery, key=key))
             self.in_progress_attempts.pop(key, None)
             self._emit("committed", delivery, key=key, outcome=outcome, response=response)
-            self._reply(delivery, response, outcome)
+            self._reply(delivery, response, text, outcome)
             self.channel.basic_ack(delivery.method.delivery_tag)
             self._emit("acked", delivery, key=key, outcome=outcome)
         except Exception as error:  # noqa: BLE001 -- each kind is settled below
