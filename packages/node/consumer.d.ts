@@ -82,7 +82,13 @@ export function consume<Payload = any, Answer = any>(options: ConsumeOptions<Pay
 export function applyOnce<T>(pool: PoolLike, options: {
   key: string; requestHash?: string | null; waitTimeout?: number | string;
   isStoredError?: ((error: any) => boolean) | null; beforeCommit?: () => void;
-}, work: (db: Queryable) => Promise<T> | T): Promise<{ outcome: ConsumerOutcome; response: T | ErrorDocument }>;
+}, work: (db: Queryable) => Promise<T> | T): Promise<{
+  outcome: ConsumerOutcome;
+  /** The answer as stored (read back from jsonb). */
+  response: T | ErrorDocument;
+  /** The stored answer's jsonb text: what a reply carries. */
+  text: string | null;
+}>;
 
 export interface ErrorDocument {
   error: { sqlstate: string | null; message: string | null; detail: string | null; hint: string | null };
