@@ -45,6 +45,8 @@ broker_stop_default_service() {
   if broker_as_root timeout 20 /usr/sbin/rabbitmqctl -q -n "$default_node" status >/dev/null 2>&1; then
     echo "stopping the rabbitmq-server service that the installation started ($default_node)"
     broker_as_root timeout 60 /usr/sbin/rabbitmqctl -q -n "$default_node" stop >/dev/null 2>&1 || true
+    # and the epmd it started on the default port, now without nodes
+    broker_as_root timeout 20 /usr/bin/epmd -kill >/dev/null 2>&1 || true
   fi
 }
 
