@@ -53,8 +53,8 @@ export interface ConsumeOptions<Payload = any, Answer = any> {
   pool: PoolLike;
   /** Applies the message in its transaction (db); its result (a JSON value) is stored and replied. */
   handler: (db: Queryable, payload: Payload, message: BrokerMessage) => Promise<Answer> | Answer;
-  /** The idempotency key (default: the message id); payload is null on the first call, before parsing. */
-  key?: (message: BrokerMessage, payload: Payload | null) => string | undefined;
+  /** The idempotency key (default: the message id), from the message and its parsed payload. */
+  key?: (message: BrokerMessage, payload: Payload) => string | undefined;
   /** The request fingerprint (default: hex SHA-256 of the message body). */
   requestHash?: (message: BrokerMessage, payload: Payload) => string | null;
   /** Parses the body (default: JSON). */

@@ -223,12 +223,10 @@ async function consume(options) {
     let key;
     try {
       emit('delivered', message, { redelivered: message.fields.redelivered });
-      key = keyOf(message, null);
       let payload;
       try {
         payload = parse(message.content, message);
-        if (keyOf !== defaultKey)
-          key = keyOf(message, payload);
+        key = keyOf(message, payload);
       } catch (error) {
         await deadLetterMessage(message, 'unparsable', `the payload could not be parsed: ${error.message}`);
         return;

@@ -229,7 +229,7 @@ test('a message without a key or with a body that is not JSON is dead-lettered w
 
 test('a business id from the payload is the key', async () => {
   const channel = fakeChannel();
-  const { events, deliver } = await start(channel, { key: (delivery, payload) => payload && `order-${payload.order}` });
+  const { events, deliver } = await start(channel, { key: (delivery, payload) => `order-${payload.order}` });
   const order = randomUUID();
   const ids = [randomUUID(), randomUUID()];
   await deliver(message(ids[0], { amount: 1, order }));
