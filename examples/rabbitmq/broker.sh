@@ -39,14 +39,13 @@ broker_install() {
 }
 
 broker_stop_default_service() {
-  local default_node
-  default_node=rabbit@$(hostname -s)
-  # Only a node that answers under the default name and cookie is stopped.
-  if broker_as_root timeout 20 /usr/sbin/rabbitmqctl -q -n "$default_node" status >/dev/null 2>&1; then
-    echo "stopping the rabbitmq-server service that the installation started ($default_node)"
-    broker_as_root timeout 60 /usr/sbin/rabbitmqctl -q -n "$default_node" stop >/dev/null 2>&1 || true
+  # Asked of the default epmd in its client mode, which starts no daemon
+  # (rabbitmqctl would start one on 4369 when none runs).
+  if timeout 10 /usr/bin/epmd -names 2>/dev/null | grep -q '^name rabbit at port'; then
+    echo "stopping the rabbitmq-server service that the installation started (rabbit@$(hostname -s))"
+    broker_as_root timeout 60 /usr/sbin/rabbitmqctl -q -n "rabbit@$(hostname -s)" stop >/dev/null 2>&1 || true
     # and the epmd it started on the default port, now without nodes
-    broker_as_root timeout 20 /usr/bin/epmd -kill >/dev/null 2>&1 || true
+    timeout 20 /usr/bin/epmd -kill >/dev/null 2>&1 || true
   fi
 }
 
@@ -78,6 +77,7 @@ broker_configure() { # directory port
   BROKER_DIST_PORT=$(($2 + 1))
   BROKER_EPMD_PORT=$(($2 + 2))
   BROKER_NODE=idem$2@localhost
+  # shellcheck disable=SC2034 # for the scripts that source this file
   BROKER_URL=amqp://guest:guest@127.0.0.1:$BROKER_PORT
 }
 
