@@ -12,6 +12,7 @@
 //   IK422 (the key was used for another payload)      -> dead-lettered with the reason
 //   handler error listed by isStoredError             -> stored as the answer, acked
 //   other handler error                               -> retried maxAttempts times, then dead-lettered
+//   the database's transient errors (08, 40, 53, 57, 58 classes) -> requeued after a backoff
 //   a reply_to on the message                         -> the stored answer (jsonb's text) is published
 //                                                        to it with the message's correlation_id
 //
@@ -60,6 +61,15 @@ const isErrorDocument = (value) => value !== null && typeof value === 'object' &
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+// SQLSTATE classes of errors that say nothing about the message: the
+// connection (08), a serialization failure or deadlock (40), resources (53),
+// a shutdown (57), the system (58). A handler that meets one is not failing:
+// the message is requeued like any other transient failure, its attempts
+// not counted.
+const TRANSIENT_CLASSES = new Set(['08', '40', '53', '57', '58']);
+const isTransient = (error) => typeof error?.code === 'string' && error.code.length === 5
+  && TRANSIENT_CLASSES.has(error.code.slice(0, 2));
+
 // The claim, with the stored response as jsonb's text: the reply is made of
 // that text, so the first reply and every replay, from any client, are the
 // same bytes.
@@ -97,6 +107,8 @@ async function applyOnce(pool, { key, requestHash, waitTimeout, isStoredError, b
     try {
       response = await work(handle.proxy);
     } catch (error) {
+      if (isTransient(error))
+        throw error;
       if (!isStoredError || !isStoredError(error))
         throw new HandlerFailure(error);
       // The answer is the error: the handler's work is undone, the key kept.

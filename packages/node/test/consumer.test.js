@@ -86,6 +86,11 @@ async function start(channel, options = {}) {
       }
       if (payload.fail)
         throw new Error('cannot apply');
+      if (payload.serialization) {
+        const error = new Error('could not serialize access');
+        error.code = '40001';
+        throw error;
+      }
       return { applied: delivery.properties.messageId, amount: payload.amount, at: Date.now() };
     },
     ...options,
@@ -237,4 +242,13 @@ test('a business id from the payload is the key', async () => {
   assert.equal(await effects(ids[0]) + await effects(ids[1]), 1, 'the order applied once');
   assert.deepEqual(events.filter((e) => e.type === 'acked').map((e) => [e.key, e.outcome]),
     [[`order-${order}`, 'ran'], [`order-${order}`, 'replayed']]);
+});
+
+test('a transient database error in the handler requeues the message without counting an attempt', async () => {
+  const channel = fakeChannel();
+  const { deliver } = await start(channel);
+  const id = randomUUID();
+  await deliver(message(id, { amount: 1, serialization: true }));
+  assert.deepEqual(channel.log, [{ op: 'nack', id, requeue: true }]);
+  assert.equal(await effects(id), 0);
 });

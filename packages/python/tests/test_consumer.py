@@ -70,6 +70,10 @@ class StoredError(Exception):
     code = "P0001"
 
 
+class SerializationFailure(Exception):
+    sqlstate = "40001"
+
+
 def handler(cursor, payload, message):
     cursor.execute("INSERT INTO py_consumer_effects VALUES (%s, %s)", [message.properties.message_id,
                                                                        payload["amount"]])
@@ -77,6 +81,8 @@ def handler(cursor, payload, message):
         raise StoredError("insufficient funds")
     if payload.get("fail"):
         raise ValueError("cannot apply")
+    if payload.get("serialization"):
+        raise SerializationFailure("could not serialize access")
     return {"applied": message.properties.message_id, "amount": payload["amount"]}
 
 
@@ -208,6 +214,16 @@ class ConsumerTests(unittest.TestCase):
             consumer.on_message(delivery(str(uuid.uuid4()), None, body=b"{not json"))
             codes = [entry[4].headers["x-idempotency-code"] for entry in channel.log if entry[0] == "publish"]
             self.assertEqual(codes, ["no-key", "unparsable"])
+
+    def test_transient_database_error_requeues_without_an_attempt(self):
+        for conn in self.each_driver():
+            channel = FakeChannel()
+            consumer, _ = self.consumer(conn, channel)
+            message_id = str(uuid.uuid4())
+            message = delivery(message_id, {"amount": 1, "serialization": True})
+            consumer.on_message(message)
+            self.assertEqual(channel.log, [("nack", message.method.delivery_tag, True)])
+            self.assertEqual(effects(message_id), 0)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ answer instead of running the handler again, and it is acked.
     IK422 (the key was used for another payload)      -> dead-lettered with the reason
     handler error chosen by is_stored_error           -> stored as the answer, acked
     other handler error                               -> retried max_attempts times, then dead-lettered
+    the database's transient errors (08, 40, 53, 57, 58 classes) -> requeued after a backoff
     a reply_to on the message                         -> the stored answer (jsonb's text) is published
                                                          to it with the message's correlation_id
 
@@ -36,6 +37,19 @@ REPLAYED_HEADER = "x-idempotency-replayed"
 
 class HandlerFailure(Exception):
     """The handler's own error, kept apart from the claim's and the database's."""
+
+
+# SQLSTATE classes of errors that say nothing about the message: the
+# connection (08), a serialization failure or deadlock (40), resources (53), a
+# shutdown (57), the system (58). A handler that meets one is not failing: the
+# message is requeued like any other transient failure, its attempts not
+# counted.
+TRANSIENT_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+
+
+def is_transient(error):
+    code = sqlstate_of(error)
+    return isinstance(code, str) and len(code) == 5 and code[:2] in TRANSIENT_CLASSES
 
 
 def default_backoff(attempt):
@@ -102,6 +116,8 @@ def apply_once(conn, key, work, request_hash=None, wait_timeout=None, is_stored_
         try:
             response = work(handle)
         except Exception as error:
+            if is_transient(error):
+                raise
             if is_stored_error is None or not is_stored_error(error):
                 raise HandlerFailure(str(error)) from error
             # The answer is the error: the handler's work is undone, the key kept.
