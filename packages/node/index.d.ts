@@ -152,3 +152,5 @@ export class KeyInProgressError extends IdempotencyError { status: 409; }
 export class KeyReusedError extends IdempotencyError { status: 422; }
 export class InvalidKeyError extends IdempotencyError { status: 400; }
 export class SealedError extends IdempotencyError {}
+
+export * from './consumer';

@@ -9,6 +9,7 @@ const { parseKey, readKey, MAX_KEY_BYTES } = require('./key');
 const { isStored, NEVER_STORED, DEFAULT_VALIDATION_STATUSES } = require('./policy');
 const { storedDocument, decodeBody } = require('./stored');
 const errors = require('./errors');
+const { consume, applyOnce, errorDocument } = require('./consumer');
 
 module.exports = {
   idempotent,
@@ -30,6 +31,9 @@ module.exports = {
   DEFAULT_VALIDATION_STATUSES,
   storedDocument,
   decodeBody,
+  consume,
+  applyOnce,
+  errorDocument,
   IdempotencyError: errors.IdempotencyError,
   KeyInProgressError: errors.KeyInProgressError,
   KeyReusedError: errors.KeyReusedError,

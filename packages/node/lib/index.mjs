@@ -7,4 +7,5 @@ export const {
   NEVER_STORED, DEFAULT_VALIDATION_STATUSES, storedDocument, decodeBody, IdempotencyError,
   KeyInProgressError, KeyReusedError, InvalidKeyError, SealedError,
 } = idempotencyPg;
+export const { consume, applyOnce, errorDocument } = idempotencyPg;
 export default idempotencyPg;

@@ -1,0 +1,171 @@
+'use strict';
+// A competing consumer of the `transfers` queue: each message is applied
+// once through idempotency-pg's consume() (claim, apply, store the answer,
+// COMMIT, then ack), with manual acks and a prefetch.
+//
+//   AMQP_URL=amqp://... PGHOST=... PGDATABASE=... PGUSER=... node consumer.js [--plain] [--prefetch N]
+//
+// --plain: the same consumer without the extension (apply, COMMIT, reply,
+//          ack), for the benchmark only: a redelivery applies a message again.
+// Prints one JSON line per event to stdout (written synchronously, so a line
+// is out before a SIGKILL that follows it). Exits 0 on SIGTERM once the
+// deliveries in flight are settled, 3 when the broker connection is lost.
+//
+// For the fault storm (test/broker/storm.js) only:
+//   STORM_KILL_POINT=before-processing|in-transaction|after-commit
+//   STORM_KILL_AT=n          SIGKILL itself at the n-th delivery reaching the point
+//   STORM_CLOSE_CHANNEL_AT=n close the channel at the n-th delivery, with others in flight
+
+const fs = require('node:fs');
+const amqp = require('amqplib');
+const { Pool } = require('pg');
+const { consume } = require('idempotency-pg');
+const { QUEUE, DEAD_LETTERS, declareTopology } = require('./topology');
+
+const args = process.argv.slice(2);
+const plain = args.includes('--plain');
+const prefetchAt = args.indexOf('--prefetch');
+const prefetch = prefetchAt >= 0 ? Number(args[prefetchAt + 1]) : 16;
+const killPoint = process.env.STORM_KILL_POINT || null;
+const killAt = Number(process.env.STORM_KILL_AT || 0);
+const closeChannelAt = Number(process.env.STORM_CLOSE_CHANNEL_AT || 0);
+
+const log = (line) => fs.writeSync(1, `${JSON.stringify({ pid: process.pid, t: Date.now(), ...line })}\n`);
+
+let reached = 0; // deliveries that reached the kill point
+function maybeKill(point, messageId) {
+  if (point !== killPoint || ++reached !== killAt)
+    return;
+  log({ event: 'kill', point, id: messageId });
+  process.kill(process.pid, 'SIGKILL');
+}
+
+const applyTransfer = async (db, payload, messageId) => {
+  if (payload.poison)
+    throw new Error(`message ${messageId} cannot be applied: ${payload.poison}`);
+  const { rows: [row] } = await db.query('SELECT public.apply_transfer($1, $2, $3) AS answer',
+    [messageId, payload.account, payload.amount]);
+  return row.answer;
+};
+
+async function main() {
+  const pool = new Pool({ max: prefetch + 1 });
+  pool.on('error', () => {});
+  const connection = await amqp.connect(process.env.AMQP_URL);
+  connection.on('error', () => {});
+  connection.on('close', () => { log({ event: 'connection-closed' }); process.exit(3); });
+  const channel = await connection.createConfirmChannel();
+  channel.on('error', () => {});
+  await declareTopology(channel);
+  await channel.prefetch(prefetch);
+
+  let inFlight = 0;
+  let deliveries = 0;
+  let stopping = false;
+  let channelClosed = false;
+  const settled = () => {
+    inFlight--;
+    if (stopping && inFlight === 0)
+      finish();
+  };
+  async function finish() {
+    log({ event: 'stopped' });
+    await connection.close().catch(() => {});
+    process.exit(0);
+  }
+  channel.on('close', () => {
+    if (channelClosed) // the storm's own close: let the deliveries in flight settle, then leave
+      stopping = true;
+  });
+
+  function delivered(message) {
+    inFlight++;
+    deliveries++;
+    const id = message.properties.messageId;
+    maybeKill('before-processing', id);
+    if (closeChannelAt && deliveries === closeChannelAt && !channelClosed) {
+      channelClosed = true;
+      log({ event: 'channel-close', id, in_flight: inFlight });
+      channel.close().catch(() => {}).finally(() => { if (inFlight === 0) finish(); });
+    }
+  }
+
+  if (plain) {
+    await channel.consume(QUEUE, async (message) => {
+      if (!message) return;
+      delivered(message);
+      const id = message.properties.messageId;
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        const answer = await applyTransfer(client, JSON.parse(message.content), id);
+        await client.query('COMMIT');
+        if (message.properties.replyTo) { // the same reply as consume() sends, confirmed before the ack
+          channel.sendToQueue(message.properties.replyTo, Buffer.from(JSON.stringify(answer)),
+            { correlationId: message.properties.correlationId, contentType: 'application/json', persistent: true });
+          await channel.waitForConfirms();
+        }
+        channel.ack(message);
+        log({ event: 'acked', id, outcome: 'ran', redelivered: message.fields.redelivered, answer });
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => {});
+        channel.nack(message, false, false);
+        log({ event: 'dead-lettered', id, reason: error.message });
+      } finally {
+        client.release();
+        settled();
+      }
+    }, { noAck: false });
+  } else {
+    await consume({
+      channel, queue: QUEUE, pool,
+      deadLetter: { exchange: '', routingKey: DEAD_LETTERS },
+      isStoredError: (error) => error.code === 'P0001', // refused transfers are answers
+      maxAttempts: 3,
+      handler: async (db, payload, message) => {
+        const answer = await applyTransfer(db, payload, message.properties.messageId);
+        maybeKill('in-transaction', message.properties.messageId);
+        return answer;
+      },
+      onEvent: (event) => {
+        const id = event.message?.properties.messageId;
+        switch (event.type) {
+        case 'delivered': delivered(event.message); break;
+        case 'committed':
+          log({ event: 'committed', id, outcome: event.outcome });
+          maybeKill('after-commit', id);
+          break;
+        case 'acked':
+          log({ event: 'acked', id, outcome: event.outcome, redelivered: event.message.fields.redelivered });
+          settled();
+          break;
+        case 'dead-lettered':
+          log({ event: 'dead-lettered', id, code: event.code, reason: event.reason });
+          settled();
+          break;
+        case 'requeued': case 'retried':
+          log({ event: event.type, id, attempts: event.attempts, error: String(event.error?.message ?? event.error) });
+          settled();
+          break;
+        case 'error':
+          log({ event: 'settle-failed', id, error: String(event.error?.message ?? event.error) });
+          settled();
+          break;
+        default: break;
+        }
+      },
+    });
+  }
+  log({ event: 'consuming', plain, prefetch });
+  process.on('SIGTERM', () => {
+    stopping = true;
+    channel.close().catch(() => {}); // unacked deliveries go back to the queue
+    if (inFlight === 0)
+      finish();
+  });
+}
+
+main().catch((error) => {
+  log({ event: 'failed', error: String(error.stack || error) });
+  process.exit(2);
+});

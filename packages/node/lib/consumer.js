@@ -1,0 +1,292 @@
+'use strict';
+// A message-broker consumer that applies each message once (the inbox
+// pattern on a real broker): for every delivery, claim the message's key in
+// the consumer's own database transaction, run the handler there, store its
+// answer with the key, COMMIT, and only then acknowledge the delivery.
+//
+// A delivery lost between the commit and the ack comes back (redelivered
+// after a crash, a closed channel or a broker restart); its claim replays the
+// stored answer instead of running the handler again, and it is acked.
+//
+//   IK409 (another consumer holds the key right now)  -> requeued after a backoff
+//   IK422 (the key was used for another payload)      -> dead-lettered with the reason
+//   handler error listed by isStoredError             -> stored as the answer, acked
+//   other handler error                               -> retried maxAttempts times, then dead-lettered
+//   the database's transient errors (08, 40, 53, 57, 58 classes) -> requeued after a backoff
+//   a reply_to on the message                         -> the stored answer (jsonb's text) is published
+//                                                        to it with the message's correlation_id
+//
+// The channel is an amqplib Channel or ConfirmChannel (a ConfirmChannel
+// makes every reply, retry and dead letter wait for the broker's confirm
+// before the delivery is acked). amqplib itself is not a dependency: any
+// object with its consume/ack/nack/publish/sendToQueue methods works.
+
+const { createHash } = require('node:crypto');
+const { setWaitTimeout, sealable } = require('./pg');
+const { KeyInProgressError, KeyReusedError, fromClaimError } = require('./errors');
+
+const ATTEMPTS_HEADER = 'x-idempotency-attempts';
+const REASON_HEADER = 'x-idempotency-reason';
+const CODE_HEADER = 'x-idempotency-code';
+const REPLAYED_HEADER = 'x-idempotency-replayed';
+
+// The handler's own error, kept apart from the claim's and the database's.
+class HandlerFailure extends Error {
+  constructor(cause) {
+    super(cause && cause.message ? cause.message : String(cause));
+    this.cause = cause;
+  }
+}
+
+const defaultKey = (message) => message.properties.messageId;
+const defaultRequestHash = (message) => createHash('sha256').update(message.content).digest('hex');
+const defaultParse = (content) => JSON.parse(content.toString('utf8'));
+
+// Exponential backoff with jitter, so consumers that met on one key do not
+// meet again in lockstep.
+function defaultBackoff(attempt) {
+  const ceiling = Math.min(50 * 2 ** attempt, 5000);
+  return ceiling / 2 + Math.random() * (ceiling / 2);
+}
+
+// The same shape idempotent_call stores for an error listed in
+// idempotency.store_errors, so every reader handles both alike.
+function errorDocument(error) {
+  const field = (name) => (error && error[name] !== undefined && error[name] !== null ? String(error[name]) : null);
+  return { error: { sqlstate: field('code'), message: field('message'), detail: field('detail'), hint: field('hint') } };
+}
+
+const isErrorDocument = (value) => value !== null && typeof value === 'object' && !Array.isArray(value)
+  && Object.keys(value).length === 1 && value.error !== null && typeof value.error === 'object';
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// SQLSTATE classes of errors that say nothing about the message: the
+// connection (08), a serialization failure or deadlock (40), resources (53),
+// a shutdown (57), the system (58). A handler that meets one is not failing:
+// the message is requeued like any other transient failure, its attempts
+// not counted.
+const TRANSIENT_CLASSES = new Set(['08', '40', '53', '57', '58']);
+const isTransient = (error) => typeof error?.code === 'string' && error.code.length === 5
+  && TRANSIENT_CLASSES.has(error.code.slice(0, 2));
+
+// The claim, with the stored response as jsonb's text: the reply is made of
+// that text, so the first reply and every replay, from any client, are the
+// same bytes.
+async function claimText(client, key, requestHash, waitTimeout) {
+  try {
+    if (waitTimeout !== undefined)
+      await setWaitTimeout(client, waitTimeout);
+    const { rows: [row] } = await client.query(
+      'SELECT replayed, response::text AS text FROM idempotency.claim($1, $2)', [key, requestHash ?? null]);
+    return row;
+  } catch (error) {
+    throw fromClaimError(error);
+  }
+}
+
+// Claims key, runs work(db) and stores its answer in one transaction.
+// Returns { outcome: 'ran' | 'stored_error' | 'replayed' | 'replayed_error',
+// response, text }: the answer as stored, and its jsonb text.
+async function applyOnce(pool, { key, requestHash, waitTimeout, isStoredError, beforeCommit }, work) {
+  const client = await pool.connect();
+  let broken; // a client whose ROLLBACK failed is not given back for reuse
+  try {
+    await client.query('BEGIN');
+    const claimed = await claimText(client, key, requestHash, waitTimeout);
+    if (claimed.replayed) {
+      await client.query('COMMIT');
+      const response = claimed.text === null ? null : JSON.parse(claimed.text);
+      return { outcome: isErrorDocument(response) ? 'replayed_error' : 'replayed', response, text: claimed.text };
+    }
+    if (isStoredError)
+      await client.query('SAVEPOINT idempotency_consumer_work');
+    const handle = sealable(client);
+    let outcome = 'ran';
+    let response;
+    try {
+      response = await work(handle.proxy);
+    } catch (error) {
+      if (isTransient(error))
+        throw error;
+      if (!isStoredError || !isStoredError(error))
+        throw new HandlerFailure(error);
+      // The answer is the error: the handler's work is undone, the key kept.
+      await client.query('ROLLBACK TO SAVEPOINT idempotency_consumer_work');
+      outcome = 'stored_error';
+      response = errorDocument(error);
+    } finally {
+      handle.seal(`the transaction of message key ${JSON.stringify(key)} has ended; `
+        + 'use the handle only inside the handler');
+    }
+    // The answer as stored: jsonb's text (its key order, its spacing).
+    const { rows: [stored] } = await client.query(
+      'SELECT idempotency.complete($1, $2::jsonb), $2::jsonb::text AS text',
+      [key, response === undefined || response === null ? null : JSON.stringify(response)]);
+    if (beforeCommit)
+      beforeCommit();
+    await client.query('COMMIT');
+    return { outcome, response: stored.text === null ? null : JSON.parse(stored.text), text: stored.text };
+  } catch (error) {
+    await client.query('ROLLBACK').catch((rollbackError) => { broken = rollbackError; });
+    throw error;
+  } finally {
+    client.release(broken);
+  }
+}
+
+// Resolves once the broker confirmed what the channel published (at once on
+// a channel without confirms).
+async function confirmed(channel) {
+  if (typeof channel.waitForConfirms === 'function')
+    await channel.waitForConfirms();
+}
+
+function checkOptions(options) {
+  for (const name of ['channel', 'queue', 'pool', 'handler'])
+    if (!options[name])
+      throw new TypeError(`consume(options): options.${name} is required`);
+  if (typeof options.handler !== 'function')
+    throw new TypeError('consume(options): options.handler must be a function (db, payload, message) => answer');
+  const maxAttempts = options.maxAttempts ?? 5;
+  if (!Number.isInteger(maxAttempts) || maxAttempts < 1)
+    throw new RangeError(`maxAttempts must be a whole number >= 1, not ${maxAttempts}`);
+  if (options.deadLetter && typeof options.deadLetter.routingKey !== 'string')
+    throw new TypeError('deadLetter must be { exchange?, routingKey }');
+}
+
+// Starts consuming queue. Returns { consumerTag, cancel() }; cancel stops new
+// deliveries (those in flight finish).
+async function consume(options) {
+  checkOptions(options);
+  const {
+    channel, queue, pool, handler, deadLetter = null, waitTimeout, isStoredError = null,
+    key: keyOf = defaultKey, requestHash: requestHashOf = defaultRequestHash, parse = defaultParse,
+    backoff = defaultBackoff, maxAttempts = 5, onEvent = () => {}, consumerTag,
+  } = options;
+  const inProgressAttempts = new Map(); // key -> IK409s met in a row, for the backoff
+
+  const emit = (type, message, extra) => onEvent({ type, message, ...extra });
+
+  function publishCopy(exchange, routingKey, message, headers) {
+    const { properties } = message;
+    channel.publish(exchange, routingKey, message.content, {
+      ...properties,
+      persistent: properties.deliveryMode === undefined ? true : properties.deliveryMode === 2,
+      deliveryMode: undefined,
+      headers: { ...(properties.headers || {}), ...headers },
+    });
+  }
+
+  async function deadLetterMessage(message, code, reason) {
+    if (deadLetter) {
+      publishCopy(deadLetter.exchange ?? '', deadLetter.routingKey, message,
+        { [REASON_HEADER]: reason, [CODE_HEADER]: code, 'x-original-queue': queue });
+      await confirmed(channel);
+      channel.ack(message);
+    } else {
+      // The queue's own dead-letter exchange, if any, gets it (x-death says 'rejected').
+      channel.nack(message, false, false);
+    }
+    emit('dead-lettered', message, { code, reason });
+  }
+
+  async function reply(message, response, text, outcome) {
+    const { replyTo, correlationId } = message.properties;
+    if (!replyTo)
+      return;
+    channel.sendToQueue(replyTo, Buffer.from(text ?? 'null'), {
+      correlationId, contentType: 'application/json', persistent: true,
+      headers: { [REPLAYED_HEADER]: outcome === 'replayed' || outcome === 'replayed_error' },
+    });
+    await confirmed(channel);
+    emit('replied', message, { response, outcome });
+  }
+
+  async function retryLater(message, key, error) {
+    // The handler failed and rolled back: the message goes to the back of
+    // the queue with its attempt counted, then this delivery is acked.
+    const attempts = Number(message.properties.headers?.[ATTEMPTS_HEADER] ?? 0) + 1;
+    if (attempts >= maxAttempts) {
+      await deadLetterMessage(message, 'handler-error',
+        `the handler failed ${attempts} times; last error: ${error.message}`);
+      return;
+    }
+    await sleep(backoff(attempts));
+    publishCopy('', queue, message, { [ATTEMPTS_HEADER]: attempts });
+    await confirmed(channel);
+    channel.ack(message);
+    emit('retried', message, { key, attempts, error });
+  }
+
+  async function requeueLater(message, key, error) {
+    const attempts = (inProgressAttempts.get(key) ?? 0) + 1;
+    inProgressAttempts.set(key, attempts);
+    await sleep(backoff(attempts));
+    channel.nack(message, false, true);
+    emit('requeued', message, { key, attempts, error });
+  }
+
+  async function onMessage(message) {
+    if (message === null) { // the broker cancelled the consumer (queue deleted)
+      emit('cancelled', null, {});
+      return;
+    }
+    let key;
+    try {
+      emit('delivered', message, { redelivered: message.fields.redelivered });
+      let payload;
+      try {
+        payload = parse(message.content, message);
+        key = keyOf(message, payload);
+      } catch (error) {
+        await deadLetterMessage(message, 'unparsable', `the payload could not be parsed: ${error.message}`);
+        return;
+      }
+      if (typeof key !== 'string' || key === '') {
+        await deadLetterMessage(message, 'no-key', 'the message has no key (message id or business id)');
+        return;
+      }
+      const { outcome, response, text } = await applyOnce(pool, {
+        key, requestHash: requestHashOf(message, payload), waitTimeout, isStoredError,
+        beforeCommit: () => emit('committing', message, { key }),
+      }, (db) => handler(db, payload, message));
+      inProgressAttempts.delete(key);
+      emit('committed', message, { key, outcome, response });
+      await reply(message, response, text, outcome);
+      channel.ack(message);
+      emit('acked', message, { key, outcome });
+    } catch (error) {
+      await settleFailure(message, key, error);
+    }
+  }
+
+  async function settleFailure(message, key, error) {
+    try {
+      if (error instanceof KeyInProgressError)
+        await requeueLater(message, key, error);
+      else if (error instanceof KeyReusedError)
+        await deadLetterMessage(message, 'IK422', error.message);
+      else if (error instanceof HandlerFailure)
+        await retryLater(message, key, error.cause);
+      else // the database or the channel: the delivery comes back later
+        await requeueLater(message, key, error);
+    } catch (settleError) {
+      // The channel is gone: the broker redelivers the message to another
+      // consumer; its key makes that a replay if the work had committed.
+      emit('error', message, { key, error: settleError });
+    }
+  }
+
+  const { consumerTag: tag } = await channel.consume(queue, (message) => { onMessage(message); },
+    { noAck: false, ...(consumerTag ? { consumerTag } : {}) });
+  return {
+    consumerTag: tag,
+    cancel: () => channel.cancel(tag),
+  };
+}
+
+module.exports = {
+  consume, applyOnce, errorDocument, isErrorDocument, defaultBackoff, HandlerFailure,
+  ATTEMPTS_HEADER, REASON_HEADER, CODE_HEADER, REPLAYED_HEADER,
+};

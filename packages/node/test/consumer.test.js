@@ -1,0 +1,254 @@
+'use strict';
+// consume() against a real database and a recording stand-in for an amqplib
+// channel: the ack comes after the commit, a redelivery replays, IK409
+// requeues, IK422 and poison messages are dead-lettered with a reason, a
+// stored error is replied. (examples/rabbitmq runs the same code against a
+// real RabbitMQ node, with crashes, in test/run-all's broker suite.)
+
+const { test, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { randomUUID } = require('node:crypto');
+const { consume, claim } = require('..');
+const { createPool, waitFor } = require('./helpers');
+
+let pool;
+let observer; // another connection, to see what is committed
+
+before(async () => {
+  pool = createPool(6);
+  observer = createPool(1);
+  await pool.query('CREATE TABLE IF NOT EXISTS consumer_effects (message_id text NOT NULL, amount int NOT NULL)');
+});
+after(async () => {
+  await pool.end();
+  await observer.end();
+});
+
+const effects = async (id) => (await observer.query(
+  'SELECT count(*)::int AS n FROM consumer_effects WHERE message_id = $1', [id])).rows[0].n;
+
+// Records what the consumer does with the channel, in order.
+function fakeChannel({ confirms = true } = {}) {
+  const channel = {
+    log: [],
+    closed: false,
+    onMessage: null,
+    async consume(queue, onMessage, options) {
+      assert.equal(options.noAck, false);
+      channel.onMessage = onMessage;
+      return { consumerTag: 'tag-1' };
+    },
+    async cancel() {},
+    check() {
+      if (channel.closed) throw new Error('Channel closed');
+    },
+    ack(message) { channel.check(); channel.log.push({ op: 'ack', id: message.properties.messageId, at: channel.onAck?.(message) }); },
+    nack(message, allUpTo, requeue) { channel.check(); channel.log.push({ op: 'nack', id: message.properties.messageId, requeue }); },
+    publish(exchange, routingKey, content, options) {
+      channel.check();
+      channel.log.push({ op: 'publish', exchange, routingKey, content: content.toString(), options });
+      return true;
+    },
+    sendToQueue(queue, content, options) {
+      channel.check();
+      channel.log.push({ op: 'reply', queue, body: JSON.parse(content.toString()), bytes: content.toString(), options });
+      return true;
+    },
+  };
+  if (confirms)
+    channel.waitForConfirms = async () => { channel.log.push({ op: 'confirmed' }); };
+  return channel;
+}
+
+let tag = 0;
+function message(id, payload, properties = {}) {
+  return {
+    content: Buffer.from(JSON.stringify(payload)),
+    fields: { deliveryTag: ++tag, redelivered: false },
+    properties: { messageId: id, headers: {}, deliveryMode: 2, ...properties },
+  };
+}
+
+async function start(channel, options = {}) {
+  const events = [];
+  await consume({
+    channel, queue: 'jobs', pool,
+    deadLetter: { exchange: '', routingKey: 'jobs.dead' },
+    backoff: () => 5,
+    maxAttempts: 3,
+    onEvent: (event) => events.push(event),
+    handler: async (db, payload, delivery) => {
+      await db.query('INSERT INTO consumer_effects VALUES ($1, $2)', [delivery.properties.messageId, payload.amount]);
+      if (payload.refuse) {
+        const error = new Error('insufficient funds');
+        error.code = 'P0001';
+        throw error;
+      }
+      if (payload.fail)
+        throw new Error('cannot apply');
+      if (payload.serialization) {
+        const error = new Error('could not serialize access');
+        error.code = '40001';
+        throw error;
+      }
+      return { applied: delivery.properties.messageId, amount: payload.amount, at: Date.now() };
+    },
+    ...options,
+  });
+  const deliver = async (delivery) => {
+    const settledBefore = events.filter((e) => ['acked', 'dead-lettered', 'requeued', 'retried', 'error'].includes(e.type)).length;
+    channel.onMessage(delivery);
+    await waitFor(() => events.filter((e) => ['acked', 'dead-lettered', 'requeued', 'retried', 'error']
+      .includes(e.type)).length > settledBefore, 'the delivery to settle');
+  };
+  return { events, deliver };
+}
+
+test('the ack comes after the commit; a redelivery replays the stored answer and is acked', async () => {
+  const channel = fakeChannel();
+  channel.onAck = (delivery) => effects(delivery.properties.messageId); // a promise: checked below
+  const { events, deliver } = await start(channel);
+  const id = randomUUID();
+  const first = message(id, { amount: 5 }, { replyTo: 'replies', correlationId: `c-${id}` });
+  await deliver(first);
+  await deliver({ ...first, fields: { deliveryTag: ++tag, redelivered: true } });
+  assert.equal(await effects(id), 1, 'the effect applied once');
+  const acks = channel.log.filter((entry) => entry.op === 'ack');
+  assert.equal(acks.length, 2);
+  for (const ack of acks)
+    assert.equal(await ack.at, 1, 'at the ack the effect was already committed');
+  const replies = channel.log.filter((entry) => entry.op === 'reply');
+  assert.equal(replies.length, 2);
+  assert.equal(replies[1].bytes, replies[0].bytes, 'the replay replies the stored answer, byte for byte');
+  const { rows: [stored] } = await pool.query('SELECT response::text AS text FROM idempotency.lookup($1)', [id]);
+  assert.equal(replies[0].bytes, stored.text, 'the reply is the stored answer\'s jsonb text');
+  assert.equal(replies[0].options.correlationId, `c-${id}`);
+  assert.equal(replies[0].queue, 'replies');
+  assert.deepEqual(replies.map((r) => r.options.headers['x-idempotency-replayed']), [false, true]);
+  // the reply is confirmed before the ack
+  const order = channel.log.map((entry) => entry.op);
+  assert.deepEqual(order, ['reply', 'confirmed', 'ack', 'reply', 'confirmed', 'ack']);
+  assert.deepEqual(events.filter((e) => e.type === 'acked').map((e) => e.outcome), ['ran', 'replayed']);
+});
+
+test('IK422: the same id with another payload is dead-lettered with the reason, and acked', async () => {
+  const channel = fakeChannel();
+  const { deliver } = await start(channel);
+  const id = randomUUID();
+  await deliver(message(id, { amount: 1 }));
+  await deliver(message(id, { amount: 2 }));
+  assert.equal(await effects(id), 1);
+  const dead = channel.log.find((entry) => entry.op === 'publish');
+  assert.equal(dead.routingKey, 'jobs.dead');
+  assert.equal(dead.options.headers['x-idempotency-code'], 'IK422');
+  assert.match(dead.options.headers['x-idempotency-reason'], /.+/);
+  assert.equal(dead.options.messageId, id);
+  assert.equal(dead.options.persistent, true);
+  assert.equal(JSON.parse(dead.content).amount, 2);
+  assert.deepEqual(channel.log.slice(-3).map((entry) => entry.op), ['publish', 'confirmed', 'ack']);
+});
+
+test('IK422 without a dead-letter destination: rejected without requeue', async () => {
+  const channel = fakeChannel();
+  const { deliver } = await start(channel, { deadLetter: undefined });
+  const id = randomUUID();
+  await deliver(message(id, { amount: 1 }));
+  await deliver(message(id, { amount: 2 }));
+  assert.deepEqual(channel.log.at(-1), { op: 'nack', id, requeue: false });
+});
+
+test('IK409: a key held by another transaction is requeued after the backoff, not applied', async () => {
+  const channel = fakeChannel();
+  const { events, deliver } = await start(channel);
+  const id = randomUUID();
+  const holder = await pool.connect();
+  try {
+    await holder.query('BEGIN');
+    await claim(holder, id, null);
+    await deliver(message(id, { amount: 1 }));
+    assert.deepEqual(channel.log.at(-1), { op: 'nack', id, requeue: true });
+    assert.equal(events.find((e) => e.type === 'requeued').attempts, 1);
+  } finally {
+    await holder.query('ROLLBACK');
+    holder.release();
+  }
+  assert.equal(await effects(id), 0);
+});
+
+test('a stored error is the answer: work undone, replied, acked, and replayed without running again', async () => {
+  const channel = fakeChannel();
+  const { events, deliver } = await start(channel, { isStoredError: (error) => error.code === 'P0001' });
+  const id = randomUUID();
+  const refused = message(id, { amount: 7, refuse: true }, { replyTo: 'replies', correlationId: id });
+  await deliver(refused);
+  await deliver({ ...refused, fields: { deliveryTag: ++tag, redelivered: true } });
+  assert.equal(await effects(id), 0, 'the handler\'s insert was rolled back');
+  const replies = channel.log.filter((entry) => entry.op === 'reply').map((entry) => entry.body);
+  assert.deepEqual(replies[0], { error: { sqlstate: 'P0001', message: 'insufficient funds', detail: null, hint: null } });
+  assert.deepEqual(replies[1], replies[0]);
+  assert.deepEqual(events.filter((e) => e.type === 'acked').map((e) => e.outcome), ['stored_error', 'replayed_error']);
+});
+
+test('a poison message is retried with its attempts counted, then dead-lettered with the last error', async () => {
+  const channel = fakeChannel();
+  const { deliver } = await start(channel);
+  const id = randomUUID();
+  await deliver(message(id, { amount: 1, fail: true }));
+  const retry = channel.log.find((entry) => entry.op === 'publish');
+  assert.equal(retry.routingKey, 'jobs');
+  assert.equal(retry.options.headers['x-idempotency-attempts'], 1);
+  assert.equal(channel.log.at(-1).op, 'ack');
+  channel.log.length = 0;
+  await deliver(message(id, { amount: 1, fail: true }, { headers: { 'x-idempotency-attempts': 2 } }));
+  const dead = channel.log.find((entry) => entry.op === 'publish');
+  assert.equal(dead.routingKey, 'jobs.dead');
+  assert.equal(dead.options.headers['x-idempotency-code'], 'handler-error');
+  assert.match(dead.options.headers['x-idempotency-reason'], /failed 3 times.*cannot apply/);
+  assert.equal(await effects(id), 0);
+});
+
+test('a closed channel after the commit: the failure is reported, the effect stays committed once', async () => {
+  const channel = fakeChannel();
+  const { events, deliver } = await start(channel);
+  const id = randomUUID();
+  channel.onAck = () => {};
+  const delivery = message(id, { amount: 3 });
+  channel.closed = true;
+  await deliver(delivery);
+  assert.ok(events.some((e) => e.type === 'committed'));
+  assert.match(String(events.find((e) => e.type === 'error').error.message), /Channel closed/);
+  channel.closed = false;
+  await deliver({ ...delivery, fields: { deliveryTag: ++tag, redelivered: true } }); // the broker's redelivery
+  assert.equal(await effects(id), 1);
+  assert.equal(events.filter((e) => e.type === 'acked').at(-1).outcome, 'replayed');
+});
+
+test('a message without a key or with a body that is not JSON is dead-lettered with the reason', async () => {
+  const channel = fakeChannel();
+  const { deliver } = await start(channel);
+  await deliver(message(undefined, { amount: 1 }));
+  await deliver({ ...message(randomUUID(), {}), content: Buffer.from('{not json') });
+  const codes = channel.log.filter((entry) => entry.op === 'publish').map((entry) => entry.options.headers['x-idempotency-code']);
+  assert.deepEqual(codes, ['no-key', 'unparsable']);
+});
+
+test('a business id from the payload is the key', async () => {
+  const channel = fakeChannel();
+  const { events, deliver } = await start(channel, { key: (delivery, payload) => `order-${payload.order}` });
+  const order = randomUUID();
+  const ids = [randomUUID(), randomUUID()];
+  await deliver(message(ids[0], { amount: 1, order }));
+  await deliver(message(ids[1], { amount: 1, order })); // another message id, the same order
+  assert.equal(await effects(ids[0]) + await effects(ids[1]), 1, 'the order applied once');
+  assert.deepEqual(events.filter((e) => e.type === 'acked').map((e) => [e.key, e.outcome]),
+    [[`order-${order}`, 'ran'], [`order-${order}`, 'replayed']]);
+});
+
+test('a transient database error in the handler requeues the message without counting an attempt', async () => {
+  const channel = fakeChannel();
+  const { deliver } = await start(channel);
+  const id = randomUUID();
+  await deliver(message(id, { amount: 1, serialization: true }));
+  assert.deepEqual(channel.log, [{ op: 'nack', id, requeue: true }]);
+  assert.equal(await effects(id), 0);
+});

@@ -1,0 +1,300 @@
+"""A message-broker consumer that applies each message once (the inbox
+pattern on a real broker), for pika (RabbitMQ) and a psycopg2 or psycopg 3
+connection: for every delivery, claim the message's key in the consumer's
+own database transaction, run the handler there, store its answer with the
+key, COMMIT, and only then acknowledge the delivery.
+
+A delivery lost between the commit and the ack comes back (redelivered after
+a crash, a closed channel or a broker restart); its claim replays the stored
+answer instead of running the handler again, and it is acked.
+
+    IK409 (another consumer holds the key right now)  -> requeued after a backoff
+    IK422 (the key was used for another payload)      -> dead-lettered with the reason
+    handler error chosen by is_stored_error           -> stored as the answer, acked
+    other handler error                               -> retried max_attempts times, then dead-lettered
+    the database's transient errors (08, 40, 53, 57, 58 classes) -> requeued after a backoff
+    a reply_to on the message                         -> the stored answer (jsonb's text) is published
+                                                         to it with the message's correlation_id
+
+The channel is a pika BlockingChannel; with confirm_delivery() on it, every
+reply, retry and dead letter is confirmed by the broker before the ack.
+pika itself is not a dependency: any object with its basic_consume,
+basic_ack, basic_nack and basic_publish methods works.
+"""
+import hashlib
+import json
+import random
+import time
+
+from .db import Sealable, set_wait_timeout
+from .errors import KeyInProgress, KeyReused, claim_error, sqlstate_of
+
+ATTEMPTS_HEADER = "x-idempotency-attempts"
+REASON_HEADER = "x-idempotency-reason"
+CODE_HEADER = "x-idempotency-code"
+REPLAYED_HEADER = "x-idempotency-replayed"
+
+
+class HandlerFailure(Exception):
+    """The handler's own error, kept apart from the claim's and the database's."""
+
+
+# SQLSTATE classes of errors that say nothing about the message: the
+# connection (08), a serialization failure or deadlock (40), resources (53), a
+# shutdown (57), the system (58). A handler that meets one is not failing: the
+# message is requeued like any other transient failure, its attempts not
+# counted.
+TRANSIENT_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+
+
+def is_transient(error):
+    code = sqlstate_of(error)
+    return isinstance(code, str) and len(code) == 5 and code[:2] in TRANSIENT_CLASSES
+
+
+def default_backoff(attempt):
+    """Seconds before the attempt-th requeue or retry: exponential, with jitter."""
+    ceiling = min(0.05 * 2 ** attempt, 5.0)
+    return ceiling / 2 + random.random() * ceiling / 2
+
+
+def error_document(error):
+    """The document stored for an error: the shape idempotent_call stores for
+    idempotency.store_errors."""
+    diag = getattr(error, "diag", None)
+
+    def field(name, diag_name):
+        value = getattr(error, name, None)
+        if value is None and diag is not None:
+            value = getattr(diag, diag_name, None)
+        return None if value is None else str(value)
+
+    message = field("message", "message_primary")
+    if message is None:
+        message = str(error).strip() or None
+    return {"error": {"sqlstate": sqlstate_of(error) or field("code", "sqlstate"), "message": message,
+                      "detail": field("detail", "message_detail"), "hint": field("hint", "message_hint")}}
+
+
+def is_error_document(value):
+    return isinstance(value, dict) and len(value) == 1 and isinstance(value.get("error"), dict)
+
+
+def _claim_text(cursor, key, request_hash, wait_timeout):
+    """The claim, with the stored response as jsonb's text: the reply is made
+    of that text, so the first reply and every replay, from any client, are
+    the same bytes."""
+    try:
+        if wait_timeout is not None:
+            set_wait_timeout(cursor, wait_timeout)
+        cursor.execute("SELECT replayed, response::text FROM idempotency.claim(%s, %s)", [key, request_hash])
+        return cursor.fetchone()
+    except Exception as error:
+        mapped = claim_error(error)
+        if mapped is None:
+            raise
+        raise mapped from error
+
+
+def apply_once(conn, key, work, request_hash=None, wait_timeout=None, is_stored_error=None, before_commit=None):
+    """Claims key, runs work(cursor) and stores its answer in one transaction
+    on conn (psycopg2 or psycopg 3, not in autocommit). Returns (outcome,
+    response, text): outcome one of 'ran', 'stored_error', 'replayed',
+    'replayed_error'; the answer as stored, and its jsonb text. Raises KeyInProgress, KeyReused, HandlerFailure (the
+    work's error, its cause) or the database's error, after ROLLBACK."""
+    cursor = conn.cursor()
+    try:
+        replayed, text = _claim_text(cursor, key, request_hash, wait_timeout)
+        if replayed:
+            conn.commit()
+            response = None if text is None else json.loads(text)
+            return ("replayed_error" if is_error_document(response) else "replayed"), response, text
+        if is_stored_error is not None:
+            cursor.execute("SAVEPOINT idempotency_consumer_work")
+        handle = Sealable(cursor)
+        outcome = "ran"
+        try:
+            response = work(handle)
+        except Exception as error:
+            if is_transient(error):
+                raise
+            if is_stored_error is None or not is_stored_error(error):
+                raise HandlerFailure(str(error)) from error
+            # The answer is the error: the handler's work is undone, the key kept.
+            cursor.execute("ROLLBACK TO SAVEPOINT idempotency_consumer_work")
+            outcome, response = "stored_error", error_document(error)
+        finally:
+            handle.seal(f"the transaction of message key {key!r} has ended; use the cursor only inside the handler")
+        # The answer as stored: jsonb's text (its key order, its spacing).
+        given = None if response is None else json.dumps(response)
+        cursor.execute("SELECT idempotency.complete(%s, %s::jsonb), %s::jsonb::text", [key, given, given])
+        text = cursor.fetchone()[1]
+        response = None if text is None else json.loads(text)
+        if before_commit is not None:
+            before_commit()
+        conn.commit()
+        return outcome, response, text
+    except BaseException:
+        try:
+            conn.rollback()
+        except Exception:
+            pass
+        raise
+    finally:
+        try:
+            cursor.close()
+        except Exception:
+            pass
+
+
+class Consumer:
+    """Applies deliveries of queue once each. Call consume() to register with
+    the channel (then channel.start_consuming()), or on_message() with each
+    delivery yourself.
+
+    handler(cursor, payload, delivery) returns the message's answer (a JSON
+    value); delivery has .method, .properties and .body (pika's)."""
+
+    def __init__(self, conn, channel, queue, handler, *, key=None, request_hash=None, parse=None,
+                 is_stored_error=None, dead_letter=None, wait_timeout=None, max_attempts=5,
+                 backoff=default_backoff, on_event=None, sleep=None, properties_class=None):
+        if not callable(handler):
+            raise TypeError("handler must be a function (cursor, payload, delivery) -> answer")
+        if not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ValueError(f"max_attempts must be a whole number >= 1, not {max_attempts!r}")
+        if dead_letter is not None and not isinstance(dead_letter.get("routing_key"), str):
+            raise TypeError("dead_letter must be {'exchange': ..., 'routing_key': ...}")
+        self.conn, self.channel, self.queue, self.handler = conn, channel, queue, handler
+        self.key = key
+        self.request_hash = request_hash or (lambda delivery, payload: hashlib.sha256(delivery.body).hexdigest())
+        self.parse = parse or (lambda body, delivery: json.loads(body))
+        self.is_stored_error, self.dead_letter, self.wait_timeout = is_stored_error, dead_letter, wait_timeout
+        self.max_attempts, self.backoff = max_attempts, backoff
+        self.on_event = on_event or (lambda event: None)
+        connection = getattr(channel, "connection", None)
+        # A BlockingConnection's sleep keeps serving heartbeats while it waits.
+        self.sleep = sleep or (connection.sleep if hasattr(connection, "sleep") else time.sleep)
+        self.in_progress_attempts = {}
+        self._properties_class = properties_class
+
+    def _properties(self, **fields):
+        if self._properties_class is None:
+            import pika  # imported when first needed: the package does not depend on pika
+            self._properties_class = pika.BasicProperties
+        return self._properties_class(**fields)
+
+    def consume(self):
+        return self.channel.basic_consume(self.queue, self._callback, auto_ack=False)
+
+    def _callback(self, channel, method, properties, body):
+        self.on_message(Delivery(method, properties, body))
+
+    def _emit(self, kind, delivery, **extra):
+        self.on_event(dict(type=kind, delivery=delivery, **extra))
+
+    def _publish(self, exchange, routing_key, body, properties):
+        self.channel.basic_publish(exchange=exchange, routing_key=routing_key, body=body, properties=properties)
+
+    def _copy_properties(self, delivery, headers):
+        props = delivery.properties
+        merged = dict(props.headers or {})
+        merged.update(headers)
+        return self._properties(
+            content_type=props.content_type, content_encoding=props.content_encoding, headers=merged,
+            delivery_mode=props.delivery_mode or 2, priority=props.priority,
+            correlation_id=props.correlation_id, reply_to=props.reply_to, expiration=props.expiration,
+            message_id=props.message_id, timestamp=props.timestamp, type=props.type, app_id=props.app_id)
+
+    def _dead_letter(self, delivery, code, reason):
+        if self.dead_letter is not None:
+            self._publish(self.dead_letter.get("exchange", ""), self.dead_letter["routing_key"], delivery.body,
+                          self._copy_properties(delivery, {REASON_HEADER: reason, CODE_HEADER: code,
+                                                           "x-original-queue": self.queue}))
+            self.channel.basic_ack(delivery.method.delivery_tag)
+        else:
+            # The queue's own dead-letter exchange, if any, gets it (x-death says 'rejected').
+            self.channel.basic_nack(delivery.method.delivery_tag, requeue=False)
+        self._emit("dead-lettered", delivery, code=code, reason=reason)
+
+    def _reply(self, delivery, response, text, outcome):
+        props = delivery.properties
+        if not props.reply_to:
+            return
+        self._publish("", props.reply_to, (text if text is not None else "null").encode(), self._properties(
+            correlation_id=props.correlation_id, content_type="application/json", delivery_mode=2,
+            headers={REPLAYED_HEADER: outcome in ("replayed", "replayed_error")}))
+        self._emit("replied", delivery, response=response, outcome=outcome)
+
+    def _retry_later(self, delivery, key, error):
+        attempts = int((delivery.properties.headers or {}).get(ATTEMPTS_HEADER, 0)) + 1
+        if attempts >= self.max_attempts:
+            self._dead_letter(delivery, "handler-error", f"the handler failed {attempts} times; last error: {error}")
+            return
+        self.sleep(self.backoff(attempts))
+        self._publish("", self.queue, delivery.body, self._copy_properties(delivery, {ATTEMPTS_HEADER: attempts}))
+        self.channel.basic_ack(delivery.method.delivery_tag)
+        self._emit("retried", delivery, key=key, attempts=attempts, error=error)
+
+    def _requeue_later(self, delivery, key, error):
+        attempts = self.in_progress_attempts.get(key, 0) + 1
+        self.in_progress_attempts[key] = attempts
+        self.sleep(self.backoff(attempts))
+        self.channel.basic_nack(delivery.method.delivery_tag, requeue=True)
+        self._emit("requeued", delivery, key=key, attempts=attempts, error=error)
+
+    def on_message(self, delivery):
+        key = None
+        try:
+            self._emit("delivered", delivery, redelivered=bool(delivery.method.redelivered))
+            try:
+                payload = self.parse(delivery.body, delivery)
+                key = self.key(delivery, payload) if self.key else delivery.properties.message_id
+            except Exception as error:
+                self._dead_letter(delivery, "unparsable", f"the payload could not be parsed: {error}")
+                return
+            if not isinstance(key, str) or not key:
+                self._dead_letter(delivery, "no-key", "the message has no key (message id or business id)")
+                return
+            outcome, response, text = apply_once(
+                self.conn, key, lambda cursor: self.handler(cursor, payload, delivery),
+                request_hash=self.request_hash(delivery, payload), wait_timeout=self.wait_timeout,
+                is_stored_error=self.is_stored_error,
+                before_commit=lambda: self._emit("committing", delivery, key=key))
+            self.in_progress_attempts.pop(key, None)
+            self._emit("committed", delivery, key=key, outcome=outcome, response=response)
+            self._reply(delivery, response, text, outcome)
+            self.channel.basic_ack(delivery.method.delivery_tag)
+            self._emit("acked", delivery, key=key, outcome=outcome)
+        except Exception as error:  # noqa: BLE001 -- each kind is settled below
+            self._settle_failure(delivery, key, error)
+
+    def _settle_failure(self, delivery, key, error):
+        try:
+            if isinstance(error, KeyInProgress):
+                self._requeue_later(delivery, key, error)
+            elif isinstance(error, KeyReused):
+                self._dead_letter(delivery, "IK422", str(error))
+            elif isinstance(error, HandlerFailure):
+                self._retry_later(delivery, key, error.__cause__)
+            else:  # the database or the channel: the delivery comes back later
+                self._requeue_later(delivery, key, error)
+        except Exception as settle_error:  # noqa: BLE001
+            # The channel is gone: the broker redelivers the message to another
+            # consumer; its key makes that a replay if the work had committed.
+            self._emit("error", delivery, key=key, error=settle_error)
+
+
+class Delivery:
+    """One delivery: pika's method frame, properties and body."""
+    __slots__ = ("method", "properties", "body")
+
+    def __init__(self, method, properties, body):
+        self.method, self.properties, self.body = method, properties, body
+
+
+def consume(conn, channel, queue, handler, **options):
+    """Registers a Consumer for queue on channel (manual acks) and returns it;
+    run channel.start_consuming() afterwards. Options as Consumer's."""
+    consumer = Consumer(conn, channel, queue, handler, **options)
+    consumer.consume()
+    return consumer

@@ -1,0 +1,230 @@
+"""idempotency_pg.consumer against a real database (psycopg2 and psycopg 3)
+and a recording stand-in for a pika channel: the ack comes after the commit,
+a redelivery replays, IK409 requeues, IK422 and poison messages are
+dead-lettered with a reason, a stored error is replied. (examples/rabbitmq
+runs a pika consumer against a real RabbitMQ node in the broker suite.)"""
+import json
+import types
+import unittest
+import uuid
+
+import psycopg
+import psycopg2
+
+from idempotency_pg import claim
+from idempotency_pg.consumer import Consumer, Delivery
+
+DRIVERS = {"psycopg2": lambda: psycopg2.connect(""), "psycopg": lambda: psycopg.connect("")}
+
+
+def setUpModule():
+    with psycopg.connect("", autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS py_consumer_effects (message_id text NOT NULL, amount int NOT NULL)")
+
+
+def effects(message_id):
+    with psycopg.connect("") as conn:
+        return conn.execute("SELECT count(*) FROM py_consumer_effects WHERE message_id = %s",
+                            [message_id]).fetchone()[0]
+
+
+class Properties(types.SimpleNamespace):
+    """What pika.BasicProperties carries; absent fields are None."""
+    def __getattr__(self, name):
+        return None
+
+
+class FakeChannel:
+    def __init__(self):
+        self.log = []
+        self.closed = False
+        self.on_ack = None
+
+    def _check(self):
+        if self.closed:
+            raise RuntimeError("Channel is closed")
+
+    def basic_ack(self, tag):
+        self._check()
+        self.log.append(("ack", tag, self.on_ack() if self.on_ack else None))
+
+    def basic_nack(self, tag, requeue=True):
+        self._check()
+        self.log.append(("nack", tag, requeue))
+
+    def basic_publish(self, exchange, routing_key, body, properties):
+        self._check()
+        self.log.append(("publish", exchange, routing_key, body, properties))
+
+
+tags = iter(range(1, 1 << 30))
+
+
+def delivery(message_id, payload, redelivered=False, body=None, **properties):
+    method = types.SimpleNamespace(delivery_tag=next(tags), redelivered=redelivered)
+    props = Properties(message_id=message_id, headers=properties.pop("headers", {}), delivery_mode=2, **properties)
+    return Delivery(method, props, body if body is not None else json.dumps(payload).encode())
+
+
+class StoredError(Exception):
+    code = "P0001"
+
+
+class SerializationFailure(Exception):
+    sqlstate = "40001"
+
+
+def handler(cursor, payload, message):
+    cursor.execute("INSERT INTO py_consumer_effects VALUES (%s, %s)", [message.properties.message_id,
+                                                                       payload["amount"]])
+    if payload.get("refuse"):
+        raise StoredError("insufficient funds")
+    if payload.get("fail"):
+        raise ValueError("cannot apply")
+    if payload.get("serialization"):
+        raise SerializationFailure("could not serialize access")
+    return {"applied": message.properties.message_id, "amount": payload["amount"]}
+
+
+class ConsumerTests(unittest.TestCase):
+    def each_driver(self):
+        for name, connect in DRIVERS.items():
+            with self.subTest(driver=name):
+                conn = connect()
+                try:
+                    yield conn
+                finally:
+                    conn.close()
+
+    def consumer(self, conn, channel, **options):
+        events = []
+        settings = dict(dead_letter={"exchange": "", "routing_key": "jobs.dead"}, max_attempts=3,
+                        backoff=lambda attempt: 0, sleep=lambda seconds: None, on_event=events.append,
+                        properties_class=Properties, is_stored_error=lambda e: getattr(e, "code", None) == "P0001")
+        settings.update(options)
+        return Consumer(conn, channel, "jobs", handler, **settings), events
+
+    def test_ack_after_commit_and_redelivery_replays(self):
+        for conn in self.each_driver():
+            channel = FakeChannel()
+            message_id = str(uuid.uuid4())
+            channel.on_ack = lambda: effects(message_id)
+            consumer, events = self.consumer(conn, channel)
+            first = delivery(message_id, {"amount": 5}, reply_to="replies", correlation_id="c-1")
+            consumer.on_message(first)
+            consumer.on_message(Delivery(types.SimpleNamespace(delivery_tag=next(tags), redelivered=True),
+                                         first.properties, first.body))
+            self.assertEqual(effects(message_id), 1)
+            ops = [entry[0] for entry in channel.log]
+            self.assertEqual(ops, ["publish", "ack", "publish", "ack"])
+            acks = [entry for entry in channel.log if entry[0] == "ack"]
+            self.assertEqual([ack[2] for ack in acks], [1, 1], "the effect was committed at each ack")
+            replies = [entry for entry in channel.log if entry[0] == "publish"]
+            self.assertEqual(replies[0][2], "replies")
+            self.assertEqual(replies[0][3], replies[1][3])
+            with psycopg.connect("") as observer:
+                stored = observer.execute("SELECT response::text FROM idempotency.lookup(%s)", [message_id]).fetchone()[0]
+            self.assertEqual(replies[0][3], stored.encode(), "the reply is the stored answer's jsonb text")
+            self.assertEqual(replies[0][4].correlation_id, "c-1")
+            self.assertEqual([r[4].headers["x-idempotency-replayed"] for r in replies], [False, True])
+            self.assertEqual([e["outcome"] for e in events if e["type"] == "acked"], ["ran", "replayed"])
+
+    def test_ik422_is_dead_lettered_with_the_reason(self):
+        for conn in self.each_driver():
+            channel = FakeChannel()
+            consumer, _ = self.consumer(conn, channel)
+            message_id = str(uuid.uuid4())
+            consumer.on_message(delivery(message_id, {"amount": 1}))
+            consumer.on_message(delivery(message_id, {"amount": 2}))
+            self.assertEqual(effects(message_id), 1)
+            dead = [entry for entry in channel.log if entry[0] == "publish"][0]
+            self.assertEqual(dead[2], "jobs.dead")
+            self.assertEqual(dead[4].headers["x-idempotency-code"], "IK422")
+            self.assertTrue(dead[4].headers["x-idempotency-reason"])
+            self.assertEqual(json.loads(dead[3])["amount"], 2)
+            self.assertEqual(channel.log[-1][0], "ack")
+
+    def test_ik409_is_requeued(self):
+        for conn in self.each_driver():
+            channel = FakeChannel()
+            consumer, _ = self.consumer(conn, channel)
+            message_id = str(uuid.uuid4())
+            with psycopg.connect("") as holder:
+                claim(holder.cursor(), message_id, None)
+                message = delivery(message_id, {"amount": 1})
+                consumer.on_message(message)
+                holder.rollback()
+            self.assertEqual(channel.log, [("nack", message.method.delivery_tag, True)])
+            self.assertEqual(effects(message_id), 0)
+
+    def test_stored_error_is_undone_replied_and_replayed(self):
+        for conn in self.each_driver():
+            channel = FakeChannel()
+            consumer, events = self.consumer(conn, channel)
+            message_id = str(uuid.uuid4())
+            message = delivery(message_id, {"amount": 7, "refuse": True}, reply_to="replies", correlation_id="c")
+            consumer.on_message(message)
+            consumer.on_message(message)
+            self.assertEqual(effects(message_id), 0)
+            replies = [json.loads(entry[3]) for entry in channel.log if entry[0] == "publish"]
+            self.assertEqual(replies[0], {"error": {"sqlstate": "P0001", "message": "insufficient funds",
+                                                    "detail": None, "hint": None}})
+            self.assertEqual(replies[1], replies[0])
+            self.assertEqual([e["outcome"] for e in events if e["type"] == "acked"],
+                             ["stored_error", "replayed_error"])
+
+    def test_poison_is_retried_then_dead_lettered(self):
+        for conn in self.each_driver():
+            channel = FakeChannel()
+            consumer, _ = self.consumer(conn, channel)
+            message_id = str(uuid.uuid4())
+            consumer.on_message(delivery(message_id, {"amount": 1, "fail": True}))
+            retry = channel.log[0]
+            self.assertEqual((retry[0], retry[2], retry[4].headers["x-idempotency-attempts"]), ("publish", "jobs", 1))
+            self.assertEqual(channel.log[1][0], "ack")
+            channel.log.clear()
+            consumer.on_message(delivery(message_id, {"amount": 1, "fail": True},
+                                         headers={"x-idempotency-attempts": 2}))
+            dead = channel.log[0]
+            self.assertEqual(dead[2], "jobs.dead")
+            self.assertEqual(dead[4].headers["x-idempotency-code"], "handler-error")
+            self.assertIn("cannot apply", dead[4].headers["x-idempotency-reason"])
+            self.assertEqual(effects(message_id), 0)
+
+    def test_closed_channel_after_commit_then_redelivery(self):
+        for conn in self.each_driver():
+            channel = FakeChannel()
+            consumer, events = self.consumer(conn, channel)
+            message_id = str(uuid.uuid4())
+            message = delivery(message_id, {"amount": 3})
+            channel.closed = True
+            consumer.on_message(message)
+            self.assertTrue(any(e["type"] == "committed" for e in events))
+            self.assertTrue(any(e["type"] == "error" for e in events))
+            channel.closed = False
+            consumer.on_message(message)
+            self.assertEqual(effects(message_id), 1)
+            self.assertEqual([e["outcome"] for e in events if e["type"] == "acked"], ["replayed"])
+
+    def test_unparsable_and_keyless_are_dead_lettered(self):
+        for conn in self.each_driver():
+            channel = FakeChannel()
+            consumer, _ = self.consumer(conn, channel)
+            consumer.on_message(delivery(None, {"amount": 1}))
+            consumer.on_message(delivery(str(uuid.uuid4()), None, body=b"{not json"))
+            codes = [entry[4].headers["x-idempotency-code"] for entry in channel.log if entry[0] == "publish"]
+            self.assertEqual(codes, ["no-key", "unparsable"])
+
+    def test_transient_database_error_requeues_without_an_attempt(self):
+        for conn in self.each_driver():
+            channel = FakeChannel()
+            consumer, _ = self.consumer(conn, channel)
+            message_id = str(uuid.uuid4())
+            message = delivery(message_id, {"amount": 1, "serialization": True})
+            consumer.on_message(message)
+            self.assertEqual(channel.log, [("nack", message.method.delivery_tag, True)])
+            self.assertEqual(effects(message_id), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
