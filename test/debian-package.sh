@@ -88,7 +88,9 @@ if [ "$root" = "$pkglibdir" ]; then
   failed=$((failed + 1))
 elif [ -z "$root" ]; then
   echo "installing: apt-get install $deb"
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --allow-downgrades "$deb" >/dev/null
+  # --reinstall: on a machine where an earlier run left the package installed,
+  # make install has since replaced its library; the package must win again.
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --allow-downgrades --reinstall "$deb" >/dev/null
   check "apt-get installed the package" \
     bash -c "dpkg-query -W -f='\${Status}' postgresql-15-idempotency | grep -q 'install ok installed'"
   check "dpkg knows the library as the package's" \
