@@ -14,8 +14,9 @@ OBJS = $(patsubst %.cpp,%.o,$(wildcard src/*/*.cpp))
 
 REGRESS = $(basename $(notdir $(wildcard sql/*.sql)))
 REGRESS_OPTS = --temp-instance=tmp_regress --temp-config=$(srcdir)/test/preload.conf
-ISOLATION = $(basename $(notdir $(wildcard specs/*.spec)))
-ISOLATION_OPTS = --temp-instance=tmp_isolation --temp-config=$(srcdir)/test/preload.conf
+ISOLATION = $(basename $(notdir $(wildcard test/isolation/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=$(srcdir)/test/isolation  \
+	--temp-instance=tmp_isolation --temp-config=$(srcdir)/test/preload.conf
 TAP_TESTS = 1
 EXTRA_CLEAN = tmp_regress tmp_isolation output_iso results regression.diffs regression.out
 
@@ -44,6 +45,9 @@ $(error PG_CONFIG=$(PG_CONFIG) is not a working pg_config: set PG_CONFIG to the 
 endif
 include $(PGXS)
 
+# The TAP files' shared module (IdempotencyTest.pm) lives beside them.
+PG_PROVE_FLAGS += -I test/tap
+
 # One suite at a time, for test/run-all; REGRESS=name (or ISOLATION=name)
 # runs one file: every file sets up what it needs.
 .PHONY: installcheck-regress installcheck-isolation installcheck-tap
@@ -54,14 +58,14 @@ installcheck-isolation:
 # A PostgreSQL configured without --enable-tap-tests would make PGXS print
 # a notice and succeed having run nothing: fail instead.
 #
-# Without Citus in $(PG_CONFIG), the Citus files (t/*_citus.pl) are left out
+# Without Citus in $(PG_CONFIG), the Citus files (test/tap/*_citus.pl) are left out
 # of a default run and reported as skipped, so that prove's PASS speaks only
 # for the files that ran (PROVE_TESTS naming them still runs them: prove
 # then reports their skip_all as skipped).
 CITUS_SO = $(wildcard $(shell $(PG_CONFIG) --pkglibdir)/citus.so)
 ifeq ($(origin PROVE_TESTS)$(CITUS_SO),undefined)
-CITUS_TAP_SKIPPED = $(wildcard t/*_citus.pl)
-PROVE_TESTS = $(filter-out $(CITUS_TAP_SKIPPED),$(wildcard t/*.pl))
+CITUS_TAP_SKIPPED = $(wildcard test/tap/*_citus.pl)
+PROVE_TESTS = $(filter-out $(CITUS_TAP_SKIPPED),$(wildcard test/tap/*.pl))
 endif
 installcheck-tap:
 ifeq ($(enable_tap_tests),yes)

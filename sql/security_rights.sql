@@ -22,7 +22,7 @@ INSERT INTO payroll VALUES ('alice', 100);
 -- fn has the caller's rights and no more: superuser-only functions,
 -- altering roles and writing where the caller may not all fail with 42501.
 -- (Changing the session's identity inside fn is covered by
--- t/205_security.pl, with roles that log in.)
+-- test/tap/205_security.pl, with roles that log in.)
 SET SESSION AUTHORIZATION regress_sec_alice;
 SELECT idempotency.idempotent_call('sec-who', NULL, 'SELECT ARRAY[current_user, session_user]');
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('sec-payroll', NULL, 'UPDATE security_rights.payroll SET salary = 1000')$$);

@@ -8,10 +8,10 @@ TEST_USER=${TEST_USER:-postgres}
 export PG_CONFIG
 
 # Debian packages the build and the suites need: pgbouncer for
-# t/402_pgbouncer.pl; chromium for the examples' browser test; python3-django
+# test/tap/402_pgbouncer.pl; chromium for the examples' browser test; python3-django
 # and python3-psycopg2 (Django 3.2's PostgreSQL driver) for the Django example;
 # python3-matplotlib for bench/scale's plot (its smoke runs in CI);
-# libfaketime for t/107_ttl_calendar.pl (a server clock at chosen dates).
+# libfaketime for test/tap/107_ttl_calendar.pl (a server clock at chosen dates).
 PREREQUISITES=(postgresql-15 postgresql-server-dev-15 libipc-run-perl make g++ cmake libgtest-dev
   pgbouncer chromium fonts-dejavu-core python3-django python3-psycopg2 python3-matplotlib
   libfaketime)

@@ -3,7 +3,7 @@
 # extended protocol by pgbench's clients with many keys, each key repeated:
 # every key runs once with its own arguments and every repeat replays its
 # response. Both as a named prepared statement (-M prepared) and as unnamed
-# statements (-M extended); t/402_pgbouncer.pl runs the same behind
+# statements (-M extended); test/tap/402_pgbouncer.pl runs the same behind
 # PgBouncer's transaction pooling.
 use strict;
 use warnings;
