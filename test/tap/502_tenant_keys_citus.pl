@@ -17,16 +17,21 @@
 #   CONCURRENTLY and a BEFORE INSERT trigger (run as the table's owner) on
 #   the key table between the calls of one session.
 # - A shard move (citus_move_shard_placement) while callers run, in
-#   autocommit and inside their own BEGIN ... COMMIT: keys move with their
-#   tenant and replay, nothing ran twice; the move waits for requests in
-#   flight, requests that arrive during it get 40001 only, and their retries
-#   run once on the new node.
+#   autocommit and inside their own BEGIN ... COMMIT: it starts once calls
+#   are in flight, calls are in flight while it runs and keys are stored
+#   during it, pgbench exits 0; keys move with their tenant and replay,
+#   nothing ran twice; the move waits for requests in flight, requests that
+#   arrive during it get 40001 only, and their retries run once on the new
+#   node and replay the answer their client got.
 # - Expiry through the coordinator deletes expired tenant keys on every shard,
 #   also after the move; workers leave them alone; stats counts them.
 # - kill -9 during calls that clients retry, of a worker's backend and of the
 #   coordinator's (crash restarts), then of every process of the other worker
-#   and of the coordinator (power cuts): every key ran once, every
-#   acknowledged response replays.
+#   and of the coordinator (power cuts), each counted only when it landed:
+#   the shared checker (check_storm) finds, per key, every answer the first,
+#   applied once and equal to what is stored, changed requests refused, the
+#   balances explained; every client exits 0, every error kind is counted,
+#   and each planted control is flagged.
 # - A worker crash right after a request's commit record: the retry replays.
 # - DROP EXTENSION is refused while the key table exists.
 #
@@ -38,7 +43,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
+use Time::HiRes qw(usleep time);
 use POSIX ();
 
 use FindBin;
@@ -390,26 +395,52 @@ my $shard = $coordinator->safe_psql('postgres',
 my $from_port = $coordinator->safe_psql('postgres',
 	"SELECT nodeport FROM citus_shards WHERE shardid = $shard");
 my ($to) = grep { $_->port != $from_port } @workers;
+# pgbench runs long enough to outlast the move: the test waits until calls
+# are in flight and keys stored, samples the calls in flight while the move
+# runs, and checks that pgbench still ran when the move ended.
 my $pgbench = IPC::Run::start(
 	[ 'pgbench', '-n', '-h', $coordinator->host, '-p', $coordinator->port, '-U', 'app',
-	  '-c', '4', '-j', '2', '-T', '10', '--max-tries=50', '-f', $script, '-f', $block_script, 'postgres' ],
+	  '-c', '4', '-j', '2', '-T', '15', '--max-tries=50', '-f', $script, '-f', $block_script, 'postgres' ],
 	'>', \my $bench_out, '2>', \my $bench_err);
-usleep(3_000_000);
-my $keys_before_move = $coordinator->safe_psql('postgres',
-	q{SELECT count(*) FROM idempotency.tenant_keys WHERE key LIKE 'mv-%'});
-$coordinator->safe_psql('postgres',
-	"SELECT citus_move_shard_placement($shard, '127.0.0.1', $from_port, '127.0.0.1', "
-	  . $to->port . ", 'force_logical')");
-$pgbench->finish;
+my $mv_keys = q{SELECT count(*) FROM idempotency.tenant_keys WHERE key LIKE 'mv-%'};
+my $calls_in_flight = q{
+SELECT count(*) FROM pg_stat_activity
+ WHERE usename = 'app' AND state <> 'idle' AND query LIKE '%pay(%'};
+ok( $coordinator->poll_query_until('postgres',
+		"SELECT ($calls_in_flight) > 0 AND ($mv_keys) > 0"),
+	'callers have stored keys and have calls in flight when the move starts');
+my $keys_before_move = $coordinator->safe_psql('postgres', $mv_keys);
+my $move = IPC::Run::start(
+	[ 'psql', '-X', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-h', $coordinator->host,
+	  '-p', $coordinator->port, '-d', 'postgres', '-c',
+	  "SELECT citus_move_shard_placement($shard, '127.0.0.1', $from_port, '127.0.0.1', "
+	  . $to->port . ", 'force_logical')" ],
+	'>', \my $move_out, '2>', \my $move_err);
+my ($most_in_flight, $samples) = (0, 0);
+while ($move->pumpable)
+{
+	my $now = $coordinator->safe_psql('postgres', $calls_in_flight);
+	$most_in_flight = $now if $now > $most_in_flight;
+	$samples++;
+	usleep(100_000);
+	$move->pump_nb;
+}
+ok($move->finish, 'the move succeeded') or diag("move: $move_out $move_err");
+my $keys_at_move_end = $coordinator->safe_psql('postgres', $mv_keys);
+ok($pgbench->pumpable, 'pgbench still ran when the move ended');
+cmp_ok($most_in_flight, '>', 0, "calls were in flight while the move ran ($samples samples)");
+my $bench_ok = $pgbench->finish;
 note "pgbench: $bench_out $bench_err";
-my $keys_after = $coordinator->safe_psql('postgres',
-	q{SELECT count(*) FROM idempotency.tenant_keys WHERE key LIKE 'mv-%'});
+ok($bench_ok, 'pgbench exited 0: no client aborted')
+  or diag('pgbench exit status ' . $pgbench->result . ": $bench_err");
+my $keys_after = $coordinator->safe_psql('postgres', $mv_keys);
 unlike($bench_err, qr/aborted/,
 	'no caller failed: a request the move interrupted failed with 40001 and ran again');
 like($bench_out, qr/number of failed transactions: 0 /,
 	'and none failed after its retries');
 cmp_ok($keys_before_move, '>', 0, 'callers stored keys before the move');
-cmp_ok($keys_after, '>', $keys_before_move, 'and after it began');
+cmp_ok($keys_at_move_end, '>', $keys_before_move, 'while it ran');
+cmp_ok($keys_after, '>', $keys_at_move_end, 'and after it');
 is( $coordinator->safe_psql('postgres',
 		"SELECT nodeport FROM citus_shards WHERE shardid = $shard"),
 	$to->port, 'the shard of tenant 1 moved to the other worker');
@@ -607,50 +638,184 @@ ok( $coordinator->poll_query_until('postgres',
 	"the coordinator's expiry worker deletes expired tenant keys");
 
 # --- kill -9 during calls ------------------------------------------------------------
-# Three clients send keys one after another, each call retried until it
-# answers, until told to stop. Meanwhile: a worker's backend, then the
-# coordinator's, is killed (each crash restarts its node); then the other
-# worker, then the coordinator, loses every process at once, as in a power
-# cut, and is started again. Afterwards every key ran once, and replays what
-# its client got.
-my @clients;
-my $results = $coordinator->basedir . '/storm';
-mkdir $results;
+# Three clients send keys one after another (storm-<client>-<n>, each for one
+# of tenants 9 .. 20, withdrawing 1), each retried until it is answered, until
+# told to stop. Every third answered key is sent again (it must replay), every
+# fourth again withdrawing 2 (a changed request after the answer: it must be
+# refused with IK422). Each attempt is a line of its client's log: what the
+# client saw (an answer, IK422, a timeout, a broken connection or the
+# SQLSTATE of its error), the answer's text and whether it ran the request.
+# Meanwhile a backend of a worker, then of the coordinator, is killed during
+# a call (each crash restarts its node); then the other worker, then the
+# coordinator, loses every process at once, as in a power cut, and is started
+# again. The test waits on what it can see: clients answering before the
+# first fault and again after each node is back, and a client failing while
+# a node is cut off. A fault counts when it landed: a crash when the server
+# log shows the killed backend, a power cut when the node's log shows its
+# recovery and clients saw calls fail meanwhile. Afterwards the shared
+# checker (check_storm) reads every attempt, the ledger of withdrawals (one
+# row per run, with the effect id the answer names), the stored keys and the
+# balances; and each planted control must be flagged.
+$coordinator->safe_psql(
+	'postgres', q{
+CREATE TABLE storm_ledger (tenant bigint NOT NULL, key text NOT NULL, effect uuid NOT NULL,
+                           amount bigint NOT NULL);
+SELECT create_distributed_table('storm_ledger', 'tenant', colocate_with => 'accounts');
+GRANT INSERT ON storm_ledger TO app;
+CREATE FUNCTION storm_withdraw(account bigint, key text, amount bigint) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  effect uuid := gen_random_uuid();
+  left_over bigint;
+BEGIN
+  UPDATE accounts SET balance = balance - amount, withdrawals = withdrawals + 1
+   WHERE tenant = account RETURNING balance INTO left_over;
+  INSERT INTO storm_ledger VALUES (account, key, effect, amount);
+  PERFORM pg_sleep(0.1);
+  RETURN jsonb_build_object('tenant', account, 'effect', effect, 'balance', left_over);
+END $$;
+CREATE FUNCTION storm_pay(tenant bigint, key text, amount bigint) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+  response jsonb;
+BEGIN
+  response := idempotency.tenant_call(tenant, key, NULL,
+    'SELECT storm_withdraw($1, $2, $3)', tenant, key, amount);
+  RETURN CASE WHEN idempotency.last_call_replayed() THEN 'replayed' ELSE 'ran' END
+      || '|' || response::text;
+END $$;
+SELECT create_distributed_function('storm_pay(bigint,text,bigint)', 'tenant',
+  colocate_with => 'idempotency.tenant_keys', force_delegation => true);
+});
+
+my $storm_dir = $coordinator->basedir . '/storm';
 my $test_pid = $$;
+mkdir $storm_dir;
+my @storm_tenants = (9 .. 20);
+my %storm_base = map { split /\|/ } split /\n/, $coordinator->safe_psql('postgres',
+	'SELECT tenant, balance FROM accounts WHERE tenant BETWEEN 9 AND 20');
+# What clients may see in this storm besides answers and IK422 for changed
+# requests: the crashes' and power cuts' errors, and a key still held by a
+# request that a crash or timeout interrupted.
+my %storm_error_kinds = map { $_ => 1 } qw(timeout broken IK409 57P01 57P02 57P03
+  08000 08001 08003 08006 40001 XX000);
+
+# One attempt: (outcome, ran, response, detail).
+sub storm_attempt
+{
+	my ($tenant, $key, $amount) = @_;
+	my ($out, $err) = ('', '');
+	my $run = IPC::Run::start(
+		[ 'timeout', '-s', 'KILL', '30', 'psql', '-X', '-A', '-t', '-q',
+		  '-v', 'ON_ERROR_STOP=1', '-v', 'VERBOSITY=verbose',
+		  '-h', $coordinator->host, '-p', $coordinator->port, '-U', 'app', '-d', 'postgres',
+		  '-c', "SELECT storm_pay($tenant, '$key', $amount)" ],
+		'<', \undef, '>', \$out, '2>', \$err);
+	$run->finish;
+	my $status = $run->full_result(0);
+	my ($exit, $signal) = ($status >> 8, $status & 127);
+	return ('timeout') if $signal == 9 || $exit == 124 || $exit == 137;
+	if ($exit == 0)
+	{
+		return ('ok', $1 eq 'ran' ? 1 : 0, $2) if $out =~ /^(ran|replayed)\|(.*)$/m;
+		return ('unexpected', undef, undef, "no answer: $out $err");
+	}
+	return ($1, undef, undef, $2) if $err =~ /(?:ERROR|FATAL):\s+([0-9A-Z]{5}):\s*(.*)/;
+	return ('broken', undef, undef, $err)
+	  if $err =~ /server closed the connection|connection to server|could not send|terminating connection|no connection to the server/;
+	return ('unexpected', undef, undef, "exit $exit: $err");
+}
+
+# A client: keys one after another until told to stop (or the test is
+# gone), each attempt a line of its log.
+sub storm_client
+{
+	my ($client) = @_;
+	open my $log, '>', "$storm_dir/$client" or die "$storm_dir/$client: $!";
+	$log->autoflush(1);
+	for my $n (1 .. 100_000)
+	{
+		last if -e "$storm_dir/stop" || getppid() != $test_pid;
+		my ($tenant, $key) = ($storm_tenants[ ($n + $client) % @storm_tenants ], "storm-$client-$n");
+		# Sends the request until it gets a definite answer; returns it.
+		my $until_definite = sub {
+			my ($amount, $changed) = @_;
+			for (1 .. 150)
+			{
+				my ($outcome, $ran, $response, $detail) = storm_attempt($tenant, $key, $amount);
+				$detail = ($detail // '') =~ s/[\t\n]/ /gr;
+				print $log join("\t", Time::HiRes::time(), $key, $tenant, $amount, $changed ? 't' : 'f',
+					$outcome, $ran // '', $response // '', $detail), "\n";
+				return $outcome if $outcome =~ /^(ok|IK422|unexpected)$/;
+				usleep(200_000);
+			}
+			return 'unanswered';
+		};
+		next if $until_definite->(1, 0) ne 'ok';
+		$until_definite->(1, 0) if $n % 3 == 0;
+		$until_definite->(2, 1) if $n % 4 == 0;
+	}
+	close $log;
+	return;
+}
+
+# Every attempt of every client so far, by key, as check_storm reads them.
+sub storm_attempts
+{
+	my %attempts;
+	for my $client (1 .. 3)
+	{
+		open my $in, '<', "$storm_dir/$client" or next;
+		while (my $line = <$in>)
+		{
+			next unless $line =~ s/\n\z//;
+			my ($at, $key, $tenant, $amount, $changed, $outcome, $ran, $response, $detail) =
+			  split /\t/, $line, 9;
+			push @{ $attempts{$key} }, {
+				at => $at, tenant => $tenant, request => $amount, changed => $changed eq 't',
+				outcome => $outcome, ran => $ran, response => $response, detail => $detail };
+		}
+	}
+	return \%attempts;
+}
+
+# How many attempts since `since` (a time) answered, or failed (neither an
+# answer nor IK422).
+sub storm_attempts_since
+{
+	my ($since, $failed) = @_;
+	return scalar grep {
+		$_->{at} >= $since && ($failed ? $_->{outcome} !~ /^(ok|IK422)$/ : $_->{outcome} eq 'ok')
+	} map { @$_ } values %{ storm_attempts() };
+}
+
+# Waits until `count` attempts since `since` answered (or failed); false
+# when they did not within the default timeout.
+sub storm_reaches
+{
+	my ($since, $count, $failed) = @_;
+	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
+	while (time < $deadline)
+	{
+		return 1 if storm_attempts_since($since, $failed) >= $count;
+		usleep(100_000);
+	}
+	return 0;
+}
+
+my %storm_client_of;
 for my $client (1 .. 3)
 {
 	my $pid = fork();
 	die "fork: $!" unless defined $pid;
 	if ($pid == 0)
 	{
-		open my $out, '>', "$results/$client" or die;
-		$out->autoflush(1);
-		for my $n (1 .. 100_000)
-		{
-			# Told to stop, or the test is gone.
-			last if -e "$results/stop" || getppid() != $test_pid;
-			my $tenant = 9 + ($n % 12);
-			my $key = "storm-$client-$n";
-			my $answered = 0;
-			for my $try (1 .. 300)
-			{
-				my $answer = `psql -X -A -t -h ${\ $coordinator->host} -p ${\ $coordinator->port} -U app -d postgres -c "SELECT pay($tenant, '$key', 1, 0.1)" 2>/dev/null`;
-				if ($? == 0 && $answer =~ /balance/)
-				{
-					chomp $answer;
-					print $out "$tenant|$key|$answer\n";
-					$answered = 1;
-					last;
-				}
-				usleep(200_000);
-			}
-			print $out "unanswered|$key|\n" unless $answered;
-		}
-		close $out;
 		# Not exit: the test's END blocks would stop the nodes.
-		POSIX::_exit(0);
+		my $finished = eval { storm_client($client); 1 };
+		print STDERR "storm client $client died: $@" unless $finished;
+		POSIX::_exit($finished ? 0 : 1);
 	}
-	push @clients, $pid;
+	$storm_client_of{$pid} = $client;
 }
 
 # The pid of a backend of `node` running a client's call, or '' when none
@@ -662,7 +827,7 @@ sub backend_in_a_call
 	{
 		my $backend = $node->safe_psql('postgres', q{
 SELECT pid FROM pg_stat_activity WHERE usename = 'app' AND state = 'active'
-   AND query LIKE '%pay(%' LIMIT 1});
+   AND query LIKE '%storm_pay(%' LIMIT 1});
 		return $backend if $backend;
 		usleep(50_000);
 	}
@@ -670,7 +835,8 @@ SELECT pid FROM pg_stat_activity WHERE usename = 'app' AND state = 'active'
 }
 
 # SIGKILL to a backend of `node` running a client's call, until one crashes
-# the node (a call may end between being found and being killed).
+# the node (a call may end between being found and being killed): true when
+# the server log shows the backend killed.
 sub crash_during_a_call
 {
 	my ($node) = @_;
@@ -701,53 +867,114 @@ sub power_cut
 		last unless kill 0, $postmaster;
 		usleep(100_000);
 	}
-	return scalar @children;
+	return;
 }
 
-usleep(2_000_000);
+my %storm_figures;
+my $storm_started = time;
+ok(storm_reaches($storm_started, 6), 'the storm answers keys before the first fault');
 for my $victim ($workers[0], $coordinator)
 {
-	ok(crash_during_a_call($victim),
-		'killed a backend of ' . $victim->name . ' during a call: the node crash-restarted');
-	ok( $victim->poll_query_until('postgres', 'SELECT true'),
+	my $crashed = crash_during_a_call($victim);
+	ok($crashed, 'killed a backend of ' . $victim->name
+		  . ' during a call: its log shows it, the node crash-restarted');
+	$storm_figures{'crash restarts in a server log'} += $crashed;
+	ok($victim->poll_query_until('postgres', 'SELECT true'),
 		$victim->name . ' is back after its crash restart');
-	usleep(2_000_000);
+	my $back = time;
+	ok(storm_reaches($back, 3), 'clients are answered again after the crash of ' . $victim->name);
 }
 for my $victim ($workers[1], $coordinator)
 {
 	ok(backend_in_a_call($victim), $victim->name . ' is running a call');
-	ok(power_cut($victim), 'killed every process of ' . $victim->name);
-	usleep(1_000_000);
+	my $offset = -s $victim->logfile;
+	my $cut = time;
+	power_cut($victim);
+	my $seen = storm_reaches($cut, 1, 'failed');
 	$victim->start;
-	ok( $victim->poll_query_until('postgres', 'SELECT true'),
+	ok($victim->poll_query_until('postgres', 'SELECT true'),
 		$victim->name . ' is back after its restart');
-	usleep(2_000_000);
+	my $back = time;
+	my $recovered = $victim->log_contains(qr/database system was not properly shut down; automatic recovery in progress/,
+		$offset);
+	my $failures = storm_attempts_since($cut, 'failed') - storm_attempts_since($back, 'failed');
+	ok($seen && $recovered, 'the power cut of ' . $victim->name
+		  . " landed: clients saw $failures calls fail, its log shows the recovery");
+	$storm_figures{'power cuts that landed'}++ if $seen && $recovered;
+	$storm_figures{'calls failed during the power cut of ' . $victim->name} = $failures;
+	ok(storm_reaches($back, 3), 'clients are answered again after the power cut of ' . $victim->name);
 }
-open my $stop, '>', "$results/stop" or die;
+open my $stop, '>', "$storm_dir/stop" or die;
 close $stop;
-waitpid($_, 0) for @clients;
-my (@acknowledged, @unanswered);
-for my $client (1 .. 3)
+my @storm_deaths;
+for my $pid (sort { $a <=> $b } keys %storm_client_of)
 {
-	open my $in, '<', "$results/$client" or die;
-	for my $line (<$in>)
-	{
-		chomp $line;
-		my $call = [ split /\|/, $line, 3 ];
-		push @{ $call->[0] eq 'unanswered' ? \@unanswered : \@acknowledged }, $call;
-	}
+	waitpid($pid, 0) == $pid or die "waitpid $pid: $!";
+	push @storm_deaths, "client $storm_client_of{$pid} exited with status $?" if $? != 0;
 }
-is(scalar @unanswered, 0, 'every storm call was answered in the end');
-cmp_ok(scalar @acknowledged, '>=', 30, 'the storm answered at least 30 keys');
-note scalar(@acknowledged) . ' storm keys';
-is( $coordinator->safe_psql('postgres', q{
-SELECT sum(withdrawals) FROM accounts WHERE tenant BETWEEN 9 AND 20}),
-	$coordinator->safe_psql('postgres', q{
-SELECT count(*) FROM idempotency.tenant_keys WHERE tenant BETWEEN 9 AND 20}),
-	'every withdrawal of the storm has its key: none ran twice, none without a key');
-my $again = as_app(join '', map { "SELECT pay($_->[0], '$_->[1]', 1, 0.1);\n" } @acknowledged);
-is($again, join("\n", map { $_->[2] } @acknowledged),
-	'every acknowledged key replays the response its client got');
+is_deeply(\@storm_deaths, [], 'every storm client ran to its end');
+$storm_figures{seconds} = sprintf('%.1f', time - $storm_started);
+
+my $storm_attempts = storm_attempts();
+# Every acknowledged key replays its first answer now.
+my @answered = sort grep {
+	grep { $_->{outcome} eq 'ok' } @{ $storm_attempts->{$_} }
+} keys %$storm_attempts;
+my %first_answer = map {
+	my $key = $_;
+	($key => (grep { $_->{outcome} eq 'ok' } @{ $storm_attempts->{$key} })[0])
+} @answered;
+my @replays = split /\n/, as_app(join '',
+	map { "SELECT storm_pay($first_answer{$_}{tenant}, '$_', $first_answer{$_}{request});\n" } @answered);
+my @storm_violations;
+for my $i (0 .. $#answered)
+{
+	my $key = $answered[$i];
+	push @storm_violations, "$key: replayed " . ($replays[$i] // 'nothing')
+	  . ", its first answer was $first_answer{$key}{response}"
+	  unless ($replays[$i] // '') eq "replayed|$first_answer{$key}{response}";
+}
+
+# The storm as check_storm reads it.
+my %storm_effects;
+for my $row (split /\n/, $coordinator->safe_psql('postgres',
+	'SELECT key, tenant, effect, amount FROM storm_ledger'))
+{
+	my ($key, $tenant, $effect, $amount) = split /\|/, $row;
+	push @{ $storm_effects{$key} },
+	  { id => $effect, request => $amount, deltas => { $tenant => -$amount } };
+}
+my $storm = {
+	attempts => $storm_attempts,
+	effects => \%storm_effects,
+	stored => { map { split /\|/, $_, 2 } split /\n/, $coordinator->safe_psql('postgres',
+		q{SELECT key, response::text FROM idempotency.tenant_keys WHERE key LIKE 'storm-%'}) },
+	balances => { map { split /\|/ } split /\n/, $coordinator->safe_psql('postgres',
+		'SELECT tenant, balance FROM accounts WHERE tenant BETWEEN 9 AND 20') },
+	expected_base => \%storm_base,
+	answer_effect => sub { $_[0] =~ /"effect": "([0-9a-f-]+)"/ ? $1 : undef },
+	every_key_answered => 1,
+};
+push @storm_violations, check_storm($storm);
+my $storm_seen = landed_faults($storm_attempts);
+$storm_figures{"seen by clients: $_"} = $storm_seen->{$_} for keys %$storm_seen;
+$storm_figures{'answers that replayed'} =
+  grep { $_->{outcome} eq 'ok' && !$_->{ran} } map { @$_ } values %$storm_attempts;
+$storm_figures{'keys answered'} = @answered;
+report_storm($storm, \@storm_violations, \%storm_figures);
+my %storm_kinds;
+$storm_kinds{ $_->{outcome} }++ for map { @$_ } values %$storm_attempts;
+is_deeply([ sort grep { !/^(ok|IK422)$/ && !$storm_error_kinds{$_} } keys %storm_kinds ], [],
+	'clients saw no error of another kind than the faults cause');
+is(scalar @storm_violations, 0,
+	'per key: every answer is the first, ran once and is applied once, as stored; '
+	  . 'changed requests refused; the balances are explained');
+cmp_ok(scalar @answered, '>=', 30, 'the storm answered at least 30 keys');
+is($storm_figures{'crash restarts in a server log'}, 2, 'both crash restarts landed');
+is($storm_figures{'power cuts that landed'}, 2, 'both power cuts landed');
+cmp_ok($storm_figures{'answers that replayed'}, '>=', 1, 'duplicates after an answer replayed');
+cmp_ok($storm_seen->{IK422s}, '>=', 1, 'changed requests after an answer were refused');
+check_storm_controls($storm);
 
 # --- a worker crash at the commit boundary ---------------------------------------
 # The worker has written the request's commit record and waits to
