@@ -904,6 +904,15 @@ for my $victim ($workers[1], $coordinator)
 	$storm_figures{'calls failed during the power cut of ' . $victim->name} = $failures;
 	ok(storm_reaches($back, 3), 'clients are answered again after the power cut of ' . $victim->name);
 }
+# Enough keys for the checker, however fast the machine: the storm goes on
+# until clients have been answered for 30 keys.
+my $keys_answered = sub {
+	my $attempts = storm_attempts();
+	return scalar grep { my $key = $_; grep { $_->{outcome} eq 'ok' } @{ $attempts->{$key} } }
+	  keys %$attempts;
+};
+my $enough_deadline = time + $PostgreSQL::Test::Utils::timeout_default;
+usleep(100_000) while $keys_answered->() < 30 && time < $enough_deadline;
 open my $stop, '>', "$storm_dir/stop" or die;
 close $stop;
 my @storm_deaths;
