@@ -30,6 +30,9 @@ check "the library lands under DESTDIR" test -f "$libdir/idempotency.so"
 check "the control file lands under DESTDIR" test -f "$extdir/idempotency.control"
 default_version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$repo/idempotency.control")
 check "an install script for 0.1 is installed" test -f "$extdir/idempotency--0.1.sql"
+# The current version installs from its own script, built from idempotency.sql.
+check "the install script of $default_version is idempotency.sql" \
+  cmp -s "$repo/idempotency.sql" "$extdir/idempotency--$default_version.sql"
 # Every version up to the default is reachable from 0.1 by update scripts.
 reachable() {
   local version=0.1
