@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packaging checks: `make install` honours DESTDIR and PG_CONFIG, installs
-# every versioned script the control file needs, and META.json agrees with
-# the control file.
+# every versioned script the control file needs, META.json agrees with the
+# control file, and the docs' relative links resolve (test/doc-links.py).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -64,6 +64,9 @@ fails_for_missing_pg_config() {
 }
 check "PG_CONFIG chooses the installation (a missing pg_config fails the build)" \
   fails_for_missing_pg_config
+
+# The docs' relative links name files and headings that exist.
+check "every relative link of the Markdown files resolves" python3 "$repo/test/doc-links.py"
 
 echo "packaging: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
