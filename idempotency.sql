@@ -8,10 +8,11 @@
 --
 -- Adding or changing an object therefore means editing two files: this one
 -- (the object as it is now, in its section below) and the newest update
--- script (how an existing database gets there). test/tap/308 creates the
--- extension fresh and updates it from every released version, and fails
--- when the catalogs differ (an object, a column, a comment or a grant
--- that one path makes and the other does not).
+-- script (how an existing database gets there).
+-- test/tap/308_install_matches_upgrades.pl creates the extension fresh and
+-- updates it from every released version, and fails when the catalogs
+-- differ (an object, a column, a comment or a grant that one path makes and
+-- the other does not).
 --
 -- The one intended difference: tables made by the update chain keep the
 -- columns later versions dropped (attisdropped), a fresh table has none.
