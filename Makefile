@@ -7,7 +7,12 @@
 
 EXTENSION = idempotency
 MODULE_big = idempotency
-DATA = $(wildcard idempotency--*.sql)
+# The install script of the current version is built from idempotency.sql
+# (the whole schema, kept by hand); the older versions' scripts and the
+# update scripts are installed as they are.
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'$$/\1/p" idempotency.control)
+DATA_built = idempotency--$(EXTVERSION).sql
+DATA = $(filter-out $(DATA_built),$(wildcard idempotency--*.sql))
 PGFILEDESC = "idempotency - exactly-once processing of retried requests"
 
 OBJS = $(patsubst %.cpp,%.o,$(wildcard src/*/*.cpp))
@@ -44,6 +49,9 @@ ifeq ($(PGXS),)
 $(error PG_CONFIG=$(PG_CONFIG) is not a working pg_config: set PG_CONFIG to the pg_config of the PostgreSQL to build for)
 endif
 include $(PGXS)
+
+$(DATA_built): idempotency.sql
+	cp $< $@
 
 # The TAP files' shared module (IdempotencyTest.pm) lives beside them.
 PG_PROVE_FLAGS += -I test/tap

@@ -1,5 +1,4 @@
--- idempotency 0.3 -> 0.4: a leaner key row and primary key. A fresh install
--- runs 0.1, 0.1--0.2, 0.2--0.3 and this script in order.
+-- idempotency 0.3 -> 0.4: a leaner key row and primary key.
 \echo Use "ALTER EXTENSION idempotency UPDATE TO '0.4'" to load this file. \quit
 
 -- key_usage reads whole rows; it is created again below, unchanged.

@@ -1,6 +1,5 @@
 -- idempotency 0.4 -> 0.5: keys distributed with the tenants' data on Citus.
--- A fresh install runs 0.1 and every update script in order. Nothing here
--- changes idempotency.keys: its rows stay as they are.
+-- Nothing here changes idempotency.keys: its rows stay as they are.
 \echo Use "ALTER EXTENSION idempotency UPDATE TO '0.5'" to load this file. \quit
 
 -- Tenant keys ---------------------------------------------------------------

@@ -77,10 +77,8 @@ VALUES (current_user::text::idempotency.role_scope, 'kd-6', 'h', '6', now(), now
 SELECT calls AS trigger_calls_by_insert FROM pg_stat_xact_user_functions
  WHERE schemaname = 'idempotency' AND funcname = 'keys_loaded';
 ROLLBACK;
--- status costs a call's row nothing: the row is written without its
--- trailing NULL columns, so its header keeps 24 bytes (the table has nine
--- columns, 0.3's dropped one included, whose null bitmap would take 32).
--- A row loaded by INSERT has all nine.
+-- status costs a row nothing. A fresh install's table has eight columns,
+-- and a row's header takes 24 bytes with or without a null bitmap.
 CREATE EXTENSION pageinspect;
 CREATE TABLE kd_header AS
 SELECT t.t_hoff, t.t_infomask2 & 2047 AS natts, k.key
@@ -90,6 +88,29 @@ SELECT t.t_hoff, t.t_infomask2 & 2047 AS natts, k.key
 SELECT key, t_hoff, natts FROM kd_header ORDER BY key;
 DROP TABLE kd_header;
 DROP EXTENSION pageinspect;
+-- A database updated from 0.2 keeps the column 0.3 dropped: nine columns,
+-- whose null bitmap would take 32 bytes. A call writes its row without its
+-- trailing NULL columns, so its header keeps 24 bytes; a row loaded by
+-- INSERT has all nine.
+SELECT current_database() AS home_database \gset
+CREATE DATABASE kd_updated;
+\c kd_updated
+CREATE EXTENSION idempotency VERSION '0.2';
+ALTER EXTENSION idempotency UPDATE;
+\i sql/include/setup.sql
+SELECT idempotency.idempotent_call('kd-1', NULL, 'SELECT 1');
+INSERT INTO idempotency.keys (scope, key, request_hash, status, response, created_at, expires_at)
+VALUES (current_user::text::idempotency.role_scope, 'kd-4', 'client-hash', 'done', '"by 0.2"',
+        now(), now() + interval '1 day');
+SELECT count(*) AS columns_with_dropped FROM pg_attribute
+ WHERE attrelid = 'idempotency.keys'::regclass AND attnum > 0;
+CREATE EXTENSION pageinspect;
+SELECT k.key, t.t_hoff, t.t_infomask2 & 2047 AS natts
+  FROM idempotency.keys AS k,
+       LATERAL heap_page_items(get_raw_page('idempotency.keys', (k.ctid::text::point)[0]::int)) AS t
+ WHERE t.t_ctid = k.ctid ORDER BY k.key;
+\c :home_database
+DROP DATABASE kd_updated;
 -- A row without a key is still refused by NOT NULL.
 SELECT sqlstate_of($$INSERT INTO idempotency.keys (scope, request_hash, created_at, expires_at)
                      VALUES (current_user::text::idempotency.role_scope, '\x00', now(), now() + interval '1 day')$$);

@@ -80,6 +80,8 @@ for script in "$repo"/idempotency--*.sql; do
   grep -qx "./usr/share/postgresql/15/extension/$(basename "$script")" <<<"$listing" || every_script=false
 done
 check "it holds every versioned SQL script" $every_script
+check "it holds the install script of $control_version" \
+  grep -qx "./usr/share/postgresql/15/extension/idempotency--$control_version.sql" <<<"$listing"
 
 pkglibdir=$("$PG_CONFIG" --pkglibdir)
 root=${pkglibdir%/usr/lib/postgresql/15/lib}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packaging checks: `make install` honours DESTDIR and PG_CONFIG, installs
-# every versioned script the control file needs, and META.json agrees with
-# the control file.
+# every versioned script the control file needs, META.json agrees with the
+# control file, and the docs' relative links resolve (test/doc-links.py).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -30,6 +30,9 @@ check "the library lands under DESTDIR" test -f "$libdir/idempotency.so"
 check "the control file lands under DESTDIR" test -f "$extdir/idempotency.control"
 default_version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$repo/idempotency.control")
 check "an install script for 0.1 is installed" test -f "$extdir/idempotency--0.1.sql"
+# The current version installs from its own script, built from idempotency.sql.
+check "the install script of $default_version is idempotency.sql" \
+  cmp -s "$repo/idempotency.sql" "$extdir/idempotency--$default_version.sql"
 # Every version up to the default is reachable from 0.1 by update scripts.
 reachable() {
   local version=0.1
@@ -61,6 +64,9 @@ fails_for_missing_pg_config() {
 }
 check "PG_CONFIG chooses the installation (a missing pg_config fails the build)" \
   fails_for_missing_pg_config
+
+# The docs' relative links name files and headings that exist.
+check "every relative link of the Markdown files resolves" python3 "$repo/test/doc-links.py"
 
 echo "packaging: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

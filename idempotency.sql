@@ -1,0 +1,721 @@
+-- idempotency: the whole current schema, in one readable script.
+--
+-- `make` copies this file to idempotency--<default_version>.sql (the
+-- control file's default_version), which CREATE EXTENSION runs for a fresh
+-- install. Databases at an older version reach the same schema through the
+-- update scripts idempotency--0.1--0.2.sql ... (idempotency--0.1.sql stays
+-- so that every released version can still be installed).
+--
+-- Adding or changing an object therefore means editing two files: this one
+-- (the object as it is now, in its section below) and the newest update
+-- script (how an existing database gets there).
+-- test/tap/308_install_matches_upgrades.pl creates the extension fresh and
+-- updates it from every released version, and fails when the catalogs
+-- differ (an object, a column, a comment or a grant that one path makes and
+-- the other does not).
+--
+-- The one intended difference: tables made by the update chain keep the
+-- columns later versions dropped (attisdropped), a fresh table has none.
+-- The library finds every column by name.
+\echo Use "CREATE EXTENSION idempotency" to load this file. \quit
+
+-- Every name below is schema-qualified and every operator is spelled
+-- OPERATOR(pg_catalog.x), so objects planted in the caller's search_path
+-- cannot take their place.
+
+-- The schema ----------------------------------------------------------------
+--
+-- Refuse a schema idempotency that someone else prepared: objects planted in
+-- it, or a right to create them, would shadow or replace ours. CREATE
+-- EXTENSION makes the schema itself when it does not exist.
+DO $$
+DECLARE
+  target pg_catalog.oid := pg_catalog.to_regnamespace('idempotency');
+BEGIN
+  IF NOT (SELECT r.rolsuper
+            FROM pg_catalog.pg_namespace AS n
+            JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+           WHERE n.oid OPERATOR(pg_catalog.=) target)
+     OR EXISTS (SELECT 1 FROM pg_catalog.pg_depend AS d
+                 WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
+                   AND d.refobjid OPERATOR(pg_catalog.=) target
+                   AND d.classid OPERATOR(pg_catalog.<>) 'pg_catalog.pg_extension'::pg_catalog.regclass)
+     OR EXISTS (SELECT 1 FROM pg_catalog.pg_namespace AS n, pg_catalog.aclexplode(n.nspacl) AS a
+                 WHERE n.oid OPERATOR(pg_catalog.=) target
+                   AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+                   AND a.grantee OPERATOR(pg_catalog.<>) n.nspowner)
+  THEN
+    RAISE EXCEPTION 'schema idempotency already exists and is not safe to install into'
+      USING ERRCODE = '42P06',
+            DETAIL = 'It must be owned by a superuser, hold no objects, and grant CREATE to no one else.',
+            HINT = 'Drop or rename the existing schema idempotency, then run CREATE EXTENSION again.';
+  END IF;
+END
+$$;
+
+-- Every role may call the functions; the schema is usable by all.
+GRANT USAGE ON SCHEMA idempotency TO PUBLIC;
+
+-- Role scope: the role a key belongs to ---------------------------------------
+--
+-- idempotency.role_scope keeps the role's OID inside the cluster (a rename
+-- keeps the role's keys; lookups compare 4-byte values) and reads and writes
+-- the role's name everywhere else - text and binary I/O, so COPY, pg_dump
+-- and logical replication in both modes - which each node maps to its own
+-- role of that name. A role that no longer exists is written "-" and read
+-- back as no role (OID 0), which is never a caller's scope.
+
+CREATE TYPE idempotency.role_scope;
+
+CREATE FUNCTION idempotency.role_scope_in(pg_catalog.cstring)
+RETURNS idempotency.role_scope
+AS 'MODULE_PATHNAME', 'idempotency_role_scope_in'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION idempotency.role_scope_out(idempotency.role_scope)
+RETURNS pg_catalog.cstring
+AS 'MODULE_PATHNAME', 'idempotency_role_scope_out'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION idempotency.role_scope_recv(pg_catalog.internal)
+RETURNS idempotency.role_scope
+AS 'MODULE_PATHNAME', 'idempotency_role_scope_recv'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION idempotency.role_scope_send(idempotency.role_scope)
+RETURNS pg_catalog.bytea
+AS 'MODULE_PATHNAME', 'idempotency_role_scope_send'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+CREATE TYPE idempotency.role_scope (
+    INPUT = idempotency.role_scope_in,
+    OUTPUT = idempotency.role_scope_out,
+    RECEIVE = idempotency.role_scope_recv,
+    SEND = idempotency.role_scope_send,
+    INTERNALLENGTH = 4,
+    PASSEDBYVALUE,
+    ALIGNMENT = int4,
+    STORAGE = plain
+);
+
+COMMENT ON TYPE idempotency.role_scope IS
+    'the role an idempotency key belongs to: its OID in this cluster, its name in text and binary I/O';
+
+-- Comparison is the oid type's: the same 4 bytes, the same order, the same
+-- (leakproof where oid's are) built-in functions.
+CREATE FUNCTION idempotency.role_scope_eq(idempotency.role_scope, idempotency.role_scope)
+RETURNS pg_catalog.bool AS 'oideq'
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION idempotency.role_scope_ne(idempotency.role_scope, idempotency.role_scope)
+RETURNS pg_catalog.bool AS 'oidne'
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION idempotency.role_scope_lt(idempotency.role_scope, idempotency.role_scope)
+RETURNS pg_catalog.bool AS 'oidlt'
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION idempotency.role_scope_le(idempotency.role_scope, idempotency.role_scope)
+RETURNS pg_catalog.bool AS 'oidle'
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION idempotency.role_scope_gt(idempotency.role_scope, idempotency.role_scope)
+RETURNS pg_catalog.bool AS 'oidgt'
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION idempotency.role_scope_ge(idempotency.role_scope, idempotency.role_scope)
+RETURNS pg_catalog.bool AS 'oidge'
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION idempotency.role_scope_cmp(idempotency.role_scope, idempotency.role_scope)
+RETURNS pg_catalog.int4 AS 'btoidcmp'
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
+CREATE FUNCTION idempotency.role_scope_hash(idempotency.role_scope)
+RETURNS pg_catalog.int4 AS 'hashoid'
+LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION idempotency.role_scope_hash_extended(idempotency.role_scope, pg_catalog.int8)
+RETURNS pg_catalog.int8 AS 'hashoidextended'
+LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE OPERATOR idempotency.= (
+    LEFTARG = idempotency.role_scope, RIGHTARG = idempotency.role_scope,
+    FUNCTION = idempotency.role_scope_eq,
+    COMMUTATOR = OPERATOR(idempotency.=), NEGATOR = OPERATOR(idempotency.<>),
+    RESTRICT = pg_catalog.eqsel, JOIN = pg_catalog.eqjoinsel,
+    HASHES, MERGES);
+CREATE OPERATOR idempotency.<> (
+    LEFTARG = idempotency.role_scope, RIGHTARG = idempotency.role_scope,
+    FUNCTION = idempotency.role_scope_ne,
+    COMMUTATOR = OPERATOR(idempotency.<>), NEGATOR = OPERATOR(idempotency.=),
+    RESTRICT = pg_catalog.neqsel, JOIN = pg_catalog.neqjoinsel);
+CREATE OPERATOR idempotency.< (
+    LEFTARG = idempotency.role_scope, RIGHTARG = idempotency.role_scope,
+    FUNCTION = idempotency.role_scope_lt,
+    COMMUTATOR = OPERATOR(idempotency.>), NEGATOR = OPERATOR(idempotency.>=),
+    RESTRICT = pg_catalog.scalarltsel, JOIN = pg_catalog.scalarltjoinsel);
+CREATE OPERATOR idempotency.<= (
+    LEFTARG = idempotency.role_scope, RIGHTARG = idempotency.role_scope,
+    FUNCTION = idempotency.role_scope_le,
+    COMMUTATOR = OPERATOR(idempotency.>=), NEGATOR = OPERATOR(idempotency.>),
+    RESTRICT = pg_catalog.scalarlesel, JOIN = pg_catalog.scalarlejoinsel);
+CREATE OPERATOR idempotency.> (
+    LEFTARG = idempotency.role_scope, RIGHTARG = idempotency.role_scope,
+    FUNCTION = idempotency.role_scope_gt,
+    COMMUTATOR = OPERATOR(idempotency.<), NEGATOR = OPERATOR(idempotency.<=),
+    RESTRICT = pg_catalog.scalargtsel, JOIN = pg_catalog.scalargtjoinsel);
+CREATE OPERATOR idempotency.>= (
+    LEFTARG = idempotency.role_scope, RIGHTARG = idempotency.role_scope,
+    FUNCTION = idempotency.role_scope_ge,
+    COMMUTATOR = OPERATOR(idempotency.<=), NEGATOR = OPERATOR(idempotency.<),
+    RESTRICT = pg_catalog.scalargesel, JOIN = pg_catalog.scalargejoinsel);
+
+-- The primary key's opclass. Sort support and equal images are oid's too:
+-- fast index builds and B-tree deduplication.
+CREATE OPERATOR CLASS idempotency.role_scope_ops
+    DEFAULT FOR TYPE idempotency.role_scope USING btree AS
+        OPERATOR 1 idempotency.<,
+        OPERATOR 2 idempotency.<=,
+        OPERATOR 3 idempotency.=,
+        OPERATOR 4 idempotency.>=,
+        OPERATOR 5 idempotency.>,
+        FUNCTION 1 idempotency.role_scope_cmp(idempotency.role_scope, idempotency.role_scope),
+        FUNCTION 2 pg_catalog.btoidsortsupport(pg_catalog.internal),
+        FUNCTION 4 pg_catalog.btequalimage(pg_catalog.oid);
+
+CREATE OPERATOR CLASS idempotency.role_scope_ops
+    DEFAULT FOR TYPE idempotency.role_scope USING hash AS
+        OPERATOR 1 idempotency.=,
+        FUNCTION 1 idempotency.role_scope_hash(idempotency.role_scope),
+        FUNCTION 2 idempotency.role_scope_hash_extended(idempotency.role_scope, pg_catalog.int8);
+
+-- Within one cluster a regrole and a role scope are the same OID. Assignment
+-- only: a regrole value is stored as a scope (INSERTs that write regrole
+-- values, dumps of versions whose scope was a regrole), but comparisons are
+-- between scopes.
+CREATE CAST (pg_catalog.regrole AS idempotency.role_scope)
+    WITHOUT FUNCTION AS ASSIGNMENT;
+CREATE CAST (idempotency.role_scope AS pg_catalog.regrole)
+    WITHOUT FUNCTION;
+
+-- The calling role; a key's scope. Used by the row-level security policy.
+CREATE FUNCTION idempotency.current_scope()
+RETURNS idempotency.role_scope
+AS 'MODULE_PATHNAME', 'idempotency_current_scope'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+-- A key's digest --------------------------------------------------------------
+--
+-- The primary key holds a digest of the key, not its text: an entry of
+-- (scope, key_digest) takes 24 bytes whatever the key's length, so the
+-- index, and the full-page images random keys cost in the WAL, stay small.
+-- key_digest is the first 11 bytes of SHA-256 over the key's UTF-8 form,
+-- which every node computes alike in any database encoding; the key's text
+-- stays in the row, and every lookup compares it.
+CREATE FUNCTION idempotency.key_digest(key pg_catalog.text)
+RETURNS pg_catalog.bytea
+AS 'MODULE_PATHNAME', 'idempotency_key_digest'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION idempotency.key_digest(pg_catalog.text) IS
+    'the digest of an idempotency key, as keys.key_digest holds it: find a key with WHERE key_digest = idempotency.key_digest(''...'')';
+
+-- The expiry index's order ----------------------------------------------------
+--
+-- EXPLAIN ANALYZE shows what a scan read before row-level security removed
+-- other roles' rows. Had the planner used keys_expires_at_idx for a caller's
+-- `expires_at < $t`, `ORDER BY expires_at` or `min(expires_at)`, "Rows
+-- Removed by Filter" would count the keys of all other roles that expire
+-- before $t. The index is built with an operator class of its own, in a
+-- family of its own: the planner matches no comparison or ordering of the
+-- built-in timestamptz operators to it, and callers cannot use its operators
+-- (only superusers may execute their functions). The order is timestamptz's
+-- (the same built-in functions), and the expiry worker scans the index
+-- directly with the built-in comparisons.
+CREATE FUNCTION idempotency.expiry_lt(pg_catalog.timestamptz, pg_catalog.timestamptz)
+RETURNS pg_catalog.bool AS 'timestamp_lt'
+LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION idempotency.expiry_le(pg_catalog.timestamptz, pg_catalog.timestamptz)
+RETURNS pg_catalog.bool AS 'timestamp_le'
+LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION idempotency.expiry_eq(pg_catalog.timestamptz, pg_catalog.timestamptz)
+RETURNS pg_catalog.bool AS 'timestamp_eq'
+LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION idempotency.expiry_ge(pg_catalog.timestamptz, pg_catalog.timestamptz)
+RETURNS pg_catalog.bool AS 'timestamp_ge'
+LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION idempotency.expiry_gt(pg_catalog.timestamptz, pg_catalog.timestamptz)
+RETURNS pg_catalog.bool AS 'timestamp_gt'
+LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION idempotency.expiry_cmp(pg_catalog.timestamptz, pg_catalog.timestamptz)
+RETURNS pg_catalog.int4 AS 'timestamp_cmp'
+LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+
+REVOKE ALL ON FUNCTION
+    idempotency.expiry_lt(pg_catalog.timestamptz, pg_catalog.timestamptz),
+    idempotency.expiry_le(pg_catalog.timestamptz, pg_catalog.timestamptz),
+    idempotency.expiry_eq(pg_catalog.timestamptz, pg_catalog.timestamptz),
+    idempotency.expiry_ge(pg_catalog.timestamptz, pg_catalog.timestamptz),
+    idempotency.expiry_gt(pg_catalog.timestamptz, pg_catalog.timestamptz),
+    idempotency.expiry_cmp(pg_catalog.timestamptz, pg_catalog.timestamptz)
+  FROM PUBLIC;
+
+-- Named after text_pattern_ops' operators, not `<`: a search_path that puts
+-- this schema before pg_catalog must not turn callers' comparisons into these.
+CREATE OPERATOR idempotency.~<~ (
+    LEFTARG = pg_catalog.timestamptz, RIGHTARG = pg_catalog.timestamptz,
+    FUNCTION = idempotency.expiry_lt);
+CREATE OPERATOR idempotency.~<=~ (
+    LEFTARG = pg_catalog.timestamptz, RIGHTARG = pg_catalog.timestamptz,
+    FUNCTION = idempotency.expiry_le);
+CREATE OPERATOR idempotency.~=~ (
+    LEFTARG = pg_catalog.timestamptz, RIGHTARG = pg_catalog.timestamptz,
+    FUNCTION = idempotency.expiry_eq);
+CREATE OPERATOR idempotency.~>=~ (
+    LEFTARG = pg_catalog.timestamptz, RIGHTARG = pg_catalog.timestamptz,
+    FUNCTION = idempotency.expiry_ge);
+CREATE OPERATOR idempotency.~>~ (
+    LEFTARG = pg_catalog.timestamptz, RIGHTARG = pg_catalog.timestamptz,
+    FUNCTION = idempotency.expiry_gt);
+
+-- Sort support and equal images are timestamptz's: fast index builds and
+-- B-tree deduplication, as with the default operator class.
+CREATE OPERATOR CLASS idempotency.expiry_ops
+    FOR TYPE pg_catalog.timestamptz USING btree AS
+        OPERATOR 1 idempotency.~<~,
+        OPERATOR 2 idempotency.~<=~,
+        OPERATOR 3 idempotency.~=~,
+        OPERATOR 4 idempotency.~>=~,
+        OPERATOR 5 idempotency.~>~,
+        FUNCTION 1 idempotency.expiry_cmp(pg_catalog.timestamptz, pg_catalog.timestamptz),
+        FUNCTION 2 pg_catalog.timestamp_sortsupport(pg_catalog.internal),
+        FUNCTION 4 pg_catalog.btequalimage(pg_catalog.oid);
+
+COMMENT ON OPERATOR CLASS idempotency.expiry_ops USING btree IS
+    'timestamptz order of keys_expires_at_idx, which the planner never uses for a query';
+
+-- The key table ---------------------------------------------------------------
+--
+-- One row per (scope, key). A row is written once, when the call that
+-- claimed the key is done, in the caller's transaction; it becomes visible
+-- to others when that transaction commits. While the claiming transaction
+-- is open, other callers see the key as in progress (IK409).
+-- idempotent_call and complete are the only writers and enforce the key's
+-- size (1 to 255 bytes) themselves: rows are written straight to the heap
+-- and its indexes, without CHECK constraints to evaluate on every call.
+--
+-- request_hash is the request's fingerprint, 32 raw bytes. status is
+-- always NULL: it accepts the column of that name in dumps of 0.1 and 0.2.
+-- A call writes its row without trailing NULL columns, so status costs its
+-- row nothing.
+CREATE TABLE idempotency.keys (
+    scope        idempotency.role_scope NOT NULL,
+    key          pg_catalog.text COLLATE "C" NOT NULL,
+    request_hash pg_catalog.bytea       NOT NULL,
+    response     pg_catalog.jsonb,
+    created_at   pg_catalog.timestamptz NOT NULL,
+    expires_at   pg_catalog.timestamptz NOT NULL,
+    key_digest   pg_catalog.bytea       NOT NULL,
+    status       pg_catalog.text,
+    CONSTRAINT keys_pkey PRIMARY KEY (scope, key_digest)
+);
+
+COMMENT ON TABLE idempotency.keys IS
+    'processed idempotency keys with their stored responses; written only through idempotency.idempotent_call and idempotency.complete';
+COMMENT ON COLUMN idempotency.keys.key_digest IS
+    'idempotency.key_digest(key): what the primary key holds in place of the key''s text';
+COMMENT ON COLUMN idempotency.keys.status IS
+    'always NULL: accepts the status column of dumps made by 0.1 and 0.2';
+
+-- pg_dump keeps the keys.
+SELECT pg_catalog.pg_extension_config_dump('idempotency.keys', '');
+
+-- Row-level security hides other roles' rows, but the planner may still use
+-- the table's statistics for leakproof operators such as text comparisons:
+-- row estimates of EXPLAIN would tell any role the text of other roles' keys
+-- (a binary search over `key < 'm'`) and how many keys a role holds
+-- (`scope = ...`). No statistics are gathered for any column of the table,
+-- so estimates come from the table's size alone (pg_class.reltuples, which
+-- PostgreSQL shows every role anyway). Calls and the expiry worker never
+-- plan a query on the table; the statistics views count with a scan.
+ALTER TABLE idempotency.keys
+    ALTER COLUMN scope SET STATISTICS 0,
+    ALTER COLUMN key SET STATISTICS 0,
+    ALTER COLUMN request_hash SET STATISTICS 0,
+    ALTER COLUMN response SET STATISTICS 0,
+    ALTER COLUMN created_at SET STATISTICS 0,
+    ALTER COLUMN expires_at SET STATISTICS 0,
+    ALTER COLUMN key_digest SET STATISTICS 0,
+    ALTER COLUMN status SET STATISTICS 0;
+
+-- Callers may read their own keys and nothing else; they write only through
+-- idempotent_call and complete, which store rows with the table owner's
+-- rights.
+REVOKE ALL ON TABLE idempotency.keys FROM PUBLIC;
+GRANT SELECT ON TABLE idempotency.keys TO PUBLIC;
+ALTER TABLE idempotency.keys ENABLE ROW LEVEL SECURITY;
+CREATE POLICY keys_own_scope ON idempotency.keys FOR SELECT TO PUBLIC
+    USING (scope OPERATOR(idempotency.=) idempotency.current_scope());
+
+-- A key's TTL is fixed when it is claimed: expires_at = created_at + the
+-- idempotency.ttl in force then, so expiry goes by expires_at. The index is
+-- expiry's access path: each pass of a round goes on in it from where the
+-- last one stopped, so a round reads only expired keys, whatever the
+-- table's size (docs/expiry.md compares it with BRIN and partitions).
+CREATE INDEX keys_expires_at_idx ON idempotency.keys
+    (expires_at idempotency.expiry_ops);
+
+-- Rows that arrive without idempotent_call: pg_restore of any version's
+-- dump, COPY, logical replication. A BEFORE INSERT row trigger computes
+-- key_digest from the key and, for a row without key_digest (the layout
+-- before 0.4, whose request_hash was text), makes request_hash the
+-- fingerprint of the stored text. The text reaches it read as bytea: a text
+-- with a backslash is read as bytea escapes (docs/maintenance.md says how
+-- to restore such a dump). idempotent_call writes every column itself: its
+-- store leaves the trigger out, so a call never runs it. ALWAYS: logical
+-- replication's apply runs it too (a publisher of another encoding or an
+-- older version).
+CREATE FUNCTION idempotency.keys_loaded()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idempotency_keys_loaded'
+LANGUAGE C;
+
+COMMENT ON FUNCTION idempotency.keys_loaded() IS
+    'fills key_digest (and converts request_hash of rows dumped before 0.4) for rows loaded into idempotency.keys by COPY or INSERT';
+
+REVOKE ALL ON FUNCTION idempotency.keys_loaded() FROM PUBLIC;
+
+CREATE TRIGGER keys_loaded BEFORE INSERT ON idempotency.keys
+    FOR EACH ROW EXECUTE FUNCTION idempotency.keys_loaded();
+ALTER TABLE idempotency.keys ENABLE ALWAYS TRIGGER keys_loaded;
+
+-- The call ----------------------------------------------------------------------
+
+CREATE FUNCTION idempotency.idempotent_call(
+    key pg_catalog.text, request_hash pg_catalog.text, fn pg_catalog.text)
+RETURNS pg_catalog.jsonb
+AS 'MODULE_PATHNAME', 'idempotency_idempotent_call'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE SECURITY INVOKER;
+
+CREATE FUNCTION idempotency.idempotent_call(
+    key pg_catalog.text, request_hash pg_catalog.text, fn pg_catalog.text,
+    VARIADIC args "any")
+RETURNS pg_catalog.jsonb
+AS 'MODULE_PATHNAME', 'idempotency_idempotent_call'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE SECURITY INVOKER;
+
+COMMENT ON FUNCTION idempotency.idempotent_call(pg_catalog.text, pg_catalog.text, pg_catalog.text) IS
+    'run fn once per key: the first call runs it and stores its response with the key in the caller''s transaction; retries get the stored response';
+
+-- Whether the last idempotent_call of this session answered with a stored
+-- response (true), ran fn (false), or no call has completed yet (NULL).
+CREATE FUNCTION idempotency.last_call_replayed()
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'idempotency_last_call_replayed'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+-- The application API -----------------------------------------------------------
+--
+-- Claim a key in the handler's own transaction, do the work in application
+-- code, complete it with the response. Same key table, same claim mechanism
+-- and same rules (IK409, IK422, wait_timeout, TTL, per-role scope) as
+-- idempotent_call. Also: idempotent_call's outcome with times, and
+-- lookup/forget of the caller's own keys for support tooling.
+
+-- proceed (replayed = false: this transaction now holds the key; response
+-- and times are NULL) or replay (replayed = true: the stored response, which
+-- may be NULL, with its times). Always one row.
+CREATE FUNCTION idempotency.claim(key pg_catalog.text, request_hash pg_catalog.text)
+RETURNS TABLE (replayed pg_catalog.bool, response pg_catalog.jsonb,
+               created_at pg_catalog.timestamptz, expires_at pg_catalog.timestamptz)
+AS 'MODULE_PATHNAME', 'idempotency_claim'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE SECURITY INVOKER ROWS 1;
+
+COMMENT ON FUNCTION idempotency.claim(pg_catalog.text, pg_catalog.text) IS
+    'take an idempotency key in this transaction (replayed = false) or get its stored response (replayed = true); complete or release it before COMMIT';
+
+-- Stores the response of a key this transaction claimed; it commits or rolls
+-- back with the transaction. 55000 when this transaction holds no claim on
+-- the key.
+CREATE FUNCTION idempotency.complete(key pg_catalog.text, response pg_catalog.jsonb)
+RETURNS pg_catalog.void
+AS 'MODULE_PATHNAME', 'idempotency_complete'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE SECURITY INVOKER;
+
+-- Lets go of a claim of this transaction without storing anything.
+CREATE FUNCTION idempotency.release(key pg_catalog.text)
+RETURNS pg_catalog.void
+AS 'MODULE_PATHNAME', 'idempotency_release'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE SECURITY INVOKER;
+
+-- The last idempotent_call or claim of this session: ran, replayed,
+-- stored_error or replayed_error, with the stored row's times. No row before
+-- the first call, or after a call that failed.
+CREATE FUNCTION idempotency.last_call()
+RETURNS TABLE (outcome pg_catalog.text, created_at pg_catalog.timestamptz,
+               expires_at pg_catalog.timestamptz)
+AS 'MODULE_PATHNAME', 'idempotency_last_call'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED ROWS 1;
+
+-- The state of one of the caller's own keys: absent, in_progress, done or
+-- expired, with its times and (done) its response.
+CREATE FUNCTION idempotency.lookup(key pg_catalog.text)
+RETURNS TABLE (state pg_catalog.text, created_at pg_catalog.timestamptz,
+               expires_at pg_catalog.timestamptz, response pg_catalog.jsonb)
+AS 'MODULE_PATHNAME', 'idempotency_lookup'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE SECURITY INVOKER ROWS 1;
+
+-- Deletes one of the caller's own done keys (true); false when there is
+-- none; IK409 while the key is in progress.
+CREATE FUNCTION idempotency.forget(key pg_catalog.text)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'idempotency_forget'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE SECURITY INVOKER;
+
+-- Expiry ------------------------------------------------------------------------
+
+-- One expiry round in this database, now, in the caller's transaction;
+-- returns how many keys it deleted. It deletes the keys of every role, so
+-- only superusers may run it, and roles they grant EXECUTE to.
+CREATE FUNCTION idempotency.expire()
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'idempotency_expire'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.expire() IS
+    'deletes the keys of this database that are past their TTL, in the caller''s transaction; returns how many';
+
+REVOKE ALL ON FUNCTION idempotency.expire() FROM PUBLIC;
+
+-- What the expiry worker did, per database where the extension is
+-- installed; kept in shared memory (needs the library preloaded) and empty
+-- after a restart.
+CREATE FUNCTION idempotency.expiry_status(
+    OUT datid pg_catalog.oid,
+    OUT running_since pg_catalog.timestamptz,
+    OUT last_started pg_catalog.timestamptz,
+    OUT last_finished pg_catalog.timestamptz,
+    OUT last_deleted pg_catalog.int8,
+    OUT last_error pg_catalog.text,
+    OUT rounds pg_catalog.int8,
+    OUT total_deleted pg_catalog.int8,
+    OUT failed_rounds pg_catalog.int8)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idempotency_expiry_status'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+CREATE VIEW idempotency.expiry_status AS
+    SELECT s.datid, d.datname, s.running_since, s.last_started,
+           s.last_finished,
+           s.last_finished OPERATOR(pg_catalog.-) s.last_started AS last_duration,
+           s.last_deleted, s.last_error, s.rounds, s.total_deleted,
+           s.failed_rounds
+      FROM idempotency.expiry_status() AS s
+      LEFT JOIN pg_catalog.pg_database AS d
+        ON d.oid OPERATOR(pg_catalog.=) s.datid;
+
+COMMENT ON VIEW idempotency.expiry_status IS
+    'the expiry worker''s last round in each database where the extension is installed: when, how long, keys deleted, error';
+
+-- Monitoring roles may watch the worker.
+REVOKE ALL ON FUNCTION idempotency.expiry_status() FROM PUBLIC;
+REVOKE ALL ON idempotency.expiry_status FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idempotency.expiry_status() TO pg_monitor;
+GRANT SELECT ON idempotency.expiry_status TO pg_monitor;
+
+-- Tenant keys (Citus) -----------------------------------------------------------
+--
+-- On a Citus cluster whose business tables are distributed by a tenant
+-- column, idempotency.tenant_keys keeps each tenant's keys in the shard
+-- beside that tenant's rows: a request delegated to the node that holds the
+-- tenant runs its claim, its work and its key as one local transaction there.
+-- A superuser creates the table once, on the coordinator, co-located with a
+-- distributed table; its tenant column takes the type of that table's
+-- distribution column. The table is not part of the extension: it holds
+-- data, and pg_dump keeps it with the business tables. Callers have no
+-- rights on it; the tenant_* functions read and write it as its owner.
+CREATE FUNCTION idempotency.distribute_keys(colocate_with pg_catalog.regclass)
+RETURNS pg_catalog.regclass
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  tenant_type pg_catalog.regtype;
+BEGIN
+  IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+    RAISE EXCEPTION 'Citus is not installed in this database'
+      USING ERRCODE = '0A000',
+            HINT = 'Tenant keys are for Citus clusters: CREATE EXTENSION citus first.';
+  END IF;
+  IF pg_catalog.to_regclass('idempotency.tenant_keys') IS NOT NULL THEN
+    RAISE EXCEPTION 'idempotency.tenant_keys already exists'
+      USING ERRCODE = '42P07';
+  END IF;
+  SELECT a.atttypid INTO tenant_type
+    FROM pg_catalog.pg_dist_partition AS p
+    JOIN pg_catalog.pg_attribute AS a
+      ON a.attrelid OPERATOR(pg_catalog.=) p.logicalrelid
+     AND a.attname OPERATOR(pg_catalog.=)
+         pg_catalog.column_to_column_name(p.logicalrelid, p.partkey)
+   WHERE p.logicalrelid OPERATOR(pg_catalog.=) colocate_with
+     AND p.partmethod OPERATOR(pg_catalog.=) 'h';
+  IF NOT FOUND THEN
+    RAISE EXCEPTION '% is not a hash-distributed Citus table', colocate_with
+      USING ERRCODE = '42809',
+            HINT = 'Name a table distributed with create_distributed_table(table, column): the keys are co-located with it.';
+  END IF;
+  EXECUTE pg_catalog.format(
+    'CREATE TABLE idempotency.tenant_keys ('
+    '  tenant %s NOT NULL,'
+    '  scope idempotency.role_scope NOT NULL,'
+    '  key pg_catalog.text NOT NULL,'
+    '  key_digest pg_catalog.bytea NOT NULL,'
+    '  request_hash pg_catalog.bytea NOT NULL,'
+    '  response pg_catalog.jsonb,'
+    '  created_at pg_catalog.timestamptz NOT NULL,'
+    '  expires_at pg_catalog.timestamptz NOT NULL,'
+    '  PRIMARY KEY (tenant, scope, key_digest))', tenant_type);
+  CREATE INDEX tenant_keys_expires_at_idx ON idempotency.tenant_keys (expires_at);
+  COMMENT ON TABLE idempotency.tenant_keys IS
+    'idempotency keys distributed with the tenants'' data; written only through the idempotency.tenant_* functions';
+  REVOKE ALL ON TABLE idempotency.tenant_keys FROM PUBLIC;
+  PERFORM pg_catalog.create_distributed_table('idempotency.tenant_keys', 'tenant',
+                                              colocate_with => colocate_with::pg_catalog.text);
+  RETURN 'idempotency.tenant_keys'::pg_catalog.regclass;
+END $$;
+
+COMMENT ON FUNCTION idempotency.distribute_keys(pg_catalog.regclass) IS
+    'create idempotency.tenant_keys, distributed by Citus and co-located with the given distributed table';
+
+REVOKE ALL ON FUNCTION idempotency.distribute_keys(pg_catalog.regclass) FROM PUBLIC;
+
+-- idempotent_call for a tenant's key: the same outcomes (replay, IK409,
+-- IK422, stored errors), the key kept in idempotency.tenant_keys under
+-- (tenant, role, key). tenant must have the type of the tenant column.
+CREATE FUNCTION idempotency.tenant_call(
+    tenant "any", key pg_catalog.text, request_hash pg_catalog.text, fn pg_catalog.text)
+RETURNS pg_catalog.jsonb
+AS 'MODULE_PATHNAME', 'idempotency_tenant_call'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE SECURITY INVOKER;
+
+CREATE FUNCTION idempotency.tenant_call(
+    tenant "any", key pg_catalog.text, request_hash pg_catalog.text, fn pg_catalog.text,
+    VARIADIC args "any")
+RETURNS pg_catalog.jsonb
+AS 'MODULE_PATHNAME', 'idempotency_tenant_call'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE SECURITY INVOKER;
+
+-- The application API for a tenant's key.
+CREATE FUNCTION idempotency.tenant_claim(
+    tenant "any", key pg_catalog.text, request_hash pg_catalog.text)
+RETURNS TABLE (replayed pg_catalog.bool, response pg_catalog.jsonb,
+               created_at pg_catalog.timestamptz, expires_at pg_catalog.timestamptz)
+AS 'MODULE_PATHNAME', 'idempotency_tenant_claim'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE SECURITY INVOKER ROWS 1;
+
+CREATE FUNCTION idempotency.tenant_complete(
+    tenant "any", key pg_catalog.text, response pg_catalog.jsonb)
+RETURNS pg_catalog.void
+AS 'MODULE_PATHNAME', 'idempotency_tenant_complete'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE SECURITY INVOKER;
+
+CREATE FUNCTION idempotency.tenant_release(tenant "any", key pg_catalog.text)
+RETURNS pg_catalog.void
+AS 'MODULE_PATHNAME', 'idempotency_tenant_release'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE SECURITY INVOKER;
+
+CREATE FUNCTION idempotency.tenant_lookup(tenant "any", key pg_catalog.text)
+RETURNS TABLE (state pg_catalog.text, created_at pg_catalog.timestamptz,
+               expires_at pg_catalog.timestamptz, response pg_catalog.jsonb)
+AS 'MODULE_PATHNAME', 'idempotency_tenant_lookup'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE SECURITY INVOKER ROWS 1;
+
+CREATE FUNCTION idempotency.tenant_forget(tenant "any", key pg_catalog.text)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'idempotency_tenant_forget'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE SECURITY INVOKER;
+
+-- Statistics --------------------------------------------------------------------
+
+-- Counters per database, from shared memory (needs the library preloaded;
+-- no rows otherwise).
+CREATE FUNCTION idempotency.stats_counters(
+    OUT datid pg_catalog.oid,
+    OUT calls_ran pg_catalog.int8,
+    OUT replays pg_catalog.int8,
+    OUT conflicts pg_catalog.int8,
+    OUT mismatches pg_catalog.int8,
+    OUT keys_expired pg_catalog.int8,
+    OUT stats_reset pg_catalog.timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idempotency_stats_counters'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+-- Zeroes this database's counters.
+CREATE FUNCTION idempotency.stats_reset()
+RETURNS pg_catalog.void
+AS 'MODULE_PATHNAME', 'idempotency_stats_reset'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+-- The number of tenant keys and the oldest one's creation, read through
+-- Citus (every shard) as the table's owner; zero and NULL without the
+-- table. For the stats view only.
+CREATE FUNCTION idempotency.tenant_key_totals(OUT keys pg_catalog.int8,
+                                              OUT oldest pg_catalog.timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  keys := 0;
+  IF pg_catalog.to_regclass('idempotency.tenant_keys') IS NOT NULL THEN
+    SELECT pg_catalog.count(*), pg_catalog.min(k.created_at) INTO keys, oldest
+      FROM idempotency.tenant_keys AS k;
+  END IF;
+END $$;
+
+-- One row per database with counters, and always one for this database.
+-- keys and oldest_key_age are this database's (other databases' tables are
+-- out of reach), local and tenant keys together, and read the whole table:
+-- a scan, not a lookup. The view runs with its owner's rights, so it counts
+-- every role's keys while showing no key or response.
+CREATE VIEW idempotency.stats AS
+    WITH tenant AS (SELECT * FROM idempotency.tenant_key_totals()),
+    here AS (
+        SELECT d.oid AS datid,
+               (SELECT pg_catalog.count(*) FROM idempotency.keys)
+                 OPERATOR(pg_catalog.+) (SELECT t.keys FROM tenant AS t) AS keys,
+               pg_catalog.now() OPERATOR(pg_catalog.-)
+                   (SELECT pg_catalog.min(o.created_at) FROM (
+                      SELECT k.created_at FROM idempotency.keys AS k
+                      UNION ALL SELECT t.oldest FROM tenant AS t) AS o) AS oldest_key_age
+          FROM pg_catalog.pg_database AS d
+         WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+    SELECT coalesce(c.datid, h.datid) AS datid,
+           db.datname,
+           c.calls_ran, c.replays, c.conflicts, c.mismatches, c.keys_expired,
+           h.keys, h.oldest_key_age, c.stats_reset
+      FROM idempotency.stats_counters() AS c
+      FULL JOIN here AS h ON h.datid OPERATOR(pg_catalog.=) c.datid
+      LEFT JOIN pg_catalog.pg_database AS db
+        ON db.oid OPERATOR(pg_catalog.=) coalesce(c.datid, h.datid);
+
+COMMENT ON VIEW idempotency.stats IS
+    'idempotent_call outcomes per database (calls that ran fn, replays, IK409, IK422), keys deleted by expiry, and this database''s key count and oldest key age';
+
+-- How many keys each role keeps and how many bytes their rows take (the
+-- row as stored, response included, compressed where PostgreSQL compressed
+-- it). It runs with its owner's rights, so it counts every role's keys while
+-- showing no key or response.
+CREATE VIEW idempotency.key_usage AS
+    SELECT k.scope::pg_catalog.regrole AS role,
+           pg_catalog.count(*) AS keys,
+           pg_catalog.sum(pg_catalog.pg_column_size(k.*))::pg_catalog.int8 AS bytes
+      FROM idempotency.keys AS k
+     GROUP BY k.scope;
+
+COMMENT ON VIEW idempotency.key_usage IS
+    'keys and bytes stored per role in this database, without keys or responses';
+
+-- Monitoring roles may read the statistics; only superusers reset them.
+REVOKE ALL ON FUNCTION idempotency.stats_counters() FROM PUBLIC;
+REVOKE ALL ON FUNCTION idempotency.stats_reset() FROM PUBLIC;
+REVOKE ALL ON FUNCTION idempotency.tenant_key_totals() FROM PUBLIC;
+REVOKE ALL ON idempotency.stats FROM PUBLIC;
+REVOKE ALL ON idempotency.key_usage FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idempotency.stats_counters() TO pg_monitor;
+GRANT EXECUTE ON FUNCTION idempotency.tenant_key_totals() TO pg_monitor;
+GRANT SELECT ON idempotency.stats TO pg_monitor;
+GRANT SELECT ON idempotency.key_usage TO pg_monitor;
