@@ -155,6 +155,9 @@ is( $new->safe_psql(
 # pg_upgrade does not carry the records that keep a role with keys from
 # being dropped; idempotency.mark_key_roles() (which the expiry worker runs
 # at each round) makes them again.
+is( $new->safe_psql('app',
+		q{SELECT evtenabled FROM pg_event_trigger WHERE evtname = 'idempotency_drop_owned_keys'}),
+	'A', 'app: the event trigger of DROP OWNED is kept, enabled always');
 $new->safe_psql($_, 'SELECT idempotency.mark_key_roles()') for sort keys %version;
 my ($rc, $out, $err) = $new->psql('postgres', 'DROP ROLE regress_alice');
 like($err, qr/role "regress_alice" cannot be dropped because some objects depend on it/,

@@ -7,6 +7,8 @@
 #   keys there (a key being stored meanwhile is waited for and deleted too;
 #   a session of the role that stores a key afterwards holds its role
 #   again), and only a role with the rights of DROP OWNED may run it.
+#   GRANT and REVOKE on the key table keep the refusal, DROP EXTENSION ends
+#   it.
 # - A role dropped while the extension was at 0.6 (no refusal then) leaves
 #   keys of no role: the update to 0.7 deletes them.
 # - The cluster's OID counter is then set back to the dropped role's OID
@@ -134,9 +136,31 @@ $dropper->quit;
 like($stderr, qr/object in database app/,
 	'... and DROP ROLE counts it again');
 
-$node->safe_psql($_, 'DROP OWNED BY regress_a') for ('app', 'other', 'restored');
+$node->safe_psql($_, 'DROP OWNED BY regress_a') for ('app', 'other');
+# The event trigger fires with session_replication_role = replica too.
+$node->safe_psql('restored',
+	'SET session_replication_role = replica; DROP OWNED BY regress_a');
+is(keys_of('restored', 'regress_a'), '0',
+	'DROP OWNED deletes the keys with session_replication_role = replica');
 is((error_of('postgres', 'DROP ROLE regress_a'))[0],
 	'no error', 'after DROP OWNED in every database DROP ROLE succeeds');
+
+# GRANT and REVOKE on the key table leave the record; DROP EXTENSION
+# removes it with the keys.
+$node->safe_psql('postgres', 'CREATE ROLE regress_c; CREATE DATABASE dropext');
+$node->safe_psql('dropext', q{
+CREATE EXTENSION idempotency;
+SET ROLE regress_c;
+SELECT idempotency.idempotent_call('c', NULL, 'SELECT 1');
+RESET ROLE;
+GRANT SELECT ON idempotency.keys TO regress_c;
+REVOKE SELECT ON idempotency.keys FROM regress_c;
+});
+is((error_of('postgres', 'DROP ROLE regress_c'))[0],
+	'2BP01', 'after GRANT and REVOKE on the key table DROP ROLE still refuses');
+$node->safe_psql('dropext', 'DROP EXTENSION idempotency');
+is((error_of('postgres', 'DROP ROLE regress_c'))[0],
+	'no error', 'DROP EXTENSION takes the keys and the record with it');
 
 # The database still at 0.6 kept the keys, now of no role.
 is( $node->safe_psql('old',
