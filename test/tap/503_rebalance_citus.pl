@@ -14,7 +14,8 @@
 # - every key replays its stored response afterwards, running nothing.
 #
 # Needs Citus; without it the file says so and is skipped. CITUS_TEST_PORT,
-# when set, is the first of nine TCP ports (this file uses the last three).
+# when set, is the first of nine TCP ports (this file uses the last three;
+# 501 and 502 the six before).
 use strict;
 use warnings;
 
