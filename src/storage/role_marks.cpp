@@ -73,12 +73,15 @@ void register_callbacks_once() {
   callbacks_registered = true;
 }
 
+bool has_event_trigger() {
+  return OidIsValid(get_event_trigger_oid(event_trigger_name, true));
+}
+
 void start_remembering(Oid relid) {
   register_callbacks_once();
   remembered.relid = relid;
   remembered.count = 0;
-  remembered.marking =
-      OidIsValid(get_event_trigger_oid(event_trigger_name, true));
+  remembered.marking = has_event_trigger();
 }
 
 bool is_remembered(Oid role) {
@@ -272,6 +275,8 @@ int64 mark_key_roles() {
   table_close(keys, NoLock);
   return deleted;
 }
+
+bool database_marks_roles() { return has_event_trigger(); }
 
 Datum mark_key_roles_body(FunctionCallInfo) {
   return Int64GetDatum(mark_key_roles());

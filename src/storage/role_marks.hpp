@@ -42,6 +42,10 @@ void ensure(Relation keys, AttrNumber scope_column, Oid role);
 Datum mark_key_roles_body(FunctionCallInfo fcinfo);
 int64 mark_key_roles();
 
+// Whether this database's extension records roles (0.7 and later): the
+// expiry worker leaves databases at older versions as they were.
+bool database_marks_roles();
+
 // idempotency.drop_owned_keys(): the event trigger on ddl_command_start for
 // DROP OWNED. Deletes the keys of the roles named, in this database, and
 // their marks, after PostgreSQL's own permission check for DROP OWNED.

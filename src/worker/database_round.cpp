@@ -159,7 +159,8 @@ RoundEnd run_passes(TimestampTz cutoff, MemoryContext pass_context,
   if (!begin_round_transaction("marking the roles that have idempotency keys",
                                RowExclusiveLock))
     return RoundEnd::extension_dropped;
-  *deleted += storage::role_marks::mark_key_roles();
+  if (storage::role_marks::database_marks_roles())
+    *deleted += storage::role_marks::mark_key_roles();
   commit_transaction();
 
   int batch_size = settings::expire_batch_size();
