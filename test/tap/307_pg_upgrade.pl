@@ -153,8 +153,17 @@ is( $new->safe_psql(
 	'0', 'app05: the update deletes the dropped role\'s key');
 
 # pg_upgrade does not carry the records that keep a role with keys from
-# being dropped; idempotency.mark_key_roles() (which the expiry worker runs
-# at each round) makes them again.
+# being dropped; the expiry worker's round makes them again, and so does
+# idempotency.mark_key_roles().
+my $alice_record = q{SELECT count(*) FROM pg_shdepend
+ WHERE refobjid = 'regress_alice'::regrole AND objid = 'idempotency.keys'::regclass
+   AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())};
+is($new->safe_psql('app', $alice_record),
+	'0', 'app: pg_upgrade does not carry the record of regress_alice\'s keys');
+$new->safe_psql('postgres', "ALTER SYSTEM SET idempotency.expire_interval = '1s'");
+$new->safe_psql('postgres', 'SELECT pg_reload_conf()');
+ok($new->poll_query_until('app', $alice_record, '1'),
+	'app: the expiry worker\'s round records it again');
 is( $new->safe_psql('app',
 		q{SELECT evtenabled FROM pg_event_trigger WHERE evtname = 'idempotency_drop_owned_keys'}),
 	'A', 'app: the event trigger of DROP OWNED is kept, enabled always');
