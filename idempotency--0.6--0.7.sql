@@ -2,3 +2,49 @@
 -- also written, as it is now, in idempotency.sql (the fresh install):
 -- test/tap/308_install_matches_upgrades.pl fails when the two differ.
 \echo Use "ALTER EXTENSION idempotency UPDATE TO '0.7'" to load this file. \quit
+
+-- A role that has keys cannot be dropped ----------------------------------
+--
+-- A key is stored under its role's OID, and a role created after a DROP
+-- ROLE may get that OID again (after OID wraparound, or pg_resetwal -o):
+-- it would then read and replay the dropped role's keys. From 0.7 on, the
+-- first time a role stores (or a restore loads) a key in a database, the
+-- library records a shared dependency of idempotency.keys (its column
+-- scope) on the role, as for the privileges a role holds: DROP ROLE then
+-- fails with 2BP01 while the role has keys in any database. DROP OWNED BY,
+-- in each database, deletes the role's keys there and that dependency,
+-- through the event trigger below; REASSIGN OWNED leaves them.
+CREATE FUNCTION idempotency.drop_owned_keys()
+RETURNS event_trigger
+AS 'MODULE_PATHNAME', 'idempotency_drop_owned_keys'
+LANGUAGE C;
+
+COMMENT ON FUNCTION idempotency.drop_owned_keys() IS
+    'deletes the idempotency keys of the roles that DROP OWNED names, in this database';
+
+REVOKE ALL ON FUNCTION idempotency.drop_owned_keys() FROM PUBLIC;
+
+CREATE EVENT TRIGGER idempotency_drop_owned_keys ON ddl_command_start
+    WHEN TAG IN ('DROP OWNED')
+    EXECUTE FUNCTION idempotency.drop_owned_keys();
+-- Also with session_replication_role = replica.
+ALTER EVENT TRIGGER idempotency_drop_owned_keys ENABLE ALWAYS;
+
+CREATE FUNCTION idempotency.mark_key_roles()
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'idempotency_mark_key_roles'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION idempotency.mark_key_roles() IS
+    'records that every role with keys in this database has them (so DROP ROLE refuses it), and deletes the keys of roles that no longer exist; returns the number of keys deleted';
+
+REVOKE ALL ON FUNCTION idempotency.mark_key_roles() FROM PUBLIC;
+
+-- Keys stored before this version: calls wait until the update commits
+-- (a key stored meanwhile would have no mark), the roles that have keys
+-- are marked, and the keys of roles dropped before the update, which no
+-- role may ever reach, are deleted. Changing the table's definition makes
+-- every session look its marks up again.
+LOCK TABLE idempotency.keys IN SHARE ROW EXCLUSIVE MODE;
+SELECT idempotency.mark_key_roles();
+ALTER TABLE idempotency.keys ALTER COLUMN scope SET STATISTICS 0;

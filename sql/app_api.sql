@@ -296,6 +296,8 @@ SELECT idempotency.release('role-switch');
 COMMIT;
 DELETE FROM idempotency.keys WHERE scope::text = 'app_other';
 REVOKE ALL ON app_orders FROM app_other;
+-- A role that has keys is dropped after DROP OWNED BY, which deletes them.
+DROP OWNED BY app_other;
 DROP ROLE app_other;
 
 -- Keys are checked as idempotent_call checks them.

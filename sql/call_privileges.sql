@@ -45,5 +45,7 @@ SELECT p.oid::regprocedure AS function, p.prosecdef AS security_definer, p.prois
 
 DELETE FROM idempotency.keys WHERE scope::text IN ('regress_alice', 'regress_bob');
 DROP TABLE alice_data, secrets;
+-- A role that has keys is dropped after DROP OWNED BY, which deletes them.
+DROP OWNED BY regress_alice, regress_bob;
 DROP ROLE regress_alice;
 DROP ROLE regress_bob;

@@ -51,4 +51,6 @@ ALTER DATABASE :"db" RESET idempotency.ttl;
 ALTER DATABASE :"db" RESET idempotency.wait_timeout;
 
 DELETE FROM idempotency.keys WHERE key LIKE 'set-%';
+-- A role that has keys is dropped after DROP OWNED BY, which deletes them.
+DROP OWNED BY regress_settings_clerk;
 DROP ROLE regress_settings_clerk;

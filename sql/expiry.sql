@@ -132,4 +132,6 @@ DROP FUNCTION ttl_of(text);
 DROP FUNCTION age_keys(text[]);
 DROP SEQUENCE expiry_runs;
 SELECT idempotency.expire() AS expired_after \gset
+-- A role that has keys is dropped after DROP OWNED BY, which deletes them.
+DROP OWNED BY regress_expiry_user;
 DROP ROLE regress_expiry_user;

@@ -148,5 +148,7 @@ DELETE FROM idempotency.keys WHERE key LIKE 'fn-%';
 SET client_min_messages = warning;
 DROP SCHEMA hostile_fn CASCADE;
 RESET client_min_messages;
+-- A role that has keys is dropped after DROP OWNED BY, which deletes them.
+DROP OWNED BY regress_hostile_fn_user;
 DROP ROLE regress_hostile_fn_user;
 RESET search_path;

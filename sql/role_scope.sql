@@ -75,5 +75,7 @@ RESET enable_seqscan;
 
 DELETE FROM idempotency.keys WHERE key = 'rs-key';
 DROP TABLE rs_runs;
+-- A role that has keys is dropped after DROP OWNED BY, which deletes them.
+DROP OWNED BY regress_rs_alicia, "Regress_RS Bob";
 DROP ROLE regress_rs_alicia;
 DROP ROLE "Regress_RS Bob";

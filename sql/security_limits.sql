@@ -160,6 +160,8 @@ DELETE FROM idempotency.keys WHERE key LIKE 'lim-%';
 SET client_min_messages = warning;
 DROP SCHEMA security_limits CASCADE;
 RESET client_min_messages;
+-- A role that has keys is dropped after DROP OWNED BY, which deletes them.
+DROP OWNED BY regress_lim_alice;
 DROP ROLE regress_lim_alice;
 DROP ROLE regress_lim_monitor;
 RESET search_path;

@@ -103,6 +103,8 @@ DELETE FROM idempotency.keys WHERE key LIKE 'sec-%';
 SET client_min_messages = warning;
 DROP SCHEMA security_rights CASCADE;
 RESET client_min_messages;
+-- A role that has keys is dropped after DROP OWNED BY, which deletes them.
+DROP OWNED BY regress_sec_alice, regress_sec_bob;
 DROP ROLE regress_sec_alice;
 DROP ROLE regress_sec_bob;
 DROP ROLE regress_sec_auditor;

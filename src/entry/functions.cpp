@@ -10,6 +10,7 @@
 #include "protocol/loaded_rows.hpp"
 #include "protocol/session.hpp"
 #include "stats/stats.hpp"
+#include "storage/role_marks.hpp"
 #include "storage/role_scope.hpp"
 #include "worker/expire.hpp"
 #include "worker/status.hpp"
@@ -79,5 +80,12 @@ IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_forget, idempotency::entry::tenant_f
 
 // idempotency.keys_loaded() RETURNS trigger
 IDEMPOTENCY_SQL_FUNCTION(idempotency_keys_loaded, idempotency::protocol::keys_loaded_body)
+
+// idempotency--0.6--0.7.sql
+
+// idempotency.mark_key_roles() RETURNS bigint
+IDEMPOTENCY_SQL_FUNCTION(idempotency_mark_key_roles, idempotency::storage::role_marks::mark_key_roles_body)
+// idempotency.drop_owned_keys() RETURNS event_trigger
+IDEMPOTENCY_SQL_FUNCTION(idempotency_drop_owned_keys, idempotency::storage::role_marks::drop_owned_keys_body)
 
 // clang-format on

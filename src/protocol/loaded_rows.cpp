@@ -2,6 +2,7 @@
 
 #include "fingerprint/key_digest.hpp"
 #include "protocol/loaded_rows.hpp"
+#include "storage/role_marks.hpp"
 
 namespace idempotency::protocol {
 
@@ -52,6 +53,19 @@ bytea *fingerprint_of_text_hash(const bytea *text_hash) {
   return result;
 }
 
+// A loaded key's role gets its mark, as when the role stores a key: the
+// keys of a restored dump hold their roles from the start.
+void mark_role_of(Relation keys, HeapTuple row) {
+  TupleDesc desc = RelationGetDescr(keys);
+  int scope_column = SPI_fnumber(desc, "scope");
+  if (scope_column <= 0)
+    return;
+  bool isnull;
+  Datum scope = heap_getattr(row, scope_column, desc, &isnull);
+  if (!isnull)
+    storage::role_marks::ensure(keys, scope_column, DatumGetObjectId(scope));
+}
+
 } // namespace
 
 Datum keys_loaded_body(FunctionCallInfo fcinfo) {
@@ -64,6 +78,7 @@ Datum keys_loaded_body(FunctionCallInfo fcinfo) {
   int status_column = SPI_fnumber(desc, "status");
   if (key_column <= 0 || digest_column <= 0 || hash_column <= 0)
     return PointerGetDatum(row); // not the table this trigger is for
+  mark_role_of(trigger->tg_relation, row);
 
   Changes changes{};
   bool key_isnull, digest_isnull, hash_isnull;

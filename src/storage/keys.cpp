@@ -2,6 +2,7 @@
 
 #include "storage/citus.hpp"
 #include "storage/commit_guard.hpp"
+#include "storage/role_marks.hpp"
 #include "storage/tenant_keys.hpp"
 
 #include "settings/settings.hpp"
@@ -846,6 +847,7 @@ StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
   if (rel == nullptr)
     report_missing_table();
   KeyColumns columns = key_columns(rel);
+  role_marks::ensure(rel, columns.scope, key.scope);
   if (expired_row != nullptr)
     delete_expired_row(rel, const_cast<ItemPointer>(expired_row));
 

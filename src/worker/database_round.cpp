@@ -4,6 +4,7 @@
 
 #include "settings/settings.hpp"
 #include "storage/keys.hpp"
+#include "storage/role_marks.hpp"
 #include "worker/expire.hpp"
 #include "worker/status.hpp"
 
@@ -153,6 +154,15 @@ bool begin_round_transaction(const char *activity, LOCKMODE mode) {
 // most idempotency.expire_rate keys a second.
 RoundEnd run_passes(TimestampTz cutoff, MemoryContext pass_context,
                     volatile int64 *deleted) {
+  // Marks made again where they are missing (pg_upgrade does not carry
+  // them), and keys of roles that no longer exist deleted.
+  if (!begin_round_transaction("marking the roles that have idempotency keys",
+                               RowExclusiveLock))
+    return RoundEnd::extension_dropped;
+  if (storage::role_marks::database_marks_roles())
+    *deleted += storage::role_marks::mark_key_roles();
+  commit_transaction();
+
   int batch_size = settings::expire_batch_size();
   Pace pace = start_pace();
   ExpiryCursor cursor{};

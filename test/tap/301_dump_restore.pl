@@ -39,6 +39,11 @@ SELECT idempotency.idempotent_call('ghost-key', NULL, 'SELECT 1');
 });
 my $ghost_oid = $node->safe_psql('postgres', q{SELECT 'regress_ghost'::regrole::oid});
 my $app_oid = $node->safe_psql('postgres', q{SELECT 'regress_app'::regrole::oid});
+# DROP ROLE refuses a role that has keys; a key of a dropped role is left
+# only where nothing held its role (dropped before 0.7, or this record
+# removed by hand, as here).
+$node->safe_psql('source', q{DELETE FROM pg_shdepend
+  WHERE refobjid = 'regress_ghost'::regrole AND objid = 'idempotency.keys'::regclass});
 $node->safe_psql('postgres', 'DROP ROLE regress_ghost');
 
 my $keys_query = q{SELECT scope, key, request_hash, response,

@@ -1,14 +1,15 @@
 # Every released version's dump restores into a database with the current
 # library: pg_restore creates the current version (CREATE EXTENSION without
 # VERSION) and copies the dumped version's columns into idempotency.keys.
-# Keys stored at 0.1, 0.2, 0.3, 0.4 and 0.5 by two roles (a fingerprint
+# Keys stored at 0.1, 0.2, 0.3, 0.4, 0.5 and 0.6 by two roles (a fingerprint
 # computed by the extension, a client's hash, a client's hash that spells
 # a hex digest, a key beyond ASCII, a TTL of 7 days), a row as versions
 # before 0.4 stored a client's hash (its text, inserted by the superuser as
 # the library of those versions wrote it), and the key of a role dropped
 # before the dump (0.1 and 0.2 dump its scope as the OID), are dumped in custom and plain format and
 # restored into a fresh database: every key replays for its role, fn never
-# runs again, and the dropped role's key belongs to no role.
+# runs again, the dropped role's key belongs to no role, and the restored
+# keys' roles cannot be dropped while the keys exist.
 use strict;
 use warnings;
 
@@ -47,7 +48,7 @@ sub call_sql
 my $keys_query = q{SELECT key, scope::text, request_hash IS NOT NULL, response,
   expires_at - created_at FROM idempotency.keys WHERE key <> 'gone' ORDER BY key, scope::text};
 
-for my $version ('0.1', '0.2', '0.3', '0.4', '0.5')
+for my $version ('0.1', '0.2', '0.3', '0.4', '0.5', '0.6')
 {
 	(my $name = "v$version") =~ s/\./_/;
 	$node->safe_psql('postgres', "CREATE ROLE regress_gone_$name");
@@ -126,6 +127,8 @@ SELECT 'regress_app', 'raw-client', r.request_hash, '"raw"', now(), now() + inte
 				  WHERE key = 'gone' AND scope::text = '-'}),
 			'1',
 			"$what: the dropped role's key belongs to no role");
+		is(sqlstate_of($node, 'DROP ROLE regress_other'),
+			'2BP01', "$what: the restored keys hold their role (DROP ROLE refuses it)");
 		for my $call (@calls)
 		{
 			my ($role, $key, $hash, $n) = @$call;
