@@ -382,6 +382,44 @@ CREATE TRIGGER keys_loaded BEFORE INSERT ON idempotency.keys
     FOR EACH ROW EXECUTE FUNCTION idempotency.keys_loaded();
 ALTER TABLE idempotency.keys ENABLE ALWAYS TRIGGER keys_loaded;
 
+-- A role that has keys cannot be dropped --------------------------------------
+--
+-- A key is stored under its role's OID, and a role created after a DROP
+-- ROLE may get that OID again (after OID wraparound, or pg_resetwal -o).
+-- The first time a role stores (or a restore loads) a key in a database,
+-- the library records a shared dependency of idempotency.keys (its column
+-- scope) on the role, as for the privileges a role holds: DROP ROLE then
+-- fails with 2BP01 while the role has keys in any database. DROP OWNED BY,
+-- in each database, deletes the role's keys there and that dependency,
+-- through this event trigger; REASSIGN OWNED leaves them.
+CREATE FUNCTION idempotency.drop_owned_keys()
+RETURNS event_trigger
+AS 'MODULE_PATHNAME', 'idempotency_drop_owned_keys'
+LANGUAGE C;
+
+COMMENT ON FUNCTION idempotency.drop_owned_keys() IS
+    'deletes the idempotency keys of the roles that DROP OWNED names, in this database';
+
+REVOKE ALL ON FUNCTION idempotency.drop_owned_keys() FROM PUBLIC;
+
+CREATE EVENT TRIGGER idempotency_drop_owned_keys ON ddl_command_start
+    WHEN TAG IN ('DROP OWNED')
+    EXECUTE FUNCTION idempotency.drop_owned_keys();
+-- Also with session_replication_role = replica.
+ALTER EVENT TRIGGER idempotency_drop_owned_keys ENABLE ALWAYS;
+
+-- The expiry worker runs it each round (pg_upgrade and restores do not
+-- carry the dependencies).
+CREATE FUNCTION idempotency.mark_key_roles()
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'idempotency_mark_key_roles'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION idempotency.mark_key_roles() IS
+    'records that every role with keys in this database has them (so DROP ROLE refuses it), and deletes the keys of roles that no longer exist; returns the number of keys deleted';
+
+REVOKE ALL ON FUNCTION idempotency.mark_key_roles() FROM PUBLIC;
+
 -- The call ----------------------------------------------------------------------
 
 CREATE FUNCTION idempotency.idempotent_call(
