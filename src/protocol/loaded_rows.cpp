@@ -1,7 +1,7 @@
-#include "fingerprint/fingerprint.hpp"
+#include "idempotency/fingerprint/fingerprint.hpp"
 
-#include "fingerprint/key_digest.hpp"
-#include "protocol/loaded_rows.hpp"
+#include "idempotency/fingerprint/key_digest.hpp"
+#include "idempotency/protocol/loaded_rows.hpp"
 
 namespace idempotency::protocol {
 
