@@ -32,7 +32,7 @@ IDEMPOTENCY_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-register
 
 PG_CONFIG ?= pg_config
 PG_CXXFLAGS = $(IDEMPOTENCY_CXXFLAGS) \
-	-isystem $(shell $(PG_CONFIG) --includedir-server) -I$(srcdir)/src
+	-isystem $(shell $(PG_CONFIG) --includedir-server) -I$(srcdir)/include
 SHLIB_LINK += -lstdc++
 
 # Rebuild every object whose headers changed (.deps/*.Po, written by the
@@ -52,6 +52,14 @@ include $(PGXS)
 
 $(DATA_built): idempotency.sql
 	cp $< $@
+
+# The layering check (includes point down the layers, project headers by
+# their idempotency/ prefix; docs/architecture.md) runs before anything is
+# compiled: a build that breaks the layers fails.
+.PHONY: check-layers
+check-layers:
+	$(srcdir)/test/unit/layers.sh
+$(OBJS): | check-layers
 
 # The TAP files' shared module (IdempotencyTest.pm) lives beside them.
 PG_PROVE_FLAGS += -I test/tap

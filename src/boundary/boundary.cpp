@@ -1,4 +1,4 @@
-#include "boundary/boundary.hpp"
+#include "idempotency/boundary/boundary.hpp"
 
 namespace idempotency::detail {
 

@@ -1,10 +1,10 @@
 // Bodies of the application API's SQL functions (protocol/app_api) and of
 // idempotency.last_call(), declared in entry/functions.cpp. Table functions
 // return their one row (or none) through a materialized result set.
-#include "entry/app_results.hpp"
+#include "idempotency/entry/app_results.hpp"
 
-#include "protocol/app_api.hpp"
-#include "protocol/outcome.hpp"
+#include "idempotency/protocol/app_api.hpp"
+#include "idempotency/protocol/outcome.hpp"
 
 namespace idempotency::entry {
 

@@ -3,17 +3,17 @@
 // (boundary/boundary.hpp); its body lives in its module, declared in that
 // module's header. A C symbol named in an install script and missing here
 // fails CREATE EXTENSION ("could not find function").
-#include "boundary/boundary.hpp"
-#include "entry/app_results.hpp"
-#include "fingerprint/key_digest.hpp"
-#include "protocol/call.hpp"
-#include "protocol/loaded_rows.hpp"
-#include "protocol/session.hpp"
-#include "stats/stats.hpp"
-#include "storage/role_marks.hpp"
-#include "storage/role_scope.hpp"
-#include "worker/expire.hpp"
-#include "worker/status.hpp"
+#include "idempotency/boundary/boundary.hpp"
+#include "idempotency/entry/app_results.hpp"
+#include "idempotency/fingerprint/key_digest.hpp"
+#include "idempotency/protocol/call.hpp"
+#include "idempotency/protocol/loaded_rows.hpp"
+#include "idempotency/protocol/session.hpp"
+#include "idempotency/stats/stats.hpp"
+#include "idempotency/storage/role_marks.hpp"
+#include "idempotency/storage/role_scope.hpp"
+#include "idempotency/worker/expire.hpp"
+#include "idempotency/worker/status.hpp"
 
 // clang-format off
 

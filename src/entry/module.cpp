@@ -2,13 +2,13 @@
 // hook, the typing of untyped parameters, shared memory and the expiry
 // launcher.
 // The SQL-callable functions are declared in entry/functions.cpp.
-#include "entry/untyped_parameters.hpp"
-#include "protocol/app_api.hpp"
-#include "protocol/outcome.hpp"
-#include "settings/settings.hpp"
-#include "stats/stats.hpp"
-#include "worker/launcher.hpp"
-#include "worker/status.hpp"
+#include "idempotency/entry/untyped_parameters.hpp"
+#include "idempotency/protocol/app_api.hpp"
+#include "idempotency/protocol/outcome.hpp"
+#include "idempotency/settings/settings.hpp"
+#include "idempotency/stats/stats.hpp"
+#include "idempotency/worker/launcher.hpp"
+#include "idempotency/worker/status.hpp"
 
 extern "C" {
 PG_MODULE_MAGIC;

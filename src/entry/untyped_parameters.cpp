@@ -1,6 +1,6 @@
-#include "entry/untyped_parameters.hpp"
-#include "pg.hpp"
-#include "protocol/fn_parameters.hpp"
+#include "idempotency/entry/untyped_parameters.hpp"
+#include "idempotency/pg.hpp"
+#include "idempotency/protocol/fn_parameters.hpp"
 
 extern "C" {
 #include "catalog/pg_proc.h"

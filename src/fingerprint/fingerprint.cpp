@@ -3,12 +3,12 @@
 //
 // No PostgreSQL header: this unit is linked into the unit tests as well as
 // the extension. Nothing here allocates or throws.
-#include "fingerprint/fingerprint.hpp"
+#include "idempotency/fingerprint/fingerprint.hpp"
 
 #include <cstring>
 #include <type_traits>
 
-#include "server_free.hpp" // must be the last include
+#include "idempotency/server_free.hpp" // must be the last include
 
 namespace idempotency::fingerprint {
 

@@ -1,6 +1,6 @@
-#include "fingerprint/fingerprint.hpp"
+#include "idempotency/fingerprint/fingerprint.hpp"
 
-#include "fingerprint/key_digest.hpp"
+#include "idempotency/fingerprint/key_digest.hpp"
 
 extern "C" {
 #include "catalog/pg_conversion.h"

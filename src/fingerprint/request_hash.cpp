@@ -1,4 +1,4 @@
-#include "fingerprint/request_hash.hpp"
+#include "idempotency/fingerprint/request_hash.hpp"
 
 namespace idempotency::fingerprint {
 

@@ -1,13 +1,13 @@
-#include "fingerprint/request_hash.hpp"
+#include "idempotency/fingerprint/request_hash.hpp"
 
-#include "protocol/app_api.hpp"
-#include "settings/settings.hpp"
-#include "protocol/claim.hpp"
-#include "protocol/message_key.hpp"
-#include "protocol/outcome.hpp"
-#include "protocol/stored_errors.hpp"
-#include "stats/stats.hpp"
-#include "storage/keys.hpp"
+#include "idempotency/protocol/app_api.hpp"
+#include "idempotency/settings/settings.hpp"
+#include "idempotency/protocol/claim.hpp"
+#include "idempotency/protocol/message_key.hpp"
+#include "idempotency/protocol/outcome.hpp"
+#include "idempotency/protocol/stored_errors.hpp"
+#include "idempotency/stats/stats.hpp"
+#include "idempotency/storage/keys.hpp"
 
 namespace idempotency::protocol {
 

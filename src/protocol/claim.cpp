@@ -1,13 +1,13 @@
-#include "protocol/claim_secret.hpp"
-#include "protocol/rules.hpp"
+#include "idempotency/protocol/claim_secret.hpp"
+#include "idempotency/protocol/rules.hpp"
 
-#include "boundary/subtransaction.hpp"
-#include "fingerprint/key_digest.hpp"
-#include "fingerprint/request_hash.hpp"
-#include "protocol/claim.hpp"
-#include "protocol/message_key.hpp"
-#include "settings/settings.hpp"
-#include "stats/stats.hpp"
+#include "idempotency/boundary/subtransaction.hpp"
+#include "idempotency/fingerprint/key_digest.hpp"
+#include "idempotency/fingerprint/request_hash.hpp"
+#include "idempotency/protocol/claim.hpp"
+#include "idempotency/protocol/message_key.hpp"
+#include "idempotency/settings/settings.hpp"
+#include "idempotency/stats/stats.hpp"
 
 namespace idempotency::protocol {
 

@@ -1,6 +1,6 @@
-#include "protocol/claim_secret.hpp"
+#include "idempotency/protocol/claim_secret.hpp"
 
-#include "pg.hpp"
+#include "idempotency/pg.hpp"
 
 extern "C" {
 #include "common/file_perm.h"

@@ -1,8 +1,8 @@
-#include "fingerprint/fingerprint.hpp"
-#include "protocol/rules.hpp"
+#include "idempotency/fingerprint/fingerprint.hpp"
+#include "idempotency/protocol/rules.hpp"
 
-#include "protocol/fn.hpp"
-#include "protocol/statement_cache.hpp"
+#include "idempotency/protocol/fn.hpp"
+#include "idempotency/protocol/statement_cache.hpp"
 
 namespace idempotency::protocol {
 

@@ -1,5 +1,5 @@
-#include "boundary/subtransaction.hpp"
-#include "protocol/fn_parameters.hpp"
+#include "idempotency/boundary/subtransaction.hpp"
+#include "idempotency/protocol/fn_parameters.hpp"
 
 extern "C" {
 #include "common/hashfn.h"

@@ -1,8 +1,8 @@
-#include "fingerprint/fingerprint.hpp"
+#include "idempotency/fingerprint/fingerprint.hpp"
 
-#include "fingerprint/key_digest.hpp"
-#include "protocol/loaded_rows.hpp"
-#include "storage/role_marks.hpp"
+#include "idempotency/fingerprint/key_digest.hpp"
+#include "idempotency/protocol/loaded_rows.hpp"
+#include "idempotency/storage/role_marks.hpp"
 
 namespace idempotency::protocol {
 

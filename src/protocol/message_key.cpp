@@ -1,4 +1,4 @@
-#include "protocol/message_key.hpp"
+#include "idempotency/protocol/message_key.hpp"
 
 extern "C" {
 #include "lib/stringinfo.h"

@@ -1,4 +1,4 @@
-#include "protocol/outcome.hpp"
+#include "idempotency/protocol/outcome.hpp"
 
 namespace idempotency::protocol {
 

@@ -1,7 +1,7 @@
 // Server-free rules of the call. No PostgreSQL header.
-#include "protocol/rules.hpp"
+#include "idempotency/protocol/rules.hpp"
 
-#include "server_free.hpp" // must be the last include
+#include "idempotency/server_free.hpp" // must be the last include
 
 namespace idempotency {
 

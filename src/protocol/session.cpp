@@ -1,6 +1,6 @@
-#include "protocol/session.hpp"
+#include "idempotency/protocol/session.hpp"
 
-#include "protocol/outcome.hpp"
+#include "idempotency/protocol/outcome.hpp"
 
 namespace idempotency::protocol {
 

@@ -1,4 +1,4 @@
-#include "protocol/statement_cache.hpp"
+#include "idempotency/protocol/statement_cache.hpp"
 
 extern "C" {
 #include "common/hashfn.h"

@@ -1,9 +1,9 @@
-#include "settings/sqlstate_list.hpp"
+#include "idempotency/settings/sqlstate_list.hpp"
 
-#include "protocol/stored_errors.hpp"
+#include "idempotency/protocol/stored_errors.hpp"
 
-#include "boundary/subtransaction.hpp"
-#include "settings/settings.hpp"
+#include "idempotency/boundary/subtransaction.hpp"
+#include "idempotency/settings/settings.hpp"
 
 namespace idempotency::protocol {
 

@@ -1,8 +1,8 @@
 // The extension's configuration parameters: the call's (idempotency.ttl,
 // idempotency.wait_timeout) and the expiry worker's (idempotency.expire_*).
-#include "settings/sqlstate_list.hpp"
+#include "idempotency/settings/sqlstate_list.hpp"
 
-#include "settings/settings.hpp"
+#include "idempotency/settings/settings.hpp"
 
 namespace idempotency::settings {
 

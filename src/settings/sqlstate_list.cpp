@@ -1,9 +1,9 @@
 // Server-free parsing of idempotency.store_errors. No PostgreSQL header.
-#include "settings/sqlstate_list.hpp"
+#include "idempotency/settings/sqlstate_list.hpp"
 
 #include <cstring>
 
-#include "server_free.hpp" // must be the last include
+#include "idempotency/server_free.hpp" // must be the last include
 
 namespace idempotency {
 

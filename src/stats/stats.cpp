@@ -1,4 +1,4 @@
-#include "stats/stats.hpp"
+#include "idempotency/stats/stats.hpp"
 
 extern "C" {
 #include "port/atomics.h"

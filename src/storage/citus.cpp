@@ -1,4 +1,4 @@
-#include "storage/citus.hpp"
+#include "idempotency/storage/citus.hpp"
 
 namespace idempotency::storage::citus {
 

@@ -1,4 +1,4 @@
-#include "storage/commit_guard.hpp"
+#include "idempotency/storage/commit_guard.hpp"
 
 namespace idempotency::storage::commit_guard {
 

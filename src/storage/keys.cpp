@@ -1,11 +1,11 @@
-#include "storage/keys.hpp"
+#include "idempotency/storage/keys.hpp"
 
-#include "storage/citus.hpp"
-#include "storage/commit_guard.hpp"
-#include "storage/role_marks.hpp"
-#include "storage/tenant_keys.hpp"
+#include "idempotency/storage/citus.hpp"
+#include "idempotency/storage/commit_guard.hpp"
+#include "idempotency/storage/role_marks.hpp"
+#include "idempotency/storage/tenant_keys.hpp"
 
-#include "settings/settings.hpp"
+#include "idempotency/settings/settings.hpp"
 
 extern "C" {
 #include "catalog/pg_extension.h"

@@ -1,7 +1,7 @@
 // The marks that keep a role with keys from being dropped (see
 // role_marks.hpp): looked up and recorded in pg_shdepend, remembered per
 // backend, removed by DROP OWNED through the extension's event trigger.
-#include "storage/role_marks.hpp"
+#include "idempotency/storage/role_marks.hpp"
 
 namespace idempotency::storage::role_marks {
 

@@ -15,7 +15,7 @@
 // For the same reason a number is read as no role, never as the role with
 // that OID: it is how regrole, the scope's type in 0.1 and 0.2, writes a
 // role that no longer exists, so their dumps hold dropped roles' keys so.
-#include "storage/role_scope.hpp"
+#include "idempotency/storage/role_scope.hpp"
 
 namespace idempotency::storage {
 

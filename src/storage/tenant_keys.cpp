@@ -1,8 +1,8 @@
-#include "storage/tenant_keys.hpp"
+#include "idempotency/storage/tenant_keys.hpp"
 
-#include "storage/citus.hpp"
+#include "idempotency/storage/citus.hpp"
 
-#include "settings/settings.hpp"
+#include "idempotency/settings/settings.hpp"
 
 namespace idempotency::storage::tenant_keys {
 

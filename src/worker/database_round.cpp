@@ -1,12 +1,12 @@
 #include <algorithm>
 
-#include "worker/database_round.hpp"
+#include "idempotency/worker/database_round.hpp"
 
-#include "settings/settings.hpp"
-#include "storage/keys.hpp"
-#include "storage/role_marks.hpp"
-#include "worker/expire.hpp"
-#include "worker/status.hpp"
+#include "idempotency/settings/settings.hpp"
+#include "idempotency/storage/keys.hpp"
+#include "idempotency/storage/role_marks.hpp"
+#include "idempotency/worker/expire.hpp"
+#include "idempotency/worker/status.hpp"
 
 extern "C" {
 PGDLLEXPORT void idempotency_database_worker_main(Datum main_arg);

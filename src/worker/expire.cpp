@@ -1,11 +1,11 @@
 #include <algorithm>
 
-#include "worker/expire.hpp"
+#include "idempotency/worker/expire.hpp"
 
-#include "settings/settings.hpp"
-#include "stats/stats.hpp"
-#include "storage/keys.hpp"
-#include "storage/tenant_keys.hpp"
+#include "idempotency/settings/settings.hpp"
+#include "idempotency/stats/stats.hpp"
+#include "idempotency/storage/keys.hpp"
+#include "idempotency/storage/tenant_keys.hpp"
 
 namespace idempotency::worker {
 

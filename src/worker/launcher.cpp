@@ -6,11 +6,11 @@
 // Connecting to no database itself, the launcher never stands in the way of
 // DROP DATABASE; the per-database workers connect only for a round and leave
 // early when such a command waits for their database.
-#include "worker/launcher.hpp"
+#include "idempotency/worker/launcher.hpp"
 
-#include "settings/settings.hpp"
-#include "worker/database_round.hpp"
-#include "worker/status.hpp"
+#include "idempotency/settings/settings.hpp"
+#include "idempotency/worker/database_round.hpp"
+#include "idempotency/worker/status.hpp"
 
 extern "C" {
 PGDLLEXPORT void idempotency_launcher_main(Datum main_arg);

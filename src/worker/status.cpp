@@ -1,4 +1,4 @@
-#include "worker/status.hpp"
+#include "idempotency/worker/status.hpp"
 
 namespace idempotency::worker::status {
 

@@ -2,7 +2,7 @@
 //
 // Expected digests are NIST FIPS 180-4 example vectors, RFC 4231 HMAC
 // vectors, or values computed with coreutils `sha256sum` (noted at each use).
-#include "fingerprint/fingerprint.hpp"
+#include "idempotency/fingerprint/fingerprint.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Structure checks, run by ctest with the unit tests:
-#  - every `#include "..."` in src/ points into its own folder or down the
-#    layers (docs/architecture.md), never up or sideways;
+# Structure checks, run by `make` (before the library links) and by ctest
+# with the unit tests:
+#  - the project's headers are under include/idempotency/, each layer's
+#    beside the others (include/idempotency/<layer>/), and included by that
+#    prefixed name, so none can shadow a PostgreSQL header;
+#  - every `#include "idempotency/..."` in src/ and include/ points into its
+#    own layer's folder or down the layers (docs/architecture.md), never up
+#    or sideways;
 #  - every SQL-callable function is declared in src/entry/functions.cpp, and
 #    every C symbol the install scripts name is declared there.
 set -euo pipefail
@@ -28,20 +33,37 @@ fail() {
   failures=$((failures + 1))
 }
 
+# The folder (layer) a source or header belongs to: src/<layer>/x.cpp,
+# include/idempotency/<layer>/x.hpp.
+folder_of() {
+  case $1 in
+  src/*) cut -d/ -f2 <<<"$1" ;;
+  include/idempotency/*) cut -d/ -f3 <<<"$1" ;;
+  esac
+}
+
+stray_headers=$(find src -name '*.hpp' -o -name '*.h' | sort)
+[ -z "$stray_headers" ] ||
+  fail "headers under src/ (they belong under include/idempotency/): $stray_headers"
+
 while IFS=: read -r file _ line; do
   included=$(sed -n 's/^#include "\([^"]*\)".*/\1/p' <<<"$line")
-  # src/pg.hpp and src/server_free.hpp are below every layer; names that
-  # are not under src/ are PostgreSQL's own headers.
-  case $included in */*) ;; *) continue ;; esac
-  [ -f "src/$included" ] || continue
-  from=$(cut -d/ -f2 <<<"$file")
-  to=$(cut -d/ -f1 <<<"$included")
+  if [ -f "include/idempotency/$included" ]; then
+    fail "$file includes \"$included\": project headers are included as \"idempotency/$included\""
+    continue
+  fi
+  # Names outside idempotency/ are PostgreSQL's own headers;
+  # idempotency/pg.hpp and idempotency/server_free.hpp are below every layer.
+  case $included in idempotency/*/*) ;; *) continue ;; esac
+  [ -f "include/$included" ] || fail "$file includes $included, which does not exist"
+  from=$(folder_of "$file")
+  to=$(cut -d/ -f2 <<<"$included")
   [ "$from" = "$to" ] && continue
   from_layer=$(layer_of "$from")
   to_layer=$(layer_of "$to")
   [ "$to_layer" -lt "$from_layer" ] ||
     fail "$file includes $included: $to/ is not below $from/"
-done < <(grep -rn '^#include "' src --include='*.cpp' --include='*.hpp')
+done < <(grep -rn '^#include "' src include --include='*.cpp' --include='*.hpp')
 
 declared=$(sed -n 's/^IDEMPOTENCY_SQL_FUNCTION(\([a-z_0-9]*\),.*/\1/p' src/entry/functions.cpp | sort)
 named=$(sed -n "s/.*'MODULE_PATHNAME', *'\([a-z_0-9]*\)'.*/\1/p" idempotency--*.sql | sort -u)

@@ -1,6 +1,6 @@
 // Unit tests for the server-free call rules.
-#include "protocol/rules.hpp"
-#include "settings/sqlstate_list.hpp"
+#include "idempotency/protocol/rules.hpp"
+#include "idempotency/settings/sqlstate_list.hpp"
 
 #include <gtest/gtest.h>
 

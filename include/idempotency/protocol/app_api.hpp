@@ -1,0 +1,59 @@
+// The application API: idempotency for request handlers that run several
+// statements and branch in application code, inside the transaction the
+// handler opens.
+//
+//   claim(key, request_hash)  proceed (this transaction now holds the key) or
+//                             replay (the stored response); take_key() as
+//                             idempotent_call does
+//   complete(key, response)   store the response of a key this transaction
+//                             claimed
+//   release(key)              let go of a claim without storing anything
+//   lookup(key), forget(key)  the caller's own keys, for support tooling
+//
+// The keys a transaction holds are kept per transaction. A transaction that
+// commits or prepares while holding a claimed key it has not completed fails
+// (nothing of it commits); ROLLBACK TO undoes claims and completions made
+// after the savepoint.
+#pragma once
+
+#include "idempotency/pg.hpp"
+#include "idempotency/protocol/claim.hpp"
+
+namespace idempotency::protocol {
+
+// Result rows of claim() and lookup(), for the entry points to return.
+struct ClaimRow {
+  bool replayed;
+  Datum response;
+  bool response_is_null;
+  bool has_times;
+  TimestampTz created_at;
+  TimestampTz expires_at;
+};
+
+enum class LookupState { absent, in_progress, done, expired };
+
+struct LookupRow {
+  LookupState state;
+  bool has_times;
+  TimestampTz created_at;
+  TimestampTz expires_at;
+  Datum response;
+  bool response_is_null;
+};
+
+// Each reads its key as `keying` says (protocol/claim.hpp): the tenant_*
+// variants take the tenant first.
+ClaimRow claim_key(FunctionCallInfo fcinfo, Keying keying);
+void complete_key(FunctionCallInfo fcinfo, Keying keying);
+void release_key(FunctionCallInfo fcinfo, Keying keying);
+LookupRow lookup_key(FunctionCallInfo fcinfo, Keying keying);
+bool forget_key(FunctionCallInfo fcinfo, Keying keying);
+
+const char *lookup_state_name(LookupState state);
+
+// Registers the transaction callbacks that enforce the rules above; once,
+// from _PG_init.
+void register_transaction_callbacks();
+
+} // namespace idempotency::protocol

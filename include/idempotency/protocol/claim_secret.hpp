@@ -1,0 +1,37 @@
+// The cluster's claim secret: the key of the MAC in claim lock tags.
+//
+// Claim tags must be the same in every backend of the cluster (two callers
+// of one key must meet on one lock) and unpredictable to every role (so no
+// role can aim a tag at another role's key or recognise a key it guesses in
+// pg_locks). The secret therefore lives in a file in the data directory,
+// made on first use and read once per backend:
+//
+// - not shared memory: idempotent_call works without the library in
+//   shared_preload_libraries, where there is none to keep it in;
+// - not a table or a setting: SQL would reach it;
+// - the file is mode 0600 (or the cluster's group mode) like the rest of the
+//   data directory; only superusers and members of pg_read_server_files can
+//   read files there from SQL.
+//
+// The first backend to need it writes 32 bytes from pg_strong_random() to a
+// file of its own, syncs it, and link()s it to the final name: link() never
+// replaces an existing name, so of several backends racing the first one
+// wins, the others read the winner's secret, and no reader ever sees a
+// partly written file. Claims live only as long as the server runs, so the
+// secret needs no durability beyond that: a new one after a restart (the
+// file lost in an OS crash, a restore without it) changes nothing. Removing
+// the file while the server runs would split backends that read the old
+// secret from those that make a new one; even then the primary key of
+// idempotency.keys keeps a key from committing twice.
+#pragma once
+
+#include "idempotency/fingerprint/fingerprint.hpp"
+
+namespace idempotency::protocol {
+
+// An HMAC-SHA256 keyed with the cluster's claim secret, ready for a message;
+// copy it for each one. Loads or creates the secret on the first call in this
+// backend; raises an error if the file cannot be read or written.
+const fingerprint::HmacSha256 &claim_mac();
+
+} // namespace idempotency::protocol

@@ -1,0 +1,35 @@
+// Rules of the call that need no server: key size limits and how the shape
+// of fn's result maps to a jsonb response. No PostgreSQL header here.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "idempotency/server_free.hpp" // must be the last include
+
+namespace idempotency {
+
+constexpr std::size_t max_key_bytes = 255;
+
+enum class KeyCheck { ok, empty, too_long };
+
+// Checks a key by its size in bytes alone, so an oversized key is refused
+// before its value is read or reaches an index.
+KeyCheck check_key_size(std::size_t bytes) noexcept;
+
+// How fn's result becomes the response (see docs/how-it-works.md,
+// "Result to jsonb"):
+//   no_response  - fn returned no rows, or was not a row-returning statement
+//                  (SQL NULL);
+//   value        - one row of one column: that value as jsonb;
+//   object       - one row of several columns: {"column": value, ...};
+//   array        - several rows: a jsonb array with one element per row,
+//                  each element a value or an object as above.
+enum class ResultShape { no_response, value, object, array };
+
+ResultShape result_shape(std::uint64_t rows, int columns) noexcept;
+
+// Whether each row is represented as a bare value (one column) or an object.
+inline bool row_is_object(int columns) noexcept { return columns > 1; }
+
+} // namespace idempotency

@@ -1,0 +1,65 @@
+// Tenant keys: idempotency.tenant_keys, the key table Citus distributes with
+// the business tables, co-located with them by their distribution column.
+//
+// idempotency.distribute_keys('accounts') creates it (see the 0.5 install
+// script): the tenant column has the type of accounts' distribution column,
+// and the primary key is (tenant, scope, key_digest), so that a tenant's keys
+// sit in the shard beside that tenant's rows. Calls of the tenant_* SQL
+// functions read and write it here.
+//
+// Rows are read and written through SPI, so that Citus plans every statement
+// and keeps them in the shard it owns (its locks, its shard moves); never
+// through the heap directly, which would write into a placement Citus may be
+// moving away. The statements run as the table's owner: callers have no
+// rights on the table.
+//
+// A tenant's keys are only read and written on the node that holds the
+// tenant's shard: the call, fn and the key then are one local transaction on
+// that node (a function delegated by Citus to it), which commits as one, and
+// the claim locks that turn a concurrent duplicate into IK409 are all taken
+// on that node. Anywhere else the call is refused (0A000): Citus would send
+// the key through the owner's connection and fn's writes through the
+// caller's, to the same shard group, which it does not allow.
+#pragma once
+
+#include "idempotency/pg.hpp"
+#include "idempotency/storage/keys.hpp"
+
+namespace idempotency::storage::tenant_keys {
+
+// idempotency.tenant_keys, checked for `key`: 42P01 when it does not exist,
+// 55000 when Citus does not distribute it, 42804 when the tenant is not of
+// its tenant column's type, 0A000 when the tenant's shard is on another node,
+// 40001 when it is on another node because Citus is moving it here or moved
+// it away (a relation of the shard is on this node). Takes Citus's share lock
+// on the shard's placement until the transaction ends, so that no shard move
+// ends while the request runs.
+KeyTable table_for(const KeyRef &key);
+
+// As storage::probe (never in_progress: rows of open transactions are not
+// seen; the claim lock stands for them).
+KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now);
+
+// As storage::store. 40001 when Citus moved the tenant's shard to another
+// node while the request ran (the request must run again, there; not
+// expected while table_for's lock is held). A row of
+// the key committed by a transaction that claimed it on another node
+// (possible only around a shard move) makes the insert fail on the primary
+// key: raised as IK409.
+StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
+                Datum response, bool response_is_null, const Interval &ttl,
+                bool replaces_expired_row);
+
+// Deletes the key's live row; false when there is none.
+bool remove(const KeyTable &table, const KeyRef &key);
+
+// Deletes the tenant keys expired at `now` with one DELETE through Citus,
+// which runs it on every shard, on the node that holds the shard now (so a
+// shard moved by the rebalancer is neither missed nor visited twice).
+// Returns how many. Needs a transaction and a snapshot; a no-op (0) where
+// idempotency.tenant_keys does not exist or this node is not the Citus
+// coordinator (the workers see the same table through Citus's metadata: one
+// node expires it for all).
+int64 expire(TimestampTz now);
+
+} // namespace idempotency::storage::tenant_keys
