@@ -2,7 +2,10 @@
 
 #include "idempotency/protocol/app_api.hpp"
 #include "idempotency/settings/settings.hpp"
-#include "idempotency/protocol/claim.hpp"
+#include "idempotency/protocol/claim_lock.hpp"
+#include "idempotency/protocol/key_arguments.hpp"
+#include "idempotency/protocol/response_limit.hpp"
+#include "idempotency/protocol/take_key.hpp"
 #include "idempotency/protocol/message_key.hpp"
 #include "idempotency/protocol/outcome.hpp"
 #include "idempotency/protocol/stored_errors.hpp"

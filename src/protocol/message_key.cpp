@@ -65,4 +65,9 @@ char *key_for_message(const text *key) {
   return out.data;
 }
 
+// Called before ereport(): it may look up the catalog.
+const char *key_text(const storage::KeyRef &key) {
+  return key_for_message(key.key);
+}
+
 } // namespace idempotency::protocol

@@ -17,7 +17,7 @@
 #pragma once
 
 #include "idempotency/pg.hpp"
-#include "idempotency/protocol/claim.hpp"
+#include "idempotency/protocol/key_arguments.hpp"
 
 namespace idempotency::protocol {
 
@@ -42,8 +42,8 @@ struct LookupRow {
   bool response_is_null;
 };
 
-// Each reads its key as `keying` says (protocol/claim.hpp): the tenant_*
-// variants take the tenant first.
+// Each reads its key as `keying` says (protocol/key_arguments.hpp): the
+// tenant_* variants take the tenant first.
 ClaimRow claim_key(FunctionCallInfo fcinfo, Keying keying);
 void complete_key(FunctionCallInfo fcinfo, Keying keying);
 void release_key(FunctionCallInfo fcinfo, Keying keying);
