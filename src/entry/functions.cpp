@@ -6,7 +6,7 @@
 #include "idempotency/boundary/boundary.hpp"
 #include "idempotency/entry/app_results.hpp"
 #include "idempotency/fingerprint/key_digest.hpp"
-#include "idempotency/protocol/call.hpp"
+#include "idempotency/entry/calls.hpp"
 #include "idempotency/protocol/loaded_rows.hpp"
 #include "idempotency/protocol/session.hpp"
 #include "idempotency/stats/stats.hpp"
@@ -21,7 +21,7 @@
 // idempotency.current_scope() RETURNS regrole (role_scope from 0.3)
 IDEMPOTENCY_SQL_FUNCTION(idempotency_current_scope, idempotency::protocol::current_scope_body)
 // idempotency.idempotent_call(key, request_hash, fn [, VARIADIC args "any"]) RETURNS jsonb
-IDEMPOTENCY_SQL_FUNCTION(idempotency_idempotent_call, idempotency::protocol::idempotent_call)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_idempotent_call, idempotency::entry::idempotent_call_body)
 // idempotency.last_call_replayed() RETURNS boolean
 IDEMPOTENCY_SQL_FUNCTION(idempotency_last_call_replayed, idempotency::protocol::last_call_replayed_body)
 // idempotency.expire() RETURNS bigint
@@ -63,7 +63,7 @@ IDEMPOTENCY_SQL_FUNCTION(idempotency_key_digest, idempotency::fingerprint::key_d
 
 // idempotency--0.4--0.5.sql
 // idempotency.tenant_call(tenant, key, request_hash, fn [, VARIADIC args "any"]) RETURNS jsonb
-IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_call, idempotency::protocol::tenant_call)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_call, idempotency::entry::tenant_call_body)
 // idempotency.tenant_claim(tenant, key, request_hash) RETURNS TABLE (replayed, response, created_at, expires_at)
 IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_claim, idempotency::entry::tenant_claim_body)
 // idempotency.tenant_complete(tenant, key, response) RETURNS void

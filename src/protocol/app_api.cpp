@@ -3,7 +3,6 @@
 #include "idempotency/protocol/app_api.hpp"
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/protocol/claim_lock.hpp"
-#include "idempotency/protocol/key_arguments.hpp"
 #include "idempotency/protocol/response_limit.hpp"
 #include "idempotency/protocol/take_key.hpp"
 #include "idempotency/protocol/message_key.hpp"
@@ -15,10 +14,6 @@
 namespace idempotency::protocol {
 
 namespace {
-
-// After the key (and, for the tenant_* functions, the tenant before it).
-constexpr int arg_request_hash = 1;
-constexpr int arg_response = 1;
 
 // A key this transaction claimed through claim(), until the transaction
 // ends or the claim is released. Lives in TopTransactionContext.
@@ -125,10 +120,10 @@ void hold(const storage::KeyRef &key, bytea *fingerprint,
 
 // A claim() request's fingerprint: the claim marker and the client's text
 // (or NULL), so a claim never matches an idempotent_call of the same key.
-RequestMatch claim_fingerprint(FunctionCallInfo fcinfo, int hash_argno) {
-  if (!PG_ARGISNULL(hash_argno)) {
-    fingerprint::ClientFingerprints client = fingerprint::client_fingerprints(
-        nullptr, PG_GETARG_TEXT_PP(hash_argno));
+RequestMatch claim_fingerprint(text *client_hash) {
+  if (client_hash != nullptr) {
+    fingerprint::ClientFingerprints client =
+        fingerprint::client_fingerprints(nullptr, client_hash);
     return RequestMatch{client.current, {client.earlier, nullptr}, {}};
   }
   fingerprint::RequestFingerprint framed =
@@ -238,17 +233,13 @@ void on_subtransaction_event(SubXactEvent event, SubTransactionId aborted,
 
 } // namespace
 
-ClaimRow claim_key(FunctionCallInfo fcinfo, Keying keying) {
-  clear_last_call();
-  storage::KeyRef key = request_key(fcinfo, keying);
-  RequestMatch request =
-      claim_fingerprint(fcinfo, key_argno(keying) + arg_request_hash);
+ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
+  RequestMatch request = claim_fingerprint(client_hash);
   storage::KeyTable table = storage::table_for(key);
-  TakenKey taken =
-      take_key(table, key, request, GetCurrentTransactionStartTimestamp(),
-               keying == Keying::by_tenant ? "idempotency.tenant_claim"
-                                           : "idempotency.claim",
-               TopTransactionResourceOwner);
+  TakenKey taken = take_key(
+      table, key, request, GetCurrentTransactionStartTimestamp(),
+      key.has_tenant ? "idempotency.tenant_claim" : "idempotency.claim",
+      TopTransactionResourceOwner);
   if (taken.replay) {
     const storage::KeyProbe &stored = taken.stored;
     record_last_call(is_error_document(stored.response, stored.response_is_null)
@@ -263,13 +254,9 @@ ClaimRow claim_key(FunctionCallInfo fcinfo, Keying keying) {
   return ClaimRow{false, (Datum)0, true, false, 0, 0};
 }
 
-void complete_key(FunctionCallInfo fcinfo, Keying keying) {
-  storage::KeyRef key = request_key(fcinfo, keying);
+void complete_key(const storage::KeyRef &key, Datum response,
+                  bool response_is_null) {
   HeldKey &held = claimed_key(key, "idempotency.complete()");
-  int response_argno = key_argno(keying) + arg_response;
-  bool response_is_null = PG_ARGISNULL(response_argno);
-  Datum response =
-      response_is_null ? (Datum)0 : PG_GETARG_DATUM(response_argno);
   check_response_size(key, response, response_is_null);
   storage::KeyTable table = storage::table_for(key);
   storage::store(table, key, held.fingerprint, response, response_is_null,
@@ -288,15 +275,13 @@ void complete_key(FunctionCallInfo fcinfo, Keying keying) {
     release(held.claim);
 }
 
-void release_key(FunctionCallInfo fcinfo, Keying keying) {
-  storage::KeyRef key = request_key(fcinfo, keying);
+void release_key(const storage::KeyRef &key) {
   HeldKey &held = claimed_key(key, "idempotency.release()");
   release(held.claim);
   forget_held(&held);
 }
 
-LookupRow lookup_key(FunctionCallInfo fcinfo, Keying keying) {
-  storage::KeyRef key = request_key(fcinfo, keying);
+LookupRow lookup_key(const storage::KeyRef &key) {
   storage::KeyProbe stored = storage::probe(
       storage::table_for(key), key, GetCurrentTransactionStartTimestamp());
   LookupRow row{};
@@ -336,8 +321,7 @@ LookupRow lookup_key(FunctionCallInfo fcinfo, Keying keying) {
   return row;
 }
 
-bool forget_key(FunctionCallInfo fcinfo, Keying keying) {
-  storage::KeyRef key = request_key(fcinfo, keying);
+bool forget_key(const storage::KeyRef &key) {
   PreventCommandIfReadOnly("idempotency.forget");
   if (find_held(key) != nullptr) {
     const char *shown = key_text(key);

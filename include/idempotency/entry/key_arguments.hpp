@@ -5,7 +5,7 @@
 #include "idempotency/pg.hpp"
 #include "idempotency/storage/keys.hpp"
 
-namespace idempotency::protocol {
+namespace idempotency::entry {
 
 // The key argument `argno` of an SQL function: 22004 when NULL, 22023 when
 // empty or over max_key_bytes (checked before the value is read).
@@ -24,4 +24,4 @@ constexpr int key_argno(Keying keying) {
 // keys the tenant (22004 when NULL, 42804 when its type is unknown).
 storage::KeyRef request_key(FunctionCallInfo fcinfo, Keying keying);
 
-} // namespace idempotency::protocol
+} // namespace idempotency::entry

@@ -1,9 +1,9 @@
 #include "idempotency/protocol/rules.hpp"
 
 #include "idempotency/fingerprint/key_digest.hpp"
-#include "idempotency/protocol/key_arguments.hpp"
+#include "idempotency/entry/key_arguments.hpp"
 
-namespace idempotency::protocol {
+namespace idempotency::entry {
 
 storage::KeyRef key_argument(FunctionCallInfo fcinfo, int argno) {
   if (PG_ARGISNULL(argno))
@@ -50,4 +50,4 @@ storage::KeyRef request_key(FunctionCallInfo fcinfo, Keying keying) {
   key.tenant = PG_GETARG_DATUM(0);
   return key;
 }
-} // namespace idempotency::protocol
+} // namespace idempotency::entry
