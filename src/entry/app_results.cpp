@@ -3,7 +3,7 @@
 // return their one row (or none) through a materialized result set.
 #include "idempotency/entry/app_results.hpp"
 
-#include "idempotency/entry/key_arguments.hpp"
+#include "idempotency/entry/arguments.hpp"
 #include "idempotency/protocol/app_api.hpp"
 #include "idempotency/protocol/outcome.hpp"
 

@@ -1,7 +1,6 @@
 #include "idempotency/entry/calls.hpp"
 
-#include "idempotency/entry/fn_arguments.hpp"
-#include "idempotency/entry/key_arguments.hpp"
+#include "idempotency/entry/arguments.hpp"
 #include "idempotency/protocol/call.hpp"
 #include "idempotency/protocol/outcome.hpp"
 

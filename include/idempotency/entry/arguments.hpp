@@ -1,7 +1,8 @@
-// The key arguments of the SQL functions: the key, and for the tenant_*
-// functions the tenant before it.
+// Reading the SQL functions' arguments: the key, for the tenant_* functions
+// the tenant before it, and the arguments passed on to fn.
 #pragma once
 
+#include "idempotency/fingerprint/fn_args.hpp"
 #include "idempotency/pg.hpp"
 #include "idempotency/storage/keys.hpp"
 
@@ -23,5 +24,10 @@ constexpr int key_argno(Keying keying) {
 // The key of a call, read as `keying` says: key_argument, and for tenant
 // keys the tenant (22004 when NULL, 42804 when its type is unknown).
 storage::KeyRef request_key(FunctionCallInfo fcinfo, Keying keying);
+
+// The arguments after the first `first` ones, as bound to $1 ... $n. Handles
+// both a spread VARIADIC "any" list and an explicit VARIADIC array; an
+// untyped literal ('abc') binds as text.
+FnArgs fn_arguments(FunctionCallInfo fcinfo, int first);
 
 } // namespace idempotency::entry
