@@ -1,4 +1,6 @@
 #include "idempotency/fingerprint/request_hash.hpp"
+
+#include "idempotency/boundary/sqlstates.hpp"
 #include "idempotency/protocol/claim_lock.hpp"
 #include "idempotency/protocol/message_key.hpp"
 #include "idempotency/protocol/take_key.hpp"
@@ -8,10 +10,6 @@
 namespace idempotency::protocol {
 
 namespace {
-
-const int errcode_key_in_progress = MAKE_SQLSTATE('I', 'K', '4', '0', '9');
-const int errcode_key_reused = MAKE_SQLSTATE('I', 'K', '4', '2', '2');
-const int errcode_key_recursion = MAKE_SQLSTATE('I', 'K', '5', '0', '8');
 
 bool same_bytes(const varlena *a, const varlena *b) {
   return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&

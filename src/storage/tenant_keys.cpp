@@ -2,13 +2,13 @@
 
 #include "idempotency/storage/citus.hpp"
 
+#include "idempotency/boundary/sqlstates.hpp"
+
 #include "idempotency/settings/settings.hpp"
 
 namespace idempotency::storage::tenant_keys {
 
 namespace {
-
-const int errcode_key_in_progress = MAKE_SQLSTATE('I', 'K', '4', '0', '9');
 
 constexpr const char *table_name = "tenant_keys";
 
