@@ -9,7 +9,7 @@
 #include "idempotency/protocol/outcome.hpp"
 #include "idempotency/protocol/stored_errors.hpp"
 #include "idempotency/stats/stats.hpp"
-#include "idempotency/storage/keys.hpp"
+#include "idempotency/storage/key_store.hpp"
 
 namespace idempotency::protocol {
 
@@ -23,7 +23,7 @@ struct HeldKey {
   Claim claim; // owned by the transaction's resource owner
   Interval ttl;
   bool replaces_expired_row;
-  ItemPointerData expired_row;
+  storage::KeyProbe expired_row; // as probe() found it; no pointers
   bool completed;
   // Subtransactions are numbered in the order they start, so every
   // subtransaction begun after a savepoint has a larger id than the
@@ -110,7 +110,7 @@ void hold(const storage::KeyRef &key, bytea *fingerprint,
   held->claim = taken.claim;
   held->ttl = settings::ttl();
   held->replaces_expired_row = taken.stored.state == storage::KeyState::expired;
-  held->expired_row = taken.stored.row;
+  held->expired_row = taken.stored;
   held->completed = false;
   held->claimed_in = GetCurrentSubTransactionId();
   held->next = held_keys;
@@ -235,9 +235,9 @@ void on_subtransaction_event(SubXactEvent event, SubTransactionId aborted,
 
 ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
   RequestMatch request = claim_fingerprint(client_hash);
-  storage::KeyTable table = storage::table_for(key);
+  storage::KeyStore store = storage::key_store_for(key);
   TakenKey taken = take_key(
-      table, key, request, GetCurrentTransactionStartTimestamp(),
+      store, key, request, GetCurrentTransactionStartTimestamp(),
       key.has_tenant ? "idempotency.tenant_claim" : "idempotency.claim",
       TopTransactionResourceOwner);
   if (taken.replay) {
@@ -258,10 +258,11 @@ void complete_key(const storage::KeyRef &key, Datum response,
                   bool response_is_null) {
   HeldKey &held = claimed_key(key, "idempotency.complete()");
   check_response_size(key, response, response_is_null);
-  storage::KeyTable table = storage::table_for(key);
-  storage::store(table, key, held.fingerprint, response, response_is_null,
-                 held.ttl,
-                 held.replaces_expired_row ? &held.expired_row : nullptr);
+  storage::KeyStore store = storage::key_store_for(key);
+  store.store(
+      key,
+      storage::NewRow{held.fingerprint, response, response_is_null, held.ttl,
+                      held.replaces_expired_row ? &held.expired_row : nullptr});
   held.completed = true;
   held.completed_in = GetCurrentSubTransactionId();
   stats::count(stats::Event::ran);
@@ -270,8 +271,7 @@ void complete_key(const storage::KeyRef &key, Datum response,
   // else: the lock has done its work. Inside one, a ROLLBACK TO would remove
   // the row again, so the lock stays until the transaction ends; and so it
   // does for a tenant key, whose row others do not see before it commits.
-  if (GetCurrentTransactionNestLevel() == 1 &&
-      storage::row_shows_in_progress(table))
+  if (GetCurrentTransactionNestLevel() == 1 && store.row_shows_in_progress())
     release(held.claim);
 }
 
@@ -282,8 +282,8 @@ void release_key(const storage::KeyRef &key) {
 }
 
 LookupRow lookup_key(const storage::KeyRef &key) {
-  storage::KeyProbe stored = storage::probe(
-      storage::table_for(key), key, GetCurrentTransactionStartTimestamp());
+  storage::KeyProbe stored = storage::key_store_for(key).probe(
+      key, GetCurrentTransactionStartTimestamp());
   LookupRow row{};
   row.response_is_null = true;
   switch (stored.state) {
@@ -331,12 +331,12 @@ bool forget_key(const storage::KeyRef &key) {
          errmsg("idempotency key \"%s\" is claimed by this transaction", shown),
          errhint("Release it, or forget it in a later transaction.")));
   }
-  storage::KeyTable table = storage::table_for(key);
+  storage::KeyStore store = storage::key_store_for(key);
   storage::KeyProbe stored =
-      storage::probe(table, key, GetCurrentTransactionStartTimestamp());
+      store.probe(key, GetCurrentTransactionStartTimestamp());
   switch (stored.state) {
   case storage::KeyState::done:
-    return storage::remove(table, key, stored);
+    return store.remove(key, stored);
   case storage::KeyState::in_progress:
     report_in_progress(key);
   case storage::KeyState::absent:

@@ -10,7 +10,7 @@
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/stats/stats.hpp"
 #include "idempotency/storage/citus.hpp"
-#include "idempotency/storage/keys.hpp"
+#include "idempotency/storage/key_store.hpp"
 
 namespace idempotency::protocol {
 
@@ -93,7 +93,7 @@ CallResult replay(const storage::KeyProbe &stored) {
   return CallResult{stored.response, stored.response_is_null};
 }
 
-CallResult run_and_store(const storage::KeyTable &table, const Request &request,
+CallResult run_and_store(const storage::KeyStore &store, const Request &request,
                          TakenKey &taken) {
   // The TTL in force when the key was claimed, whatever fn sets.
   Interval ttl = settings::ttl();
@@ -104,15 +104,16 @@ CallResult run_and_store(const storage::KeyTable &table, const Request &request,
                                          &response_is_null, &is_error);
   storage::citus::end_fn(citus_guc_level);
   check_response_size(request.key, response, response_is_null);
-  storage::StoredRow times = storage::store(
-      table, request.key, request.match.fingerprint, response, response_is_null,
-      ttl,
-      taken.stored.state == storage::KeyState::expired ? &taken.stored.row
-                                                       : nullptr);
+  const storage::KeyProbe *replaces =
+      taken.stored.state == storage::KeyState::expired ? &taken.stored
+                                                       : nullptr;
+  storage::StoredRow times = store.store(
+      request.key, storage::NewRow{request.match.fingerprint, response,
+                                   response_is_null, ttl, replaces});
 
   // The row now shows the key as in progress to everyone else (a tenant
   // key's row does not: its claim is kept until the transaction ends).
-  if (storage::row_shows_in_progress(table))
+  if (store.row_shows_in_progress())
     release(taken.claim);
   stats::count(stats::Event::ran);
   record_last_call(is_error ? Outcome::stored_error : Outcome::ran,
@@ -124,15 +125,15 @@ CallResult run_and_store(const storage::KeyTable &table, const Request &request,
 
 CallResult idempotent_call(const CallRequest &call) {
   Request request = prepare_request(call);
-  storage::KeyTable table = storage::table_for(request.key);
+  storage::KeyStore store = storage::key_store_for(request.key);
   TakenKey taken = take_key(
-      table, request.key, request.match, GetCurrentTransactionStartTimestamp(),
+      store, request.key, request.match, GetCurrentTransactionStartTimestamp(),
       request.key.has_tenant ? "idempotency.tenant_call"
                              : "idempotency.idempotent_call",
       nullptr);
   if (taken.replay)
     return replay(taken.stored);
-  return run_and_store(table, request, taken);
+  return run_and_store(store, request, taken);
 }
 
 } // namespace idempotency::protocol

@@ -80,7 +80,7 @@ void report_in_progress(const storage::KeyRef &key) {
   pg_unreachable();
 }
 
-TakenKey take_key(const storage::KeyTable &table, const storage::KeyRef &key,
+TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
                   const RequestMatch &request, TimestampTz now,
                   const char *command, ResourceOwner owner) {
   TimestampTz deadline = wait_deadline();
@@ -92,7 +92,7 @@ TakenKey take_key(const storage::KeyTable &table, const storage::KeyRef &key,
   // committed (replay), rolled back (proceed), or still hold it (wait or
   // IK409).
   for (;;) {
-    storage::KeyProbe stored = storage::probe(table, key, now);
+    storage::KeyProbe stored = store.probe(key, now);
     if (stored.state == storage::KeyState::done) {
       release(claim);
       if (!matches(request, stored))

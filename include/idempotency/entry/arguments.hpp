@@ -4,7 +4,7 @@
 
 #include "idempotency/fingerprint/fn_args.hpp"
 #include "idempotency/pg.hpp"
-#include "idempotency/storage/keys.hpp"
+#include "idempotency/storage/key_store.hpp"
 
 namespace idempotency::entry {
 

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "idempotency/pg.hpp"
-#include "idempotency/storage/keys.hpp"
+#include "idempotency/storage/key_store.hpp"
 
 namespace idempotency::protocol {
 

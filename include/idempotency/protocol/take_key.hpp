@@ -5,7 +5,7 @@
 
 #include "idempotency/pg.hpp"
 #include "idempotency/protocol/claim_lock.hpp"
-#include "idempotency/storage/keys.hpp"
+#include "idempotency/storage/key_store.hpp"
 
 namespace idempotency::protocol {
 
@@ -42,7 +42,7 @@ struct TakenKey {
 // PostgreSQL's read-only error when the key must be written on a standby.
 // `command` names the SQL function in those errors; `owner` is the claim
 // lock's resource owner (nullptr: the current one).
-TakenKey take_key(const storage::KeyTable &table, const storage::KeyRef &key,
+TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
                   const RequestMatch &request, TimestampTz now,
                   const char *command, ResourceOwner owner);
 
