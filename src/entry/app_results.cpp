@@ -7,6 +7,12 @@
 #include "idempotency/protocol/app_api.hpp"
 #include "idempotency/protocol/outcome.hpp"
 
+extern "C" {
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+}
+
 namespace idempotency::entry {
 
 namespace {

@@ -3,6 +3,15 @@
 #include "idempotency/fingerprint/key_digest.hpp"
 #include "idempotency/entry/arguments.hpp"
 
+extern "C" {
+#include "access/detoast.h"
+#include "access/htup_details.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+}
+
 namespace idempotency::entry {
 
 storage::KeyRef key_argument(FunctionCallInfo fcinfo, int argno) {

@@ -4,6 +4,9 @@
 
 extern "C" {
 #include "catalog/pg_conversion.h"
+#include "catalog/pg_namespace.h"
+#include "mb/pg_wchar.h"
+#include "utils/memutils.h"
 }
 
 namespace idempotency::fingerprint {

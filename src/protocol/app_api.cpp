@@ -11,6 +11,13 @@
 #include "idempotency/stats/stats.hpp"
 #include "idempotency/storage/key_store.hpp"
 
+extern "C" {
+#include "miscadmin.h"
+#include "utils/datum.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+}
+
 namespace idempotency::protocol {
 
 namespace {

@@ -4,6 +4,15 @@
 #include "idempotency/protocol/claim_lock.hpp"
 #include "idempotency/storage/claim_secret.hpp"
 
+extern "C" {
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "storage/proc.h"
+#include "utils/datum.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+}
+
 namespace idempotency::protocol {
 
 namespace {

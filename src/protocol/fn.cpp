@@ -4,6 +4,13 @@
 #include "idempotency/protocol/fn.hpp"
 #include "idempotency/protocol/statement_cache.hpp"
 
+extern "C" {
+#include "funcapi.h"
+#include "nodes/makefuncs.h"
+#include "utils/fmgroids.h"
+#include "utils/jsonb.h"
+}
+
 namespace idempotency::protocol {
 
 namespace {

@@ -3,6 +3,10 @@
 #include "idempotency/fingerprint/key_digest.hpp"
 #include "idempotency/protocol/loaded_rows.hpp"
 
+extern "C" {
+#include "executor/spi.h"
+}
+
 namespace idempotency::protocol {
 
 namespace {

@@ -1,7 +1,9 @@
 #include "idempotency/protocol/message_key.hpp"
 
 extern "C" {
+#include "catalog/namespace.h"
 #include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
 }
 
 namespace idempotency::protocol {

@@ -2,6 +2,10 @@
 #include "idempotency/protocol/response_limit.hpp"
 #include "idempotency/settings/settings.hpp"
 
+extern "C" {
+#include "access/detoast.h"
+}
+
 namespace idempotency::protocol {
 
 // A superuser bounds what a role may keep: a response over

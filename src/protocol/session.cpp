@@ -2,6 +2,10 @@
 
 #include "idempotency/protocol/outcome.hpp"
 
+extern "C" {
+#include "miscadmin.h"
+}
+
 namespace idempotency::protocol {
 
 Datum current_scope_body(FunctionCallInfo) {

@@ -7,6 +7,10 @@
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/stats/stats.hpp"
 
+extern "C" {
+#include "miscadmin.h"
+}
+
 namespace idempotency::protocol {
 
 namespace {

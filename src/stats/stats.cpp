@@ -1,10 +1,15 @@
 #include "idempotency/stats/stats.hpp"
 
 extern "C" {
+#include "funcapi.h"
+#include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
+#include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
 }
 
 namespace idempotency::stats {

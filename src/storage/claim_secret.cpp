@@ -1,7 +1,9 @@
 #include "idempotency/storage/claim_secret.hpp"
 
 extern "C" {
+#include "access/transam.h"
 #include "common/file_perm.h"
+#include "miscadmin.h"
 #include "storage/fd.h"
 }
 

@@ -6,9 +6,25 @@
 #include "idempotency/settings/settings.hpp"
 
 extern "C" {
+#include "access/genam.h"
+#include "access/table.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_trigger.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "executor/executor.h"
+#include "executor/nodeModifyTable.h"
+#include "mb/pg_wchar.h"
+#include "optimizer/optimizer.h"
 #include "parser/parse_func.h"
+#include "rewrite/rewriteHandler.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
 }
 
 namespace idempotency::storage {

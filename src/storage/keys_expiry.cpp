@@ -4,6 +4,21 @@
 
 #include "idempotency/storage/keys.hpp"
 
+extern "C" {
+#include "access/genam.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_opfamily.h"
+#include "miscadmin.h"
+#include "storage/bufmgr.h"
+#include "storage/lmgr.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+}
+
 namespace idempotency::storage {
 
 namespace {

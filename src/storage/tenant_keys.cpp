@@ -6,6 +6,16 @@
 
 #include "idempotency/settings/settings.hpp"
 
+extern "C" {
+#include "catalog/namespace.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+}
+
 namespace idempotency::storage::tenant_keys {
 
 namespace {

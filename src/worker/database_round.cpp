@@ -9,6 +9,21 @@
 #include "idempotency/worker/status.hpp"
 
 extern "C" {
+#include "access/xact.h"
+#include "catalog/pg_database.h"
+#include "commands/dbcommands.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lock.h"
+#include "tcop/tcopprot.h"
+#include "utils/backend_status.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/wait_event.h"
+}
+
+extern "C" {
 PGDLLEXPORT void idempotency_database_worker_main(Datum main_arg);
 }
 

@@ -6,6 +6,13 @@
 #include "idempotency/stats/stats.hpp"
 #include "idempotency/storage/key_store.hpp"
 
+extern "C" {
+#include "access/xact.h"
+#include "commands/extension.h"
+#include "utils/backend_status.h"
+#include "utils/memutils.h"
+}
+
 namespace idempotency::worker {
 
 bool extension_installed() {

@@ -1,5 +1,14 @@
 #include "idempotency/worker/status.hpp"
 
+extern "C" {
+#include "funcapi.h"
+#include "mb/pg_wchar.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+}
+
 namespace idempotency::worker::status {
 
 namespace {

@@ -25,6 +25,11 @@
 #include "idempotency/pg.hpp"
 #include "idempotency/storage/key_store.hpp"
 
+extern "C" {
+#include "storage/lock.h"
+#include "utils/resowner.h"
+}
+
 namespace idempotency::protocol {
 
 struct Claim {

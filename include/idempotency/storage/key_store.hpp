@@ -11,6 +11,11 @@
 
 #include "idempotency/pg.hpp"
 
+extern "C" {
+#include "datatype/timestamp.h"
+#include "storage/itemptr.h"
+}
+
 namespace idempotency::storage {
 
 // A key in its scope (the role that calls), with the key's digest

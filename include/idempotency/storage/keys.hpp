@@ -16,6 +16,11 @@
 #include "idempotency/storage/citus.hpp"
 #include "idempotency/storage/key_store.hpp"
 
+extern "C" {
+#include "storage/lockdefs.h"
+#include "utils/relcache.h"
+}
+
 namespace idempotency::storage {
 
 // idempotency.keys of the current database, as a call's key table. Raises

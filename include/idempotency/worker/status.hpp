@@ -9,6 +9,10 @@
 
 #include "idempotency/pg.hpp"
 
+extern "C" {
+#include "datatype/timestamp.h"
+}
+
 namespace idempotency::worker::status {
 
 // shmem_request_hook and shmem_startup_hook duties, while preloading.
