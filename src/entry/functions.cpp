@@ -5,36 +5,33 @@
 // fails CREATE EXTENSION ("could not find function").
 #include "idempotency/boundary/boundary.hpp"
 #include "idempotency/entry/app_results.hpp"
-#include "idempotency/fingerprint/key_digest.hpp"
 #include "idempotency/entry/calls.hpp"
+#include "idempotency/entry/maintenance.hpp"
+#include "idempotency/entry/session.hpp"
 #include "idempotency/protocol/loaded_rows.hpp"
-#include "idempotency/protocol/session.hpp"
-#include "idempotency/stats/stats.hpp"
 #include "idempotency/storage/role_scope.hpp"
-#include "idempotency/worker/expire.hpp"
-#include "idempotency/worker/status.hpp"
 
 // clang-format off
 
 // idempotency--0.1.sql
 
 // idempotency.current_scope() RETURNS regrole (role_scope from 0.3)
-IDEMPOTENCY_SQL_FUNCTION(idempotency_current_scope, idempotency::protocol::current_scope_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_current_scope, idempotency::entry::current_scope_body)
 // idempotency.idempotent_call(key, request_hash, fn [, VARIADIC args "any"]) RETURNS jsonb
 IDEMPOTENCY_SQL_FUNCTION(idempotency_idempotent_call, idempotency::entry::idempotent_call_body)
 // idempotency.last_call_replayed() RETURNS boolean
-IDEMPOTENCY_SQL_FUNCTION(idempotency_last_call_replayed, idempotency::protocol::last_call_replayed_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_last_call_replayed, idempotency::entry::last_call_replayed_body)
 // idempotency.expire() RETURNS bigint
-IDEMPOTENCY_SQL_FUNCTION(idempotency_expire, idempotency::worker::expire_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_expire, idempotency::entry::expire_body)
 // idempotency.expiry_status() RETURNS SETOF record
-IDEMPOTENCY_SQL_FUNCTION(idempotency_expiry_status, idempotency::worker::status::expiry_status_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_expiry_status, idempotency::entry::expiry_status_body)
 
 // idempotency--0.1--0.2.sql
 
 // idempotency.stats_counters() RETURNS SETOF record
-IDEMPOTENCY_SQL_FUNCTION(idempotency_stats_counters, idempotency::stats::counters_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_stats_counters, idempotency::entry::stats_counters_body)
 // idempotency.stats_reset() RETURNS void
-IDEMPOTENCY_SQL_FUNCTION(idempotency_stats_reset, idempotency::stats::reset_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_stats_reset, idempotency::entry::stats_reset_body)
 
 // idempotency--0.2--0.3.sql
 
@@ -59,7 +56,7 @@ IDEMPOTENCY_SQL_FUNCTION(idempotency_forget, idempotency::entry::forget_body)
 // idempotency--0.3--0.4.sql
 
 // idempotency.key_digest(key text) RETURNS bytea
-IDEMPOTENCY_SQL_FUNCTION(idempotency_key_digest, idempotency::fingerprint::key_digest_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_key_digest, idempotency::entry::key_digest_body)
 
 // idempotency--0.4--0.5.sql
 // idempotency.tenant_call(tenant, key, request_hash, fn [, VARIADIC args "any"]) RETURNS jsonb

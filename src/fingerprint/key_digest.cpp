@@ -110,8 +110,4 @@ bytea *legacy_digest_of_key(const text *key) {
   return as_bytea(digest_bytes);
 }
 
-Datum key_digest_body(FunctionCallInfo fcinfo) {
-  PG_RETURN_BYTEA_P(digest_of_key(PG_GETARG_TEXT_PP(0)));
-}
-
 } // namespace idempotency::fingerprint

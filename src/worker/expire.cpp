@@ -61,10 +61,9 @@ storage::ExpiryRound begin_expiry(TimestampTz cutoff, MemoryContext context) {
   return storage::ExpiryRound{cutoff, context, nullptr, false, false};
 }
 
-// idempotency.expire(): one round now, in the caller's transaction; the
-// cutoff is the transaction's start, the instant idempotent_call compares
-// expires_at with. Each pass is deleted at once.
-Datum expire_body(FunctionCallInfo) {
+// The cutoff is the transaction's start, the instant idempotent_call
+// compares expires_at with. Each pass is deleted at once.
+int64 expire_now() {
   PreventCommandDuringRecovery("idempotency.expire()");
   PreventCommandIfReadOnly("idempotency.expire()");
   PreventCommandIfParallelMode("idempotency.expire()");
@@ -85,7 +84,7 @@ Datum expire_body(FunctionCallInfo) {
     } while (!round.finished);
     MemoryContextDelete(context);
   }
-  PG_RETURN_INT64(deleted);
+  return deleted;
 }
 
 } // namespace idempotency::worker

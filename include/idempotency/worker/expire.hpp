@@ -30,8 +30,8 @@ storage::ExpiryRound begin_expiry(TimestampTz cutoff, MemoryContext context);
 ExpiryBatch expire_batch(const storage::KeyStore &store,
                          storage::ExpiryRound &round, int batch_size);
 
-// Body of idempotency.expire(): one round in the caller's transaction;
-// returns how many keys it deleted.
-Datum expire_body(FunctionCallInfo fcinfo);
+// idempotency.expire(): one round now, in the caller's transaction; returns
+// how many keys it deleted.
+int64 expire_now();
 
 } // namespace idempotency::worker

@@ -1,4 +1,4 @@
-#include "idempotency/protocol/session.hpp"
+#include "idempotency/entry/session.hpp"
 
 #include "idempotency/protocol/outcome.hpp"
 
@@ -6,24 +6,24 @@ extern "C" {
 #include "miscadmin.h"
 }
 
-namespace idempotency::protocol {
+namespace idempotency::entry {
 
 Datum current_scope_body(FunctionCallInfo) {
   return ObjectIdGetDatum(GetUserId());
 }
 
 Datum last_call_replayed_body(FunctionCallInfo fcinfo) {
-  switch (last_call().outcome) {
-  case Outcome::none:
+  switch (protocol::last_call().outcome) {
+  case protocol::Outcome::none:
     PG_RETURN_NULL();
-  case Outcome::ran:
-  case Outcome::stored_error:
+  case protocol::Outcome::ran:
+  case protocol::Outcome::stored_error:
     PG_RETURN_BOOL(false);
-  case Outcome::replayed:
-  case Outcome::replayed_error:
+  case protocol::Outcome::replayed:
+  case protocol::Outcome::replayed_error:
     PG_RETURN_BOOL(true);
   }
   pg_unreachable();
 }
 
-} // namespace idempotency::protocol
+} // namespace idempotency::entry
