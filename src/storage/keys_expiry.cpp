@@ -260,6 +260,7 @@ void LocalKeys::collect_expired(ExpiryRound &round, int batch_size) const {
   expiry.next = 0;
   round.has_batch = expiry.pass.count > 0;
   round.finished = expiry.pass.finished;
+  round.paced = true;
 }
 
 ExpiryBatch LocalKeys::expire_batch(ExpiryRound &round, int batch_size) const {

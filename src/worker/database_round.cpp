@@ -166,8 +166,8 @@ bool begin_round_transaction(const char *activity, LOCKMODE mode) {
 // Runs the round in one key store: passes until no expired key is left;
 // each collects keys in a read-only transaction, then deletes them in
 // batches of idempotency.expire_batch_size, each batch its own short
-// transaction, at most idempotency.expire_rate keys a second. The store
-// keeps its work in `context`.
+// transaction, at most idempotency.expire_rate keys a second (where the
+// store's batches are paced). The store keeps its work in `context`.
 RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
                     MemoryContext context, Pace *pace,
                     volatile int64 *deleted) {
@@ -183,7 +183,7 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
     commit_transaction();
 
     while (round.has_batch) {
-      if (!wait_for_turn(pace))
+      if (round.paced ? !wait_for_turn(pace) : must_leave())
         return RoundEnd::left_early;
       if (!begin_round_transaction("deleting expired idempotency keys",
                                    RowExclusiveLock))
@@ -191,7 +191,8 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
       ExpiryBatch batch = expire_batch(store, round, batch_size);
       *deleted += batch.deleted;
       commit_transaction();
-      pace->keys += batch.handled;
+      if (round.paced)
+        pace->keys += batch.handled;
     }
   } while (!round.finished);
   return RoundEnd::finished;

@@ -58,7 +58,7 @@ ExpiryBatch expire_batch(const storage::KeyStore &store,
 }
 
 storage::ExpiryRound begin_expiry(TimestampTz cutoff, MemoryContext context) {
-  return storage::ExpiryRound{cutoff, context, nullptr, false, false};
+  return storage::ExpiryRound{cutoff, context, nullptr, false, false, true};
 }
 
 // The cutoff is the transaction's start, the instant idempotent_call

@@ -87,6 +87,9 @@ struct ExpiryRound {
   void *progress;        // the store's own; nullptr before its first pass
   bool has_batch;        // keys collected and not yet deleted
   bool finished;         // no expired key left to collect
+  // Whether idempotency.expire_rate paces the batches: batches of rows are;
+  // a batch that is one statement run elsewhere (Citus) is not.
+  bool paced;
 };
 static_assert(std::is_trivially_destructible_v<ExpiryRound>);
 
