@@ -3,12 +3,23 @@
 // return their one row (or none) through a materialized result set.
 #include "idempotency/entry/app_results.hpp"
 
+#include "idempotency/entry/arguments.hpp"
 #include "idempotency/protocol/app_api.hpp"
 #include "idempotency/protocol/outcome.hpp"
+
+extern "C" {
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+}
 
 namespace idempotency::entry {
 
 namespace {
+
+// After the key (and, for the tenant_* functions, the tenant before it).
+constexpr int arg_request_hash = 1;
+constexpr int arg_response = 1;
 
 constexpr int max_columns = 4;
 
@@ -35,8 +46,18 @@ Datum return_rows(FunctionCallInfo fcinfo, Row *row) {
   return (Datum)0;
 }
 
-Datum claim_rows(FunctionCallInfo fcinfo, protocol::Keying keying) {
-  protocol::ClaimRow claimed = protocol::claim_key(fcinfo, keying);
+// The argument after the key, or nullptr when it is NULL.
+text *text_after_key(FunctionCallInfo fcinfo, Keying keying, int argno) {
+  int position = key_argno(keying) + argno;
+  return PG_ARGISNULL(position) ? nullptr : PG_GETARG_TEXT_PP(position);
+}
+
+Datum claim_rows(FunctionCallInfo fcinfo, Keying keying) {
+  // A claim that fails on its arguments leaves no last call behind.
+  protocol::clear_last_call();
+  storage::KeyRef key = request_key(fcinfo, keying);
+  protocol::ClaimRow claimed = protocol::claim_key(
+      key, text_after_key(fcinfo, keying, arg_request_hash));
   Row row{};
   set(row, 0, BoolGetDatum(claimed.replayed));
   set(row, 1, claimed.response, claimed.response_is_null);
@@ -45,14 +66,23 @@ Datum claim_rows(FunctionCallInfo fcinfo, protocol::Keying keying) {
   return return_rows(fcinfo, &row);
 }
 
-Datum lookup_rows(FunctionCallInfo fcinfo, protocol::Keying keying) {
-  protocol::LookupRow found = protocol::lookup_key(fcinfo, keying);
+Datum lookup_rows(FunctionCallInfo fcinfo, Keying keying) {
+  protocol::LookupRow found = protocol::lookup_key(request_key(fcinfo, keying));
   Row row{};
   set(row, 0, CStringGetTextDatum(protocol::lookup_state_name(found.state)));
   set_time(row, 1, found.has_times, found.created_at);
   set_time(row, 2, found.has_times, found.expires_at);
   set(row, 3, found.response, found.response_is_null);
   return return_rows(fcinfo, &row);
+}
+
+void complete(FunctionCallInfo fcinfo, Keying keying) {
+  storage::KeyRef key = request_key(fcinfo, keying);
+  int response_argno = key_argno(keying) + arg_response;
+  bool response_is_null = PG_ARGISNULL(response_argno);
+  Datum response =
+      response_is_null ? (Datum)0 : PG_GETARG_DATUM(response_argno);
+  protocol::complete_key(key, response, response_is_null);
 }
 
 } // namespace
@@ -69,47 +99,47 @@ Datum last_call_body(FunctionCallInfo fcinfo) {
 }
 
 Datum claim_body(FunctionCallInfo fcinfo) {
-  return claim_rows(fcinfo, protocol::Keying::by_role);
+  return claim_rows(fcinfo, Keying::by_role);
 }
 
 Datum complete_body(FunctionCallInfo fcinfo) {
-  protocol::complete_key(fcinfo, protocol::Keying::by_role);
+  complete(fcinfo, Keying::by_role);
   PG_RETURN_VOID();
 }
 
 Datum release_body(FunctionCallInfo fcinfo) {
-  protocol::release_key(fcinfo, protocol::Keying::by_role);
+  protocol::release_key(request_key(fcinfo, Keying::by_role));
   PG_RETURN_VOID();
 }
 
 Datum lookup_body(FunctionCallInfo fcinfo) {
-  return lookup_rows(fcinfo, protocol::Keying::by_role);
+  return lookup_rows(fcinfo, Keying::by_role);
 }
 
 Datum forget_body(FunctionCallInfo fcinfo) {
-  PG_RETURN_BOOL(protocol::forget_key(fcinfo, protocol::Keying::by_role));
+  PG_RETURN_BOOL(protocol::forget_key(request_key(fcinfo, Keying::by_role)));
 }
 
 Datum tenant_claim_body(FunctionCallInfo fcinfo) {
-  return claim_rows(fcinfo, protocol::Keying::by_tenant);
+  return claim_rows(fcinfo, Keying::by_tenant);
 }
 
 Datum tenant_complete_body(FunctionCallInfo fcinfo) {
-  protocol::complete_key(fcinfo, protocol::Keying::by_tenant);
+  complete(fcinfo, Keying::by_tenant);
   PG_RETURN_VOID();
 }
 
 Datum tenant_release_body(FunctionCallInfo fcinfo) {
-  protocol::release_key(fcinfo, protocol::Keying::by_tenant);
+  protocol::release_key(request_key(fcinfo, Keying::by_tenant));
   PG_RETURN_VOID();
 }
 
 Datum tenant_lookup_body(FunctionCallInfo fcinfo) {
-  return lookup_rows(fcinfo, protocol::Keying::by_tenant);
+  return lookup_rows(fcinfo, Keying::by_tenant);
 }
 
 Datum tenant_forget_body(FunctionCallInfo fcinfo) {
-  PG_RETURN_BOOL(protocol::forget_key(fcinfo, protocol::Keying::by_tenant));
+  PG_RETURN_BOOL(protocol::forget_key(request_key(fcinfo, Keying::by_tenant)));
 }
 
 } // namespace idempotency::entry

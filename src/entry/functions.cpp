@@ -5,37 +5,33 @@
 // fails CREATE EXTENSION ("could not find function").
 #include "idempotency/boundary/boundary.hpp"
 #include "idempotency/entry/app_results.hpp"
-#include "idempotency/fingerprint/key_digest.hpp"
-#include "idempotency/protocol/call.hpp"
+#include "idempotency/entry/calls.hpp"
+#include "idempotency/entry/maintenance.hpp"
+#include "idempotency/entry/session.hpp"
 #include "idempotency/protocol/loaded_rows.hpp"
-#include "idempotency/protocol/session.hpp"
-#include "idempotency/stats/stats.hpp"
-#include "idempotency/storage/role_marks.hpp"
 #include "idempotency/storage/role_scope.hpp"
-#include "idempotency/worker/expire.hpp"
-#include "idempotency/worker/status.hpp"
 
 // clang-format off
 
 // idempotency--0.1.sql
 
 // idempotency.current_scope() RETURNS regrole (role_scope from 0.3)
-IDEMPOTENCY_SQL_FUNCTION(idempotency_current_scope, idempotency::protocol::current_scope_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_current_scope, idempotency::entry::current_scope_body)
 // idempotency.idempotent_call(key, request_hash, fn [, VARIADIC args "any"]) RETURNS jsonb
-IDEMPOTENCY_SQL_FUNCTION(idempotency_idempotent_call, idempotency::protocol::idempotent_call)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_idempotent_call, idempotency::entry::idempotent_call_body)
 // idempotency.last_call_replayed() RETURNS boolean
-IDEMPOTENCY_SQL_FUNCTION(idempotency_last_call_replayed, idempotency::protocol::last_call_replayed_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_last_call_replayed, idempotency::entry::last_call_replayed_body)
 // idempotency.expire() RETURNS bigint
-IDEMPOTENCY_SQL_FUNCTION(idempotency_expire, idempotency::worker::expire_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_expire, idempotency::entry::expire_body)
 // idempotency.expiry_status() RETURNS SETOF record
-IDEMPOTENCY_SQL_FUNCTION(idempotency_expiry_status, idempotency::worker::status::expiry_status_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_expiry_status, idempotency::entry::expiry_status_body)
 
 // idempotency--0.1--0.2.sql
 
 // idempotency.stats_counters() RETURNS SETOF record
-IDEMPOTENCY_SQL_FUNCTION(idempotency_stats_counters, idempotency::stats::counters_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_stats_counters, idempotency::entry::stats_counters_body)
 // idempotency.stats_reset() RETURNS void
-IDEMPOTENCY_SQL_FUNCTION(idempotency_stats_reset, idempotency::stats::reset_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_stats_reset, idempotency::entry::stats_reset_body)
 
 // idempotency--0.2--0.3.sql
 
@@ -60,11 +56,11 @@ IDEMPOTENCY_SQL_FUNCTION(idempotency_forget, idempotency::entry::forget_body)
 // idempotency--0.3--0.4.sql
 
 // idempotency.key_digest(key text) RETURNS bytea
-IDEMPOTENCY_SQL_FUNCTION(idempotency_key_digest, idempotency::fingerprint::key_digest_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_key_digest, idempotency::entry::key_digest_body)
 
 // idempotency--0.4--0.5.sql
 // idempotency.tenant_call(tenant, key, request_hash, fn [, VARIADIC args "any"]) RETURNS jsonb
-IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_call, idempotency::protocol::tenant_call)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_call, idempotency::entry::tenant_call_body)
 // idempotency.tenant_claim(tenant, key, request_hash) RETURNS TABLE (replayed, response, created_at, expires_at)
 IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_claim, idempotency::entry::tenant_claim_body)
 // idempotency.tenant_complete(tenant, key, response) RETURNS void
@@ -84,8 +80,8 @@ IDEMPOTENCY_SQL_FUNCTION(idempotency_keys_loaded, idempotency::protocol::keys_lo
 // idempotency--0.6--0.7.sql
 
 // idempotency.mark_key_roles() RETURNS bigint
-IDEMPOTENCY_SQL_FUNCTION(idempotency_mark_key_roles, idempotency::storage::role_marks::mark_key_roles_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_mark_key_roles, idempotency::entry::mark_key_roles_body)
 // idempotency.drop_owned_keys() RETURNS event_trigger
-IDEMPOTENCY_SQL_FUNCTION(idempotency_drop_owned_keys, idempotency::storage::role_marks::drop_owned_keys_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_drop_owned_keys, idempotency::entry::drop_owned_keys_body)
 
 // clang-format on

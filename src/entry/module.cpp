@@ -11,6 +11,12 @@
 #include "idempotency/worker/status.hpp"
 
 extern "C" {
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "tcop/utility.h"
+}
+
+extern "C" {
 PG_MODULE_MAGIC;
 
 void _PG_init(void);

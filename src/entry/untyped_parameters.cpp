@@ -3,13 +3,29 @@
 #include "idempotency/protocol/fn_parameters.hpp"
 
 extern "C" {
+#include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_proc.h"
+#include "commands/extension.h"
+#include "funcapi.h"
+#include "nodes/nodeFuncs.h"
 #include "parser/analyze.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
 }
 
 namespace idempotency::entry {
 
 namespace {
+
+// PostgreSQL's tree walkers (expression_tree_walker, query_tree_walker)
+// take their callback as bool (*)(); the cast goes through void (*)() to say
+// that the change of type is on purpose.
+template <typename Context>
+inline bool (*as_tree_walker(bool (*walker)(Node *, Context *)))() {
+  return reinterpret_cast<bool (*)()>(reinterpret_cast<void (*)()>(walker));
+}
 
 post_parse_analyze_hook_type previous_post_parse_analyze_hook = nullptr;
 

@@ -4,6 +4,9 @@
 
 extern "C" {
 #include "catalog/pg_conversion.h"
+#include "catalog/pg_namespace.h"
+#include "mb/pg_wchar.h"
+#include "utils/memutils.h"
 }
 
 namespace idempotency::fingerprint {
@@ -105,10 +108,6 @@ bytea *legacy_digest_of_key(const text *key) {
   uint8 digest_bytes[key_digest_size];
   key_digest(bytes, size, digest_bytes);
   return as_bytea(digest_bytes);
-}
-
-Datum key_digest_body(FunctionCallInfo fcinfo) {
-  PG_RETURN_BYTEA_P(digest_of_key(PG_GETARG_TEXT_PP(0)));
 }
 
 } // namespace idempotency::fingerprint

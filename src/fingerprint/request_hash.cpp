@@ -1,5 +1,14 @@
 #include "idempotency/fingerprint/request_hash.hpp"
 
+extern "C" {
+#include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "mb/pg_wchar.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+}
+
 namespace idempotency::fingerprint {
 
 namespace {

@@ -2,20 +2,25 @@
 
 #include "idempotency/protocol/app_api.hpp"
 #include "idempotency/settings/settings.hpp"
-#include "idempotency/protocol/claim.hpp"
+#include "idempotency/protocol/claim_lock.hpp"
+#include "idempotency/protocol/response_limit.hpp"
+#include "idempotency/protocol/take_key.hpp"
 #include "idempotency/protocol/message_key.hpp"
 #include "idempotency/protocol/outcome.hpp"
 #include "idempotency/protocol/stored_errors.hpp"
 #include "idempotency/stats/stats.hpp"
-#include "idempotency/storage/keys.hpp"
+#include "idempotency/storage/key_store.hpp"
+
+extern "C" {
+#include "miscadmin.h"
+#include "utils/datum.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+}
 
 namespace idempotency::protocol {
 
 namespace {
-
-// After the key (and, for the tenant_* functions, the tenant before it).
-constexpr int arg_request_hash = 1;
-constexpr int arg_response = 1;
 
 // A key this transaction claimed through claim(), until the transaction
 // ends or the claim is released. Lives in TopTransactionContext.
@@ -25,7 +30,7 @@ struct HeldKey {
   Claim claim; // owned by the transaction's resource owner
   Interval ttl;
   bool replaces_expired_row;
-  ItemPointerData expired_row;
+  storage::KeyProbe expired_row; // as probe() found it; no pointers
   bool completed;
   // Subtransactions are numbered in the order they start, so every
   // subtransaction begun after a savepoint has a larger id than the
@@ -112,7 +117,7 @@ void hold(const storage::KeyRef &key, bytea *fingerprint,
   held->claim = taken.claim;
   held->ttl = settings::ttl();
   held->replaces_expired_row = taken.stored.state == storage::KeyState::expired;
-  held->expired_row = taken.stored.row;
+  held->expired_row = taken.stored;
   held->completed = false;
   held->claimed_in = GetCurrentSubTransactionId();
   held->next = held_keys;
@@ -122,10 +127,10 @@ void hold(const storage::KeyRef &key, bytea *fingerprint,
 
 // A claim() request's fingerprint: the claim marker and the client's text
 // (or NULL), so a claim never matches an idempotent_call of the same key.
-RequestMatch claim_fingerprint(FunctionCallInfo fcinfo, int hash_argno) {
-  if (!PG_ARGISNULL(hash_argno)) {
-    fingerprint::ClientFingerprints client = fingerprint::client_fingerprints(
-        nullptr, PG_GETARG_TEXT_PP(hash_argno));
+RequestMatch claim_fingerprint(text *client_hash) {
+  if (client_hash != nullptr) {
+    fingerprint::ClientFingerprints client =
+        fingerprint::client_fingerprints(nullptr, client_hash);
     return RequestMatch{client.current, {client.earlier, nullptr}, {}};
   }
   fingerprint::RequestFingerprint framed =
@@ -235,17 +240,13 @@ void on_subtransaction_event(SubXactEvent event, SubTransactionId aborted,
 
 } // namespace
 
-ClaimRow claim_key(FunctionCallInfo fcinfo, Keying keying) {
-  clear_last_call();
-  storage::KeyRef key = request_key(fcinfo, keying);
-  RequestMatch request =
-      claim_fingerprint(fcinfo, key_argno(keying) + arg_request_hash);
-  storage::KeyTable table = storage::table_for(key);
-  TakenKey taken =
-      take_key(table, key, request, GetCurrentTransactionStartTimestamp(),
-               keying == Keying::by_tenant ? "idempotency.tenant_claim"
-                                           : "idempotency.claim",
-               TopTransactionResourceOwner);
+ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
+  RequestMatch request = claim_fingerprint(client_hash);
+  storage::KeyStore store = storage::key_store_for(key);
+  TakenKey taken = take_key(
+      store, key, request, GetCurrentTransactionStartTimestamp(),
+      key.has_tenant ? "idempotency.tenant_claim" : "idempotency.claim",
+      TopTransactionResourceOwner);
   if (taken.replay) {
     const storage::KeyProbe &stored = taken.stored;
     record_last_call(is_error_document(stored.response, stored.response_is_null)
@@ -260,18 +261,15 @@ ClaimRow claim_key(FunctionCallInfo fcinfo, Keying keying) {
   return ClaimRow{false, (Datum)0, true, false, 0, 0};
 }
 
-void complete_key(FunctionCallInfo fcinfo, Keying keying) {
-  storage::KeyRef key = request_key(fcinfo, keying);
+void complete_key(const storage::KeyRef &key, Datum response,
+                  bool response_is_null) {
   HeldKey &held = claimed_key(key, "idempotency.complete()");
-  int response_argno = key_argno(keying) + arg_response;
-  bool response_is_null = PG_ARGISNULL(response_argno);
-  Datum response =
-      response_is_null ? (Datum)0 : PG_GETARG_DATUM(response_argno);
   check_response_size(key, response, response_is_null);
-  storage::KeyTable table = storage::table_for(key);
-  storage::store(table, key, held.fingerprint, response, response_is_null,
-                 held.ttl,
-                 held.replaces_expired_row ? &held.expired_row : nullptr);
+  storage::KeyStore store = storage::key_store_for(key);
+  store.store(
+      key,
+      storage::NewRow{held.fingerprint, response, response_is_null, held.ttl,
+                      held.replaces_expired_row ? &held.expired_row : nullptr});
   held.completed = true;
   held.completed_in = GetCurrentSubTransactionId();
   stats::count(stats::Event::ran);
@@ -280,22 +278,19 @@ void complete_key(FunctionCallInfo fcinfo, Keying keying) {
   // else: the lock has done its work. Inside one, a ROLLBACK TO would remove
   // the row again, so the lock stays until the transaction ends; and so it
   // does for a tenant key, whose row others do not see before it commits.
-  if (GetCurrentTransactionNestLevel() == 1 &&
-      storage::row_shows_in_progress(table))
+  if (GetCurrentTransactionNestLevel() == 1 && store.row_shows_in_progress())
     release(held.claim);
 }
 
-void release_key(FunctionCallInfo fcinfo, Keying keying) {
-  storage::KeyRef key = request_key(fcinfo, keying);
+void release_key(const storage::KeyRef &key) {
   HeldKey &held = claimed_key(key, "idempotency.release()");
   release(held.claim);
   forget_held(&held);
 }
 
-LookupRow lookup_key(FunctionCallInfo fcinfo, Keying keying) {
-  storage::KeyRef key = request_key(fcinfo, keying);
-  storage::KeyProbe stored = storage::probe(
-      storage::table_for(key), key, GetCurrentTransactionStartTimestamp());
+LookupRow lookup_key(const storage::KeyRef &key) {
+  storage::KeyProbe stored = storage::key_store_for(key).probe(
+      key, GetCurrentTransactionStartTimestamp());
   LookupRow row{};
   row.response_is_null = true;
   switch (stored.state) {
@@ -333,8 +328,7 @@ LookupRow lookup_key(FunctionCallInfo fcinfo, Keying keying) {
   return row;
 }
 
-bool forget_key(FunctionCallInfo fcinfo, Keying keying) {
-  storage::KeyRef key = request_key(fcinfo, keying);
+bool forget_key(const storage::KeyRef &key) {
   PreventCommandIfReadOnly("idempotency.forget");
   if (find_held(key) != nullptr) {
     const char *shown = key_text(key);
@@ -344,12 +338,12 @@ bool forget_key(FunctionCallInfo fcinfo, Keying keying) {
          errmsg("idempotency key \"%s\" is claimed by this transaction", shown),
          errhint("Release it, or forget it in a later transaction.")));
   }
-  storage::KeyTable table = storage::table_for(key);
+  storage::KeyStore store = storage::key_store_for(key);
   storage::KeyProbe stored =
-      storage::probe(table, key, GetCurrentTransactionStartTimestamp());
+      store.probe(key, GetCurrentTransactionStartTimestamp());
   switch (stored.state) {
   case storage::KeyState::done:
-    return storage::remove(table, key, stored);
+    return store.remove(key, stored);
   case storage::KeyState::in_progress:
     report_in_progress(key);
   case storage::KeyState::absent:

@@ -1,6 +1,8 @@
 #include "idempotency/fingerprint/request_hash.hpp"
 #include "idempotency/protocol/call.hpp"
-#include "idempotency/protocol/claim.hpp"
+#include "idempotency/protocol/claim_lock.hpp"
+#include "idempotency/protocol/response_limit.hpp"
+#include "idempotency/protocol/take_key.hpp"
 #include "idempotency/protocol/fn.hpp"
 #include "idempotency/protocol/outcome.hpp"
 #include "idempotency/protocol/statement_cache.hpp"
@@ -8,18 +10,9 @@
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/stats/stats.hpp"
 #include "idempotency/storage/citus.hpp"
-#include "idempotency/storage/keys.hpp"
+#include "idempotency/storage/key_store.hpp"
 
 namespace idempotency::protocol {
-
-namespace call_args {
-
-// After the key (and, for tenant_call, the tenant before it).
-constexpr int arg_request_hash = 1;
-constexpr int arg_fn = 2;
-constexpr int first_fn_arg = 3;
-
-} // namespace call_args
 
 namespace {
 
@@ -77,41 +70,31 @@ RequestMatch computed_match(const Statement &statement, const FnArgs &given,
   return match;
 }
 
-// Validates the arguments; the key's size is checked before it is read.
-Request read_request(FunctionCallInfo fcinfo, Keying keying) {
-  storage::KeyRef key = request_key(fcinfo, keying);
-  int shift = key_argno(keying);
-  int arg_request_hash = shift + call_args::arg_request_hash;
-  int arg_fn = shift + call_args::arg_fn;
-  if (PG_ARGISNULL(arg_fn))
-    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-                    errmsg("fn must not be null")));
-
+// The statement fn's text prepares, what fn receives, and the fingerprints
+// the key's stored row may hold for this request.
+Request prepare_request(const CallRequest &call) {
   Request request;
-  request.key = key;
-  text *fn = PG_GETARG_TEXT_PP(arg_fn);
-  FnArgs given = collect_args(fcinfo, shift + call_args::first_fn_arg);
-  request.statement = statement_for(fn, given);
-  request.args = received_args(*request.statement, given);
-  if (PG_ARGISNULL(arg_request_hash))
-    request.match = computed_match(*request.statement, given, request.args);
+  request.key = call.key;
+  request.statement = statement_for(call.fn, call.given);
+  request.args = received_args(*request.statement, call.given);
+  if (call.client_hash == nullptr)
+    request.match =
+        computed_match(*request.statement, call.given, request.args);
   else
-    request.match = client_match(fn, PG_GETARG_TEXT_PP(arg_request_hash));
+    request.match = client_match(call.fn, call.client_hash);
   return request;
 }
 
-Datum replay(const storage::KeyProbe &stored, FunctionCallInfo fcinfo) {
+CallResult replay(const storage::KeyProbe &stored) {
   record_last_call(is_error_document(stored.response, stored.response_is_null)
                        ? Outcome::replayed_error
                        : Outcome::replayed,
                    stored.created_at, stored.expires_at);
-  if (stored.response_is_null)
-    PG_RETURN_NULL();
-  return stored.response;
+  return CallResult{stored.response, stored.response_is_null};
 }
 
-Datum run_and_store(const storage::KeyTable &table, const Request &request,
-                    TakenKey &taken, FunctionCallInfo fcinfo) {
+CallResult run_and_store(const storage::KeyStore &store, const Request &request,
+                         TakenKey &taken) {
   // The TTL in force when the key was claimed, whatever fn sets.
   Interval ttl = settings::ttl();
   bool response_is_null;
@@ -121,50 +104,36 @@ Datum run_and_store(const storage::KeyTable &table, const Request &request,
                                          &response_is_null, &is_error);
   storage::citus::end_fn(citus_guc_level);
   check_response_size(request.key, response, response_is_null);
-  storage::StoredRow times = storage::store(
-      table, request.key, request.match.fingerprint, response, response_is_null,
-      ttl,
-      taken.stored.state == storage::KeyState::expired ? &taken.stored.row
-                                                       : nullptr);
+  const storage::KeyProbe *replaces =
+      taken.stored.state == storage::KeyState::expired ? &taken.stored
+                                                       : nullptr;
+  storage::StoredRow times = store.store(
+      request.key, storage::NewRow{request.match.fingerprint, response,
+                                   response_is_null, ttl, replaces});
 
   // The row now shows the key as in progress to everyone else (a tenant
   // key's row does not: its claim is kept until the transaction ends).
-  if (storage::row_shows_in_progress(table))
+  if (store.row_shows_in_progress())
     release(taken.claim);
   stats::count(stats::Event::ran);
   record_last_call(is_error ? Outcome::stored_error : Outcome::ran,
                    times.created_at, times.expires_at);
-  if (response_is_null)
-    PG_RETURN_NULL();
-  return response;
+  return CallResult{response, response_is_null};
 }
 
 } // namespace
 
-namespace {
-
-Datum call_keyed(FunctionCallInfo fcinfo, Keying keying) {
-  clear_last_call();
-  Request request = read_request(fcinfo, keying);
-  storage::KeyTable table = storage::table_for(request.key);
+CallResult idempotent_call(const CallRequest &call) {
+  Request request = prepare_request(call);
+  storage::KeyStore store = storage::key_store_for(request.key);
   TakenKey taken = take_key(
-      table, request.key, request.match, GetCurrentTransactionStartTimestamp(),
-      keying == Keying::by_tenant ? "idempotency.tenant_call"
-                                  : "idempotency.idempotent_call",
+      store, request.key, request.match, GetCurrentTransactionStartTimestamp(),
+      request.key.has_tenant ? "idempotency.tenant_call"
+                             : "idempotency.idempotent_call",
       nullptr);
   if (taken.replay)
-    return replay(taken.stored, fcinfo);
-  return run_and_store(table, request, taken, fcinfo);
-}
-
-} // namespace
-
-Datum idempotent_call(FunctionCallInfo fcinfo) {
-  return call_keyed(fcinfo, Keying::by_role);
-}
-
-Datum tenant_call(FunctionCallInfo fcinfo) {
-  return call_keyed(fcinfo, Keying::by_tenant);
+    return replay(taken.stored);
+  return run_and_store(store, request, taken);
 }
 
 } // namespace idempotency::protocol

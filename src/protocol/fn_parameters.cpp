@@ -3,9 +3,17 @@
 
 extern "C" {
 #include "common/hashfn.h"
+#include "executor/executor.h"
+#include "nodes/nodeFuncs.h"
 #include "parser/analyze.h"
 #include "parser/parse_coerce.h"
 #include "parser/parse_param.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
 }
 
 namespace idempotency::protocol {

@@ -4,6 +4,10 @@
 #include "idempotency/protocol/loaded_rows.hpp"
 #include "idempotency/storage/role_marks.hpp"
 
+extern "C" {
+#include "executor/spi.h"
+}
+
 namespace idempotency::protocol {
 
 namespace {

@@ -1,7 +1,9 @@
 #include "idempotency/protocol/message_key.hpp"
 
 extern "C" {
+#include "catalog/namespace.h"
 #include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
 }
 
 namespace idempotency::protocol {
@@ -63,6 +65,11 @@ char *key_for_message(const text *key) {
     at += length;
   }
   return out.data;
+}
+
+// Called before ereport(): it may look up the catalog.
+const char *key_text(const storage::KeyRef &key) {
+  return key_for_message(key.key);
 }
 
 } // namespace idempotency::protocol

@@ -2,7 +2,9 @@
 
 extern "C" {
 #include "common/hashfn.h"
+#include "tcop/tcopprot.h"
 #include "utils/inval.h"
+#include "utils/memutils.h"
 }
 
 namespace idempotency::protocol {

@@ -5,6 +5,10 @@
 #include "idempotency/boundary/subtransaction.hpp"
 #include "idempotency/settings/settings.hpp"
 
+extern "C" {
+#include "utils/jsonb.h"
+}
+
 namespace idempotency::protocol {
 
 namespace {

@@ -4,6 +4,14 @@
 
 #include "idempotency/settings/settings.hpp"
 
+extern "C" {
+#include "storage/lwlock.h"
+#include "utils/builtins.h"
+#include "utils/datetime.h"
+#include "utils/guc_tables.h"
+#include "utils/memutils.h"
+}
+
 namespace idempotency::settings {
 
 // The expiry worker's settings (idempotency.expire_*).

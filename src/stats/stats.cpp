@@ -1,19 +1,19 @@
 #include "idempotency/stats/stats.hpp"
 
 extern "C" {
-#include "port/atomics.h"
-#include "storage/ipc.h"
+#include "miscadmin.h"
+#include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
 }
 
 namespace idempotency::stats {
 
 namespace {
 
-// Databases counted at once; a database beyond this is not counted (see
-// docs/monitoring.md). Slots of dropped databases are reused.
-constexpr int max_databases = 128;
+constexpr int max_databases = max_counted_databases;
 constexpr int event_kinds = 4;
 
 struct DatabaseCounters {
@@ -129,51 +129,41 @@ void count_expired(int64 keys) {
 
 namespace {
 
-constexpr int counter_columns = 7;
-
-void put_row(Tuplestorestate *store, TupleDesc desc, DatabaseCounters &slot) {
-  Datum values[counter_columns];
-  bool nulls[counter_columns] = {};
-  values[0] = ObjectIdGetDatum(slot.database);
-  values[1] = Int64GetDatum(
-      pg_atomic_read_u64(&slot.events[static_cast<int>(Event::ran)]));
-  values[2] = Int64GetDatum(
-      pg_atomic_read_u64(&slot.events[static_cast<int>(Event::replayed)]));
-  values[3] = Int64GetDatum(
-      pg_atomic_read_u64(&slot.events[static_cast<int>(Event::conflict)]));
-  values[4] = Int64GetDatum(
-      pg_atomic_read_u64(&slot.events[static_cast<int>(Event::mismatch)]));
-  values[5] = Int64GetDatum(pg_atomic_read_u64(&slot.expired));
-  values[6] =
-      TimestampTzGetDatum((TimestampTz)pg_atomic_read_u64(&slot.reset_at));
-  tuplestore_putvalues(store, desc, values, nulls);
+CounterRow row_of(DatabaseCounters &slot) {
+  auto event = [&slot](Event kind) {
+    return static_cast<int64>(
+        pg_atomic_read_u64(&slot.events[static_cast<int>(kind)]));
+  };
+  return CounterRow{slot.database,
+                    event(Event::ran),
+                    event(Event::replayed),
+                    event(Event::conflict),
+                    event(Event::mismatch),
+                    static_cast<int64>(pg_atomic_read_u64(&slot.expired)),
+                    (TimestampTz)pg_atomic_read_u64(&slot.reset_at)};
 }
 
 } // namespace
 
-// idempotency.stats_counters(): one row per counted database; this
-// database always has one when the counters exist.
-Datum counters_body(FunctionCallInfo fcinfo) {
-  InitMaterializedSRF(fcinfo, 0);
-  auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+// This database always has a row when the counters exist.
+int copy_counters(CounterRow *out) {
   if (shared == nullptr)
-    return (Datum)0;
+    return 0;
   own_slot();
+  int count = 0;
   for (auto &slot : shared->databases)
     if (OidIsValid(slot.database))
-      put_row(rsinfo->setResult, rsinfo->setDesc, slot);
-  return (Datum)0;
+      out[count++] = row_of(slot);
+  return count;
 }
 
-// idempotency.stats_reset(): zeroes this database's counters.
-Datum reset_body(FunctionCallInfo) {
+void reset() {
   if (DatabaseCounters *slot = own_slot()) {
     for (auto &event : slot->events)
       pg_atomic_write_u64(&event, 0);
     pg_atomic_write_u64(&slot->expired, 0);
     pg_atomic_write_u64(&slot->reset_at, (uint64)GetCurrentTimestamp());
   }
-  PG_RETURN_VOID();
 }
 
 } // namespace idempotency::stats

@@ -1,5 +1,18 @@
 #include "idempotency/storage/citus.hpp"
 
+extern "C" {
+#include "access/genam.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/pg_namespace.h"
+#include "miscadmin.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/varlena.h"
+}
+
 namespace idempotency::storage::citus {
 
 namespace {

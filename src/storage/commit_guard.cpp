@@ -1,5 +1,11 @@
 #include "idempotency/storage/commit_guard.hpp"
 
+extern "C" {
+#include "access/xact.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+}
+
 namespace idempotency::storage::commit_guard {
 
 namespace {

@@ -3,14 +3,29 @@
 #include "idempotency/storage/citus.hpp"
 #include "idempotency/storage/commit_guard.hpp"
 #include "idempotency/storage/role_marks.hpp"
-#include "idempotency/storage/tenant_keys.hpp"
 
 #include "idempotency/settings/settings.hpp"
 
 extern "C" {
+#include "access/genam.h"
+#include "access/table.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_trigger.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "executor/executor.h"
+#include "executor/nodeModifyTable.h"
+#include "mb/pg_wchar.h"
+#include "optimizer/optimizer.h"
 #include "parser/parse_func.h"
+#include "rewrite/rewriteHandler.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
 }
 
 namespace idempotency::storage {
@@ -431,22 +446,6 @@ bool same_key(Relation rel, const KeyColumns &columns, HeapTuple tuple,
 
 } // namespace
 
-// Two keys of one role with one digest: practically never by chance (see
-// fingerprint::key_digest), but a row whose key text was changed by hand
-// also lands here. Answering for the other key would hand out its
-// response; storing beside it would break the primary key.
-void report_shared_digest() {
-  ereport(ERROR,
-          (errcode(ERRCODE_UNIQUE_VIOLATION),
-           errmsg("idempotency key shares its digest with another stored key "
-                  "of this role"),
-           errdetail("idempotency.keys holds a row under the same scope and "
-                     "key_digest whose key is different."),
-           errhint("Use another idempotency key. A row whose key was changed "
-                   "by hand needs key_digest = idempotency.key_digest(key).")));
-  pg_unreachable();
-}
-
 namespace {
 
 // The digest that the table's rows hold for `key`.
@@ -458,15 +457,10 @@ Datum stored_digest(const KeyColumns &columns, const KeyRef &key) {
 
 } // namespace
 
-KeyTable table_for(const KeyRef &key) {
-  return key.has_tenant ? tenant_keys::table_for(key) : key_table();
-}
+const LocalKeys local_keys{};
 
-bool row_shows_in_progress(const KeyTable &table) { return !table.tenant(); }
-
-KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
-  if (table.tenant())
-    return tenant_keys::probe(table, key, now);
+KeyProbe LocalKeys::probe(const KeyTable &table, const KeyRef &key,
+                          TimestampTz now) const {
   Relation rel = table_open(table.relid, AccessShareLock);
   KeyColumns columns = key_columns(rel);
 
@@ -836,43 +830,39 @@ TimestampTz timestamp_in(TupleTableSlot *slot, AttrNumber attnum) {
 
 } // namespace
 
-StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
-                Datum response, bool response_is_null, const Interval &ttl,
-                const ItemPointerData *expired_row) {
-  if (table.tenant())
-    return tenant_keys::store(table, key, request_hash, response,
-                              response_is_null, ttl, expired_row != nullptr);
+StoredRow LocalKeys::store(const KeyTable &table, const KeyRef &key,
+                           const NewRow &row) const {
   // fn may have dropped the extension (the drop rolls back with the error).
   Relation rel = try_table_open(table.relid, RowExclusiveLock);
   if (rel == nullptr)
     report_missing_table();
   KeyColumns columns = key_columns(rel);
   role_marks::ensure(rel, columns.scope, key.scope);
-  if (expired_row != nullptr)
-    delete_expired_row(rel, const_cast<ItemPointer>(expired_row));
+  if (row.replaces != nullptr)
+    delete_expired_row(rel, const_cast<ItemPointer>(&row.replaces->row));
 
   // The TTL counts from the write, not from the transaction's start: fn
   // may have run for a long time.
-  RowValues values{&key, request_hash, response, response_is_null, 0, 0};
+  RowValues values{
+      &key, row.request_hash, row.response, row.response_is_null, 0, 0};
   values.created_at = GetCurrentTimestamp();
-  values.expires_at = settings::key_expiry(values.created_at, ttl);
+  values.expires_at = settings::key_expiry(values.created_at, row.ttl);
 
   Insert insert = begin_insert(rel);
   fill_row(insert, columns, values);
   insert_row(insert, columns, key);
-  StoredRow row{timestamp_in(insert.slot, columns.created_at),
-                timestamp_in(insert.slot, columns.expires_at)};
+  StoredRow stored{timestamp_in(insert.slot, columns.created_at),
+                   timestamp_in(insert.slot, columns.expires_at)};
   end_insert(insert);
   table_close(rel, NoLock);
 
-  commit_guard::note_key_written(row.expires_at);
+  commit_guard::note_key_written(stored.expires_at);
   citus::note_key_write();
-  return row;
+  return stored;
 }
 
-bool remove(const KeyTable &table, const KeyRef &key, const KeyProbe &stored) {
-  if (table.tenant())
-    return tenant_keys::remove(table, key);
+bool LocalKeys::remove(const KeyTable &table, const KeyRef &,
+                       const KeyProbe &stored) const {
   ItemPointerData row = stored.row;
   Relation rel = table_open(table.relid, RowExclusiveLock);
   (void)key_columns(rel); // refuses a table Citus has taken over

@@ -1,7 +1,33 @@
 // The marks that keep a role with keys from being dropped (see
 // role_marks.hpp): looked up and recorded in pg_shdepend, remembered per
 // backend, removed by DROP OWNED through the extension's event trigger.
+#include <type_traits>
+
 #include "idempotency/storage/role_marks.hpp"
+
+extern "C" {
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/dependency.h"
+#include "catalog/indexing.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_shdepend.h"
+#include "commands/event_trigger.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+}
 
 namespace idempotency::storage::role_marks {
 
@@ -225,17 +251,6 @@ SPITupleTable *roles_with_keys(Relation keys, AttrNumber scope_column) {
   return SPI_tuptable;
 }
 
-DropOwnedStmt *drop_owned_statement(FunctionCallInfo fcinfo) {
-  if (!CALLED_AS_EVENT_TRIGGER(fcinfo))
-    ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-                    errmsg("idempotency.drop_owned_keys() must be called as an "
-                           "event trigger")));
-  auto *event = reinterpret_cast<EventTriggerData *>(fcinfo->context);
-  if (event->parsetree == nullptr || !IsA(event->parsetree, DropOwnedStmt))
-    return nullptr;
-  return castNode(DropOwnedStmt, event->parsetree);
-}
-
 } // namespace
 
 void ensure(Relation keys, AttrNumber scope_column, Oid role) {
@@ -278,21 +293,16 @@ int64 mark_key_roles() {
 
 bool database_marks_roles() { return has_event_trigger(); }
 
-Datum mark_key_roles_body(FunctionCallInfo) {
-  return Int64GetDatum(mark_key_roles());
-}
-
-Datum drop_owned_keys_body(FunctionCallInfo fcinfo) {
-  DropOwnedStmt *statement = drop_owned_statement(fcinfo);
+void drop_owned_keys(const List *roles) {
   Oid relid = key_table_oid();
-  if (statement == nullptr || !OidIsValid(relid))
-    return PointerGetDatum(nullptr);
+  if (!OidIsValid(relid))
+    return;
   // Calls that may be storing keys finish first, and new ones wait until
   // DROP OWNED commits: no key of a dropped role can slip in meanwhile.
   Relation keys = table_open(relid, ShareRowExclusiveLock);
   AttrNumber scope_column = get_attnum(relid, "scope");
   ListCell *cell;
-  foreach (cell, statement->roles) {
+  foreach (cell, roles) {
     Oid role = get_rolespec_oid(lfirst_node(RoleSpec, cell), false);
     // DROP OWNED's own check, made before anything is deleted.
     if (!has_privs_of_role(GetUserId(), role))
@@ -308,7 +318,6 @@ Datum drop_owned_keys_body(FunctionCallInfo fcinfo) {
   // Every backend looks its marks up again at its next store.
   CacheInvalidateRelcache(keys);
   table_close(keys, NoLock);
-  return PointerGetDatum(nullptr);
 }
 
 } // namespace idempotency::storage::role_marks

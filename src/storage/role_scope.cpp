@@ -17,6 +17,14 @@
 // role that no longer exists, so their dumps hold dropped roles' keys so.
 #include "idempotency/storage/role_scope.hpp"
 
+extern "C" {
+#include "libpq/pqformat.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/regproc.h"
+}
+
 namespace idempotency::storage {
 
 namespace {

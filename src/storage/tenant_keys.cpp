@@ -2,13 +2,23 @@
 
 #include "idempotency/storage/citus.hpp"
 
+#include "idempotency/boundary/sqlstates.hpp"
+
 #include "idempotency/settings/settings.hpp"
+
+extern "C" {
+#include "catalog/namespace.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+}
 
 namespace idempotency::storage::tenant_keys {
 
 namespace {
-
-const int errcode_key_in_progress = MAKE_SQLSTATE('I', 'K', '4', '0', '9');
 
 constexpr const char *table_name = "tenant_keys";
 
@@ -355,7 +365,10 @@ KeyTable table_for(const KeyRef &key) {
   report_not_local(key);
 }
 
-KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
+const Backend backend{};
+
+KeyProbe Backend::probe(const KeyTable &table, const KeyRef &key,
+                        TimestampTz now) const {
   Oid types[identity_args];
   Datum values[identity_args];
   set_identity(key, types, values);
@@ -411,11 +424,10 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
   return result;
 }
 
-StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
-                Datum response, bool response_is_null, const Interval &ttl,
-                bool replaces_expired_row) {
+StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
+                         const NewRow &row) const {
   TimestampTz created_at = GetCurrentTimestamp();
-  TimestampTz expires_at = settings::key_expiry(created_at, ttl);
+  TimestampTz expires_at = settings::key_expiry(created_at, row.ttl);
 
   constexpr int nargs = identity_args + 5;
   Oid types[nargs];
@@ -427,10 +439,10 @@ StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
   types[3] = TEXTOID;
   values[3] = PointerGetDatum(key.key);
   types[4] = BYTEAOID;
-  values[4] = PointerGetDatum(request_hash);
+  values[4] = PointerGetDatum(row.request_hash);
   types[5] = JSONBOID;
-  values[5] = response;
-  if (response_is_null)
+  values[5] = row.response;
+  if (row.response_is_null)
     nulls[5] = 'n';
   types[6] = TIMESTAMPTZOID;
   values[6] = TimestampTzGetDatum(created_at);
@@ -438,7 +450,7 @@ StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
   values[7] = TimestampTzGetDatum(expires_at);
 
   OwnerSpi spi(table.owner);
-  if (replaces_expired_row) {
+  if (row.replaces != nullptr) {
     char sql[512];
     snprintf(sql, sizeof sql,
              "DELETE FROM idempotency.tenant_keys AS k WHERE %s"
@@ -485,17 +497,18 @@ StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
              errhint("Retry the request: it replays the stored response.")));
   }
   PG_END_TRY();
-  StoredRow row{};
+  StoredRow stored{};
   bool is_null = false;
-  row.created_at = DatumGetTimestampTz(
+  stored.created_at = DatumGetTimestampTz(
       SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null));
-  row.expires_at = DatumGetTimestampTz(
+  stored.expires_at = DatumGetTimestampTz(
       SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &is_null));
   spi.finish();
-  return row;
+  return stored;
 }
 
-bool remove(const KeyTable &table, const KeyRef &key) {
+bool Backend::remove(const KeyTable &table, const KeyRef &key,
+                     const KeyProbe &) const {
   Oid types[identity_args + 1];
   Datum values[identity_args + 1];
   set_identity(key, types, values);
@@ -513,6 +526,9 @@ bool remove(const KeyTable &table, const KeyRef &key) {
   return removed;
 }
 
+namespace {
+
+// Deletes the tenant keys expired at `now`; returns how many.
 int64 expire(TimestampTz now) {
   Oid relid = tenant_keys_oid();
   if (!OidIsValid(relid) ||
@@ -538,6 +554,23 @@ int64 expire(TimestampTz now) {
   }
   spi.finish();
   return deleted;
+}
+
+} // namespace
+
+// Nothing to collect: Citus finds the expired keys on every shard, in one
+// statement that each shard runs on its own, which expire_rate does not
+// pace.
+void Backend::collect_expired(ExpiryRound &round, int) const {
+  round.has_batch = true;
+  round.finished = true;
+  round.paced = false;
+}
+
+ExpiryBatch Backend::expire_batch(ExpiryRound &round, int) const {
+  int64 deleted = expire(round.cutoff);
+  round.has_batch = false;
+  return ExpiryBatch{deleted, deleted};
 }
 
 } // namespace idempotency::storage::tenant_keys

@@ -3,10 +3,26 @@
 #include "idempotency/worker/database_round.hpp"
 
 #include "idempotency/settings/settings.hpp"
+#include "idempotency/storage/key_store.hpp"
 #include "idempotency/storage/keys.hpp"
 #include "idempotency/storage/role_marks.hpp"
 #include "idempotency/worker/expire.hpp"
 #include "idempotency/worker/status.hpp"
+
+extern "C" {
+#include "access/xact.h"
+#include "catalog/pg_database.h"
+#include "commands/dbcommands.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lock.h"
+#include "tcop/tcopprot.h"
+#include "utils/backend_status.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/wait_event.h"
+}
 
 extern "C" {
 PGDLLEXPORT void idempotency_database_worker_main(Datum main_arg);
@@ -141,18 +157,20 @@ enum class RoundEnd { finished, left_early, extension_dropped };
 // false (and no transaction) when the extension was dropped meanwhile.
 bool begin_round_transaction(const char *activity, LOCKMODE mode) {
   begin_transaction(activity);
-  if (lock_key_table(mode))
+  if (storage::lock_key_table(mode))
     return true;
   commit_transaction();
   elog(DEBUG1, "idempotency expiry round stopped: the extension was dropped");
   return false;
 }
 
-// Runs passes until no expired key is left: each collects keys in a
-// read-only transaction, then deletes them in batches of
-// idempotency.expire_batch_size, each batch its own short transaction, at
-// most idempotency.expire_rate keys a second.
-RoundEnd run_passes(TimestampTz cutoff, MemoryContext pass_context,
+// Runs the round in one key store: passes until no expired key is left;
+// each collects keys in a read-only transaction, then deletes them in
+// batches of idempotency.expire_batch_size, each batch its own short
+// transaction, at most idempotency.expire_rate keys a second (where the
+// store's batches are paced). The store keeps its work in `context`.
+RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
+                    MemoryContext context, Pace *pace,
                     volatile int64 *deleted) {
   // Marks made again where they are missing (pg_upgrade does not carry
   // them), and keys of roles that no longer exist deleted.
@@ -164,40 +182,45 @@ RoundEnd run_passes(TimestampTz cutoff, MemoryContext pass_context,
   commit_transaction();
 
   int batch_size = settings::expire_batch_size();
-  Pace pace = start_pace();
-  ExpiryCursor cursor{};
-  for (;;) {
+  storage::ExpiryRound round = begin_expiry(cutoff, context);
+  do {
     if (must_leave())
       return RoundEnd::left_early;
     if (!begin_round_transaction("collecting expired idempotency keys",
                                  AccessShareLock))
       return RoundEnd::extension_dropped;
-    ExpiredKeys keys = collect_expired(cutoff, keys_per_pass(batch_size),
-                                       &cursor, pass_context);
+    store.collect_expired(round, batch_size);
     commit_transaction();
 
-    for (int from = 0; from < keys.count; from += batch_size) {
-      if (!wait_for_turn(&pace))
+    while (round.has_batch) {
+      if (round.paced ? !wait_for_turn(pace) : must_leave())
         return RoundEnd::left_early;
       if (!begin_round_transaction("deleting expired idempotency keys",
                                    RowExclusiveLock))
         return RoundEnd::extension_dropped;
-      int count = std::min(batch_size, keys.count - from);
-      *deleted += delete_expired(cutoff, keys.tids + from, count);
+      ExpiryBatch batch = expire_batch(store, round, batch_size);
+      *deleted += batch.deleted;
       commit_transaction();
-      pace.keys += count;
+      if (round.paced)
+        pace->keys += batch.handled;
     }
+  } while (!round.finished);
+  return RoundEnd::finished;
+}
+
+// Runs the round in every key store (storage::expiry_store): the local
+// table, then the tenant keys of the Citus coordinator, which one DELETE
+// expires on every shard, where the shard is now.
+RoundEnd run_stores(TimestampTz cutoff, MemoryContext pass_context,
+                    volatile int64 *deleted) {
+  Pace pace = start_pace();
+  for (int i = 0; i < storage::expiry_store_count; i++) {
+    RoundEnd end = run_passes(storage::expiry_store(i), cutoff, pass_context,
+                              &pace, deleted);
     MemoryContextReset(pass_context);
-    if (keys.finished)
-      break;
+    if (end != RoundEnd::finished)
+      return end;
   }
-  // Tenant keys, on the Citus coordinator: one DELETE that Citus runs on
-  // every shard of idempotency.tenant_keys, where the shard is now.
-  if (!begin_round_transaction("deleting expired idempotency tenant keys",
-                               AccessShareLock))
-    return RoundEnd::extension_dropped;
-  *deleted += expire_tenant_keys(cutoff);
-  commit_transaction();
   return RoundEnd::finished;
 }
 
@@ -264,7 +287,7 @@ void run_round() {
   MemoryContext pass_context = AllocSetContextCreate(
       context, "idempotency expiry pass", ALLOCSET_DEFAULT_SIZES);
   PG_TRY();
-  { end = run_passes(cutoff, pass_context, &deleted); }
+  { end = run_stores(cutoff, pass_context, &deleted); }
   PG_CATCH();
   {
     // Record the error, then let the worker's own error handling log it

@@ -1,112 +1,22 @@
-#include <algorithm>
+#include <climits>
 
 #include "idempotency/worker/expire.hpp"
 
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/stats/stats.hpp"
-#include "idempotency/storage/keys.hpp"
-#include "idempotency/storage/tenant_keys.hpp"
+#include "idempotency/storage/key_store.hpp"
+
+extern "C" {
+#include "access/xact.h"
+#include "commands/extension.h"
+#include "utils/backend_status.h"
+#include "utils/memutils.h"
+}
 
 namespace idempotency::worker {
 
-namespace {
-
-constexpr const char *expires_at_index = "keys_expires_at_idx";
-constexpr const char *expiry_opfamily = "expiry_ops";
-
-// A pass collects row addresses only (6 bytes each), so it can go much
-// further than a batch; large passes keep a round's scans few.
-constexpr int min_keys_per_pass = 100000;
-
-pg_attribute_noreturn() void report_missing_index() {
-  ereport(ERROR,
-          (errcode(ERRCODE_UNDEFINED_OBJECT),
-           errmsg("index idempotency.%s on idempotency.keys (expires_at "
-                  "idempotency.%s) does not exist",
-                  expires_at_index, expiry_opfamily),
-           errhint("Recreate it with CREATE INDEX %s ON idempotency.keys "
-                   "(expires_at idempotency.%s).",
-                   expires_at_index, expiry_opfamily)));
-  pg_unreachable();
-}
-
-// The index must order expires_at as timestamptz does (the scan keys are
-// timestamptz comparisons) in the extension's own family, which the planner
-// never uses for a caller's query: an index in the default order would let
-// EXPLAIN ANALYZE count other roles' keys by expiry time.
-bool orders_by_expiry_family(Relation index, Oid schema) {
-  Oid family = GetSysCacheOid3(
-      OPFAMILYAMNAMENSP, Anum_pg_opfamily_oid, ObjectIdGetDatum(BTREE_AM_OID),
-      CStringGetDatum(expiry_opfamily), ObjectIdGetDatum(schema));
-  return OidIsValid(family) && index->rd_opfamily[0] == family;
-}
-
-Relation open_expires_at_index(Relation table) {
-  Oid schema = get_namespace_oid("idempotency", false);
-  Oid index = get_relname_relid(expires_at_index, schema);
-  if (!OidIsValid(index))
-    report_missing_index();
-  Relation rel = index_open(index, AccessShareLock);
-  Form_pg_index form = rel->rd_index;
-  if (form->indrelid != table->rd_id ||
-      form->indkey.values[0] != storage::key_columns(table).expires_at ||
-      rel->rd_rel->relam != BTREE_AM_OID ||
-      !orders_by_expiry_family(rel, schema))
-    report_missing_index();
-  return rel;
-}
-
-bool examined_before(const ExpiryCursor &cursor, TimestampTz expires_at,
-                     ItemPointer tid) {
-  return cursor.positioned && expires_at == cursor.expires_at &&
-         ItemPointerCompare(tid, const_cast<ItemPointer>(&cursor.tid)) <= 0;
-}
-
-void append(ExpiredKeys *keys, int *capacity, int limit, ItemPointer tid) {
-  if (keys->count == *capacity) {
-    *capacity = std::min(limit, *capacity * 2);
-    keys->tids = static_cast<ItemPointerData *>(
-        repalloc(keys->tids, *capacity * sizeof(ItemPointerData)));
-  }
-  keys->tids[keys->count++] = *tid;
-}
-
-// Deletes the row in `slot` unless another transaction is changing it (a
-// caller replacing the expired key, or another expiry round): that row is
-// not waited for, and a later round looks at it again. No claim is taken: a
-// caller that saw the key expired claims it and replaces the row, waiting
-// at most for this transaction to end, so expiry never answers a caller
-// IK409.
-bool delete_unless_busy(Relation table, TupleTableSlot *slot,
-                        Snapshot snapshot) {
-  TM_FailureData failure;
-  TM_Result result = table_tuple_delete(
-      table, &slot->tts_tid, GetCurrentCommandId(true), snapshot,
-      InvalidSnapshot, false /* wait */, &failure, false /* changingPart */);
-  return result == TM_Ok;
-}
-
-TimestampTz expires_at_of(Relation table, TupleTableSlot *slot) {
-  bool isnull = false;
-  return DatumGetTimestampTz(
-      slot_getattr(slot, storage::key_columns(table).expires_at, &isnull));
-}
-
-} // namespace
-
 bool extension_installed() {
   return OidIsValid(get_extension_oid("idempotency", true));
-}
-
-bool lock_key_table(LOCKMODE mode) {
-  Oid schema = get_namespace_oid("idempotency", true);
-  Oid table =
-      OidIsValid(schema) ? get_relname_relid("keys", schema) : InvalidOid;
-  if (!OidIsValid(table))
-    return false;
-  LockRelationOid(table, mode);
-  // A drop that committed while this waited for the lock took the table.
-  return SearchSysCacheExists1(RELOID, ObjectIdGetDatum(table));
 }
 
 // A key's created_at is the clock when its row was written and its
@@ -140,127 +50,41 @@ TimestampTz expiry_cutoff(TimestampTz now) {
   return cutoff;
 }
 
-int keys_per_pass(int batch_size) {
-  return std::max(batch_size, min_keys_per_pass);
+ExpiryBatch expire_batch(const storage::KeyStore &store,
+                         storage::ExpiryRound &round, int batch_size) {
+  storage::ExpiryBatch batch = store.expire_batch(round, batch_size);
+  stats::count_expired(batch.deleted);
+  return batch;
 }
 
-ExpiredKeys collect_expired(TimestampTz cutoff, int limit, ExpiryCursor *cursor,
-                            MemoryContext result_context) {
-  Oid table_oid = storage::key_table().relid;
-  Relation table = table_open(table_oid, AccessShareLock);
-  Relation index = open_expires_at_index(table);
-
-  ScanKeyData scan_keys[2];
-  int nkeys = 0;
-  ScanKeyInit(&scan_keys[nkeys++], 1, BTLessEqualStrategyNumber,
-              F_TIMESTAMPTZ_LE, TimestampTzGetDatum(cutoff));
-  if (cursor->positioned)
-    ScanKeyInit(&scan_keys[nkeys++], 1, BTGreaterEqualStrategyNumber,
-                F_TIMESTAMPTZ_GE, TimestampTzGetDatum(cursor->expires_at));
-  IndexScanDesc scan =
-      index_beginscan(table, index, GetActiveSnapshot(), nkeys, 0);
-  // The index tuple tells the entries up to the cursor apart without a
-  // visit to the heap.
-  scan->xs_want_itup = true;
-  index_rescan(scan, scan_keys, nkeys, nullptr, 0);
-  TupleTableSlot *slot = table_slot_create(table, nullptr);
-
-  int capacity = std::min(limit, 1024);
-  ExpiredKeys keys{static_cast<ItemPointerData *>(MemoryContextAlloc(
-                       result_context, capacity * sizeof(ItemPointerData))),
-                   0, true};
-  ItemPointer tid;
-  while ((tid = index_getnext_tid(scan, ForwardScanDirection)) != nullptr) {
-    CHECK_FOR_INTERRUPTS();
-    bool isnull = false;
-    TimestampTz expires_at = DatumGetTimestampTz(
-        index_getattr(scan->xs_itup, 1, scan->xs_itupdesc, &isnull));
-    if (examined_before(*cursor, expires_at, tid))
-      continue;
-    if (keys.count == limit) {
-      keys.finished = false;
-      break;
-    }
-    cursor->positioned = true;
-    cursor->expires_at = expires_at;
-    cursor->tid = *tid;
-    if (index_fetch_heap(scan, slot))
-      append(&keys, &capacity, limit, &slot->tts_tid);
-  }
-
-  ExecDropSingleTupleTableSlot(slot);
-  index_endscan(scan);
-  index_close(index, NoLock);
-  table_close(table, NoLock);
-
-  // Deleting in heap order dirties each page once per batch.
-  std::sort(keys.tids, keys.tids + keys.count,
-            [](const ItemPointerData &a, const ItemPointerData &b) {
-              return ItemPointerCompare(const_cast<ItemPointer>(&a),
-                                        const_cast<ItemPointer>(&b)) < 0;
-            });
-  return keys;
+storage::ExpiryRound begin_expiry(TimestampTz cutoff, MemoryContext context) {
+  return storage::ExpiryRound{cutoff, context, nullptr, false, false, true};
 }
 
-int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
-                     int count) {
-  Relation table = table_open(storage::key_table().relid, RowExclusiveLock);
-  Snapshot snapshot = GetActiveSnapshot();
-  TupleTableSlot *slot = table_slot_create(table, nullptr);
-  // Rows collected earlier may be gone with their pages: VACUUM may have
-  // truncated the table before this transaction locked it.
-  BlockNumber blocks = RelationGetNumberOfBlocks(table);
-
-  int64 deleted = 0;
-  for (int i = 0; i < count; i++) {
-    CHECK_FOR_INTERRUPTS();
-    ItemPointerData tid = tids[i];
-    if (ItemPointerGetBlockNumber(&tid) >= blocks ||
-        !table_tuple_fetch_row_version(table, &tid, snapshot, slot))
-      continue;
-    // Replaced by a caller, or a new row in a reused slot: not expired.
-    if (expires_at_of(table, slot) > cutoff)
-      continue;
-    if (delete_unless_busy(table, slot, snapshot))
-      deleted++;
-  }
-
-  ExecDropSingleTupleTableSlot(slot);
-  table_close(table, NoLock);
-  stats::count_expired(deleted);
-  return deleted;
-}
-
-int64 expire_tenant_keys(TimestampTz cutoff) {
-  int64 deleted = storage::tenant_keys::expire(cutoff);
-  stats::count_expired(deleted);
-  return deleted;
-}
-
-// idempotency.expire(): one round now, in the caller's transaction; the
-// cutoff is the transaction's start, the instant idempotent_call compares
-// expires_at with.
-Datum expire_body(FunctionCallInfo) {
+// The cutoff is the transaction's start, the instant idempotent_call
+// compares expires_at with. Each pass is deleted at once.
+int64 expire_now() {
   PreventCommandDuringRecovery("idempotency.expire()");
   PreventCommandIfReadOnly("idempotency.expire()");
   PreventCommandIfParallelMode("idempotency.expire()");
 
   TimestampTz cutoff = expiry_cutoff(GetCurrentTransactionStartTimestamp());
-  int limit = keys_per_pass(settings::expire_batch_size());
-  MemoryContext pass_context = AllocSetContextCreate(
-      CurrentMemoryContext, "idempotency expiry pass", ALLOCSET_DEFAULT_SIZES);
-  ExpiryCursor cursor{};
+  int batch_size = settings::expire_batch_size();
   int64 deleted = 0;
-  for (;;) {
-    ExpiredKeys keys = collect_expired(cutoff, limit, &cursor, pass_context);
-    deleted += delete_expired(cutoff, keys.tids, keys.count);
-    MemoryContextReset(pass_context);
-    if (keys.finished)
-      break;
+  for (int i = 0; i < storage::expiry_store_count; i++) {
+    storage::KeyStore store = storage::expiry_store(i);
+    MemoryContext context =
+        AllocSetContextCreate(CurrentMemoryContext, "idempotency expiry pass",
+                              ALLOCSET_DEFAULT_SIZES);
+    storage::ExpiryRound round = begin_expiry(cutoff, context);
+    do {
+      store.collect_expired(round, batch_size);
+      while (round.has_batch)
+        deleted += expire_batch(store, round, INT_MAX).deleted;
+    } while (!round.finished);
+    MemoryContextDelete(context);
   }
-  MemoryContextDelete(pass_context);
-  deleted += expire_tenant_keys(cutoff);
-  PG_RETURN_INT64(deleted);
+  return deleted;
 }
 
 } // namespace idempotency::worker

@@ -13,6 +13,20 @@
 #include "idempotency/worker/status.hpp"
 
 extern "C" {
+#include "access/heapam.h"
+#include "catalog/pg_database.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lock.h"
+#include "tcop/tcopprot.h"
+#include "utils/backend_status.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/wait_event.h"
+}
+
+extern "C" {
 PGDLLEXPORT void idempotency_launcher_main(Datum main_arg);
 }
 

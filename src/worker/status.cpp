@@ -1,27 +1,17 @@
 #include "idempotency/worker/status.hpp"
 
+extern "C" {
+#include "mb/pg_wchar.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+}
+
 namespace idempotency::worker::status {
 
 namespace {
 
-// Databases with the extension installed that the status remembers; beyond
-// that, the least recently served one is forgotten.
-constexpr int max_databases = 256;
-constexpr int max_error_bytes = 256;
-
-struct DatabaseRounds {
-  Oid database; // InvalidOid: a free slot
-  bool running;
-  TimestampTz running_since;
-  TimestampTz last_started;
-  TimestampTz last_finished;
-  int64 last_deleted;
-  bool last_failed;
-  char last_error[max_error_bytes];
-  int64 rounds;
-  int64 total_deleted;
-  int64 failed_rounds;
-};
+using DatabaseRounds = RoundStatus;
 
 struct SharedStatus {
   slock_t mutex;
@@ -146,70 +136,17 @@ void forget_all_but(const Oid *databases, int count) {
   SpinLockRelease(&shared->mutex);
 }
 
-namespace {
-
-enum StatusColumn {
-  col_datid,
-  col_running_since,
-  col_last_started,
-  col_last_finished,
-  col_last_deleted,
-  col_last_error,
-  col_rounds,
-  col_total_deleted,
-  col_failed_rounds,
-  status_columns
-};
-
-Datum timestamp_or_null(TimestampTz at, bool *isnull) {
-  *isnull = at == 0;
-  return TimestampTzGetDatum(at);
-}
-
-void put_row(ReturnSetInfo *rsinfo, const DatabaseRounds &slot) {
-  Datum values[status_columns];
-  bool nulls[status_columns] = {};
-  bool finished = slot.last_finished != 0;
-  values[col_datid] = ObjectIdGetDatum(slot.database);
-  values[col_running_since] = timestamp_or_null(
-      slot.running ? slot.running_since : 0, &nulls[col_running_since]);
-  values[col_last_started] =
-      timestamp_or_null(slot.last_started, &nulls[col_last_started]);
-  values[col_last_finished] =
-      timestamp_or_null(slot.last_finished, &nulls[col_last_finished]);
-  values[col_last_deleted] = Int64GetDatum(slot.last_deleted);
-  nulls[col_last_deleted] = !finished;
-  values[col_last_error] =
-      slot.last_failed ? CStringGetTextDatum(slot.last_error) : (Datum)0;
-  nulls[col_last_error] = !slot.last_failed;
-  values[col_rounds] = Int64GetDatum(slot.rounds);
-  values[col_total_deleted] = Int64GetDatum(slot.total_deleted);
-  values[col_failed_rounds] = Int64GetDatum(slot.failed_rounds);
-  tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-}
-
-} // namespace
-
-Datum expiry_status_body(FunctionCallInfo fcinfo) {
+int copy_status(RoundStatus *out) {
   if (shared == nullptr)
-    ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                    errmsg("the idempotency expiry worker is not running"),
-                    errhint("Add idempotency to shared_preload_libraries and "
-                            "restart the server.")));
-  InitMaterializedSRF(fcinfo, 0);
-  auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
-
-  // Copy first: no palloc (which may fail) while the spinlock is held.
-  auto *copy = static_cast<DatabaseRounds *>(
-      palloc(sizeof(DatabaseRounds) * max_databases));
+    return -1;
   SpinLockAcquire(&shared->mutex);
-  memcpy(copy, shared->databases, sizeof(DatabaseRounds) * max_databases);
+  memcpy(out, shared->databases, sizeof(DatabaseRounds) * max_databases);
   SpinLockRelease(&shared->mutex);
-
+  int count = 0;
   for (int i = 0; i < max_databases; i++)
-    if (copy[i].database != InvalidOid)
-      put_row(rsinfo, copy[i]);
-  return (Datum)0;
+    if (out[i].database != InvalidOid)
+      out[count++] = out[i];
+  return count;
 }
 
 } // namespace idempotency::worker::status

@@ -18,8 +18,8 @@
 //    destructors (std::string, containers) live only in units that include no
 //    PostgreSQL header. The compiler checks both: each struct such frames
 //    hold is followed by static_assert(std::is_trivially_destructible_v<..>),
-//    and the server-free units include idempotency/server_free.hpp, which fails the
-//    build when a PostgreSQL header comes with them.
+//    and the server-free units include idempotency/server_free.hpp, which fails
+//    the build when a PostgreSQL header comes with them.
 #pragma once
 
 #include <exception>

@@ -5,6 +5,11 @@
 
 #include "idempotency/pg.hpp"
 
+extern "C" {
+#include "access/xact.h"
+#include "utils/resowner.h"
+}
+
 namespace idempotency {
 
 // Runs body(). Returns true when it finished. When it raised an error, its

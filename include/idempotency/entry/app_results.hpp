@@ -1,5 +1,6 @@
 // Bodies of idempotency.claim, complete, release, last_call, lookup and
-// forget, and of their tenant_* variants: each turns what the protocol answers into the SQL function's result.
+// forget, and of their tenant_* variants: each turns what the protocol answers
+// into the SQL function's result.
 #pragma once
 
 #include "idempotency/pg.hpp"

@@ -19,8 +19,4 @@ bytea *digest_of_key(const text *key);
 // neither UTF8 nor SQL_ASCII).
 bytea *legacy_digest_of_key(const text *key);
 
-// idempotency.key_digest(key text) RETURNS bytea, so that a DBA can find a
-// key through the primary key.
-Datum key_digest_body(FunctionCallInfo fcinfo);
-
 } // namespace idempotency::fingerprint

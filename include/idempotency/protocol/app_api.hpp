@@ -17,7 +17,7 @@
 #pragma once
 
 #include "idempotency/pg.hpp"
-#include "idempotency/protocol/claim.hpp"
+#include "idempotency/storage/key_store.hpp"
 
 namespace idempotency::protocol {
 
@@ -42,13 +42,16 @@ struct LookupRow {
   bool response_is_null;
 };
 
-// Each reads its key as `keying` says (protocol/claim.hpp): the tenant_*
-// variants take the tenant first.
-ClaimRow claim_key(FunctionCallInfo fcinfo, Keying keying);
-void complete_key(FunctionCallInfo fcinfo, Keying keying);
-void release_key(FunctionCallInfo fcinfo, Keying keying);
-LookupRow lookup_key(FunctionCallInfo fcinfo, Keying keying);
-bool forget_key(FunctionCallInfo fcinfo, Keying keying);
+// Each takes its key as entry/ read it: a tenant key (key.has_tenant) for
+// the tenant_* variants. claim_key's client_hash is the caller's
+// request_hash, nullptr when none was given; as for idempotent_call, the
+// caller has cleared the session's last call before reading the arguments.
+ClaimRow claim_key(const storage::KeyRef &key, text *client_hash);
+void complete_key(const storage::KeyRef &key, Datum response,
+                  bool response_is_null);
+void release_key(const storage::KeyRef &key);
+LookupRow lookup_key(const storage::KeyRef &key);
+bool forget_key(const storage::KeyRef &key);
 
 const char *lookup_state_name(LookupState state);
 

@@ -7,11 +7,6 @@
 
 namespace idempotency::protocol {
 
-// The arguments after the first `first` ones, as bound to $1 ... $n. Handles
-// both a spread VARIADIC "any" list and an explicit VARIADIC array; an
-// untyped literal ('abc') binds as text.
-FnArgs collect_args(FunctionCallInfo fcinfo, int first);
-
 struct Statement;
 
 // Runs fn - the statement's plan - with the caller's rights, through SPI, and

@@ -14,6 +14,11 @@
 #include "idempotency/fingerprint/fn_args.hpp"
 #include "idempotency/pg.hpp"
 
+extern "C" {
+#include "nodes/params.h"
+#include "utils/array.h"
+}
+
 namespace idempotency::protocol {
 
 // Fills types[0 .. nargs) for fn's `sql`. given[i] is the caller's type of

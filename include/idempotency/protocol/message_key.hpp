@@ -5,6 +5,7 @@
 #pragma once
 
 #include "idempotency/pg.hpp"
+#include "idempotency/storage/key_store.hpp"
 
 namespace idempotency::protocol {
 
@@ -13,5 +14,8 @@ namespace idempotency::protocol {
 // Unicode code point) in a UTF8 database, else \xNN per byte. Looks up the
 // conversion in the catalog: call it before ereport(), not inside it.
 char *key_for_message(const text *key);
+
+// key_for_message() of a key reference's text.
+const char *key_text(const storage::KeyRef &key);
 
 } // namespace idempotency::protocol

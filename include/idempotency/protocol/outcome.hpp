@@ -5,6 +5,10 @@
 
 #include "idempotency/pg.hpp"
 
+extern "C" {
+#include "datatype/timestamp.h"
+}
+
 namespace idempotency::protocol {
 
 enum class Outcome {

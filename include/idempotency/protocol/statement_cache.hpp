@@ -17,6 +17,10 @@
 #include "idempotency/pg.hpp"
 #include "idempotency/protocol/fn_parameters.hpp"
 
+extern "C" {
+#include "executor/spi.h"
+}
+
 namespace idempotency::protocol {
 
 struct Statement {

@@ -3,6 +3,10 @@
 
 #include "idempotency/pg.hpp"
 
+extern "C" {
+#include "datatype/timestamp.h"
+}
+
 namespace idempotency {
 struct SqlstateList; // settings/sqlstate_list.hpp
 }

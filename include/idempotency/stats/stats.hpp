@@ -9,6 +9,10 @@
 
 #include "idempotency/pg.hpp"
 
+extern "C" {
+#include "datatype/timestamp.h"
+}
+
 namespace idempotency::stats {
 
 enum class Event { ran, replayed, conflict, mismatch };
@@ -23,8 +27,28 @@ void count(Event event);
 // Counts keys deleted by expiry in the current database.
 void count_expired(int64 keys);
 
-// Bodies of idempotency.stats_counters() and idempotency.stats_reset().
-Datum counters_body(FunctionCallInfo fcinfo);
-Datum reset_body(FunctionCallInfo fcinfo);
+// Databases counted at once; a database beyond this is not counted (see
+// docs/monitoring.md). Slots of dropped databases are reused.
+constexpr int max_counted_databases = 128;
+
+// One database's counters, as idempotency.stats_counters() shows them.
+struct CounterRow {
+  Oid database;
+  int64 ran;
+  int64 replayed;
+  int64 conflict;
+  int64 mismatch;
+  int64 expired;
+  TimestampTz reset_at;
+};
+static_assert(std::is_trivially_destructible_v<CounterRow>);
+
+// Copies the counters of every counted database into
+// out[0 .. max_counted_databases) and returns how many; 0 without the
+// library preloaded.
+int copy_counters(CounterRow *out);
+
+// Zeroes this database's counters (idempotency.stats_reset()).
+void reset();
 
 } // namespace idempotency::stats

@@ -13,6 +13,10 @@
 
 #include "idempotency/pg.hpp"
 
+extern "C" {
+#include "datatype/timestamp.h"
+}
+
 namespace idempotency::storage::commit_guard {
 
 // Records that the current (sub)transaction wrote a key expiring at

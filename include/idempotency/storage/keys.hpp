@@ -14,24 +14,17 @@
 
 #include "idempotency/pg.hpp"
 #include "idempotency/storage/citus.hpp"
+#include "idempotency/storage/key_store.hpp"
+
+extern "C" {
+#include "storage/lockdefs.h"
+#include "utils/relcache.h"
+}
 
 namespace idempotency::storage {
 
-// The key table of a call: idempotency.keys of the current database, or
-// idempotency.tenant_keys, the key table Citus distributes with the tenants'
-// data (storage/tenant_keys.hpp). Looked up once per call.
-struct KeyTable {
-  Oid relid;
-  // Tenant keys only (InvalidOid otherwise): the tenant's shard of the
-  // table on this node, and the table's owner, who reads and writes it.
-  Oid local_shard;
-  Oid owner;
-
-  bool tenant() const { return OidIsValid(local_shard); }
-};
-static_assert(std::is_trivially_destructible_v<KeyTable>);
-
-// Raises 42P01 when the table is missing, and 0A000 when Citus has taken it
+// idempotency.keys of the current database, as a call's key table. Raises
+// 42P01 when the table is missing, and 0A000 when Citus has taken it
 // over (a distributed, reference or Citus-managed local table: its rows are
 // then in shards, not in the local heap read and written here; see
 // storage/citus.hpp). Both answers are cached until the table's relcache
@@ -71,82 +64,41 @@ struct KeyColumns {
 // checked again here, with the table locked.
 const KeyColumns &key_columns(Relation rel);
 
-// A key in its scope (the role that calls), with the key's digest
-// (fingerprint/key_digest.hpp), which the primary key holds. Keys of
-// idempotency.tenant_keys also belong to a tenant: a value of the type of
-// the business tables' distribution column (has_tenant).
-struct KeyRef {
-  Oid scope;
-  text *key;
-  bytea *digest;
-  // The digest of versions 0.4 and 0.5, where it is another
-  // (fingerprint::legacy_digest_of_key), else nullptr.
-  bytea *legacy_digest;
-  bool has_tenant;
-  Oid tenant_type;
-  Datum tenant;
-};
-static_assert(std::is_trivially_destructible_v<KeyRef>);
-
-enum class KeyState {
-  absent,      // no row, or only rows of rolled-back transactions
-  expired,     // a committed row past its TTL: absent for callers
-  in_progress, // a row written or being replaced by an open transaction
-  done,        // a committed (or our own) row within its TTL
-};
-
-struct KeyProbe {
-  KeyState state;
-  TransactionId holder; // in_progress: the transaction to wait for
-  ItemPointerData row;  // expired: the row a new call replaces; done: the row
-  bytea *request_hash;  // done: the stored fingerprint
-  bool request_hash_is_hex; // as text, in a table of a version before 0.4
-  Datum response;           // done: the stored response
-  bool response_is_null;
-  TimestampTz created_at; // done, expired: the row's times
-  TimestampTz expires_at;
-};
-static_assert(std::is_trivially_destructible_v<KeyProbe>);
-
-// Looks the key up. Under REPEATABLE READ or SERIALIZABLE, a row committed
-// by another transaction after this transaction's snapshot raises 40001.
-// Values are copied into the current memory context.
-KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now);
-
-// What a stored row says about its lifetime, as written (a BEFORE trigger
-// may have changed either value).
-struct StoredRow {
-  TimestampTz created_at;
-  TimestampTz expires_at;
+// idempotency.keys as a KeyBackend (storage/key_store.hpp):
+// - probe reads the primary key index with a dirty snapshot, so it also
+//   sees rows of transactions still in progress (in_progress, and the
+//   transaction to wait for);
+// - store inserts the row through the executor (after deleting the expired
+//   row it replaces); the transaction's commit is refused if a key it wrote
+//   has expired by then (storage/commit_guard.hpp);
+// - remove deletes the row probe found, waiting for a transaction changing
+//   it;
+// - expiry walks the index keys_expires_at_idx (expires_at
+//   idempotency.expiry_ops) up to the cutoff in passes: a pass collects the
+//   expired keys' row addresses with one read-only scan, and the rows are
+//   then deleted in heap order, a batch at a time. Expiry takes no claim and
+//   waits for no one: a row another transaction has locked or changed is
+//   skipped and left for a later round. A caller that sees a key expired
+//   runs fn at once; its write of the new row waits only for an expiry
+//   transaction that deleted the old row and has not yet ended.
+class LocalKeys final : public KeyBackend {
+public:
+  KeyProbe probe(const KeyTable &table, const KeyRef &key,
+                 TimestampTz now) const override;
+  StoredRow store(const KeyTable &table, const KeyRef &key,
+                  const NewRow &row) const override;
+  bool remove(const KeyTable &table, const KeyRef &key,
+              const KeyProbe &stored) const override;
+  bool row_shows_in_progress() const override { return true; }
+  void collect_expired(ExpiryRound &round, int batch_size) const override;
+  ExpiryBatch expire_batch(ExpiryRound &round, int batch_size) const override;
 };
 
-// Stores a completed call: inserts the row, after deleting the expired row
-// it replaces (`expired_row`, or nullptr). created_at is the clock when the
-// row is written, expires_at = created_at + ttl, never later than created_at
-// + idempotency.max_ttl (settings::key_expiry). The primary key's unique
-// check is the final word: a second row for one key can never commit. The
-// transaction's commit is refused if a key it wrote has expired by then
-// (see storage/commit_guard.hpp).
-StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
-                Datum response, bool response_is_null, const Interval &ttl,
-                const ItemPointerData *expired_row);
+extern const LocalKeys local_keys;
 
-// Deletes a done row of a key whose owner forgets it (`stored`, as probe()
-// found it). Returns false when the row was deleted meanwhile (by expiry); a
-// row being changed by another open transaction is waited for.
-bool remove(const KeyTable &table, const KeyRef &key, const KeyProbe &stored);
-
-// The key table of `key`: key_table(), or tenant_keys::table_for(key).
-KeyTable table_for(const KeyRef &key);
-
-// Whether a stored row shows its key as in progress to other transactions
-// before it commits. In idempotency.keys it does (probe reads the index with
-// a dirty snapshot), so a call lets go of its claim once the row is written.
-// A tenant key is read through Citus with an MVCC snapshot: the claim must
-// cover the key until the transaction ends.
-bool row_shows_in_progress(const KeyTable &table);
-
-// 23505: a stored row has the key's scope and digest but another key text.
-pg_attribute_noreturn() void report_shared_digest();
+// Locks idempotency.keys in `mode` until the end of the transaction. False
+// when the table is gone: DROP EXTENSION may commit between two of an
+// expiry round's transactions.
+bool lock_key_table(LOCKMODE mode);
 
 } // namespace idempotency::storage

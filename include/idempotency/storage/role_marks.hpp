@@ -24,6 +24,11 @@
 
 #include "idempotency/pg.hpp"
 
+extern "C" {
+#include "nodes/pg_list.h"
+#include "utils/relcache.h"
+}
+
 namespace idempotency::storage::role_marks {
 
 // Makes sure `role` has its mark on `keys` (idempotency.keys, opened and
@@ -34,21 +39,20 @@ namespace idempotency::storage::role_marks {
 // Role 0 (a key of no role) has no mark.
 void ensure(Relation keys, AttrNumber scope_column, Oid role);
 
-// idempotency.mark_key_roles(): marks every role that has keys in this
+// Marks every role that has keys in this
 // database and deletes the keys whose role no longer exists (which no role
 // may ever reach again). Returns the number of keys deleted. Run by the
 // update to 0.7 and by each round of the expiry worker; after pg_upgrade,
 // which does not carry the marks, until the worker's first round.
-Datum mark_key_roles_body(FunctionCallInfo fcinfo);
 int64 mark_key_roles();
 
 // Whether this database's extension records roles (0.7 and later): the
 // expiry worker leaves databases at older versions as they were.
 bool database_marks_roles();
 
-// idempotency.drop_owned_keys(): the event trigger on ddl_command_start for
-// DROP OWNED. Deletes the keys of the roles named, in this database, and
+// What DROP OWNED does to keys, run by its event trigger before it:
+// deletes the keys of `roles` (a list of RoleSpec) in this database and
 // their marks, after PostgreSQL's own permission check for DROP OWNED.
-Datum drop_owned_keys_body(FunctionCallInfo fcinfo);
+void drop_owned_keys(const List *roles);
 
 } // namespace idempotency::storage::role_marks

@@ -23,7 +23,7 @@
 #pragma once
 
 #include "idempotency/pg.hpp"
-#include "idempotency/storage/keys.hpp"
+#include "idempotency/storage/key_store.hpp"
 
 namespace idempotency::storage::tenant_keys {
 
@@ -36,30 +36,36 @@ namespace idempotency::storage::tenant_keys {
 // ends while the request runs.
 KeyTable table_for(const KeyRef &key);
 
-// As storage::probe (never in_progress: rows of open transactions are not
-// seen; the claim lock stands for them).
-KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now);
+// idempotency.tenant_keys as a KeyBackend (storage/key_store.hpp):
+// - probe reads the tenant's shard on this node (never in_progress: rows of
+//   open transactions are not seen; the claim lock stands for them);
+// - store raises 40001 when Citus moved the tenant's shard to another node
+//   while the request ran (the request must run again, there; not expected
+//   while table_for's lock is held). A row of the key committed by a
+//   transaction that claimed it on another node (possible only around a
+//   shard move) makes the insert fail on the primary key: raised as IK409;
+// - remove deletes the key's live row; false when there is none;
+// - expiry is one batch: one DELETE through Citus, which runs it on every
+//   shard, on the node that holds the shard now (so a shard moved by the
+//   rebalancer is neither missed nor visited twice). A no-op where
+//   idempotency.tenant_keys does not exist or this node is not the Citus
+//   coordinator (the workers see the same table through Citus's metadata:
+//   one node expires it for all).
+class Backend final : public KeyBackend {
+public:
+  KeyProbe probe(const KeyTable &table, const KeyRef &key,
+                 TimestampTz now) const override;
+  StoredRow store(const KeyTable &table, const KeyRef &key,
+                  const NewRow &row) const override;
+  bool remove(const KeyTable &table, const KeyRef &key,
+              const KeyProbe &stored) const override;
+  // Read through Citus with an MVCC snapshot: the claim must cover the key
+  // until the transaction ends.
+  bool row_shows_in_progress() const override { return false; }
+  void collect_expired(ExpiryRound &round, int batch_size) const override;
+  ExpiryBatch expire_batch(ExpiryRound &round, int batch_size) const override;
+};
 
-// As storage::store. 40001 when Citus moved the tenant's shard to another
-// node while the request ran (the request must run again, there; not
-// expected while table_for's lock is held). A row of
-// the key committed by a transaction that claimed it on another node
-// (possible only around a shard move) makes the insert fail on the primary
-// key: raised as IK409.
-StoredRow store(const KeyTable &table, const KeyRef &key, bytea *request_hash,
-                Datum response, bool response_is_null, const Interval &ttl,
-                bool replaces_expired_row);
-
-// Deletes the key's live row; false when there is none.
-bool remove(const KeyTable &table, const KeyRef &key);
-
-// Deletes the tenant keys expired at `now` with one DELETE through Citus,
-// which runs it on every shard, on the node that holds the shard now (so a
-// shard moved by the rebalancer is neither missed nor visited twice).
-// Returns how many. Needs a transaction and a snapshot; a no-op (0) where
-// idempotency.tenant_keys does not exist or this node is not the Citus
-// coordinator (the workers see the same table through Citus's metadata: one
-// node expires it for all).
-int64 expire(TimestampTz now);
+extern const Backend backend;
 
 } // namespace idempotency::storage::tenant_keys

@@ -4,6 +4,10 @@
 
 #include "idempotency/pg.hpp"
 
+extern "C" {
+#include "postmaster/bgworker.h"
+}
+
 namespace idempotency::worker {
 
 // The per-database worker's name in pg_stat_activity.backend_type.

@@ -1,46 +1,19 @@
-// Deleting expired keys: the part of a round that runs in transactions,
-// shared by the background worker and idempotency.expire().
-//
-// A round walks the index on expires_at up to a cutoff in passes. A pass
-// collects the expired keys' row addresses with one read-only scan; the
-// rows are then deleted in heap order, in batches. The worker commits each
-// batch on its own (so no transaction holds many rows for long);
-// idempotency.expire() runs them all in the caller's transaction. Expiry
-// takes no claim and waits for no one: a row another transaction has locked
-// or changed is skipped and left for a later round. A caller that sees a key
-// expired runs fn at once; its write of the new row waits only for an
-// expiry transaction that deleted the old row and has not yet ended.
+// Expiry rounds: what the background worker (worker/database_round) and
+// idempotency.expire() share. Each round visits the key stores
+// (storage/key_store.hpp) in turn, collecting and deleting expired keys a
+// batch at a time; the stores know their tables, the worker only paces the
+// batches and runs them in transactions.
 #pragma once
 
 #include "idempotency/pg.hpp"
+#include "idempotency/storage/key_store.hpp"
 
 namespace idempotency::worker {
 
-// How far a round has come in the expires_at index. A pass goes on after
-// the last entry the previous one read, so no pass steps again over keys
-// an earlier one handled. Keys may share their expires_at; B-tree keeps
-// such equal entries in heap order, so the entry's row address orders them.
-struct ExpiryCursor {
-  bool positioned;
-  TimestampTz expires_at;
-  ItemPointerData tid;
-};
-static_assert(std::is_trivially_destructible_v<ExpiryCursor>);
-
-struct ExpiredKeys {
-  ItemPointerData *tids; // sorted in heap order
-  int count;
-  bool finished; // no expired key left after the cursor
-};
-static_assert(std::is_trivially_destructible_v<ExpiredKeys>);
+using storage::ExpiryBatch;
 
 // Whether the extension is installed in this database (needs a transaction).
 bool extension_installed();
-
-// Locks idempotency.keys in `mode` until the end of the transaction. False
-// when the table is gone: DROP EXTENSION may commit between two of a
-// round's transactions.
-bool lock_key_table(LOCKMODE mode);
 
 // The cutoff of a round that starts at `now` in this database: keys whose
 // expires_at is at or before it are expired for every transaction running in
@@ -49,27 +22,16 @@ bool lock_key_table(LOCKMODE mode);
 // before `now` keeps the keys that are still live for it.
 TimestampTz expiry_cutoff(TimestampTz now);
 
-// How many keys one pass collects at most, for a given batch size.
-int keys_per_pass(int batch_size);
+// A round in one store, its work kept in `context` (the caller's, which it
+// deletes when the round ends).
+storage::ExpiryRound begin_expiry(TimestampTz cutoff, MemoryContext context);
 
-// Collects up to `limit` keys with expires_at <= cutoff after the cursor,
-// visible to the active snapshot, and moves the cursor on. The result is
-// allocated in `result_context`.
-ExpiredKeys collect_expired(TimestampTz cutoff, int limit, ExpiryCursor *cursor,
-                            MemoryContext result_context);
+// store.expire_batch(), its deletions counted in the statistics.
+ExpiryBatch expire_batch(const storage::KeyStore &store,
+                         storage::ExpiryRound &round, int batch_size);
 
-// Deletes, in the current transaction with the active snapshot, those of
-// the rows `tids` that are still expired and that no other transaction is
-// changing; returns how many it deleted.
-int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
-                     int count);
-
-// Body of idempotency.expire(): one round in the caller's transaction;
-// returns how many keys it deleted.
-Datum expire_body(FunctionCallInfo fcinfo);
-
-// Deletes the expired keys of idempotency.tenant_keys (Citus), when this
-// node is the Citus coordinator; counts them as expired. In a transaction.
-int64 expire_tenant_keys(TimestampTz cutoff);
+// idempotency.expire(): one round now, in the caller's transaction; returns
+// how many keys it deleted.
+int64 expire_now();
 
 } // namespace idempotency::worker

@@ -9,7 +9,32 @@
 
 #include "idempotency/pg.hpp"
 
+extern "C" {
+#include "datatype/timestamp.h"
+}
+
 namespace idempotency::worker::status {
+
+// Databases with the extension installed that the status remembers; beyond
+// that, the least recently served one is forgotten.
+constexpr int max_databases = 256;
+constexpr int max_error_bytes = 256;
+
+// What the status remembers of one database.
+struct RoundStatus {
+  Oid database; // InvalidOid: a free slot
+  bool running;
+  TimestampTz running_since;
+  TimestampTz last_started;
+  TimestampTz last_finished;
+  int64 last_deleted;
+  bool last_failed;
+  char last_error[max_error_bytes];
+  int64 rounds;
+  int64 total_deleted;
+  int64 failed_rounds;
+};
+static_assert(std::is_trivially_destructible_v<RoundStatus>);
 
 // shmem_request_hook and shmem_startup_hook duties, while preloading.
 void request_shared_memory();
@@ -32,7 +57,10 @@ void forget(Oid database);
 // Keeps only the databases listed (the others were dropped).
 void forget_all_but(const Oid *databases, int count);
 
-// Body of idempotency.expiry_status(): one row per remembered database.
-Datum expiry_status_body(FunctionCallInfo fcinfo);
+// Copies the remembered databases into out[0 .. max_databases) and returns
+// how many there are (first in `out`); -1 when the status is not in shared
+// memory (the library is not preloaded). No palloc while the status is
+// locked: the caller provides the room.
+int copy_status(RoundStatus *out);
 
 } // namespace idempotency::worker::status

@@ -1,23 +1,20 @@
-#include "idempotency/protocol/claim_secret.hpp"
-
-#include "idempotency/pg.hpp"
+#include "idempotency/storage/claim_secret.hpp"
 
 extern "C" {
+#include "access/transam.h"
 #include "common/file_perm.h"
+#include "miscadmin.h"
 #include "storage/fd.h"
 }
 
-namespace idempotency::protocol {
+namespace idempotency::storage {
 
 namespace {
 
 // In the data directory, the working directory of every backend.
 constexpr const char *secret_file = "idempotency_claim_secret";
-constexpr std::size_t secret_bytes = 32;
-
-struct Secret {
-  uint8 bytes[secret_bytes];
-};
+constexpr std::size_t secret_bytes = claim_secret_bytes;
+using Secret = ClaimSecret;
 
 // Reads the secret file; false if it does not exist yet.
 bool read_secret(Secret *secret) {
@@ -90,23 +87,15 @@ void create_secret() {
 
 } // namespace
 
-const fingerprint::HmacSha256 &claim_mac() {
-  // Keyed with nothing until the secret is loaded; never used before then.
-  static fingerprint::HmacSha256 keyed(nullptr, 0);
-  static bool loaded = false;
-  if (!loaded) {
-    Secret secret;
-    if (!read_secret(&secret)) {
-      create_secret();
-      if (!read_secret(&secret))
-        ereport(ERROR, (errcode_for_file_access(),
-                        errmsg("could not open file \"%s\": %m", secret_file)));
-    }
-    keyed = fingerprint::HmacSha256(secret.bytes, secret_bytes);
-    explicit_bzero(secret.bytes, secret_bytes);
-    loaded = true;
+ClaimSecret read_claim_secret() {
+  Secret secret;
+  if (!read_secret(&secret)) {
+    create_secret();
+    if (!read_secret(&secret))
+      ereport(ERROR, (errcode_for_file_access(),
+                      errmsg("could not open file \"%s\": %m", secret_file)));
   }
-  return keyed;
+  return secret;
 }
 
-} // namespace idempotency::protocol
+} // namespace idempotency::storage

@@ -25,13 +25,21 @@
 // idempotency.keys keeps a key from committing twice.
 #pragma once
 
-#include "idempotency/fingerprint/fingerprint.hpp"
+#include "idempotency/pg.hpp"
 
-namespace idempotency::protocol {
+namespace idempotency::storage {
 
-// An HMAC-SHA256 keyed with the cluster's claim secret, ready for a message;
-// copy it for each one. Loads or creates the secret on the first call in this
-// backend; raises an error if the file cannot be read or written.
-const fingerprint::HmacSha256 &claim_mac();
+constexpr std::size_t claim_secret_bytes = 32;
 
-} // namespace idempotency::protocol
+struct ClaimSecret {
+  uint8 bytes[claim_secret_bytes];
+};
+static_assert(std::is_trivially_destructible_v<ClaimSecret>);
+
+// The cluster's claim secret, read from its file in the data directory, which
+// is made first if it does not exist yet. Raises an error if the file cannot
+// be read or written. The caller keys its MAC with it (protocol/claim_lock)
+// once per backend, then wipes it.
+ClaimSecret read_claim_secret();
+
+} // namespace idempotency::storage

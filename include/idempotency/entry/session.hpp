@@ -4,7 +4,7 @@
 
 #include "idempotency/pg.hpp"
 
-namespace idempotency::protocol {
+namespace idempotency::entry {
 
 // Body of idempotency.current_scope(): the role keys are scoped to, the
 // current user (idempotency.keys' row-level security policy uses it).
@@ -15,4 +15,4 @@ Datum current_scope_body(FunctionCallInfo fcinfo);
 // before any call or after a call that raised an error.
 Datum last_call_replayed_body(FunctionCallInfo fcinfo);
 
-} // namespace idempotency::protocol
+} // namespace idempotency::entry

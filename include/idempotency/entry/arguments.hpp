@@ -1,0 +1,33 @@
+// Reading the SQL functions' arguments: the key, for the tenant_* functions
+// the tenant before it, and the arguments passed on to fn.
+#pragma once
+
+#include "idempotency/fingerprint/fn_args.hpp"
+#include "idempotency/pg.hpp"
+#include "idempotency/storage/key_store.hpp"
+
+namespace idempotency::entry {
+
+// The key argument `argno` of an SQL function: 22004 when NULL, 22023 when
+// empty or over max_key_bytes (checked before the value is read).
+storage::KeyRef key_argument(FunctionCallInfo fcinfo, int argno);
+
+// How an SQL function names its key: by key alone (idempotency.keys), or by
+// tenant and key, the tenant first (the tenant_* functions, whose keys live
+// in idempotency.tenant_keys). The arguments after the key shift by one.
+enum class Keying { by_role, by_tenant };
+
+constexpr int key_argno(Keying keying) {
+  return keying == Keying::by_tenant ? 1 : 0;
+}
+
+// The key of a call, read as `keying` says: key_argument, and for tenant
+// keys the tenant (22004 when NULL, 42804 when its type is unknown).
+storage::KeyRef request_key(FunctionCallInfo fcinfo, Keying keying);
+
+// The arguments after the first `first` ones, as bound to $1 ... $n. Handles
+// both a spread VARIADIC "any" list and an explicit VARIADIC array; an
+// untyped literal ('abc') binds as text.
+FnArgs fn_arguments(FunctionCallInfo fcinfo, int first);
+
+} // namespace idempotency::entry

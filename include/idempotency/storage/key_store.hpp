@@ -1,0 +1,196 @@
+// The key store: the one way the protocol and the expiry worker reach a key
+// table.
+//
+// A call chooses its store once, from its key (key_store_for): the local
+// table idempotency.keys (storage/keys.hpp), or, for a tenant key,
+// idempotency.tenant_keys, which Citus distributes with the business tables
+// (storage/tenant_keys.hpp). Both offer the same operations - probe, store,
+// remove, and expiry a batch at a time - behind KeyBackend; the protocol
+// never asks which one it has.
+#pragma once
+
+#include "idempotency/pg.hpp"
+
+extern "C" {
+#include "datatype/timestamp.h"
+#include "storage/itemptr.h"
+}
+
+namespace idempotency::storage {
+
+// A key in its scope (the role that calls), with the key's digest
+// (fingerprint/key_digest.hpp), which the primary key holds. Keys of
+// idempotency.tenant_keys also belong to a tenant: a value of the type of
+// the business tables' distribution column (has_tenant).
+struct KeyRef {
+  Oid scope;
+  text *key;
+  bytea *digest;
+  // The digest of versions 0.4 and 0.5, where it is another
+  // (fingerprint::legacy_digest_of_key), else nullptr.
+  bytea *legacy_digest;
+  bool has_tenant;
+  Oid tenant_type;
+  Datum tenant;
+};
+static_assert(std::is_trivially_destructible_v<KeyRef>);
+
+enum class KeyState {
+  absent,      // no row, or only rows of rolled-back transactions
+  expired,     // a committed row past its TTL: absent for callers
+  in_progress, // a row written or being replaced by an open transaction
+  done,        // a committed (or our own) row within its TTL
+};
+
+struct KeyProbe {
+  KeyState state;
+  TransactionId holder; // in_progress: the transaction to wait for
+  ItemPointerData row;  // expired: the row a new call replaces; done: the row
+  bytea *request_hash;  // done: the stored fingerprint
+  bool request_hash_is_hex; // as text, in a table of a version before 0.4
+  Datum response;           // done: the stored response
+  bool response_is_null;
+  TimestampTz created_at; // done, expired: the row's times
+  TimestampTz expires_at;
+};
+static_assert(std::is_trivially_destructible_v<KeyProbe>);
+
+// What a stored row says about its lifetime, as written (a BEFORE trigger
+// may have changed either value).
+struct StoredRow {
+  TimestampTz created_at;
+  TimestampTz expires_at;
+};
+
+// A completed call's row, for KeyStore::store(). created_at is the clock
+// when the row is written, expires_at = created_at + ttl, never later than
+// created_at + idempotency.max_ttl (settings::key_expiry).
+struct NewRow {
+  bytea *request_hash;
+  Datum response;
+  bool response_is_null;
+  Interval ttl;
+  // The expired row the new one replaces, as probe() found it; nullptr when
+  // the key had none.
+  const KeyProbe *replaces;
+};
+static_assert(std::is_trivially_destructible_v<NewRow>);
+
+// Where one round of expiry stands in a store, carried across the
+// transactions the round runs in (the worker commits each batch on its own;
+// idempotency.expire() runs them all in the caller's transaction).
+struct ExpiryRound {
+  // Keys whose expires_at is at or before it are expired for every
+  // transaction (worker/expire.hpp, expiry_cutoff).
+  TimestampTz cutoff;
+  MemoryContext context; // lives for the round; the store keeps its work here
+  void *progress;        // the store's own; nullptr before its first pass
+  bool has_batch;        // keys collected and not yet deleted
+  bool finished;         // no expired key left to collect
+  // Whether idempotency.expire_rate paces the batches: batches of rows are;
+  // a batch that is one statement run elsewhere (Citus) is not.
+  bool paced;
+};
+static_assert(std::is_trivially_destructible_v<ExpiryRound>);
+
+struct ExpiryBatch {
+  int64 deleted;
+  // Deleted, or skipped because another transaction was changing them: what
+  // idempotency.expire_rate counts.
+  int64 handled;
+};
+
+// The key table of a call, as its store found it.
+struct KeyTable {
+  Oid relid;
+  // Tenant keys only (InvalidOid otherwise): the tenant's shard of the
+  // table on this node, and the table's owner, who reads and writes it.
+  Oid local_shard;
+  Oid owner;
+};
+static_assert(std::is_trivially_destructible_v<KeyTable>);
+
+// How one kind of key table is read and written: storage/keys.hpp (the
+// local table) and storage/tenant_keys.hpp (Citus tenant keys). Stateless;
+// what a call found is in its KeyTable.
+class KeyBackend {
+public:
+  // Looks the key up. Under REPEATABLE READ or SERIALIZABLE, a row committed
+  // by another transaction after this transaction's snapshot raises 40001.
+  // Values are copied into the current memory context.
+  virtual KeyProbe probe(const KeyTable &table, const KeyRef &key,
+                         TimestampTz now) const = 0;
+  // Stores a completed call's row, after deleting the expired row it
+  // replaces. The table's primary key is the final word: a second row for
+  // one key can never commit.
+  virtual StoredRow store(const KeyTable &table, const KeyRef &key,
+                          const NewRow &row) const = 0;
+  // Deletes a done row of a key whose owner forgets it (`stored`, as probe()
+  // found it). Returns false when the row was deleted meanwhile (by expiry).
+  virtual bool remove(const KeyTable &table, const KeyRef &key,
+                      const KeyProbe &stored) const = 0;
+  // Whether a stored row shows its key as in progress to other transactions
+  // before it commits; if so a call lets go of its claim once the row is
+  // written, else the claim covers the key until the transaction ends.
+  virtual bool row_shows_in_progress() const = 0;
+
+  // Expiry, in two steps the caller runs in transactions of its own:
+  // collect the next expired keys (read-only; the worker holds
+  // idempotency.keys in AccessShareLock), then delete them a batch at a time
+  // (RowExclusiveLock), while round.has_batch. Each step needs a
+  // transaction and an active snapshot.
+  virtual void collect_expired(ExpiryRound &round, int batch_size) const = 0;
+  virtual ExpiryBatch expire_batch(ExpiryRound &round,
+                                   int batch_size) const = 0;
+
+protected:
+  ~KeyBackend() = default;
+};
+
+// A key table and the backend that reads and writes it: chosen once per
+// call, a plain value the call's frames may hold.
+class KeyStore {
+public:
+  KeyStore(const KeyBackend &backend, KeyTable table)
+      : backend_(&backend), table_(table) {}
+
+  KeyProbe probe(const KeyRef &key, TimestampTz now) const {
+    return backend_->probe(table_, key, now);
+  }
+  StoredRow store(const KeyRef &key, const NewRow &row) const {
+    return backend_->store(table_, key, row);
+  }
+  bool remove(const KeyRef &key, const KeyProbe &stored) const {
+    return backend_->remove(table_, key, stored);
+  }
+  bool row_shows_in_progress() const {
+    return backend_->row_shows_in_progress();
+  }
+  void collect_expired(ExpiryRound &round, int batch_size) const {
+    backend_->collect_expired(round, batch_size);
+  }
+  ExpiryBatch expire_batch(ExpiryRound &round, int batch_size) const {
+    return backend_->expire_batch(round, batch_size);
+  }
+
+private:
+  const KeyBackend *backend_;
+  KeyTable table_;
+};
+static_assert(std::is_trivially_destructible_v<KeyStore>);
+
+// The store of `key`: idempotency.keys, or for a tenant key (has_tenant)
+// idempotency.tenant_keys. Raises what storage::key_table() and
+// tenant_keys::table_for() raise when the table cannot serve the key.
+KeyStore key_store_for(const KeyRef &key);
+
+// The stores a round of expiry visits, in order: idempotency.keys, then
+// idempotency.tenant_keys (whose expiry is a no-op where it does not exist
+// or this node is not the Citus coordinator).
+constexpr int expiry_store_count = 2;
+KeyStore expiry_store(int index);
+
+// 23505: a stored row has the key's scope and digest but another key text.
+pg_attribute_noreturn() void report_shared_digest();
+
+} // namespace idempotency::storage

@@ -1,0 +1,53 @@
+#include "idempotency/entry/calls.hpp"
+
+#include "idempotency/entry/arguments.hpp"
+#include "idempotency/protocol/call.hpp"
+#include "idempotency/protocol/outcome.hpp"
+
+namespace idempotency::entry {
+
+namespace {
+
+// After the key (and, for tenant_call, the tenant before it).
+constexpr int arg_request_hash = 1;
+constexpr int arg_fn = 2;
+constexpr int first_fn_arg = 3;
+
+// The key's size is checked before it is read, fn's presence before its
+// arguments are collected.
+protocol::CallRequest read_call(FunctionCallInfo fcinfo, Keying keying) {
+  protocol::CallRequest call;
+  call.key = request_key(fcinfo, keying);
+  int shift = key_argno(keying);
+  if (PG_ARGISNULL(shift + arg_fn))
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                    errmsg("fn must not be null")));
+  call.fn = PG_GETARG_TEXT_PP(shift + arg_fn);
+  call.given = fn_arguments(fcinfo, shift + first_fn_arg);
+  call.client_hash = PG_ARGISNULL(shift + arg_request_hash)
+                         ? nullptr
+                         : PG_GETARG_TEXT_PP(shift + arg_request_hash);
+  return call;
+}
+
+Datum call_keyed(FunctionCallInfo fcinfo, Keying keying) {
+  // A call that fails on its arguments leaves no last call behind.
+  protocol::clear_last_call();
+  protocol::CallResult result =
+      protocol::idempotent_call(read_call(fcinfo, keying));
+  if (result.is_null)
+    PG_RETURN_NULL();
+  return result.response;
+}
+
+} // namespace
+
+Datum idempotent_call_body(FunctionCallInfo fcinfo) {
+  return call_keyed(fcinfo, Keying::by_role);
+}
+
+Datum tenant_call_body(FunctionCallInfo fcinfo) {
+  return call_keyed(fcinfo, Keying::by_tenant);
+}
+
+} // namespace idempotency::entry

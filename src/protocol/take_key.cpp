@@ -1,0 +1,133 @@
+#include "idempotency/fingerprint/request_hash.hpp"
+
+#include "idempotency/boundary/sqlstates.hpp"
+#include "idempotency/protocol/claim_lock.hpp"
+#include "idempotency/protocol/message_key.hpp"
+#include "idempotency/protocol/take_key.hpp"
+#include "idempotency/settings/settings.hpp"
+#include "idempotency/stats/stats.hpp"
+
+extern "C" {
+#include "miscadmin.h"
+}
+
+namespace idempotency::protocol {
+
+namespace {
+
+bool same_bytes(const varlena *a, const varlena *b) {
+  return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+         memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+bool matches(const RequestMatch &request, const storage::KeyProbe &row) {
+  // A table not yet updated to 0.4 holds fingerprints as text: the hex of
+  // the 32 bytes, or a client's text from before 0.3, which the legacy form
+  // turns into what the update would store.
+  const bytea *stored =
+      row.request_hash_is_hex
+          ? fingerprint::legacy_client_fingerprint(row.request_hash)
+          : row.request_hash;
+  if (same_bytes(stored, request.fingerprint))
+    return true;
+  for (const bytea *earlier : request.earlier)
+    if (earlier != nullptr && same_bytes(stored, earlier))
+      return true;
+  return request.deferred.compute != nullptr &&
+         same_bytes(stored, request.deferred.compute(request.deferred.context));
+}
+
+pg_attribute_noreturn() void report_reused(const storage::KeyRef &key) {
+  stats::count(stats::Event::mismatch);
+  const char *shown = key_text(key);
+  ereport(ERROR,
+          (errcode(errcode_key_reused),
+           errmsg("idempotency key \"%s\" was already used with a different "
+                  "request",
+                  shown),
+           errdetail("A key identifies one request; its stored response "
+                     "belongs to a request with another fingerprint."),
+           errhint("Use a new idempotency key for a new request.")));
+  pg_unreachable();
+}
+
+pg_attribute_noreturn() void report_recursion(const storage::KeyRef &key) {
+  const char *shown = key_text(key);
+  ereport(ERROR,
+          (errcode(errcode_key_recursion),
+           errmsg("idempotency key \"%s\" is already being processed by "
+                  "this transaction",
+                  shown),
+           errdetail("The key was claimed earlier in this transaction and is "
+                     "not yet complete: fn called idempotent_call with its "
+                     "own key, or claim() was called twice.")));
+  pg_unreachable();
+}
+
+TimestampTz wait_deadline() {
+  int wait_ms = settings::wait_timeout_ms();
+  if (wait_ms == 0)
+    return 0;
+  return TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_ms);
+}
+
+} // namespace
+
+void report_in_progress(const storage::KeyRef &key) {
+  stats::count(stats::Event::conflict);
+  const char *shown = key_text(key);
+  ereport(ERROR, (errcode(errcode_key_in_progress),
+                  errmsg("idempotency key \"%s\" is being processed by another "
+                         "transaction",
+                         shown),
+                  errhint("Retry the request later.")));
+  pg_unreachable();
+}
+
+TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
+                  const RequestMatch &request, TimestampTz now,
+                  const char *command, ResourceOwner owner) {
+  TimestampTz deadline = wait_deadline();
+  // The claim's tag is derived only when the key must be claimed: a replay,
+  // the common retry, needs none.
+  Claim claim{};
+
+  // Each pass looks at the key afresh: after a wait the holder may have
+  // committed (replay), rolled back (proceed), or still hold it (wait or
+  // IK409).
+  for (;;) {
+    storage::KeyProbe stored = store.probe(key, now);
+    if (stored.state == storage::KeyState::done) {
+      release(claim);
+      if (!matches(request, stored))
+        report_reused(key);
+      stats::count(stats::Event::replayed);
+      return TakenKey{true, stored, claim};
+    }
+
+    PreventCommandIfReadOnly(command);
+    PreventCommandIfParallelMode(command);
+
+    if (stored.state == storage::KeyState::in_progress) {
+      release(claim);
+      if (!wait_for_transaction(stored.holder, deadline))
+        report_in_progress(key);
+      continue;
+    }
+
+    if (claim.held)
+      return TakenKey{false, stored, claim};
+
+    claim = claim_for(key, owner);
+    switch (acquire(claim, deadline)) {
+    case ClaimResult::acquired:
+      continue; // look again: the key may have been stored meanwhile
+    case ClaimResult::busy:
+      report_in_progress(key);
+    case ClaimResult::recursive:
+      report_recursion(key);
+    }
+  }
+}
+
+} // namespace idempotency::protocol

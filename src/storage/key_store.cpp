@@ -1,0 +1,39 @@
+#include "idempotency/storage/key_store.hpp"
+
+#include "idempotency/storage/keys.hpp"
+#include "idempotency/storage/tenant_keys.hpp"
+
+namespace idempotency::storage {
+
+KeyStore key_store_for(const KeyRef &key) {
+  if (key.has_tenant)
+    return KeyStore(tenant_keys::backend, tenant_keys::table_for(key));
+  return KeyStore(local_keys, key_table());
+}
+
+// Expiry finds its tables itself, in each of its transactions: a round runs
+// in many, and DROP EXTENSION may commit between two of them.
+KeyStore expiry_store(int index) {
+  if (index == 0)
+    return KeyStore(local_keys, KeyTable{InvalidOid, InvalidOid, InvalidOid});
+  return KeyStore(tenant_keys::backend,
+                  KeyTable{InvalidOid, InvalidOid, InvalidOid});
+}
+
+// Two keys of one role with one digest: practically never by chance (see
+// fingerprint::key_digest), but a row whose key text was changed by hand
+// also lands here. Answering for the other key would hand out its
+// response; storing beside it would break the primary key.
+void report_shared_digest() {
+  ereport(ERROR,
+          (errcode(ERRCODE_UNIQUE_VIOLATION),
+           errmsg("idempotency key shares its digest with another stored key "
+                  "of this role"),
+           errdetail("idempotency.keys holds a row under the same scope and "
+                     "key_digest whose key is different."),
+           errhint("Use another idempotency key. A row whose key was changed "
+                   "by hand needs key_digest = idempotency.key_digest(key).")));
+  pg_unreachable();
+}
+
+} // namespace idempotency::storage
