@@ -13,14 +13,17 @@
 -- scope) on the role, as for the privileges a role holds: DROP ROLE then
 -- fails with 2BP01 while the role has keys in any database. DROP OWNED BY,
 -- in each database, deletes the role's keys there and that dependency,
--- through the event trigger below; REASSIGN OWNED leaves them.
+-- through the event trigger below; REASSIGN OWNED leaves them. Tenant keys
+-- on Citus (idempotency.tenant_keys) hold their role the same way on the
+-- node that wrote them, and Citus runs DROP ROLE and DROP OWNED on every
+-- node.
 CREATE FUNCTION idempotency.drop_owned_keys()
 RETURNS event_trigger
 AS 'MODULE_PATHNAME', 'idempotency_drop_owned_keys'
 LANGUAGE C;
 
 COMMENT ON FUNCTION idempotency.drop_owned_keys() IS
-    'deletes the idempotency keys of the roles that DROP OWNED names, in this database';
+    'deletes the idempotency keys of the roles that DROP OWNED names, in this database, with their tenant keys on this Citus node';
 
 REVOKE ALL ON FUNCTION idempotency.drop_owned_keys() FROM PUBLIC;
 
@@ -36,7 +39,7 @@ AS 'MODULE_PATHNAME', 'idempotency_mark_key_roles'
 LANGUAGE C VOLATILE STRICT;
 
 COMMENT ON FUNCTION idempotency.mark_key_roles() IS
-    'records that every role with keys in this database has them (so DROP ROLE refuses it), and deletes the keys of roles that no longer exist; returns the number of keys deleted';
+    'records that every role with keys in this database, or tenant keys on this Citus node, has them (so DROP ROLE refuses it), and deletes the keys of roles that no longer exist; returns the number of keys deleted';
 
 REVOKE ALL ON FUNCTION idempotency.mark_key_roles() FROM PUBLIC;
 
@@ -46,5 +49,13 @@ REVOKE ALL ON FUNCTION idempotency.mark_key_roles() FROM PUBLIC;
 -- role may ever reach, are deleted. Changing the table's definition makes
 -- every session look its marks up again.
 LOCK TABLE idempotency.keys IN SHARE ROW EXCLUSIVE MODE;
+-- The same for tenant keys on Citus, on each node the update runs on (Citus
+-- runs it on every node): mark_key_roles() covers the shards of this node.
+DO $$
+BEGIN
+  IF pg_catalog.to_regclass('idempotency.tenant_keys') IS NOT NULL THEN
+    LOCK TABLE idempotency.tenant_keys IN SHARE ROW EXCLUSIVE MODE;
+  END IF;
+END $$;
 SELECT idempotency.mark_key_roles();
 ALTER TABLE idempotency.keys ALTER COLUMN scope SET STATISTICS 0;

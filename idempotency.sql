@@ -398,7 +398,7 @@ AS 'MODULE_PATHNAME', 'idempotency_drop_owned_keys'
 LANGUAGE C;
 
 COMMENT ON FUNCTION idempotency.drop_owned_keys() IS
-    'deletes the idempotency keys of the roles that DROP OWNED names, in this database';
+    'deletes the idempotency keys of the roles that DROP OWNED names, in this database, with their tenant keys on this Citus node';
 
 REVOKE ALL ON FUNCTION idempotency.drop_owned_keys() FROM PUBLIC;
 
@@ -416,7 +416,7 @@ AS 'MODULE_PATHNAME', 'idempotency_mark_key_roles'
 LANGUAGE C VOLATILE STRICT;
 
 COMMENT ON FUNCTION idempotency.mark_key_roles() IS
-    'records that every role with keys in this database has them (so DROP ROLE refuses it), and deletes the keys of roles that no longer exist; returns the number of keys deleted';
+    'records that every role with keys in this database, or tenant keys on this Citus node, has them (so DROP ROLE refuses it), and deletes the keys of roles that no longer exist; returns the number of keys deleted';
 
 REVOKE ALL ON FUNCTION idempotency.mark_key_roles() FROM PUBLIC;
 

@@ -1,6 +1,7 @@
 #include "idempotency/storage/tenant_keys.hpp"
 
 #include "idempotency/storage/citus.hpp"
+#include "idempotency/storage/role_marks.hpp"
 
 #include "idempotency/boundary/sqlstates.hpp"
 
@@ -10,6 +11,7 @@ extern "C" {
 #include "catalog/namespace.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/lsyscache.h"
@@ -448,6 +450,12 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
   values[6] = TimestampTzGetDatum(created_at);
   types[7] = TIMESTAMPTZOID;
   values[7] = TimestampTzGetDatum(expires_at);
+
+  // The role's mark on this node (see role_marks.hpp), under the lock the
+  // insert takes anyway: a DROP OWNED running here has committed, and this
+  // backend forgot its marks, or it waits for this transaction.
+  LockRelationOid(table.relid, RowExclusiveLock);
+  role_marks::ensure_tenant(table.relid, key.scope);
 
   OwnerSpi spi(table.owner);
   if (row.replaces != nullptr) {

@@ -18,6 +18,19 @@
 // row alone, and a REVOKE removes it only from a role that had been granted
 // a privilege on keys.scope itself.
 //
+// Tenant keys on Citus (idempotency.tenant_keys) hold their roles the same
+// way, node by node: a row is written on the node that holds its tenant's
+// shard, under that node's OID of the role, and the mark is recorded there,
+// on that node's relation of idempotency.tenant_keys (the coordinator's
+// table or a worker's shell, which shard moves leave in place). Citus runs
+// DROP ROLE on every node in one distributed transaction, so it fails on
+// the coordinator when any worker refuses it; it runs DROP OWNED on every
+// node too, where the event trigger deletes the role's rows in the shard
+// relations of that node and its mark there. A shard moved to a node where
+// its roles have no mark keeps its old node's mark (the role still cannot
+// be dropped); mark_key_roles(), run by the expiry worker on every node,
+// marks them on the new node.
+//
 // Marks are made only where the extension has its event trigger (0.7 and
 // later): without it, DROP OWNED could not remove them.
 #pragma once
@@ -39,8 +52,15 @@ namespace idempotency::storage::role_marks {
 // Role 0 (a key of no role) has no mark.
 void ensure(Relation keys, AttrNumber scope_column, Oid role);
 
-// Marks every role that has keys in this
-// database and deletes the keys whose role no longer exists (which no role
+// The same for a tenant key stored on this node: `tenant_keys` is this
+// node's relation of idempotency.tenant_keys, which the caller holds at
+// least in ROW EXCLUSIVE mode (so that a DROP OWNED that deleted the role's
+// marks has committed, and made this backend forget them, or waits).
+void ensure_tenant(Oid tenant_keys, Oid role);
+
+// Marks every role that has keys in this database - in idempotency.keys,
+// and in the shards of idempotency.tenant_keys on this node - and deletes
+// the keys whose role no longer exists (which no role
 // may ever reach again). Returns the number of keys deleted. Run by the
 // update to 0.7 and by each round of the expiry worker; after pg_upgrade,
 // which does not carry the marks, until the worker's first round.
@@ -51,8 +71,9 @@ int64 mark_key_roles();
 bool database_marks_roles();
 
 // What DROP OWNED does to keys, run by its event trigger before it:
-// deletes the keys of `roles` (a list of RoleSpec) in this database and
-// their marks, after PostgreSQL's own permission check for DROP OWNED.
+// deletes the keys of `roles` (a list of RoleSpec) in this database (with
+// their tenant keys in the shards on this node) and their marks, after
+// PostgreSQL's own permission check for DROP OWNED.
 void drop_owned_keys(const List *roles);
 
 } // namespace idempotency::storage::role_marks
