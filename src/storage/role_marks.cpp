@@ -214,9 +214,9 @@ void mark(Remembered &table, AttrNumber scope_column, Oid role) {
 AttrNumber scope_column_of(Oid relid) {
   AttrNumber scope_column = get_attnum(relid, "scope");
   if (scope_column == InvalidAttrNumber)
-    ereport(ERROR,
-            (errcode(ERRCODE_UNDEFINED_COLUMN),
-             errmsg("column \"scope\" of %s is missing", get_rel_name(relid))));
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
+                    errmsg("column \"scope\" of idempotency.%s is missing",
+                           get_rel_name(relid))));
   return scope_column;
 }
 
@@ -415,7 +415,8 @@ int64 mark_tenant_key_roles() {
   OwnerSpi spi = begin_as_owner(relation_owner(relid));
   ShardRelations shards = local_shards();
   for (int s = 0; s < shards.count; s++) {
-    // A few roles per shard: read in full, as maintenance may.
+    // No index starts with the scope here (the tenant comes first): the
+    // shard is read in full, once a round of the node's expiry worker.
     char *sql = psprintf("SELECT DISTINCT k.scope FROM %s AS k",
                          qualified_name(shards.relids[s]));
     if (SPI_execute(sql, true, 0) != SPI_OK_SELECT)

@@ -8,7 +8,9 @@
 #   the worker's refusal: "privileges for column scope of table
 #   idempotency.tenant_keys") and leaves the role and its keys everywhere.
 # - DROP OWNED BY deletes its tenant keys on every node (another role's
-#   stay and replay), and DROP ROLE then succeeds on every node.
+#   stay and replay), and DROP ROLE then succeeds on every node. DROP
+#   OWNED waits for a transaction storing a tenant key of the role on a
+#   worker, and deletes that key too.
 # - idempotency.mark_key_roles() on a worker marks the roles that have
 #   tenant keys in its shards (a mark lost, as pg_upgrade loses them, comes
 #   back) and deletes the tenant keys of roles that no longer exist there.
@@ -242,6 +244,31 @@ my %before = map { $_ => withdrawals($_) } @tenants;
 pay_as('bob', $_, "bob-$_") for @tenants;
 is_deeply({ map { $_ => withdrawals($_) } @tenants },
 	\%before, 'bob\'s keys replay, running nothing');
+
+# DROP OWNED waits for a tenant key being stored on a worker, and deletes it
+# too: bob's call, delegated inside his open transaction, holds the worker's
+# idempotency.tenant_keys until he commits.
+my $late_tenant = $tenants[0];
+my $late_worker =
+  (grep { $_->port == node_of_tenant($late_tenant) } @workers)[0];
+my $storer = $coordinator->background_psql('postgres');
+$storer->query_safe('SET ROLE bob');
+$storer->query_safe('BEGIN');
+$storer->query_safe("SELECT pay($late_tenant, 'bob-late', 1)");
+my $dropper = $coordinator->background_psql('postgres');
+$dropper->query_until(qr/sent/, "\\echo sent\nDROP OWNED BY bob;\n");
+ok( $late_worker->poll_query_until(
+		'postgres', q{SELECT EXISTS (SELECT FROM pg_stat_activity
+  WHERE query LIKE 'DROP OWNED%' AND wait_event_type = 'Lock')}),
+	'DROP OWNED waits on the worker for the transaction storing a key');
+$storer->query_safe('COMMIT');
+$dropper->query_safe('SELECT 1');
+$storer->quit;
+$dropper->quit;
+is(keys_by_node('bob'), '',
+	'DROP OWNED BY bob deletes his tenant keys, the one stored meanwhile too');
+$coordinator->safe_psql('postgres', 'DROP ROLE bob');
+is(role_exists_everywhere('bob'), '0,0,0', 'bob is dropped on every node');
 
 # A shard moved: dave's only key is on worker1, in a shard moved to
 # worker2 afterwards. Worker1's mark stays, so dave still cannot be
