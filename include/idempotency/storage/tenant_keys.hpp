@@ -39,11 +39,13 @@ KeyTable table_for(const KeyRef &key);
 // idempotency.tenant_keys as a KeyBackend (storage/key_store.hpp):
 // - probe reads the tenant's shard on this node (never in_progress: rows of
 //   open transactions are not seen; the claim lock stands for them);
-// - store raises 40001 when Citus moved the tenant's shard to another node
-//   while the request ran (the request must run again, there; not expected
-//   while table_for's lock is held). A row of the key committed by a
-//   transaction that claimed it on another node (possible only around a
-//   shard move) makes the insert fail on the primary key: raised as IK409;
+// - store records the key's role on this node (storage/role_marks.hpp: a
+//   role with tenant keys cannot be dropped), and raises 40001 when Citus moved
+//   the tenant's shard to another node while the request ran (the request must
+//   run again, there; not expected while table_for's lock is held). A row of
+//   the key committed by a transaction that claimed it on another node
+//   (possible only around a shard move) makes the insert fail on the primary
+//   key: raised as IK409;
 // - remove deletes the key's live row; false when there is none;
 // - expiry is one batch: one DELETE through Citus, which runs it on every
 //   shard, on the node that holds the shard now (so a shard moved by the
