@@ -62,6 +62,10 @@ struct KeyColumns {
   // the key's bytes in that encoding (fingerprint::legacy_digest_of_key),
   // not of its UTF-8 form.
   bool legacy_digest;
+  // Versions 0.4 to 0.6, until ALTER EXTENSION UPDATE: key_digest holds
+  // every key's unordered digest (fingerprint::unordered_digest_of_key),
+  // not the ordered one that KeyRef::digest is.
+  bool unordered_digest;
 };
 
 // The columns of `rel` (idempotency.keys, opened by the caller). Raises
@@ -72,7 +76,8 @@ struct KeyColumns {
 const KeyColumns &key_columns(Relation rel);
 
 // A key in its scope (the role that calls), with the key's digest
-// (fingerprint/key_digest.hpp), which the primary key holds. Keys of
+// (fingerprint/key_digest.hpp), which the primary key holds: the ordered
+// digest in idempotency.keys, the unordered one for tenant keys. Keys of
 // idempotency.tenant_keys also belong to a tenant: a value of the type of
 // the business tables' distribution column (has_tenant).
 struct KeyRef {
@@ -82,6 +87,9 @@ struct KeyRef {
   // The digest of versions 0.4 and 0.5, where it is another
   // (fingerprint::legacy_digest_of_key), else nullptr.
   bytea *legacy_digest;
+  // The unordered digest of versions 0.4 to 0.6 in idempotency.keys, where
+  // it is another (fingerprint::digest_of_key), else nullptr.
+  bytea *unordered_digest;
   bool has_tenant;
   Oid tenant_type;
   Datum tenant;
