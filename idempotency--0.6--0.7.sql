@@ -10,7 +10,8 @@
 -- leaf page (about 3.7 kB of WAL per key in a 10-million-key table). Since
 -- 0.7 the digest follows the key's own order when the key has one: a UUIDv7
 -- begins with its millisecond timestamp and a key ending in 6 to 18 digits
--- (`order-000000123`) with a hash of its prefix, then its number, so each
+-- after a prefix that is not a hex string (`order-000000123`) with a hash
+-- of its prefix, then its number, so each
 -- series is appended at its own edge of the index. Every other key keeps its
 -- digest (SHA-256's first 11 bytes), so only the rows of ordered keys
 -- change here. Lookups stay one probe of the primary key.

@@ -19,8 +19,9 @@ AS $$ SELECT substr(sha256(convert_to(k, 'UTF8')), 1, 11) $$;
 -- has one, and is today's digest otherwise:
 --   UUIDv7 text: its 48-bit millisecond timestamp (6 bytes), then 8 bytes of
 --     SHA-256 of the whole key;
---   a key ending in 6 to 18 digits (a sequential business id such as
---     'order-000000123'): 8 bytes of SHA-256 over what precedes the digits
+--   a key ending in 6 to 18 digits after a prefix that is empty or holds a
+--     character other than hex digits and '-' (a sequential business id
+--     such as 'order-000000123'): 8 bytes of SHA-256 over what precedes the digits
 --     and their count, then the number (8 bytes, big-endian), so the ids of
 --     one prefix are in numeric order;
 --   any other key: digest11.
@@ -34,7 +35,8 @@ BEGIN
                || substr(sha256(convert_to(k, 'UTF8')), 1, 8);
     END IF;
     digits := substring(k FROM '[0-9]+$');
-    IF digits IS NOT NULL AND length(digits) BETWEEN 6 AND 18 THEN
+    IF digits IS NOT NULL AND length(digits) BETWEEN 6 AND 18
+       AND left(k, length(k) - length(digits)) !~ '^[0-9a-fA-F-]+$' THEN
         RETURN substr(sha256(convert_to(left(k, length(k) - length(digits)) || ':' || length(digits), 'UTF8')), 1, 8)
                || int8send(digits::bigint);
     END IF;

@@ -1,8 +1,9 @@
 -- key_digest follows the key's own order when the key has one, so that a
 -- time-ordered or sequential series is appended at its own edge of the
 -- primary key: a UUIDv7 begins with its 48-bit timestamp, a key ending in 6
--- to 18 digits with a hash of its prefix and then its number. Every other
--- key keeps SHA-256's first 11 bytes.
+-- to 18 digits (after a prefix that is empty or not all hex digits and
+-- dashes) with a hash of its prefix and then its number. Every other key
+-- keeps SHA-256's first 11 bytes.
 \i sql/include/setup.sql
 
 SELECT key, octet_length(idempotency.key_digest(key)) AS digest_bytes,
@@ -13,7 +14,9 @@ SELECT key, octet_length(idempotency.key_digest(key)) AS digest_bytes,
                ('0190a4b2-7c3d-7123-c456-0123456789ab'),   -- not RFC 9562's variant
                ('order-000000123'),                        -- 9 trailing digits
                ('order-12345'),                            -- 5: too few
-               ('order-1234567890123456789')               -- 19: too many
+               ('order-1234567890123456789'),              -- 19: too many
+               ('000000123456'),                           -- a plain number
+               ('4b2f9a8e-3c1d-4e5f-9a0b-1c2d3e123456')    -- a UUIDv4 ending in digits
        ) AS k (key);
 SELECT substring(idempotency.key_digest('0190a4b2-7c3d-7123-8456-0123456789ab') FOR 6) AS uuid7_timestamp,
        substring(idempotency.key_digest('0190a4b2-7c3d-7123-8456-0123456789ab') FROM 7)

@@ -75,10 +75,12 @@ void key_digest(const char *key, std::size_t key_size,
 //   - UUIDv7 text (8-4-4-4-12 hex digits, version 7, RFC 9562 variant): its
 //     48-bit millisecond timestamp, then the first 8 bytes of SHA-256 over
 //     the key: 14 bytes;
-//   - a key that ends in 6 to 18 ASCII digits (a sequential business id such
-//     as "order-000000123"): the first 8 bytes of SHA-256 over what precedes
-//     the digits and the number of digits, then the number, big-endian: 16
-//     bytes, in numeric order among the keys of one prefix and length;
+//   - a key that ends in 6 to 18 ASCII digits after a prefix that is empty
+//     or holds a character other than hex digits and '-' (a sequential
+//     business id such as "order-000000123", not the end of a random UUID):
+//     the first 8 bytes of SHA-256 over the prefix and the number of digits,
+//     then the number, big-endian: 16 bytes, in numeric order among the keys
+//     of one prefix and length;
 //   - any other key: key_digest, 11 bytes.
 // The three lengths differ, so digests of different kinds never meet.
 // Within one kind, two keys share a digest with probability 2^-64 or less

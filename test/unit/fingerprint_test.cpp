@@ -291,6 +291,10 @@ std::string ordered(const std::string &key) {
 TEST(OrderedKeyDigest, RandomKeyKeepsItsUnorderedDigest) {
   for (const std::string &key : std::vector<std::string>{
            "abc", "4b2f9a8e-3c1d-4e5f-9a0b-1c2d3e4f5a6b", "order-12345",
+           // A random UUID or hex string that happens to end in digits.
+           "4b2f9a8e-3c1d-4e5f-9a0b-1c2d3e123456",
+           "4b2f9a8e-3c1d-4e5f-9a0b-123456789012",
+           "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff6123456789",
            "order-1234567890123456789", std::string(255, 'x')}) {
     KeyDigests digests = digests_of(key);
     std::uint8_t plain[key_digest_size];
@@ -352,6 +356,13 @@ TEST(OrderedKeyDigest, SequentialIdIsItsPrefixHashThenItsNumber) {
   std::uint8_t prefix_hash[Sha256::digest_size];
   hash.finish(prefix_hash);
   EXPECT_EQ(bytes_of(digests.ordered, 8), bytes_of(prefix_hash, 8));
+}
+
+TEST(OrderedKeyDigest, PlainNumbersAndNamedPrefixesAreSeries) {
+  EXPECT_EQ(digests_of("000000123456").ordered_size, 16u);
+  EXPECT_EQ(digests_of("ORD123456").ordered_size, 16u);
+  EXPECT_EQ(digests_of("inv-2026-000123").ordered_size, 16u);
+  EXPECT_EQ(digests_of("abc-123456").ordered_size, key_digest_size);
 }
 
 TEST(OrderedKeyDigest, SameNumberUnderAnotherPrefixOrLengthIsAnotherKey) {
