@@ -37,8 +37,28 @@ RETURNS trigger
 AS 'MODULE_PATHNAME', 'idempotency_ordered_keys_loaded'
 LANGUAGE C;
 
-UPDATE idempotency.keys
-   SET key_digest = idempotency.key_digest(key)
- WHERE key_digest OPERATOR(pg_catalog.<>) idempotency.key_digest(key);
+-- A table whose ordered keys are more than a tenth of its rows is
+-- rewritten, with its indexes built anew: WAL about the table's size, no
+-- dead row versions, a primary key in the digests' order. Otherwise only the
+-- rows of ordered keys are updated (a table of random keys writes nothing).
+DO $$
+DECLARE
+    stale pg_catalog.int8;
+    total pg_catalog.int8;
+BEGIN
+    SELECT pg_catalog.count(*) FILTER (WHERE key_digest OPERATOR(pg_catalog.<>) idempotency.key_digest(key)),
+           pg_catalog.count(*)
+      INTO stale, total
+      FROM idempotency.keys;
+    IF stale OPERATOR(pg_catalog.>) (total OPERATOR(pg_catalog./) 10) THEN
+        ALTER TABLE idempotency.keys
+            ALTER COLUMN key_digest TYPE pg_catalog.bytea USING idempotency.key_digest(key);
+    ELSIF stale OPERATOR(pg_catalog.>) 0 THEN
+        UPDATE idempotency.keys
+           SET key_digest = idempotency.key_digest(key)
+         WHERE key_digest OPERATOR(pg_catalog.<>) idempotency.key_digest(key);
+    END IF;
+END
+$$;
 
 ALTER TABLE idempotency.keys ALTER COLUMN key_digest SET STATISTICS 0;

@@ -71,8 +71,11 @@ SELECT key, key_digest = substring(sha256(convert_to(key, 'UTF8')) FOR 11) AS un
   FROM idempotency.keys ORDER BY key;
 SELECT idempotency.idempotent_call('order-000000123', NULL, 'INSERT INTO ko_runs VALUES ($1) RETURNING key', 'order-000000123'),
        idempotency.last_call_replayed();
+-- Three of the four rows change: the update rewrites the table.
+SELECT pg_relation_filenode('idempotency.keys') AS filenode_06 \gset
 ALTER EXTENSION idempotency UPDATE;
-SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
+SELECT extversion, pg_relation_filenode('idempotency.keys') <> :filenode_06 AS rewritten
+  FROM pg_extension WHERE extname = 'idempotency';
 SELECT key, key_digest = idempotency.key_digest(key) AS digest_of_key, octet_length(key_digest) AS digest_bytes
   FROM idempotency.keys ORDER BY key;
 SELECT key, idempotency.idempotent_call(key, NULL, 'INSERT INTO ko_runs VALUES ($1) RETURNING key', key),
@@ -87,6 +90,25 @@ VALUES (current_user::text::idempotency.role_scope, 'order-000000126', sha256('l
         now(), now() + interval '1 day');
 SELECT key, key_digest = idempotency.key_digest(key) AS digest_of_key, octet_length(key_digest) AS digest_bytes
   FROM idempotency.keys WHERE key IN ('order-000000125', 'order-000000126') ORDER BY key;
+-- A table of random keys with a few ordered ones: only their rows are
+-- updated, in place.
+\c :home_database
+DROP DATABASE ko_upgrade;
+CREATE DATABASE ko_upgrade;
+\c ko_upgrade
+CREATE EXTENSION idempotency VERSION '0.6';
+\i sql/include/setup.sql
+SELECT count(idempotency.idempotent_call(key, NULL, 'SELECT $1', key))
+  FROM (SELECT 'ko-random-' || i AS key FROM generate_series(1, 40) AS i
+        UNION ALL SELECT 'order-000000123') AS k;
+SELECT pg_relation_filenode('idempotency.keys') AS filenode_06 \gset
+ALTER EXTENSION idempotency UPDATE;
+SELECT pg_relation_filenode('idempotency.keys') = :filenode_06 AS updated_in_place,
+       count(*) FILTER (WHERE key_digest = idempotency.key_digest(key)) AS digests_of_keys,
+       count(*) FILTER (WHERE octet_length(key_digest) = 16) AS ordered
+  FROM idempotency.keys;
+SELECT idempotency.idempotent_call('order-000000123', NULL, 'SELECT $1', 'order-000000123'::text),
+       idempotency.last_call_replayed();
 \c :home_database
 DROP DATABASE ko_upgrade;
 
