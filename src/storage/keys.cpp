@@ -162,7 +162,7 @@ bool digests_in_database_encoding() {
 }
 
 // Whether key_digest still holds every key's unordered digest, as 0.4 to
-// 0.6 stored it; the update to 0.7 recomputes them (rewriting the table,
+// 0.6 stored it; the update to 0.7 recomputes them (and alters the table,
 // which makes every backend locate the columns again).
 bool digests_unordered() {
   char *version = installed_version();
