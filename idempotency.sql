@@ -200,18 +200,23 @@ LANGUAGE C STABLE STRICT PARALLEL SAFE;
 -- A key's digest --------------------------------------------------------------
 --
 -- The primary key holds a digest of the key, not its text: an entry of
--- (scope, key_digest) takes 24 bytes whatever the key's length, so the
--- index, and the full-page images random keys cost in the WAL, stay small.
--- key_digest is the first 11 bytes of SHA-256 over the key's UTF-8 form,
--- which every node computes alike in any database encoding; the key's text
--- stays in the row, and every lookup compares it.
+-- (scope, key_digest) stays small whatever the key's length, and so do the
+-- index and the full-page images new keys cost in the WAL. The digest
+-- follows the key's own order when the key has one, so that each series is
+-- appended at its own edge of the index: a UUIDv7 gives its 48-bit
+-- millisecond timestamp and 8 bytes of SHA-256; a key ending in 6 to 18
+-- digits after a prefix that is not a hex string (`order-000000123`) gives
+-- 8 bytes of SHA-256 over its prefix and digit count, then its number. Any
+-- other key gives the first 11 bytes of SHA-256. Each is taken over the
+-- key's UTF-8 form, which every node computes alike in any database
+-- encoding; the key's text stays in the row, and every lookup compares it.
 CREATE FUNCTION idempotency.key_digest(key pg_catalog.text)
 RETURNS pg_catalog.bytea
-AS 'MODULE_PATHNAME', 'idempotency_key_digest'
+AS 'MODULE_PATHNAME', 'idempotency_ordered_key_digest'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION idempotency.key_digest(pg_catalog.text) IS
-    'the digest of an idempotency key, as keys.key_digest holds it: find a key with WHERE key_digest = idempotency.key_digest(''...'')';
+    'the digest of an idempotency key, as keys.key_digest holds it (in the key''s order for UUIDv7 and keys ending in a number): find a key with WHERE key_digest = idempotency.key_digest(''...'')';
 
 -- The expiry index's order ----------------------------------------------------
 --
@@ -370,7 +375,7 @@ CREATE INDEX keys_expires_at_idx ON idempotency.keys
 -- older version).
 CREATE FUNCTION idempotency.keys_loaded()
 RETURNS trigger
-AS 'MODULE_PATHNAME', 'idempotency_keys_loaded'
+AS 'MODULE_PATHNAME', 'idempotency_ordered_keys_loaded'
 LANGUAGE C;
 
 COMMENT ON FUNCTION idempotency.keys_loaded() IS

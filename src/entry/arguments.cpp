@@ -32,13 +32,13 @@ storage::KeyRef key_argument(FunctionCallInfo fcinfo, int argno) {
                     (size_t)key_bytes, max_key_bytes)));
   }
   text *key = PG_GETARG_TEXT_PP(argno);
-  return storage::KeyRef{GetUserId(),
-                         key,
-                         fingerprint::digest_of_key(key),
-                         fingerprint::legacy_digest_of_key(key),
-                         false,
-                         InvalidOid,
-                         0};
+  storage::KeyRef ref{};
+  ref.scope = GetUserId();
+  ref.key = key;
+  ref.digest = fingerprint::digest_of_key(key, &ref.unordered_digest);
+  ref.legacy_digest = fingerprint::legacy_digest_of_key(key);
+  ref.tenant_type = InvalidOid;
+  return ref;
 }
 
 storage::KeyRef request_key(FunctionCallInfo fcinfo, Keying keying) {
@@ -54,6 +54,11 @@ storage::KeyRef request_key(FunctionCallInfo fcinfo, Keying keying) {
              errhint("Cast the tenant to the type of the distribution "
                      "column, e.g. 42::bigint.")));
   storage::KeyRef key = key_argument(fcinfo, key_argno(keying));
+  // idempotency.tenant_keys keeps the unordered digest: its rows live in
+  // Citus shards, which the update to 0.7 leaves as they are.
+  if (key.unordered_digest != nullptr)
+    key.digest = key.unordered_digest;
+  key.unordered_digest = nullptr;
   key.has_tenant = true;
   key.tenant_type = tenant_type;
   key.tenant = PG_GETARG_DATUM(0);

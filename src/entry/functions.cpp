@@ -55,8 +55,8 @@ IDEMPOTENCY_SQL_FUNCTION(idempotency_forget, idempotency::entry::forget_body)
 
 // idempotency--0.3--0.4.sql
 
-// idempotency.key_digest(key text) RETURNS bytea
-IDEMPOTENCY_SQL_FUNCTION(idempotency_key_digest, idempotency::entry::key_digest_body)
+// idempotency.key_digest(key text) RETURNS bytea, unordered (0.4 to 0.6)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_key_digest, idempotency::entry::unordered_key_digest_body)
 
 // idempotency--0.4--0.5.sql
 // idempotency.tenant_call(tenant, key, request_hash, fn [, VARIADIC args "any"]) RETURNS jsonb
@@ -74,11 +74,15 @@ IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_forget, idempotency::entry::tenant_f
 
 // idempotency--0.5--0.6.sql
 
-// idempotency.keys_loaded() RETURNS trigger
-IDEMPOTENCY_SQL_FUNCTION(idempotency_keys_loaded, idempotency::protocol::keys_loaded_body)
+// idempotency.keys_loaded() RETURNS trigger, unordered digests (0.6)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_keys_loaded, idempotency::protocol::unordered_keys_loaded_body)
 
 // idempotency--0.6--0.7.sql
 
+// idempotency.key_digest(key text) RETURNS bytea, ordered
+IDEMPOTENCY_SQL_FUNCTION(idempotency_ordered_key_digest, idempotency::entry::key_digest_body)
+// idempotency.keys_loaded() RETURNS trigger, ordered digests
+IDEMPOTENCY_SQL_FUNCTION(idempotency_ordered_keys_loaded, idempotency::protocol::keys_loaded_body)
 // idempotency.mark_key_roles() RETURNS bigint
 IDEMPOTENCY_SQL_FUNCTION(idempotency_mark_key_roles, idempotency::entry::mark_key_roles_body)
 // idempotency.drop_owned_keys() RETURNS event_trigger

@@ -120,9 +120,15 @@ Datum stats_reset_body(FunctionCallInfo) {
 }
 
 // Any text: the key's size limits apply to calls, not to the keys a DBA
-// looks up.
+// looks up. The digest idempotency.keys holds from 0.7 on.
 Datum key_digest_body(FunctionCallInfo fcinfo) {
   PG_RETURN_BYTEA_P(fingerprint::digest_of_key(PG_GETARG_TEXT_PP(0)));
+}
+
+// The same function in versions 0.4 to 0.6, whose key tables hold every
+// key's unordered digest.
+Datum unordered_key_digest_body(FunctionCallInfo fcinfo) {
+  PG_RETURN_BYTEA_P(fingerprint::unordered_digest_of_key(PG_GETARG_TEXT_PP(0)));
 }
 
 // Marks the roles that have keys; deletes the keys of roles that are gone.

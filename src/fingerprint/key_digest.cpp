@@ -49,55 +49,87 @@ bool bytes_are_canonical(const char *bytes, Size size) {
          is_ascii(bytes, size);
 }
 
-// The digest of a key with characters beyond ASCII in a database of another
-// encoding than UTF-8: over its UTF-8 form, or, for a key that has none,
-// over its own bytes, marked (fingerprint::unconverted_key_digest).
-void digest_converted(const char *bytes, Size size,
-                      uint8 (&out)[key_digest_size]) {
-  Oid proc = conversion_to_utf8();
-  if (OidIsValid(proc)) {
-    // Only idempotency.key_digest(text) meets a text this long: a key's
-    // length is limited far below.
-    if (size >= (MaxAllocSize - 1) / MAX_CONVERSION_GROWTH)
-      ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                      errmsg("text of %zu bytes is too long for a key digest",
-                             (size_t)size)));
-    Size room = size * MAX_CONVERSION_GROWTH + 1;
-    unsigned char *utf8 = static_cast<unsigned char *>(palloc(room));
-    int converted = pg_do_encoding_conversion_buf(
-        proc, GetDatabaseEncoding(), PG_UTF8,
-        reinterpret_cast<unsigned char *>(const_cast<char *>(bytes)),
-        static_cast<int>(size), utf8, static_cast<int>(room),
-        true /* noError */);
-    bool whole = static_cast<Size>(converted) == size;
-    if (whole)
-      key_digest(reinterpret_cast<const char *>(utf8),
-                 strlen(reinterpret_cast<const char *>(utf8)), out);
-    pfree(utf8);
-    if (whole)
-      return;
-  }
-  unconverted_key_digest(bytes, size, out);
+bytea *as_bytea(const uint8 *digest_bytes, Size size) {
+  bytea *digest = static_cast<bytea *>(palloc(VARHDRSZ + size));
+  SET_VARSIZE(digest, VARHDRSZ + size);
+  memcpy(VARDATA(digest), digest_bytes, size);
+  return digest;
 }
 
-bytea *as_bytea(const uint8 (&digest_bytes)[key_digest_size]) {
-  bytea *digest = static_cast<bytea *>(palloc(VARHDRSZ + key_digest_size));
-  SET_VARSIZE(digest, VARHDRSZ + key_digest_size);
-  memcpy(VARDATA(digest), digest_bytes, key_digest_size);
-  return digest;
+// The key's UTF-8 form, or nullptr when it has none; `owned` says whether
+// it was converted into palloc'd memory.
+const char *utf8_form(const char *bytes, Size size, bool *owned) {
+  *owned = false;
+  if (bytes_are_canonical(bytes, size))
+    return bytes;
+  Oid proc = conversion_to_utf8();
+  if (!OidIsValid(proc))
+    return nullptr;
+  // Only idempotency.key_digest(text) meets a text this long: a key's
+  // length is limited far below.
+  if (size >= (MaxAllocSize - 1) / MAX_CONVERSION_GROWTH)
+    ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                    errmsg("text of %zu bytes is too long for a key digest",
+                           (size_t)size)));
+  Size room = size * MAX_CONVERSION_GROWTH + 1;
+  unsigned char *utf8 = static_cast<unsigned char *>(palloc(room));
+  int converted = pg_do_encoding_conversion_buf(
+      proc, GetDatabaseEncoding(), PG_UTF8,
+      reinterpret_cast<unsigned char *>(const_cast<char *>(bytes)),
+      static_cast<int>(size), utf8, static_cast<int>(room), true /* noError */);
+  if (static_cast<Size>(converted) != size) {
+    pfree(utf8);
+    return nullptr;
+  }
+  *owned = true;
+  return reinterpret_cast<const char *>(utf8);
+}
+
+// The digest of a key as 0.4 to 0.6 store it: over its UTF-8 form, or, for
+// a key that has none, over its own bytes, marked
+// (fingerprint::unconverted_key_digest).
+void unordered_digest(const char *bytes, Size size,
+                      uint8 (&out)[key_digest_size]) {
+  bool owned;
+  const char *utf8 = utf8_form(bytes, size, &owned);
+  if (utf8 == nullptr) {
+    unconverted_key_digest(bytes, size, out);
+    return;
+  }
+  key_digest(utf8, owned ? strlen(utf8) : size, out);
+  if (owned)
+    pfree(const_cast<char *>(utf8));
 }
 
 } // namespace
 
-bytea *digest_of_key(const text *key) {
+bytea *digest_of_key(const text *key, bytea **unordered) {
+  const char *bytes = VARDATA_ANY(key);
+  Size size = VARSIZE_ANY_EXHDR(key);
+  if (unordered != nullptr)
+    *unordered = nullptr;
+  bool owned;
+  const char *utf8 = utf8_form(bytes, size, &owned);
+  if (utf8 == nullptr) {
+    uint8 digest_bytes[key_digest_size];
+    unconverted_key_digest(bytes, size, digest_bytes);
+    return as_bytea(digest_bytes, key_digest_size);
+  }
+  KeyDigests digests;
+  key_digests(utf8, owned ? strlen(utf8) : size, digests);
+  if (owned)
+    pfree(const_cast<char *>(utf8));
+  if (unordered != nullptr && digests.differ())
+    *unordered = as_bytea(digests.unordered, key_digest_size);
+  return as_bytea(digests.ordered, digests.ordered_size);
+}
+
+bytea *unordered_digest_of_key(const text *key) {
   const char *bytes = VARDATA_ANY(key);
   Size size = VARSIZE_ANY_EXHDR(key);
   uint8 digest_bytes[key_digest_size];
-  if (bytes_are_canonical(bytes, size))
-    key_digest(bytes, size, digest_bytes);
-  else
-    digest_converted(bytes, size, digest_bytes);
-  return as_bytea(digest_bytes);
+  unordered_digest(bytes, size, digest_bytes);
+  return as_bytea(digest_bytes, key_digest_size);
 }
 
 bytea *legacy_digest_of_key(const text *key) {
@@ -107,7 +139,7 @@ bytea *legacy_digest_of_key(const text *key) {
     return nullptr;
   uint8 digest_bytes[key_digest_size];
   key_digest(bytes, size, digest_bytes);
-  return as_bytea(digest_bytes);
+  return as_bytea(digest_bytes, key_digest_size);
 }
 
 } // namespace idempotency::fingerprint

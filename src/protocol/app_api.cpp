@@ -101,6 +101,8 @@ storage::KeyRef copy_key(const storage::KeyRef &key) {
   copy.digest = copy_text(key.digest);
   if (key.legacy_digest != nullptr)
     copy.legacy_digest = copy_text(key.legacy_digest);
+  if (key.unordered_digest != nullptr)
+    copy.unordered_digest = copy_text(key.unordered_digest);
   if (key.has_tenant) {
     TypeLayout layout = tenant_layout(key);
     copy.tenant = datumCopy(key.tenant, layout.by_value, layout.length);

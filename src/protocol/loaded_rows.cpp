@@ -72,7 +72,9 @@ void mark_role_of(Relation keys, HeapTuple row) {
 
 } // namespace
 
-Datum keys_loaded_body(FunctionCallInfo fcinfo) {
+namespace {
+
+Datum fix_loaded_row(FunctionCallInfo fcinfo, bool ordered) {
   TriggerData *trigger = row_trigger_data(fcinfo);
   HeapTuple row = trigger->tg_trigtuple;
   TupleDesc desc = RelationGetDescr(trigger->tg_relation);
@@ -91,10 +93,12 @@ Datum keys_loaded_body(FunctionCallInfo fcinfo) {
   Datum hash = heap_getattr(row, hash_column, desc, &hash_isnull);
   // A NULL key is refused by NOT NULL after this trigger.
   if (!key_isnull)
-    changes.add(
-        digest_column,
-        PointerGetDatum(fingerprint::digest_of_key(DatumGetTextPP(key))),
-        false);
+    changes.add(digest_column,
+                PointerGetDatum(
+                    ordered ? fingerprint::digest_of_key(DatumGetTextPP(key))
+                            : fingerprint::unordered_digest_of_key(
+                                  DatumGetTextPP(key))),
+                false);
   if (digest_isnull && !hash_isnull)
     changes.add(
         hash_column,
@@ -107,6 +111,16 @@ Datum keys_loaded_body(FunctionCallInfo fcinfo) {
   return PointerGetDatum(
       heap_modify_tuple_by_cols(row, desc, changes.count, changes.columns,
                                 changes.values, changes.nulls));
+}
+
+} // namespace
+
+Datum keys_loaded_body(FunctionCallInfo fcinfo) {
+  return fix_loaded_row(fcinfo, true);
+}
+
+Datum unordered_keys_loaded_body(FunctionCallInfo fcinfo) {
+  return fix_loaded_row(fcinfo, false);
 }
 
 } // namespace idempotency::protocol

@@ -177,6 +177,16 @@ bool digests_in_database_encoding() {
          (strcmp(version, "0.4") == 0 || strcmp(version, "0.5") == 0);
 }
 
+// Whether key_digest still holds every key's unordered digest, as 0.4 to
+// 0.6 stored it; the update to 0.7 recomputes them (and alters the table,
+// which makes every backend locate the columns again).
+bool digests_unordered() {
+  char *version = installed_version();
+  return version != nullptr &&
+         (strcmp(version, "0.4") == 0 || strcmp(version, "0.5") == 0 ||
+          strcmp(version, "0.6") == 0);
+}
+
 // Refuses a table whose columns the extension could not read or write
 // correctly: a value stored under another type would be misread later.
 //
@@ -222,6 +232,7 @@ KeyColumns locate_columns(Relation rel) {
   }
   columns.legacy_digest =
       !columns.text_layout && digests_in_database_encoding();
+  columns.unordered_digest = !columns.text_layout && digests_unordered();
   return columns;
 }
 
@@ -452,6 +463,8 @@ namespace {
 Datum stored_digest(const KeyColumns &columns, const KeyRef &key) {
   if (columns.legacy_digest && key.legacy_digest != nullptr)
     return PointerGetDatum(key.legacy_digest);
+  if (columns.unordered_digest && key.unordered_digest != nullptr)
+    return PointerGetDatum(key.unordered_digest);
   return PointerGetDatum(key.digest);
 }
 

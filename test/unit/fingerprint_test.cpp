@@ -19,6 +19,8 @@ using idempotency::fingerprint::Fingerprint;
 using idempotency::fingerprint::HmacSha256;
 using idempotency::fingerprint::key_digest;
 using idempotency::fingerprint::key_digest_size;
+using idempotency::fingerprint::key_digests;
+using idempotency::fingerprint::KeyDigests;
 using idempotency::fingerprint::legacy_fingerprint;
 using idempotency::fingerprint::RequestFingerprint;
 using idempotency::fingerprint::Sha256;
@@ -273,6 +275,101 @@ TEST(KeyDigest, UnconvertedKeyIsMarkedApartFromEveryUtf8Key) {
   EXPECT_EQ(bytes_of(marked, sizeof marked), bytes_of(plain, sizeof plain));
   key_digest("abc", 3, plain);
   EXPECT_NE(bytes_of(marked, sizeof marked), bytes_of(plain, sizeof plain));
+}
+
+KeyDigests digests_of(const std::string &key) {
+  KeyDigests out;
+  key_digests(key.data(), key.size(), out);
+  return out;
+}
+
+std::string ordered(const std::string &key) {
+  KeyDigests digests = digests_of(key);
+  return bytes_of(digests.ordered, digests.ordered_size);
+}
+
+TEST(OrderedKeyDigest, RandomKeyKeepsItsUnorderedDigest) {
+  for (const std::string &key : std::vector<std::string>{
+           "abc", "4b2f9a8e-3c1d-4e5f-9a0b-1c2d3e4f5a6b", "order-12345",
+           // A random UUID or hex string that happens to end in digits.
+           "4b2f9a8e-3c1d-4e5f-9a0b-1c2d3e123456",
+           "4b2f9a8e-3c1d-4e5f-9a0b-123456789012",
+           "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff6123456789",
+           "order-1234567890123456789", std::string(255, 'x')}) {
+    KeyDigests digests = digests_of(key);
+    std::uint8_t plain[key_digest_size];
+    key_digest(key.data(), key.size(), plain);
+    EXPECT_FALSE(digests.differ()) << key;
+    EXPECT_EQ(ordered(key), bytes_of(plain, sizeof plain)) << key;
+    EXPECT_EQ(bytes_of(digests.unordered, key_digest_size),
+              bytes_of(plain, sizeof plain))
+        << key;
+  }
+}
+
+TEST(OrderedKeyDigest, Uuid7BeginsWithItsTimestamp) {
+  const std::string key("0190a4b2-7c3d-7123-8456-0123456789ab");
+  KeyDigests digests = digests_of(key);
+  ASSERT_TRUE(digests.differ());
+  ASSERT_EQ(digests.ordered_size, 14u);
+  EXPECT_EQ(bytes_of(digests.ordered, 6),
+            std::string("\x01\x90\xa4\xb2\x7c\x3d", 6));
+  std::uint8_t plain[key_digest_size];
+  key_digest(key.data(), key.size(), plain);
+  // Then SHA-256 of the key, whose first 11 bytes are the unordered digest.
+  EXPECT_EQ(bytes_of(digests.ordered + 6, 8), bytes_of(plain, 8));
+  EXPECT_EQ(bytes_of(digests.unordered, key_digest_size),
+            bytes_of(plain, sizeof plain));
+  // Upper-case hex digits are the same timestamp, another key.
+  const std::string upper("0190A4B2-7C3D-7123-8456-0123456789AB");
+  EXPECT_EQ(ordered(upper).substr(0, 6), ordered(key).substr(0, 6));
+  EXPECT_NE(ordered(upper), ordered(key));
+}
+
+TEST(OrderedKeyDigest, OtherUuidVersionsAreRandomKeys) {
+  EXPECT_EQ(digests_of("0190a4b2-7c3d-4123-8456-0123456789ab").ordered_size,
+            key_digest_size);
+  // The variant must be RFC 9562's (10xx).
+  EXPECT_EQ(digests_of("0190a4b2-7c3d-7123-c456-0123456789ab").ordered_size,
+            key_digest_size);
+  EXPECT_EQ(digests_of("0190a4b2-7c3d-7123-8456-0123456789a").ordered_size,
+            key_digest_size);
+}
+
+TEST(OrderedKeyDigest, LaterKeysOfASeriesSortAfter) {
+  EXPECT_LT(ordered("0190a4b2-7c3d-7fff-bfff-ffffffffffff"),
+            ordered("0190a4b2-7c3e-7000-8000-000000000000"));
+  EXPECT_LT(ordered("order-000000999"), ordered("order-000001000"));
+  EXPECT_LT(ordered("inv-2026-000123"), ordered("inv-2026-000124"));
+  EXPECT_LT(ordered("999999999999999998"), ordered("999999999999999999"));
+}
+
+TEST(OrderedKeyDigest, SequentialIdIsItsPrefixHashThenItsNumber) {
+  KeyDigests digests = digests_of("order-000000123");
+  ASSERT_TRUE(digests.differ());
+  ASSERT_EQ(digests.ordered_size, 16u);
+  EXPECT_EQ(bytes_of(digests.ordered + 8, 8),
+            std::string("\0\0\0\0\0\0\0\x7b", 8));
+  // sha256("order-" 0x09), the prefix and the number of digits.
+  Sha256 hash;
+  hash.update("order-\x09", 7);
+  std::uint8_t prefix_hash[Sha256::digest_size];
+  hash.finish(prefix_hash);
+  EXPECT_EQ(bytes_of(digests.ordered, 8), bytes_of(prefix_hash, 8));
+}
+
+TEST(OrderedKeyDigest, PlainNumbersAndNamedPrefixesAreSeries) {
+  EXPECT_EQ(digests_of("000000123456").ordered_size, 16u);
+  EXPECT_EQ(digests_of("ORD123456").ordered_size, 16u);
+  EXPECT_EQ(digests_of("inv-2026-000123").ordered_size, 16u);
+  EXPECT_EQ(digests_of("abc-123456").ordered_size, key_digest_size);
+}
+
+TEST(OrderedKeyDigest, SameNumberUnderAnotherPrefixOrLengthIsAnotherKey) {
+  EXPECT_NE(ordered("order-000123"), ordered("order-0000123"));
+  EXPECT_NE(ordered("order-000123"), ordered("refund-000123"));
+  EXPECT_EQ(ordered("order-000123").substr(8),
+            ordered("refund-000123").substr(8));
 }
 
 TEST(LegacyFingerprint, LowerCaseHexDigestIsTheBytesItSpells) {

@@ -14,6 +14,7 @@ Datum expiry_status_body(FunctionCallInfo fcinfo);
 Datum stats_counters_body(FunctionCallInfo fcinfo);
 Datum stats_reset_body(FunctionCallInfo fcinfo);
 Datum key_digest_body(FunctionCallInfo fcinfo);
+Datum unordered_key_digest_body(FunctionCallInfo fcinfo);
 Datum mark_key_roles_body(FunctionCallInfo fcinfo);
 Datum drop_owned_keys_body(FunctionCallInfo fcinfo);
 

@@ -67,6 +67,38 @@ constexpr std::size_t key_digest_size = 11;
 void key_digest(const char *key, std::size_t key_size,
                 std::uint8_t (&out)[key_digest_size]) noexcept;
 
+// A key's ordered digest follows the key's own order when the key has one,
+// so that the keys of a time-ordered or sequential series lie next to each
+// other in the primary key and a new one lands at the series' edge, on a
+// page already written since the last checkpoint, instead of on a page of
+// its own anywhere in the index:
+//   - UUIDv7 text (8-4-4-4-12 hex digits, version 7, RFC 9562 variant): its
+//     48-bit millisecond timestamp, then the first 8 bytes of SHA-256 over
+//     the key: 14 bytes;
+//   - a key that ends in 6 to 18 ASCII digits after a prefix that is empty
+//     or holds a character other than hex digits and '-' (a sequential
+//     business id such as "order-000000123", not the end of a random UUID):
+//     the first 8 bytes of SHA-256 over the prefix and the number of digits,
+//     then the number, big-endian: 16 bytes, in numeric order among the keys
+//     of one prefix and length;
+//   - any other key: key_digest, 11 bytes.
+// The three lengths differ, so digests of different kinds never meet.
+// Within one kind, two keys share a digest with probability 2^-64 or less
+// per pair (and only within one millisecond, or one prefix), which the
+// key's text, compared on every lookup, turns into an error.
+constexpr std::size_t max_ordered_key_digest_size = 16;
+
+struct KeyDigests {
+  std::uint8_t ordered[max_ordered_key_digest_size];
+  std::size_t ordered_size;
+  // key_digest, which versions before 0.7 store for every key.
+  std::uint8_t unordered[key_digest_size];
+
+  bool differ() const noexcept { return ordered_size != key_digest_size; }
+};
+void key_digests(const char *key, std::size_t key_size,
+                 KeyDigests &out) noexcept;
+
 // The digest of a key that has no UTF-8 form (a character of the database
 // encoding that Unicode lacks): SHA-256 over the byte 0xFF, which no UTF-8
 // text contains, then the key's bytes in the database encoding. The marker

@@ -25,7 +25,10 @@
 namespace idempotency::protocol {
 
 // idempotency.keys_loaded() RETURNS trigger: BEFORE INSERT FOR EACH ROW on
-// idempotency.keys.
+// idempotency.keys. key_digest is the ordered digest since 0.7
+// (fingerprint::digest_of_key); unordered_keys_loaded_body is the function
+// of versions 0.4 to 0.6, whose tables hold unordered digests.
 Datum keys_loaded_body(FunctionCallInfo fcinfo);
+Datum unordered_keys_loaded_body(FunctionCallInfo fcinfo);
 
 } // namespace idempotency::protocol

@@ -19,7 +19,8 @@ extern "C" {
 namespace idempotency::storage {
 
 // A key in its scope (the role that calls), with the key's digest
-// (fingerprint/key_digest.hpp), which the primary key holds. Keys of
+// (fingerprint/key_digest.hpp), which the primary key holds: the ordered
+// digest in idempotency.keys, the unordered one for tenant keys. Keys of
 // idempotency.tenant_keys also belong to a tenant: a value of the type of
 // the business tables' distribution column (has_tenant).
 struct KeyRef {
@@ -29,6 +30,9 @@ struct KeyRef {
   // The digest of versions 0.4 and 0.5, where it is another
   // (fingerprint::legacy_digest_of_key), else nullptr.
   bytea *legacy_digest;
+  // The unordered digest of versions 0.4 to 0.6 in idempotency.keys, where
+  // it is another (fingerprint::digest_of_key), else nullptr.
+  bytea *unordered_digest;
   bool has_tenant;
   Oid tenant_type;
   Datum tenant;

@@ -55,6 +55,10 @@ struct KeyColumns {
   // the key's bytes in that encoding (fingerprint::legacy_digest_of_key),
   // not of its UTF-8 form.
   bool legacy_digest;
+  // Versions 0.4 to 0.6, until ALTER EXTENSION UPDATE: key_digest holds
+  // every key's unordered digest (fingerprint::unordered_digest_of_key),
+  // not the ordered one that KeyRef::digest is.
+  bool unordered_digest;
 };
 
 // The columns of `rel` (idempotency.keys, opened by the caller). Raises
