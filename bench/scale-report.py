@@ -21,8 +21,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 BEGIN = "<!-- bench/scale: begin generated -->"
 END = "<!-- bench/scale: end generated -->"
 DEFAULT_SIZES = [1000000, 10000000, 50000000]
-DEFAULT_SHAPES = ["uuid", "64"]
-SHAPE_NAMES = {"uuid": "UUIDv4 text (36 chars)", "64": "64 hex chars"}
+DEFAULT_SHAPES = ["uuid", "uuid7", "seq", "64"]
+SHAPE_NAMES = {"uuid": "UUIDv4 text (36 chars)", "uuid7": "UUIDv7 text (time-ordered)",
+               "seq": "sequential 'order-' ids", "64": "64 hex chars"}
 TARGETS = {"new-ext": 0.8, "replay-ext": 0.9}
 
 
@@ -129,7 +130,7 @@ def markdown(run):
         out.append(
             f"**Not the default sizes**: this run used BENCH_SCALE_SIZES=\"{m['sizes']}\" "
             f"BENCH_SCALE_SHAPES=\"{m['shapes']}\"; `bench/scale` without them measures "
-            f"{', '.join(f'{s:,}' for s in DEFAULT_SIZES)} keys in both shapes."
+            f"{', '.join(f'{s:,}' for s in DEFAULT_SIZES)} keys in every shape."
         )
 
     out += ["", "#### Throughput (calls per second)", ""]
