@@ -402,6 +402,28 @@ Oid scope_type_of(Oid relid, AttrNumber scope_column) {
   return get_atttype(relid, scope_column);
 }
 
+// The roles in the first column of `roles` (a SELECT DISTINCT of scope):
+// each that exists is marked on `relid`; each that is gone has its keys
+// deleted by `delete_keys_of_role`, since no role may ever reach them
+// again. Returns the number of keys deleted.
+template <typename DeleteKeys>
+int64 settle_roles(const SPITupleTable *roles, uint64 count, Oid relid,
+                   AttrNumber scope_column, DeleteKeys delete_keys_of_role) {
+  int64 deleted = 0;
+  for (uint64 i = 0; i < count; i++) {
+    bool isnull;
+    Oid role = DatumGetObjectId(
+        SPI_getbinval(roles->vals[i], roles->tupdesc, 1, &isnull));
+    if (!OidIsValid(role))
+      continue; // keys of no role: no caller has OID 0
+    if (SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
+      ensure_marked(relid, scope_column, role);
+    else
+      deleted += delete_keys_of_role(role);
+  }
+  return deleted;
+}
+
 // mark_key_roles() for the tenant keys of this node.
 int64 mark_tenant_key_roles() {
   Oid relid = tenant_table_oid();
@@ -422,19 +444,12 @@ int64 mark_tenant_key_roles() {
     if (SPI_execute(sql, true, 0) != SPI_OK_SELECT)
       elog(ERROR,
            "idempotency: listing the roles that have tenant keys failed");
-    SPITupleTable *roles = SPI_tuptable;
-    uint64 count = SPI_processed;
-    for (uint64 i = 0; i < count; i++) {
-      bool isnull;
-      Oid role = DatumGetObjectId(
-          SPI_getbinval(roles->vals[i], roles->tupdesc, 1, &isnull));
-      if (!OidIsValid(role))
-        continue; // keys of no role: no caller has OID 0
-      if (SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
-        ensure_marked(relid, scope_column, role);
-      else
-        deleted += delete_tenant_keys_of(shards.relids[s], scope_type, role);
-    }
+    Oid shard = shards.relids[s];
+    deleted +=
+        settle_roles(SPI_tuptable, SPI_processed, relid, scope_column,
+                     [shard, scope_type](Oid role) {
+                       return delete_tenant_keys_of(shard, scope_type, role);
+                     });
   }
   finish(spi);
   return deleted;
@@ -472,20 +487,13 @@ int64 mark_local_key_roles() {
     return 0;
   Relation keys = table_open(relid, RowExclusiveLock);
   AttrNumber scope_column = scope_column_of(relid);
-  int64 deleted = 0;
   OwnerSpi spi = begin_as_owner(keys->rd_rel->relowner);
   SPITupleTable *roles = roles_with_keys(keys, scope_column);
-  for (uint64 i = 0; i < roles->numvals; i++) {
-    bool isnull;
-    Oid role = DatumGetObjectId(
-        SPI_getbinval(roles->vals[i], roles->tupdesc, 1, &isnull));
-    if (!OidIsValid(role))
-      continue; // keys of no role: no caller has OID 0
-    if (SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
-      ensure(keys, scope_column, role);
-    else
-      deleted += delete_keys_of(keys, scope_column, role);
-  }
+  int64 deleted = settle_roles(roles, roles->numvals, relid, scope_column,
+                               [keys, scope_column](Oid role) {
+                                 return static_cast<int64>(
+                                     delete_keys_of(keys, scope_column, role));
+                               });
   finish(spi);
   table_close(keys, NoLock);
   return deleted;
