@@ -14,7 +14,8 @@
 // For the fault storm (test/broker/storm.js) only:
 //   STORM_KILL_POINT=before-processing|in-transaction|after-commit
 //   STORM_KILL_AT=n          SIGKILL itself at the n-th delivery reaching the point
-//   STORM_CLOSE_CHANNEL_AT=n close the channel at the n-th delivery, with others in flight
+//   STORM_CLOSE_CHANNEL_AT=n close the channel at the n-th delivery or the first after it
+//                            that has others in flight
 
 const fs = require('node:fs');
 const amqp = require('amqplib');
@@ -83,7 +84,9 @@ async function main() {
     deliveries++;
     const id = message.properties.messageId;
     maybeKill('before-processing', id);
-    if (closeChannelAt && deliveries === closeChannelAt && !channelClosed) {
+    // From the n-th delivery on, at the first with another delivery in
+    // flight: a close with nothing else in flight would prove nothing.
+    if (closeChannelAt && deliveries >= closeChannelAt && inFlight > 1 && !channelClosed) {
       channelClosed = true;
       log({ event: 'channel-close', id, in_flight: inFlight });
       channel.close().catch(() => {}).finally(() => { if (inFlight === 0) finish(); });
