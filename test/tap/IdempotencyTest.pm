@@ -9,13 +9,16 @@ use Exporter 'import';
 use PostgreSQL::Test::Cluster;
 use Test::More;
 use IPC::Run;
+use POSIX ();
 use PostgreSQL::Test::Utils ();
+use Time::HiRes ();
 
 our @EXPORT =
   qw(preloaded_node sqlstate_of runs_of work_call_sql expire_keys_sql
   wait_until_serving crash_backend psql_or_undef citus_missing citus_node
   citus_cluster citus_add_workers tenant_accounts_sql delegated_pay_sql
   role_setting_on_nodes start_paying_clients replay_stored_keys
+  run_storm
   check_storm check_storm_controls landed_faults report_storm
   generic_plan_database generic_plan_run);
 
@@ -304,6 +307,87 @@ SELECT response FROM idempotency.tenant_keys WHERE key LIKE '$options{prefix}-%'
 		} @stored_keys),
 		extra_params => [ '-U', 'app' ]);
 	return ($stored_responses, $answers);
+}
+
+# A storm on one node: forks `clients` processes, each running
+# $run_client->(its number), and meanwhile injects faults into the node
+# (inject_storm_faults, with the same options); once every client has
+# exited, returns the faults' counts and the deaths of clients, a text
+# each (a client that dies exits 1). Children leave through _exit: the END
+# blocks of the test modules (which stop the cluster) belong to the parent.
+sub run_storm
+{
+	my (%options) = @_;
+	my %client_of_pid;
+	for my $client (1 .. $options{clients})
+	{
+		my $pid = fork // die "fork: $!";
+		if ($pid == 0)
+		{
+			my $finished = eval { $options{run_client}->($client); 1 };
+			print STDERR "client $client: $@" unless $finished;
+			POSIX::_exit($finished ? 0 : 1);
+		}
+		$client_of_pid{$pid} = $client;
+	}
+	my $injected = inject_storm_faults(%options);
+	my @deaths;
+	for my $pid (sort { $a <=> $b } keys %client_of_pid)
+	{
+		waitpid($pid, 0) == $pid or die "waitpid $pid: $!";
+		push @deaths, "client $client_of_pid{$pid} exited with status $?" if $? != 0;
+	}
+	return ($injected, \@deaths);
+}
+
+# Faults from outside a storm's clients into `node` (run_storm's), from
+# `started` (a time) until the storm ends: once it has lasted `seconds`, a
+# kill -9 has crashed the server and $all_landed->() says every other kind
+# of fault has reached the clients; past `deadline` seconds it ends anyway.
+# Each round, every 0.1 to 0.3 s, runs $each_round->() (when given), then
+# signals one backend that the condition `victims` (on pg_stat_activity)
+# picks at random: a kill -9 once `kill9_every` seconds have passed since
+# the faults began or since the last one, `max_kill9` at the most, counted
+# when it crashed the server (crash_backend returns once the server is
+# back); otherwise pg_cancel_backend (6 in 10) or pg_terminate_backend,
+# counted when the function answered true. The backend is chosen and
+# signalled in one statement: one chosen by one psql run is often gone by
+# the next (each attempt has its own connection). Then creates the file
+# `over_flag`, which tells the clients the storm is over. Returns the
+# counts: { cancel, terminate, kill9 }.
+sub inject_storm_faults
+{
+	my (%o) = @_;
+	my ($node, $started) = @o{qw(node started)};
+	my %count = (cancel => 0, terminate => 0, kill9 => 0);
+	my $next_kill9 = Time::HiRes::time() + $o{kill9_every};
+	my $over = sub {
+		my $now = Time::HiRes::time();
+		return $now > $started + $o{deadline}
+		  || ($now > $started + $o{seconds} && $count{kill9} > 0 && $o{all_landed}->());
+	};
+	my $victims =
+	  "SELECT pid FROM pg_stat_activity WHERE $o{victims} ORDER BY random() LIMIT 1";
+	until ($over->())
+	{
+		Time::HiRes::sleep(0.1 + rand(0.2));
+		$o{each_round}->() if $o{each_round};
+		if ($count{kill9} < $o{max_kill9} && Time::HiRes::time() > $next_kill9)
+		{
+			my ($rc, $pid) = psql_or_undef($node, $victims);
+			next if !defined $rc || $rc != 0 || $pid eq '';
+			$count{kill9}++ if crash_backend($node, $pid);
+			$next_kill9 = Time::HiRes::time() + $o{kill9_every};
+			next;
+		}
+		my $fault = rand() < 0.6 ? 'cancel' : 'terminate';
+		my ($rc, $signalled) = psql_or_undef($node,
+			"SELECT pg_${fault}_backend(pid) FROM ($victims) AS victim");
+		$count{$fault}++ if defined $rc && $rc == 0 && $signalled eq 't';
+	}
+	open my $flag, '>', $o{over_flag} or die "$o{over_flag}: $!";
+	close $flag;
+	return \%count;
 }
 
 # The storm checker, shared by every storm test. A storm describes what it
