@@ -1,4 +1,5 @@
 #include "idempotency/boundary/subtransaction.hpp"
+#include "idempotency/protocol/backend_table.hpp"
 #include "idempotency/protocol/fn_parameters.hpp"
 
 extern "C" {
@@ -156,13 +157,8 @@ Inferred *find_inferred(uint64 hash, const char *sql, int nargs,
   if (inferred == nullptr) {
     inferred_context = AllocSetContextCreate(
         TopMemoryContext, "idempotency parameter types", ALLOCSET_SMALL_SIZES);
-    HASHCTL ctl;
-    memset(&ctl, 0, sizeof(ctl));
-    ctl.keysize = sizeof(uint64);
-    ctl.entrysize = sizeof(Inferred);
-    ctl.hcxt = inferred_context;
-    inferred = hash_create("idempotency parameter types", 64, &ctl,
-                           HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+    inferred = create_backend_table("idempotency parameter types",
+                                    sizeof(Inferred), inferred_context);
   }
   auto *found =
       static_cast<Inferred *>(hash_search(inferred, &hash, HASH_FIND, nullptr));

@@ -1,5 +1,7 @@
 #include "idempotency/protocol/statement_cache.hpp"
 
+#include "idempotency/protocol/backend_table.hpp"
+
 extern "C" {
 #include "common/hashfn.h"
 #include "tcop/tcopprot.h"
@@ -38,13 +40,8 @@ bool matches(const Statement &statement, const char *sql, size_t sql_size,
 void create_table() {
   statements_context = AllocSetContextCreate(
       TopMemoryContext, "idempotency statements", ALLOCSET_DEFAULT_SIZES);
-  HASHCTL ctl;
-  memset(&ctl, 0, sizeof(ctl));
-  ctl.keysize = sizeof(uint64);
-  ctl.entrysize = sizeof(Statement);
-  ctl.hcxt = statements_context;
-  statements = hash_create("idempotency statements", 64, &ctl,
-                           HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+  statements = create_backend_table("idempotency statements", sizeof(Statement),
+                                    statements_context);
 }
 
 template <typename T> T *allocate(MemoryContext context, int count) {

@@ -383,72 +383,27 @@ sub effects_seen
 # Faults from outside the clients, until the storm ends: it ends when it
 # has lasted $storm_seconds and every kind of fault has landed, both as an
 # effect the injector saw (a signal function that answered true, a SIGKILL
-# delivered) and as an error a client saw. Counts only real effects.
-sub inject_faults
-{
-	my ($started) = @_;
-	my %injected = (cancel => 0, terminate => 0, kill9 => 0);
-	my $next_kill9 = time + $storm_seconds / ($max_kill9 + 1);
-	my $all_landed = sub {
+# that crashed the server) and as an error a client saw. Counts only real
+# effects.
+my $started = time;
+my ($injected, $client_deaths) = run_storm(
+	clients => $clients,
+	run_client => \&run_client,
+	node => $node,
+	started => $started,
+	seconds => $storm_seconds,
+	deadline => $storm_deadline,
+	victims => "usename = 'teller' AND state = 'active'",
+	max_kill9 => $max_kill9,
+	kill9_every => $storm_seconds / ($max_kill9 + 1),
+	all_landed => sub {
 		my $seen = effects_seen();
-		return $injected{kill9} > 0 && !grep { $seen->{$_} == 0 } (
+		return !grep { $seen->{$_} == 0 } (
 			'cancels', 'terminations', 'statement timeouts in fn',
 			'client timeouts', 'IK409s', 'IK422s');
-	};
-	until (time > $started + $storm_deadline
-		  || (time > $started + $storm_seconds && $all_landed->()))
-	{
-		sleep(0.1 + rand(0.2));
-		my $victims = "SELECT pid FROM pg_stat_activity WHERE usename = 'teller' "
-		  . "AND state = 'active' ORDER BY random() LIMIT 1";
-		if ($injected{kill9} < $max_kill9 && time > $next_kill9)
-		{
-			my ($rc, $pid) = psql_or_undef($node, $victims);
-			next if !defined $rc || $rc != 0 || $pid eq '';
-			# Counted when it crashed the server; returns once the server
-			# is back, before the next fault.
-			$injected{kill9}++ if crash_backend($node, $pid);
-			$next_kill9 = time + $storm_seconds / ($max_kill9 + 1);
-			next;
-		}
-		# Chosen and signalled in one statement: a backend chosen by one
-		# psql run is often gone by the next (each attempt has its own
-		# connection), and signalling it then does nothing.
-		my $fault = rand() < 0.6 ? 'cancel' : 'terminate';
-		my ($rc, $signalled) = psql_or_undef($node,
-			"SELECT pg_${fault}_backend(pid) FROM ($victims) AS victim");
-		$injected{$fault}++ if defined $rc && $rc == 0 && $signalled eq 't';
-	}
-	open my $flag, '>', $storm_over_flag or die "$storm_over_flag: $!";
-	close $flag;
-	return \%injected;
-}
-
-my $started = time;
-my %client_of_pid;
-for my $client (1 .. $clients)
-{
-	my $pid = fork // die "fork: $!";
-	if ($pid == 0)
-	{
-		# Children leave through _exit: the END blocks of the test modules
-		# (which stop the cluster) belong to the parent. A client that dies
-		# exits 1, and the test fails on it.
-		my $finished = eval { run_client($client); 1 };
-		print STDERR "client $client: $@" unless $finished;
-		POSIX::_exit($finished ? 0 : 1);
-	}
-	$client_of_pid{$pid} = $client;
-}
-my $injected = inject_faults($started);
-my @client_deaths;
-for my $pid (sort { $a <=> $b } keys %client_of_pid)
-{
-	waitpid($pid, 0) == $pid or die "waitpid $pid: $!";
-	push @client_deaths, "client $client_of_pid{$pid} exited with status $?"
-	  if $? != 0;
-}
-is_deeply(\@client_deaths, [], 'every client ran to its end');
+	},
+	over_flag => $storm_over_flag);
+is_deeply($client_deaths, [], 'every client ran to its end');
 my $elapsed = time - $started;
 
 my ($attempts_by_key, $answered_by_client) = read_client_logs();

@@ -340,75 +340,34 @@ my @fault_kinds = ('cancels', 'terminations', 'statement timeouts',
 
 # Faults from outside, and stock top-ups, until the storm ends: when it has
 # lasted $storm_seconds, the server crashed (its log says so) and every
-# kind of fault has reached a client (or past $storm_deadline).
-sub storm_from_outside
-{
-	my ($started) = @_;
-	my %count = (cancel => 0, terminate => 0, kill9 => 0, top_up => 0);
-	my $kill9_at = time + $storm_seconds / 4;
-	my $all_landed = sub {
-		my $seen = landed_faults(read_client_logs());
-		return $count{kill9} > 0 && !grep { $seen->{$_} == 0 } @fault_kinds;
-	};
-	until (time > $started + $storm_deadline
-		  || (time > $started + $storm_seconds && $all_landed->()))
-	{
-		sleep(0.1 + rand(0.2));
-		if (rand() < 0.25)
-		{
-			my $item = 1 + int(rand($items));
-			my ($rc) = psql_or_undef($node,
-				"BEGIN; UPDATE shop.stock SET units = units + 5 WHERE item = $item; "
-				  . "INSERT INTO shop.top_ups VALUES ($item, 5); COMMIT;");
-			$count{top_up}++ if defined $rc && $rc == 0;
-		}
-		my $victims = "SELECT pid FROM pg_stat_activity WHERE usename = 'shopper' "
-		  . "AND state <> 'idle' ORDER BY random() LIMIT 1";
-		if ($count{kill9} < $max_kill9 && time > $kill9_at)
-		{
-			my ($rc, $pid) = psql_or_undef($node, $victims);
-			next if !defined $rc || $rc != 0 || $pid eq '';
-			# Counted when it crashed the server; returns once it is back.
-			$count{kill9}++ if crash_backend($node, $pid);
-			next;
-		}
-		# Chosen and signalled in one statement: a backend chosen by one
-		# psql run may be gone by the next. Reported, not counted as
-		# landed: clients count what reached them.
-		my $fault = rand() < 0.6 ? 'cancel' : 'terminate';
-		my ($rc, $signalled) = psql_or_undef($node,
-			"SELECT pg_${fault}_backend(pid) FROM ($victims) AS victim");
-		$count{$fault}++ if defined $rc && $rc == 0 && $signalled eq 't';
-	}
-	open my $flag, '>', $storm_over_flag or die "$storm_over_flag: $!";
-	close $flag;
-	return \%count;
-}
-
+# kind of fault has reached a client (or past $storm_deadline). Signals
+# are reported, not counted as landed: clients count what reached them.
 my $started = time;
-my %client_of_pid;
-for my $client (1 .. $clients)
-{
-	my $pid = fork // die "fork: $!";
-	if ($pid == 0)
-	{
-		# The parent's END blocks stop the cluster; children leave through
-		# _exit, with 1 when the client died.
-		my $finished = eval { run_client($client); 1 };
-		print STDERR "client $client: $@" unless $finished;
-		POSIX::_exit($finished ? 0 : 1);
-	}
-	$client_of_pid{$pid} = $client;
-}
-my $outside = storm_from_outside($started);
-my @client_deaths;
-for my $pid (sort { $a <=> $b } keys %client_of_pid)
-{
-	waitpid($pid, 0) == $pid or die "waitpid $pid: $!";
-	push @client_deaths, "client $client_of_pid{$pid} exited with status $?"
-	  if $? != 0;
-}
-is_deeply(\@client_deaths, [], 'every client ran to its end');
+my $top_ups = 0;
+my ($outside, $client_deaths) = run_storm(
+	clients => $clients,
+	run_client => \&run_client,
+	node => $node,
+	started => $started,
+	seconds => $storm_seconds,
+	deadline => $storm_deadline,
+	victims => "usename = 'shopper' AND state <> 'idle'",
+	max_kill9 => $max_kill9,
+	kill9_every => $storm_seconds / 4,
+	all_landed => sub {
+		my $seen = landed_faults(read_client_logs());
+		return !grep { $seen->{$_} == 0 } @fault_kinds;
+	},
+	each_round => sub {
+		return if rand() >= 0.25;
+		my $item = 1 + int(rand($items));
+		my ($rc) = psql_or_undef($node,
+			"BEGIN; UPDATE shop.stock SET units = units + 5 WHERE item = $item; "
+			  . "INSERT INTO shop.top_ups VALUES ($item, 5); COMMIT;");
+		$top_ups++ if defined $rc && $rc == 0;
+	},
+	over_flag => $storm_over_flag);
+is_deeply($client_deaths, [], 'every client ran to its end');
 
 my %deliveries = %{ read_client_logs() };
 my %figures;
@@ -473,7 +432,7 @@ push @violations, check_storm($storm);
 
 $figures{"signals sent: $_"} = $outside->{$_} for qw(cancel terminate);
 $figures{'crashes in the server log'} = $outside->{kill9};
-$figures{'top-ups'} = $outside->{top_up};
+$figures{'top-ups'} = $top_ups;
 my $seen = landed_faults(\%deliveries);
 $figures{"seen by clients: $_"} = $seen->{$_} for keys %$seen;
 $figures{seconds} = sprintf('%.1f', time - $started);

@@ -34,38 +34,20 @@ use IdempotencyTest;
 my $missing = citus_missing();
 plan skip_all => $missing if $missing;
 
-my $port_base = $ENV{CITUS_TEST_PORT};
-
-sub citus_node_at
-{
-	my ($name, $index, $conf) = @_;
-	return citus_node($name, defined $port_base ? $port_base + $index : undef, $conf);
-}
-
 # The coordinator can be made to wait right after its commit record is
 # flushed, before the transaction's commit callbacks (where Citus sends
 # COMMIT PREPARED): a session with synchronous_commit = on waits for a
 # synchronous standby that never connects. Every other session commits with
 # synchronous_commit = local and does not wait.
-my $coordinator = citus_node_at(
-	'coordinator', 0, q{
+my ($coordinator, @workers) = citus_cluster(
+	slot => 0,
+	coordinator_conf => q{
 wal_level = replica
 max_wal_senders = 2
 synchronous_standby_names = 'never_connects'
 synchronous_commit = local
 restart_after_crash = on
 });
-my @workers = (citus_node_at('worker1', 1), citus_node_at('worker2', 2));
-
-my $coordinator_port = $coordinator->port;
-$coordinator->safe_psql('postgres',
-	"SELECT citus_set_coordinator_host('127.0.0.1', $coordinator_port)");
-for my $worker (@workers)
-{
-	my $port = $worker->port;
-	$coordinator->safe_psql('postgres',
-		"SELECT citus_add_node('127.0.0.1', $port)");
-}
 
 # fn is plpgsql: with Citus 13.2.2 on PostgreSQL 15, a LANGUAGE sql function
 # whose UPDATE takes Citus's fast path crashes the backend, with or without

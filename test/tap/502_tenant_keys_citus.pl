@@ -53,44 +53,17 @@ use IdempotencyTest;
 my $missing = citus_missing();
 plan skip_all => $missing if $missing;
 
-my $port_base = $ENV{CITUS_TEST_PORT};
-my $coordinator = citus_node('coordinator', defined $port_base ? $port_base + 3 : undef,
-	"restart_after_crash = on\n");
-my @workers = map {
-	citus_node("worker$_", defined $port_base ? $port_base + 3 + $_ : undef,
-		"restart_after_crash = on\nwal_level = logical\nmax_wal_senders = 10\nmax_replication_slots = 10\n")
-} (1, 2);
+my ($coordinator, @workers) = citus_cluster(
+	slot => 1,
+	conf => "restart_after_crash = on\n",
+	shard_moves => 1);
 
-$coordinator->safe_psql('postgres',
-	"SELECT citus_set_coordinator_host('127.0.0.1', " . $coordinator->port . ')');
-$coordinator->safe_psql('postgres',
-	"SELECT citus_add_node('127.0.0.1', " . $_->port . ')')
-  for @workers;
-
-# withdraw counts its runs in the row it changes: withdrawals is how often
-# the operation ran for that tenant.
-$coordinator->safe_psql(
-	'postgres', q{
-CREATE EXTENSION idempotency;
+$coordinator->safe_psql('postgres', q{
 CREATE ROLE app LOGIN;
 CREATE ROLE other_app LOGIN;
-SET citus.shard_count = 8;
-CREATE TABLE accounts (tenant bigint PRIMARY KEY, balance bigint NOT NULL,
-                       withdrawals int NOT NULL DEFAULT 0);
-SELECT create_distributed_table('accounts', 'tenant');
-INSERT INTO accounts SELECT g, 100000 FROM generate_series(1, 40) g;
-GRANT SELECT, UPDATE ON accounts TO app, other_app;
-CREATE FUNCTION withdraw(account bigint, amount bigint, pause float8) RETURNS jsonb
-LANGUAGE plpgsql AS $$
-DECLARE
-  left_over bigint;
-BEGIN
-  UPDATE accounts SET balance = balance - amount, withdrawals = withdrawals + 1
-   WHERE tenant = account RETURNING balance INTO left_over;
-  PERFORM pg_sleep(pause);
-  RETURN jsonb_build_object('tenant', account, 'balance', left_over);
-END $$;
 });
+$coordinator->safe_psql('postgres',
+	tenant_accounts_sql(shard_count => 8, balance => 100000, callers => 'app, other_app'));
 
 is( $coordinator->psql('postgres', q{SELECT idempotency.distribute_keys('accounts')},
 		extra_params => [ '-U', 'app' ]),
@@ -111,17 +84,9 @@ SELECT format_type(a.atttypid, a.atttypmod),
 
 # The request functions: Citus runs each on the worker that holds its
 # tenant, in a transaction block too (force_delegation).
+$coordinator->safe_psql('postgres', delegated_pay_sql());
 $coordinator->safe_psql(
 	'postgres', q{
-CREATE FUNCTION pay(tenant bigint, key text, amount bigint, pause float8 DEFAULT 0)
-RETURNS jsonb LANGUAGE plpgsql AS $$
-BEGIN
-  RETURN idempotency.tenant_call(tenant, key, NULL,
-    'SELECT withdraw($1, $2, $3)', tenant, amount, pause);
-END $$;
-SELECT create_distributed_function('pay(bigint,text,bigint,float8)', 'tenant',
-  colocate_with => 'idempotency.tenant_keys', force_delegation => true);
-
 CREATE FUNCTION pay_by_hand(tenant bigint, key text, amount bigint) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -370,25 +335,9 @@ is( $coordinator->safe_psql('postgres',
 # Callers: 4 clients, keys mv-1 .. mv-5000 picked at random (some are
 # retries), the tenant derived from the key. Two clients may send one key at
 # once: the second waits for the first and replays (wait_timeout, set for
-# the role on every node, where the delegated calls run).
-$_->safe_psql('postgres',
-	q{SET citus.enable_ddl_propagation = off; ALTER ROLE app SET idempotency.wait_timeout = '10s'})
-  for ($coordinator, @workers);
-# Half of the calls inside the client's own BEGIN ... COMMIT.
-my $script = $coordinator->basedir . '/move.sql';
-PostgreSQL::Test::Utils::append_to_file($script, q{
-\set k random(1, 5000)
-\set t 1 + :k % 8
-SELECT pay(:t, 'mv-' || :k, 1);
-});
-my $block_script = $coordinator->basedir . '/move_block.sql';
-PostgreSQL::Test::Utils::append_to_file($block_script, q{
-\set k random(1, 5000)
-\set t 1 + :k % 8
-BEGIN;
-SELECT pay(:t, 'mv-' || :k, 1);
-COMMIT;
-});
+# the role on every node, where the delegated calls run). Half of the
+# calls inside the client's own BEGIN ... COMMIT.
+role_setting_on_nodes([ $coordinator, @workers ], 'app', "idempotency.wait_timeout = '10s'");
 my $moved_tenant = 1;
 my $shard = $coordinator->safe_psql('postgres',
 	"SELECT get_shard_id_for_distribution_column('idempotency.tenant_keys', $moved_tenant)");
@@ -398,10 +347,8 @@ my ($to) = grep { $_->port != $from_port } @workers;
 # pgbench runs long enough to outlast the move: the test waits until calls
 # are in flight and keys stored, samples the calls in flight while the move
 # runs, and checks that pgbench still ran when the move ended.
-my $pgbench = IPC::Run::start(
-	[ 'pgbench', '-n', '-h', $coordinator->host, '-p', $coordinator->port, '-U', 'app',
-	  '-c', '4', '-j', '2', '-T', '15', '--max-tries=50', '-f', $script, '-f', $block_script, 'postgres' ],
-	'>', \my $bench_out, '2>', \my $bench_err);
+my ($pgbench, $bench_out, $bench_err) = start_paying_clients($coordinator,
+	prefix => 'mv', keys => 5000, tenants => 8, seconds => 15, max_tries => 50);
 my $mv_keys = q{SELECT count(*) FROM idempotency.tenant_keys WHERE key LIKE 'mv-%'};
 my $calls_in_flight = q{
 SELECT count(*) FROM pg_stat_activity
@@ -430,13 +377,13 @@ my $keys_at_move_end = $coordinator->safe_psql('postgres', $mv_keys);
 ok($pgbench->pumpable, 'pgbench still ran when the move ended');
 cmp_ok($most_in_flight, '>', 0, "calls were in flight while the move ran ($samples samples)");
 my $bench_ok = $pgbench->finish;
-note "pgbench: $bench_out $bench_err";
+note "pgbench: $$bench_out $$bench_err";
 ok($bench_ok, 'pgbench exited 0: no client aborted')
-  or diag('pgbench exit status ' . $pgbench->result . ": $bench_err");
+  or diag('pgbench exit status ' . $pgbench->result . ": $$bench_err");
 my $keys_after = $coordinator->safe_psql('postgres', $mv_keys);
-unlike($bench_err, qr/aborted/,
+unlike($$bench_err, qr/aborted/,
 	'no caller failed: a request the move interrupted failed with 40001 and ran again');
-like($bench_out, qr/number of failed transactions: 0 /,
+like($$bench_out, qr/number of failed transactions: 0 /,
 	'and none failed after its retries');
 cmp_ok($keys_before_move, '>', 0, 'callers stored keys before the move');
 cmp_ok($keys_at_move_end, '>', $keys_before_move, 'while it ran');
@@ -457,16 +404,8 @@ SELECT (SELECT count(*) FROM idempotency.tenant_keys WHERE key LIKE 'mv-%')
      + (SELECT count(*) FROM idempotency.tenant_keys WHERE tenant BETWEEN 1 AND 8 AND key NOT LIKE 'mv-%')});
 is($coordinator->safe_psql('postgres', $mv_withdrawals), $expected,
 	'every withdrawal during the move has its key, none ran twice');
-# Citus delegates `SELECT pay(...)` alone, not inside a query with FROM:
-# one statement per key.
-my @moved_keys = split /\n/, $coordinator->safe_psql('postgres', q{
-SELECT key FROM idempotency.tenant_keys WHERE key LIKE 'mv-%' ORDER BY key});
-my $stored_responses = $coordinator->safe_psql('postgres', q{
-SELECT response FROM idempotency.tenant_keys WHERE key LIKE 'mv-%' ORDER BY key});
-my $replayed_responses = as_app(join '', map {
-	my ($k) = /^mv-(\d+)$/;
-	sprintf("SELECT pay(%d, '%s', 1);\n", 1 + $k % 8, $_)
-} @moved_keys);
+my ($stored_responses, $replayed_responses) =
+  replay_stored_keys($coordinator, prefix => 'mv', tenants => 8);
 is($replayed_responses, $stored_responses, 'every key replays its stored response after the move');
 is($coordinator->safe_psql('postgres', $mv_withdrawals), $expected, 'and the replays ran nothing');
 

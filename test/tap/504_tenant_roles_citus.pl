@@ -35,60 +35,27 @@ use IdempotencyTest;
 my $missing = citus_missing();
 plan skip_all => $missing if $missing;
 
-my $port_base = $ENV{CITUS_TEST_PORT};
 # No expiry worker: its rounds would run mark_key_roles, which this file
 # runs itself where it checks what it does.
-my $conf = "idempotency.expire_interval = 0\n";
-my $coordinator =
-  citus_node('coordinator', defined $port_base ? $port_base + 9 : undef, $conf);
-my @workers = map {
-	citus_node("worker$_", defined $port_base ? $port_base + 9 + $_ : undef,
-		$conf)
-} (1, 2);
+my ($coordinator, @workers) =
+  citus_cluster(slot => 3, conf => "idempotency.expire_interval = 0\n");
 my @nodes = ($coordinator, @workers);
-
-$coordinator->safe_psql('postgres',
-	"SELECT citus_set_coordinator_host('127.0.0.1', " . $coordinator->port . ')');
-$coordinator->safe_psql('postgres',
-	"SELECT citus_add_node('127.0.0.1', " . $_->port . ')')
-  for @workers;
 
 # The callers get their rights on accounts through payers: a role that is
 # only a member of another owns nothing and holds no privilege, so its
 # tenant keys are all that can keep it from being dropped.
 $coordinator->safe_psql(
 	'postgres', q{
-CREATE EXTENSION idempotency;
 CREATE ROLE payers;
 CREATE ROLE alice LOGIN IN ROLE payers;
 CREATE ROLE bob LOGIN IN ROLE payers;
 CREATE ROLE carol LOGIN IN ROLE payers;
 CREATE ROLE dave LOGIN IN ROLE payers;
-SET citus.shard_count = 4;
-CREATE TABLE accounts (tenant bigint PRIMARY KEY, balance bigint NOT NULL,
-                       withdrawals int NOT NULL DEFAULT 0);
-SELECT create_distributed_table('accounts', 'tenant');
-INSERT INTO accounts SELECT g, 1000 FROM generate_series(1, 40) g;
-GRANT SELECT, UPDATE ON accounts TO payers;
-CREATE FUNCTION withdraw(account bigint, amount bigint) RETURNS jsonb
-LANGUAGE plpgsql AS $$
-DECLARE
-  left_over bigint;
-BEGIN
-  UPDATE accounts SET balance = balance - amount, withdrawals = withdrawals + 1
-   WHERE tenant = account RETURNING balance INTO left_over;
-  RETURN jsonb_build_object('tenant', account, 'balance', left_over);
-END $$;
-SELECT idempotency.distribute_keys('accounts');
-CREATE FUNCTION pay(tenant bigint, key text, amount bigint) RETURNS jsonb
-LANGUAGE plpgsql AS $$
-BEGIN
-  RETURN idempotency.tenant_call(tenant, key, NULL,
-    'SELECT withdraw($1, $2)', tenant, amount);
-END $$;
-SELECT create_distributed_function('pay(bigint,text,bigint)', 'tenant',
-  colocate_with => 'idempotency.tenant_keys', force_delegation => true);
 });
+$coordinator->safe_psql('postgres',
+	tenant_accounts_sql(shard_count => 4, balance => 1000, callers => 'payers')
+	  . "SELECT idempotency.distribute_keys('accounts');\n"
+	  . delegated_pay_sql());
 
 # The worker (its port) that holds a tenant's shard of the keys.
 sub node_of_tenant

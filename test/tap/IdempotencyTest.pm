@@ -9,11 +9,16 @@ use Exporter 'import';
 use PostgreSQL::Test::Cluster;
 use Test::More;
 use IPC::Run;
+use POSIX ();
 use PostgreSQL::Test::Utils ();
+use Time::HiRes ();
 
 our @EXPORT =
   qw(preloaded_node sqlstate_of runs_of work_call_sql expire_keys_sql
   wait_until_serving crash_backend psql_or_undef citus_missing citus_node
+  citus_cluster citus_add_workers tenant_accounts_sql delegated_pay_sql
+  role_setting_on_nodes start_paying_clients replay_stored_keys
+  run_storm
   check_storm check_storm_controls landed_faults report_storm
   generic_plan_database generic_plan_run);
 
@@ -150,6 +155,239 @@ citus.recover_2pc_interval = -1
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION citus');
 	return $node;
+}
+
+# A Citus cluster on localhost: a coordinator and two workers (citus_node),
+# the coordinator registered by its address and the first `added` workers
+# (both by default) added to it; returns (coordinator, worker1, worker2).
+# With CITUS_TEST_PORT set, a file's `slot` (0, 1, 2, ...) picks its three
+# ports: CITUS_TEST_PORT + 3 * slot and the two after it; otherwise free
+# ports are picked. postgresql.conf lines: `conf` on every node,
+# `coordinator_conf` and `worker_conf` on those only; `shard_moves` gives
+# the workers the logical replication that moving a shard with
+# 'force_logical' (and the rebalancer) needs.
+sub citus_cluster
+{
+	my (%options) = @_;
+	my $first_port = $ENV{CITUS_TEST_PORT};
+	my $port = sub {
+		return defined $first_port ? $first_port + 3 * ($options{slot} // 0) + $_[0] : undef;
+	};
+	my $conf = $options{conf} // '';
+	my $worker_conf = $conf . ($options{worker_conf} // '');
+	$worker_conf .= "wal_level = logical\nmax_wal_senders = 10\nmax_replication_slots = 10\n"
+	  if $options{shard_moves};
+	my $coordinator =
+	  citus_node('coordinator', $port->(0), $conf . ($options{coordinator_conf} // ''));
+	my @workers = map { citus_node("worker$_", $port->($_), $worker_conf) } (1, 2);
+	$coordinator->safe_psql('postgres',
+		"SELECT citus_set_coordinator_host('127.0.0.1', " . $coordinator->port . ')');
+	citus_add_workers($coordinator, @workers[ 0 .. ($options{added} // 2) - 1 ]);
+	return ($coordinator, @workers);
+}
+
+# Adds `workers` to the cluster of `coordinator`, one after another.
+sub citus_add_workers
+{
+	my ($coordinator, @workers) = @_;
+	$coordinator->safe_psql('postgres', "SELECT citus_add_node('127.0.0.1', " . $_->port . ')')
+	  for @workers;
+	return;
+}
+
+# SQL for the tenant-key files' coordinator: the extension; accounts,
+# tenants 1 to 40 with `balance` each, distributed by tenant in
+# `shard_count` shards, SELECT and UPDATE on it granted to `callers` (roles
+# that exist); and withdraw(account, amount, pause), the operation, which
+# counts its runs in the row it changes (withdrawals is how often it ran
+# for that tenant) and sleeps `pause` seconds before it returns.
+sub tenant_accounts_sql
+{
+	my (%options) = @_;
+	return qq{
+CREATE EXTENSION idempotency;
+SET citus.shard_count = $options{shard_count};
+CREATE TABLE accounts (tenant bigint PRIMARY KEY, balance bigint NOT NULL,
+                       withdrawals int NOT NULL DEFAULT 0);
+SELECT create_distributed_table('accounts', 'tenant');
+INSERT INTO accounts SELECT g, $options{balance} FROM generate_series(1, 40) g;
+GRANT SELECT, UPDATE ON accounts TO $options{callers};
+} . q{
+CREATE FUNCTION withdraw(account bigint, amount bigint, pause float8 DEFAULT 0) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  left_over bigint;
+BEGIN
+  UPDATE accounts SET balance = balance - amount, withdrawals = withdrawals + 1
+   WHERE tenant = account RETURNING balance INTO left_over;
+  PERFORM pg_sleep(pause);
+  RETURN jsonb_build_object('tenant', account, 'balance', left_over);
+END $$;
+};
+}
+
+# SQL for pay(tenant, key, amount, pause): the request, withdraw under a
+# tenant key, in a function Citus runs on the worker that holds the tenant,
+# in a transaction block too (force_delegation). Needs the keys distributed
+# (idempotency.distribute_keys).
+sub delegated_pay_sql
+{
+	return q{
+CREATE FUNCTION pay(tenant bigint, key text, amount bigint, pause float8 DEFAULT 0)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+  RETURN idempotency.tenant_call(tenant, key, NULL,
+    'SELECT withdraw($1, $2, $3)', tenant, amount, pause);
+END $$;
+SELECT create_distributed_function('pay(bigint,text,bigint,float8)', 'tenant',
+  colocate_with => 'idempotency.tenant_keys', force_delegation => true);
+};
+}
+
+# ALTER ROLE `role` SET `setting` on each of `nodes` itself, not
+# propagated by Citus: on workers too, where delegated calls run.
+sub role_setting_on_nodes
+{
+	my ($nodes, $role, $setting) = @_;
+	$_->safe_psql('postgres',
+		"SET citus.enable_ddl_propagation = off; ALTER ROLE $role SET $setting")
+	  for @$nodes;
+	return;
+}
+
+# Callers that keep paying while a test moves shards: pgbench against the
+# coordinator as role app, 4 clients (2 threads) for `seconds`, each call
+# pay(1 + k % tenants, '<prefix>-k', 1[, pause]) for a key k picked at
+# random out of `keys` (some are retries), half of the calls inside the
+# client's own BEGIN ... COMMIT; a call that fails with 40001 is retried,
+# up to `max_tries` times. Returns the IPC::Run harness and references to
+# pgbench's output and errors.
+sub start_paying_clients
+{
+	my ($coordinator, %options) = @_;
+	my $pause = defined $options{pause} ? ", $options{pause}" : '';
+	my $call = qq{\\set k random(1, $options{keys})
+\\set t 1 + :k % $options{tenants}
+};
+	my $pay = "SELECT pay(:t, '$options{prefix}-' || :k, 1$pause);\n";
+	my $script = $coordinator->basedir . "/$options{prefix}.sql";
+	PostgreSQL::Test::Utils::append_to_file($script, "\n$call$pay");
+	my $block_script = $coordinator->basedir . "/$options{prefix}_block.sql";
+	PostgreSQL::Test::Utils::append_to_file($block_script, "\n${call}BEGIN;\n${pay}COMMIT;\n");
+	my ($out, $err) = ('', '');
+	my $pgbench = IPC::Run::start(
+		[
+			'pgbench', '-n', '-h', $coordinator->host, '-p', $coordinator->port,
+			'-U', 'app', '-c', '4', '-j', '2', '-T', $options{seconds},
+			"--max-tries=$options{max_tries}", '-f', $script, '-f', $block_script,
+			'postgres'
+		],
+		'>', \$out, '2>', \$err);
+	return ($pgbench, \$out, \$err);
+}
+
+# Sends every stored tenant key '<prefix>-k' again as the request that
+# stored it, pay(1 + k % tenants, key, 1[, pause]) as role app, one
+# statement per key (Citus delegates a call made alone, not one inside a
+# query with FROM). Returns the keys' stored responses and the answers,
+# each a text of one line per key, in key order.
+sub replay_stored_keys
+{
+	my ($coordinator, %options) = @_;
+	my $pause = defined $options{pause} ? ", $options{pause}" : '';
+	my @stored_keys = split /\n/, $coordinator->safe_psql('postgres', qq{
+SELECT key FROM idempotency.tenant_keys WHERE key LIKE '$options{prefix}-%' ORDER BY key});
+	my $stored_responses = $coordinator->safe_psql('postgres', qq{
+SELECT response FROM idempotency.tenant_keys WHERE key LIKE '$options{prefix}-%' ORDER BY key});
+	my $answers = $coordinator->safe_psql(
+		'postgres',
+		join('', map {
+			my ($k) = /^\Q$options{prefix}\E-(\d+)$/;
+			sprintf("SELECT pay(%d, '%s', 1%s);\n", 1 + $k % $options{tenants}, $_, $pause)
+		} @stored_keys),
+		extra_params => [ '-U', 'app' ]);
+	return ($stored_responses, $answers);
+}
+
+# A storm on one node: forks `clients` processes, each running
+# $run_client->(its number), and meanwhile injects faults into the node
+# (inject_storm_faults, with the same options); once every client has
+# exited, returns the faults' counts and the deaths of clients, a text
+# each (a client that dies exits 1). Children leave through _exit: the END
+# blocks of the test modules (which stop the cluster) belong to the parent.
+sub run_storm
+{
+	my (%options) = @_;
+	my %client_of_pid;
+	for my $client (1 .. $options{clients})
+	{
+		my $pid = fork // die "fork: $!";
+		if ($pid == 0)
+		{
+			my $finished = eval { $options{run_client}->($client); 1 };
+			print STDERR "client $client: $@" unless $finished;
+			POSIX::_exit($finished ? 0 : 1);
+		}
+		$client_of_pid{$pid} = $client;
+	}
+	my $injected = inject_storm_faults(%options);
+	my @deaths;
+	for my $pid (sort { $a <=> $b } keys %client_of_pid)
+	{
+		waitpid($pid, 0) == $pid or die "waitpid $pid: $!";
+		push @deaths, "client $client_of_pid{$pid} exited with status $?" if $? != 0;
+	}
+	return ($injected, \@deaths);
+}
+
+# Faults from outside a storm's clients into `node` (run_storm's), from
+# `started` (a time) until the storm ends: once it has lasted `seconds`, a
+# kill -9 has crashed the server and $all_landed->() says every other kind
+# of fault has reached the clients; past `deadline` seconds it ends anyway.
+# Each round, every 0.1 to 0.3 s, runs $each_round->() (when given), then
+# signals one backend that the condition `victims` (on pg_stat_activity)
+# picks at random: a kill -9 once `kill9_every` seconds have passed since
+# the faults began or since the last one, `max_kill9` at the most, counted
+# when it crashed the server (crash_backend returns once the server is
+# back); otherwise pg_cancel_backend (6 in 10) or pg_terminate_backend,
+# counted when the function answered true. The backend is chosen and
+# signalled in one statement: one chosen by one psql run is often gone by
+# the next (each attempt has its own connection). Then creates the file
+# `over_flag`, which tells the clients the storm is over. Returns the
+# counts: { cancel, terminate, kill9 }.
+sub inject_storm_faults
+{
+	my (%o) = @_;
+	my ($node, $started) = @o{qw(node started)};
+	my %count = (cancel => 0, terminate => 0, kill9 => 0);
+	my $next_kill9 = Time::HiRes::time() + $o{kill9_every};
+	my $over = sub {
+		my $now = Time::HiRes::time();
+		return $now > $started + $o{deadline}
+		  || ($now > $started + $o{seconds} && $count{kill9} > 0 && $o{all_landed}->());
+	};
+	my $victims =
+	  "SELECT pid FROM pg_stat_activity WHERE $o{victims} ORDER BY random() LIMIT 1";
+	until ($over->())
+	{
+		Time::HiRes::sleep(0.1 + rand(0.2));
+		$o{each_round}->() if $o{each_round};
+		if ($count{kill9} < $o{max_kill9} && Time::HiRes::time() > $next_kill9)
+		{
+			my ($rc, $pid) = psql_or_undef($node, $victims);
+			next if !defined $rc || $rc != 0 || $pid eq '';
+			$count{kill9}++ if crash_backend($node, $pid);
+			$next_kill9 = Time::HiRes::time() + $o{kill9_every};
+			next;
+		}
+		my $fault = rand() < 0.6 ? 'cancel' : 'terminate';
+		my ($rc, $signalled) = psql_or_undef($node,
+			"SELECT pg_${fault}_backend(pid) FROM ($victims) AS victim");
+		$count{$fault}++ if defined $rc && $rc == 0 && $signalled eq 't';
+	}
+	open my $flag, '>', $o{over_flag} or die "$o{over_flag}: $!";
+	close $flag;
+	return \%count;
 }
 
 # The storm checker, shared by every storm test. A storm describes what it

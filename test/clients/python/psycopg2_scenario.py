@@ -1,36 +1,13 @@
 """The clients scenario from psycopg2 (see test/clients/run): %s
 placeholders, Python values as psycopg2 adapts them (it interpolates them
 into the SQL on the client); the prepared statement is SQL PREPARE with
-untyped parameters."""
-import json
-import os
-import time
-import uuid
-from datetime import datetime, timezone
-from decimal import Decimal
+untyped parameters. The steps are dbapi_scenario's."""
+from contextlib import contextmanager
 
 import psycopg2
 from psycopg2.extras import Json
 
-env = os.environ
-prefix = f"{env['CLIENTS_RUN']}-{env['CLIENTS_CONFIG']}-"
-account = int(env["CLIENTS_ACCOUNT"])
-STAMP = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
-UUID = str(uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"))
-DOC = Json({"a": 1, "b": [True, None]})
-
-
-def result(step, field, value):
-    if isinstance(value, bool):
-        value = str(value).lower()
-    print(f"RESULT {step} {field} {value}", flush=True)
-
-
-def step(name, body):
-    try:
-        body()
-    except psycopg2.Error as err:
-        result(name, "error", f"{err.pgcode} {err}".replace("\n", " "))
+import dbapi_scenario
 
 
 # docs:begin psycopg2
@@ -61,114 +38,54 @@ def withdraw(conn, key, account, amount):
 # docs:end psycopg2
 
 
-CALL_TYPES = (
-    "SELECT idempotency.idempotent_call(%s, NULL, 'SELECT record_types($1, $2, $3, $4, $5, $6)',"
-    "                                   %s, %s, %s, %s, %s, %s)::text,"
-    "       idempotency.last_call_replayed()")
-
-
 def fetch(conn, text, values=None):
-    with conn, conn.cursor() as cur:
+    with conn, conn.cursor() as cur:  # one transaction: commits, or rolls back on error
         cur.execute(text, values)
         return cur.fetchone()
 
 
-def report_call(name, conn, text, values):
-    def body():
-        response, replayed = fetch(conn, text, values)
-        result(name, "response", response)
-        result(name, "replayed", replayed)
-    step(name, body)
+def executor(cur):
+    def execute(text, values):
+        cur.execute(text, values)
+        return cur.fetchone() if cur.description else None
+    return execute
 
 
-def main():
-    conn = psycopg2.connect("")
-    other = psycopg2.connect("application_name=clients-holder")
+class Psycopg2(dbapi_scenario.Driver):
+    Error = psycopg2.Error
 
-    first = prefix + "first"
-    for name in ("first", "retry"):
-        def call(name=name):
-            try:
-                response, replayed = withdraw(conn, first, account + 1, 300)
-            except (Busy, KeyReused) as err:
-                raise err.__cause__
-            result(name, "response", response)
-            result(name, "replayed", replayed)
-        step(name, call)
+    def connect(self, application_name=None):
+        return psycopg2.connect(f"application_name={application_name}" if application_name else "")
 
-    def conflict():
-        try:
-            fetch(conn, CALL_WITHDRAW, (first, account + 1, 301))
-        except psycopg2.Error as err:
-            result("conflict", "sqlstate", err.pgcode)
-    step("conflict", conflict)
+    def sqlstate(self, err):
+        return err.pgcode
 
-    def busy():
-        key = prefix + "busy"
-        with other, other.cursor() as holder:  # holds the key until the block ends
-            holder.execute(CALL_WITHDRAW, (key, account + 2, 100))
-            started = time.monotonic()
-            try:
-                fetch(conn, CALL_WITHDRAW, (key, account + 2, 100))
-            except psycopg2.Error as err:
-                result("busy", "sqlstate", err.pgcode)
-            result("busy", "elapsed_ms", int((time.monotonic() - started) * 1000))
-        report_call("busy_after", conn, CALL_WITHDRAW, (key, account + 2, 100))
-    step("busy", busy)
+    def call(self, conn, text, values):
+        return fetch(conn, text, values)
 
-    def handler():
-        key = prefix + "handler"
+    @contextmanager
+    def transaction(self, conn):
         with conn, conn.cursor() as cur:
-            cur.execute("SELECT replayed FROM idempotency.claim(%s, %s)", (key, "hash-1"))
-            result("handler_claim", "replayed", cur.fetchone()[0])
-            cur.execute("SELECT withdraw(%s, %s)", (account + 3, 50))
-            work = cur.fetchone()[0]
-            result("handler_work", "response", json.dumps(work))
-            cur.execute("SELECT idempotency.complete(%s, %s)", (key, Json(work)))
-        replayed, response = fetch(conn, "SELECT replayed, response::text FROM idempotency.claim(%s, %s)", (key, "hash-1"))
-        result("handler_again", "replayed", replayed)
-        result("handler_again", "response", response)
-    step("handler", handler)
+            yield executor(cur)
 
-    def release():
-        key = prefix + "release"
-        with conn, conn.cursor() as cur:
-            cur.execute("SELECT replayed FROM idempotency.claim(%s, %s)", (key, None))
-            cur.execute("SELECT idempotency.release(%s)", (key,))
-        state, = fetch(conn, "SELECT state FROM idempotency.lookup(%s)", (key,))
-        result("release_lookup", "state", state)
+    @contextmanager
+    def rolled_back(self, conn):
         with conn.cursor() as cur:
-            cur.execute("SELECT replayed FROM idempotency.claim(%s, %s)", (key, None))
-            replayed, = cur.fetchone()
+            yield executor(cur)
         conn.rollback()
-        result("release_again", "replayed", replayed)
-    step("release", release)
 
-    key = prefix + "types"
-    for name in ("types", "types_retry"):
-        report_call(name, conn, CALL_TYPES, (key, key, True, STAMP, UUID, DOC, Decimal("12.50")))
-    key = prefix + "types-null"
-    for name in ("types_null", "types_null_retry"):
-        report_call(name, conn, CALL_TYPES, (key, key, None, None, None, None, None))
+    def prepare(self, conn, name, mode):
+        with conn, conn.cursor() as cur:
+            cur.execute(f"SET plan_cache_mode = {mode}")
+            cur.execute(f"PREPARE {name} AS SELECT idempotency.idempotent_call($1, NULL, 'SELECT withdraw($1, $2)', $2, $3)::text")
+        return lambda key, account, amount: fetch(conn, f"EXECUTE {name}(%s, %s, %s)", (key, account, amount))[0]
 
-    for name, mode, acc in (("prepared", "auto", account + 4), ("prepared_generic", "force_generic_plan", account + 5)):
-        def prepared(name=name, mode=mode, acc=acc):
-            with conn, conn.cursor() as cur:
-                cur.execute(f"SET plan_cache_mode = {mode}")
-                cur.execute(f"PREPARE {name} AS SELECT idempotency.idempotent_call($1, NULL, 'SELECT withdraw($1, $2)', $2, $3)::text")
-            for run in ("run", "retry"):
-                for i in range(20):
-                    response, = fetch(conn, f"EXECUTE {name}(%s, %s, %s)", (f"{prefix}{name}-{i}", acc, i + 1))
-                    result(f"{name}.{run}.{i}", "response", response)
-            with conn, conn.cursor() as cur:
-                cur.execute("RESET plan_cache_mode")
-        step(name, prepared)
+    def unprepare(self, conn):
+        with conn, conn.cursor() as cur:
+            cur.execute("RESET plan_cache_mode")
 
-    report_call("cross", conn, CALL_WITHDRAW, (env["CLIENTS_CROSS_KEY"], int(env["CLIENTS_CROSS_ACCOUNT"]), 250))
-    report_call("cross_types", conn, CALL_TYPES,
-                (env["CLIENTS_CROSS_KEY"] + "-types", env["CLIENTS_CROSS_TAG"], True, STAMP, UUID, DOC, Decimal("12.50")))
-    other.close()
-    conn.close()
+    def jsonb(self, value):
+        return Json(value)
 
 
-main()
+dbapi_scenario.run(Psycopg2(withdraw, CALL_WITHDRAW, (Busy, KeyReused)))

@@ -1,39 +1,19 @@
 """The clients scenario from psycopg 3 (see test/clients/run): bare
-placeholders, Python values as psycopg adapts them.
+placeholders, Python values as psycopg adapts them. The steps are
+dbapi_scenario's.
 
     python3 psycopg_scenario.py %s|%b
 """
-import json
-import os
 import sys
-import time
 import uuid
-from datetime import datetime, timezone
-from decimal import Decimal
+from contextlib import contextmanager
 
 import psycopg
 from psycopg.types.json import Jsonb
 
+import dbapi_scenario
+
 P = sys.argv[1]  # %s: psycopg picks text or binary per value; %b: binary
-env = os.environ
-prefix = f"{env['CLIENTS_RUN']}-{env['CLIENTS_CONFIG']}-"
-account = int(env["CLIENTS_ACCOUNT"])
-STAMP = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
-UUID = uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")
-DOC = Jsonb({"a": 1, "b": [True, None]})
-
-
-def result(step, field, value):
-    if isinstance(value, bool):
-        value = str(value).lower()
-    print(f"RESULT {step} {field} {value}", flush=True)
-
-
-def step(name, body):
-    try:
-        body()
-    except psycopg.Error as err:
-        result(name, "error", f"{err.sqlstate} {err}".replace("\n", " "))
 
 
 # docs:begin psycopg
@@ -69,104 +49,52 @@ def sql(text):
 
 
 CALL_WITHDRAW = sql(CALL_WITHDRAW)
-CALL_TYPES = sql(
-    "SELECT idempotency.idempotent_call(%s, NULL, 'SELECT record_types($1, $2, $3, $4, $5, $6)',"
-    "                                   %s, %s, %s, %s, %s, %s)::text,"
-    "       idempotency.last_call_replayed()")
 
 
-def report_call(name, conn, text, values):
-    def body():
-        response, replayed = conn.execute(text, values).fetchone()
-        result(name, "response", response)
-        result(name, "replayed", replayed)
-    step(name, body)
+def executor(conn):
+    def execute(text, values):
+        cur = conn.execute(sql(text), values)
+        return cur.fetchone() if cur.description else None
+    return execute
 
 
-def main():
-    conn = psycopg.connect(autocommit=True)
-    other = psycopg.connect(autocommit=True, application_name="clients-holder")
+class Psycopg(dbapi_scenario.Driver):
+    Error = psycopg.Error
 
-    first = prefix + "first"
-    for name in ("first", "retry"):
-        def call(name=name):
-            try:
-                response, replayed = withdraw(conn, first, account + 1, 300)
-            except (Busy, KeyReused) as err:
-                raise err.__cause__
-            result(name, "response", response)
-            result(name, "replayed", replayed)
-        step(name, call)
+    def connect(self, application_name=None):
+        if application_name:
+            return psycopg.connect(autocommit=True, application_name=application_name)
+        return psycopg.connect(autocommit=True)
 
-    def conflict():
-        try:
-            conn.execute(CALL_WITHDRAW, (first, account + 1, 301))
-        except psycopg.Error as err:
-            result("conflict", "sqlstate", err.sqlstate)
-    step("conflict", conflict)
+    def sqlstate(self, err):
+        return err.sqlstate
 
-    def busy():
-        key = prefix + "busy"
-        with other.transaction():
-            other.execute(CALL_WITHDRAW, (key, account + 2, 100))
-            started = time.monotonic()
-            try:
-                conn.execute(CALL_WITHDRAW, (key, account + 2, 100))
-            except psycopg.Error as err:
-                result("busy", "sqlstate", err.sqlstate)
-            result("busy", "elapsed_ms", int((time.monotonic() - started) * 1000))
-        report_call("busy_after", conn, CALL_WITHDRAW, (key, account + 2, 100))
-    step("busy", busy)
+    def call(self, conn, text, values):
+        return conn.execute(sql(text), values).fetchone()
 
-    def handler():
-        key = prefix + "handler"
+    @contextmanager
+    def transaction(self, conn):
         with conn.transaction():
-            replayed, = conn.execute(sql("SELECT replayed FROM idempotency.claim(%s, %s)"), (key, "hash-1")).fetchone()
-            result("handler_claim", "replayed", replayed)
-            work, = conn.execute(sql("SELECT withdraw(%s, %s)"), (account + 3, 50)).fetchone()
-            result("handler_work", "response", json.dumps(work))
-            conn.execute(sql("SELECT idempotency.complete(%s, %s)"), (key, Jsonb(work)))
-        with conn.transaction():
-            replayed, response = conn.execute(
-                sql("SELECT replayed, response::text FROM idempotency.claim(%s, %s)"), (key, "hash-1")).fetchone()
-        result("handler_again", "replayed", replayed)
-        result("handler_again", "response", response)
-    step("handler", handler)
+            yield executor(conn)
 
-    def release():
-        key = prefix + "release"
-        with conn.transaction():
-            conn.execute(sql("SELECT replayed FROM idempotency.claim(%s, %s)"), (key, None))
-            conn.execute(sql("SELECT idempotency.release(%s)"), (key,))
-        state, = conn.execute(sql("SELECT state FROM idempotency.lookup(%s)"), (key,)).fetchone()
-        result("release_lookup", "state", state)
+    @contextmanager
+    def rolled_back(self, conn):
         with conn.transaction(force_rollback=True):
-            replayed, = conn.execute(sql("SELECT replayed FROM idempotency.claim(%s, %s)"), (key, None)).fetchone()
-        result("release_again", "replayed", replayed)
-    step("release", release)
+            yield executor(conn)
 
-    key = prefix + "types"
-    for name in ("types", "types_retry"):
-        report_call(name, conn, CALL_TYPES, (key, key, True, STAMP, UUID, DOC, Decimal("12.50")))
-    key = prefix + "types-null"
-    for name in ("types_null", "types_null_retry"):
-        report_call(name, conn, CALL_TYPES, (key, key, None, None, None, None, None))
+    def prepare(self, conn, name, mode):
+        conn.execute(f"SET plan_cache_mode = {mode}")
+        return lambda key, account, amount: conn.execute(
+            CALL_WITHDRAW, (key, account, amount), prepare=True).fetchone()[0]
 
-    for name, mode, acc in (("prepared", "auto", account + 4), ("prepared_generic", "force_generic_plan", account + 5)):
-        def prepared(name=name, mode=mode, acc=acc):
-            conn.execute(f"SET plan_cache_mode = {mode}")
-            for run in ("run", "retry"):
-                for i in range(20):
-                    response, _ = conn.execute(CALL_WITHDRAW, (f"{prefix}{name}-{i}", acc, i + 1), prepare=True).fetchone()
-                    result(f"{name}.{run}.{i}", "response", response)
-            conn.execute("RESET plan_cache_mode")
-        step(name, prepared)
+    def unprepare(self, conn):
+        conn.execute("RESET plan_cache_mode")
 
-    report_call("cross", conn, CALL_WITHDRAW, (env["CLIENTS_CROSS_KEY"], int(env["CLIENTS_CROSS_ACCOUNT"]), 250))
-    report_call("cross_types", conn, CALL_TYPES,
-                (env["CLIENTS_CROSS_KEY"] + "-types", env["CLIENTS_CROSS_TAG"], True, STAMP, UUID, DOC, Decimal("12.50")))
-    other.close()
-    conn.close()
+    def uuid(self, text):
+        return uuid.UUID(text)
+
+    def jsonb(self, value):
+        return Jsonb(value)
 
 
-main()
+dbapi_scenario.run(Psycopg(withdraw, CALL_WITHDRAW, (Busy, KeyReused)))
