@@ -115,6 +115,26 @@ SELECT designs.key_table('digest8', 'bigint');
 ALTER TABLE designs.digest8 ADD PRIMARY KEY (key_digest);
 CREATE INDEX ON designs.digest8 (expires_at idempotency.expiry_ops);
 
+-- compact: the key itself as the index key where it has a lossless compact
+-- form, no digest beside it: a canonical UUID (lowercase 8-4-4-4-12, as
+-- uuid's own output) as its 16 bytes, 64 lowercase hex digits as their 32
+-- bytes, and the key's text column NULL (the text is the compact form's
+-- output). Any other key keeps its text and the order-preserving digest
+-- (sequential ids: as in the shaped row). The index column keeps the name
+-- key_digest; it holds the compact key or the digest. A UUIDv7's 16 bytes
+-- begin with its timestamp, so they keep its order without a digest. (A
+-- shipped row would need a kind byte or distinct lengths: a UUID's 16 bytes
+-- and a sequential id's 16-byte digest share a length.)
+SELECT designs.key_table('compact', 'bytea');
+ALTER TABLE designs.compact ALTER COLUMN key DROP NOT NULL;
+ALTER TABLE designs.compact ADD PRIMARY KEY (scope, key_digest);
+CREATE INDEX ON designs.compact (expires_at idempotency.expiry_ops);
+
+-- compactnx: the compact row without the expires_at index.
+SELECT designs.key_table('compactnx', 'bytea');
+ALTER TABLE designs.compactnx ALTER COLUMN key DROP NOT NULL;
+ALTER TABLE designs.compactnx ADD PRIMARY KEY (scope, key_digest);
+
 -- floor: a plain INSERT of the same row into a plain table with a plain
 -- primary key on the key's text (what an application table would be),
 -- no digest, no expires_at index.
@@ -127,6 +147,17 @@ CREATE TABLE designs.floor (
     expires_at   timestamptz NOT NULL,
     PRIMARY KEY (scope, key)
 );
+
+-- A key's lossless compact form, NULL when it has none: a canonical UUID's
+-- 16 bytes, 64 lowercase hex digits' 32 bytes.
+CREATE FUNCTION designs.compact_key(k text) RETURNS bytea
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT CASE
+        WHEN k ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+            THEN decode(replace(k, '-', ''), 'hex')
+        WHEN k ~ '^[0-9a-f]{64}$' THEN decode(k, 'hex')
+    END
+$$;
 
 -- The digest each design stores for a key.
 CREATE FUNCTION designs.digest_for(design text, scope oid, k text) RETURNS text
@@ -159,6 +190,16 @@ BEGIN
         SELECT 'bench'::regrole::oid, b.k, sha256(convert_to(b.k, 'UTF8')), '{"balance": 1, "entry": 1}',
                clock_timestamp(), clock_timestamp() + interval '1 day'
           FROM designs.batch AS b WHERE b.i BETWEEN from_i AND to_i;
+    ELSIF design IN ('compact', 'compactnx') THEN
+        EXECUTE format($i$
+            INSERT INTO designs.%I (scope, key, request_hash, response, created_at, expires_at, key_digest)
+            SELECT 'bench'::idempotency.role_scope, CASE WHEN c.compact IS NULL THEN b.k END,
+                   sha256(convert_to(b.k, 'UTF8')), '{"balance": 1, "entry": 1}',
+                   clock_timestamp(), clock_timestamp() + interval '1 day',
+                   coalesce(c.compact, designs.shaped_digest(b.k))
+              FROM designs.batch AS b, LATERAL (SELECT designs.compact_key(b.k) AS compact) AS c
+             WHERE b.i BETWEEN $1 AND $2$i$, design)
+        USING from_i, to_i;
     ELSE
         EXECUTE format($i$
             INSERT INTO designs.%I (scope, key, request_hash, response, created_at, expires_at, key_digest)
