@@ -5,10 +5,16 @@ extern "C" {
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/pg_namespace.h"
+#include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "parser/parse_func.h"
+#include "storage/lmgr.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/varlena.h"
 }
@@ -266,6 +272,185 @@ void report_citus_table(TableKind kind) {
                    "in the extension's docs/scale-out.md; undistribute_table "
                    "refuses a table that belongs to an extension.")));
   pg_unreachable();
+}
+
+// --- a shard of a hash-distributed table on this node
+// --------------------------
+
+namespace {
+
+// Citus 13's LocalExecutionStatus (executor/local_executor.h): whether the
+// transaction must, may or must not run statements on this node's shards in
+// this backend.
+enum LocalExecutionStatus : int {
+  local_execution_required = 0,
+  local_execution_optional = 1,
+  local_execution_disabled = 2,
+};
+
+// Functions of the Citus library (exported, not part of its SQL API), found
+// once per backend as the transaction manager's are.
+struct ShardFunctions {
+  // metadata/metadata_cache.c: this node's group, cached by Citus.
+  int32 (*local_group_id)();
+  // utils/resource_lock.c.
+  void (*lock_shard_distribution_metadata)(int64 shard, LOCKMODE mode);
+  // executor/local_executor.c.
+  LocalExecutionStatus (*local_execution_status)();
+  void (*set_local_execution_status)(LocalExecutionStatus status);
+  // executor/multi_executor.c: refuses a distributed statement (isRemote:
+  // false, a local one) where Citus allows none.
+  void (*ensure_task_execution_allowed)(bool is_remote);
+};
+
+ShardFunctions shard_functions{};
+bool shard_functions_found = false;
+
+void *citus_function(const char *entry, const char *name) {
+  void *function = reinterpret_cast<void *>(
+      load_external_function(entry, name, false, nullptr));
+  if (function == nullptr)
+    ereport(ERROR,
+            (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+             errmsg("the loaded Citus library has no function %s", name),
+             errdetail("Tenant keys are written in the tenant's shard on this "
+                       "node with the functions Citus's executor uses."),
+             errhint("Use a Citus version the extension supports (see its "
+                     "docs/scale-out.md).")));
+  return function;
+}
+
+const ShardFunctions &shards() {
+  if (shard_functions_found)
+    return shard_functions;
+  char *entry = citus_loaded() ? citus_library_entry() : nullptr;
+  if (entry == nullptr)
+    ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                    errmsg("Citus is not loaded in this server"),
+                    errhint("Add citus to shared_preload_libraries.")));
+  ShardFunctions found{};
+  found.local_group_id =
+      reinterpret_cast<int32 (*)()>(citus_function(entry, "GetLocalGroupId"));
+  found.lock_shard_distribution_metadata =
+      reinterpret_cast<void (*)(int64, LOCKMODE)>(
+          citus_function(entry, "LockShardDistributionMetadata"));
+  found.local_execution_status = reinterpret_cast<LocalExecutionStatus (*)()>(
+      citus_function(entry, "GetCurrentLocalExecutionStatus"));
+  found.set_local_execution_status =
+      reinterpret_cast<void (*)(LocalExecutionStatus)>(
+          citus_function(entry, "SetLocalExecutionStatus"));
+  found.ensure_task_execution_allowed = reinterpret_cast<void (*)(bool)>(
+      citus_function(entry, "EnsureTaskExecutionAllowed"));
+  shard_functions = found;
+  shard_functions_found = true;
+  return shard_functions;
+}
+
+// pg_catalog.get_shard_id_for_distribution_column(regclass, "any"), called
+// through the function manager. It reads its second argument's type from
+// the call expression, so the FmgrInfo carries one, made for the type of
+// the last call (a database's tenant keys have one type).
+struct ShardIdFunction {
+  bool ready;
+  Oid value_type;
+  FmgrInfo info;
+};
+ShardIdFunction shard_id_function{};
+
+void prepare_shard_id_function(Oid type) {
+  if (shard_id_function.ready && shard_id_function.value_type == type)
+    return;
+  shard_id_function.ready = false;
+  Oid argument_types[2] = {REGCLASSOID, ANYOID};
+  List *name =
+      list_make2(makeString(pstrdup("pg_catalog")),
+                 makeString(pstrdup("get_shard_id_for_distribution_column")));
+  Oid function = LookupFuncName(name, 2, argument_types, false);
+  MemoryContext saved = MemoryContextSwitchTo(TopMemoryContext);
+  fmgr_info(function, &shard_id_function.info);
+  List *arguments = list_make2(makeNullConst(REGCLASSOID, -1, InvalidOid),
+                               makeNullConst(type, -1, get_typcollation(type)));
+  fmgr_info_set_expr(reinterpret_cast<Node *>(
+                         makeFuncExpr(function, INT8OID, arguments, InvalidOid,
+                                      InvalidOid, COERCE_EXPLICIT_CALL)),
+                     &shard_id_function.info);
+  MemoryContextSwitchTo(saved);
+  shard_id_function.value_type = type;
+  shard_id_function.ready = true;
+}
+
+} // namespace
+
+uint64 shard_for_value(Oid relid, Oid type, Datum value) {
+  prepare_shard_id_function(type);
+  LOCAL_FCINFO(call, 2);
+  InitFunctionCallInfoData(*call, &shard_id_function.info, 2, InvalidOid,
+                           nullptr, nullptr);
+  call->args[0].value = ObjectIdGetDatum(relid);
+  call->args[0].isnull = false;
+  call->args[1].value = value;
+  call->args[1].isnull = false;
+  Datum shard = FunctionCallInvoke(call);
+  if (call->isnull)
+    elog(ERROR, "get_shard_id_for_distribution_column returned NULL");
+  return static_cast<uint64>(DatumGetInt64(shard));
+}
+
+void lock_shard_placement(uint64 shard) {
+  shards().lock_shard_distribution_metadata(static_cast<int64>(shard),
+                                            ShareLock);
+  // Citus takes the lock as an advisory lock, which, unlike a relation's,
+  // does not take in the invalidations of the transactions it waited for.
+  AcceptInvalidationMessages();
+}
+
+ShardPlacements shard_placements(uint64 shard) {
+  int32 group = shards().local_group_id();
+  Oid placement_oid =
+      get_relname_relid("pg_dist_placement", PG_CATALOG_NAMESPACE);
+  ShardPlacements placed{false, 0};
+  if (!OidIsValid(placement_oid))
+    return placed;
+  // pg_dist_placement has no system cache: a scan without a snapshot of its
+  // own takes a new catalog snapshot (GetCatalogSnapshot).
+  Relation placements = table_open(placement_oid, AccessShareLock);
+  TupleDesc desc = RelationGetDescr(placements);
+  AttrNumber shardid = column_named(desc, "shardid");
+  AttrNumber groupid = column_named(desc, "groupid");
+  if (shardid == InvalidAttrNumber || groupid == InvalidAttrNumber)
+    elog(ERROR, "pg_dist_placement has no column shardid or groupid");
+  Oid index = get_relname_relid("pg_dist_placement_shardid_index",
+                                PG_CATALOG_NAMESPACE);
+  ScanKeyData key;
+  ScanKeyInit(&key, shardid, BTEqualStrategyNumber, F_INT8EQ,
+              Int64GetDatum(static_cast<int64>(shard)));
+  SysScanDesc scan = systable_beginscan(placements, index, OidIsValid(index),
+                                        nullptr, 1, &key);
+  for (HeapTuple tuple = systable_getnext(scan); tuple != nullptr;
+       tuple = systable_getnext(scan)) {
+    bool isnull = true;
+    Datum placement_group = heap_getattr(tuple, groupid, desc, &isnull);
+    placed.here |= !isnull && DatumGetInt32(placement_group) == group;
+    placed.count++;
+  }
+  systable_endscan(scan);
+  table_close(placements, AccessShareLock);
+  return placed;
+}
+
+bool may_write_local_shard() {
+  const ShardFunctions &citus = shards();
+  citus.ensure_task_execution_allowed(false);
+  const char *local_execution =
+      GetConfigOption("citus.enable_local_execution", true, false);
+  if (local_execution == nullptr || strcmp(local_execution, "on") != 0)
+    return false;
+  return citus.local_execution_status() != local_execution_disabled;
+}
+
+void note_local_shard_write() {
+  shards().set_local_execution_status(local_execution_required);
+  note_key_write();
 }
 
 } // namespace idempotency::storage::citus

@@ -12,6 +12,7 @@ extern "C" {
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
+#include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/lsyscache.h"
@@ -51,7 +52,6 @@ struct KeptPlan {
 };
 static_assert(std::is_trivially_destructible_v<KeptPlan>);
 
-KeptPlan locality_plan;
 KeptPlan insert_plan;
 
 // Whether `kept` is to be prepared (again) before it runs for a tenant of
@@ -164,125 +164,103 @@ void check_tenant_type(Oid relid, const KeyRef &key) {
                    format_type_be(column_type))));
 }
 
-// Where the tenant's shard of idempotency.tenant_keys is, seen from here.
-struct ShardHere {
-  // Its relation on this node when Citus's metadata places it on this node
-  // (Citus's local group); InvalidOid otherwise.
+// The tenant's shard of idempotency.tenant_keys, found through Citus's
+// metadata.
+uint64 shard_of(Oid relid, Oid owner, const KeyRef &key) {
+  // As the table's owner: Citus checks that its caller may read the table,
+  // and callers have no rights on it.
+  Oid saved_user;
+  int saved_context;
+  GetUserIdAndSecContext(&saved_user, &saved_context);
+  SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
+  uint64 shard = citus::shard_for_value(relid, key.tenant_type, key.tenant);
+  SetUserIdAndSecContext(saved_user, saved_context);
+  return shard;
+}
+
+// The shard's relation on this node, InvalidOid when there is none. Citus
+// names a shard after its table and shard id, in the table's schema
+// ("tenant_keys_102008": short enough that Citus never shortens it).
+Oid shard_relation(Oid relid, uint64 shard) {
+  char name[NAMEDATALEN];
+  snprintf(name, sizeof name, "%s_" UINT64_FORMAT, table_name, shard);
+  return get_relname_relid(name, get_rel_namespace(relid));
+}
+
+// The last placement table_for() checked, and where: while the transaction
+// is still in the subtransaction that checked it, the placement lock taken
+// before the check is held (a lock goes only when the (sub)transaction that
+// took it ends), so no move can have ended since, and store() need not
+// check again. A lock taken in a subtransaction that rolled back is gone;
+// a request then looks again.
+struct CheckedPlacement {
+  LocalTransactionId transaction;
+  SubTransactionId subtransaction;
   Oid local_shard;
-  // Whether a relation of that shard exists on this node at all: it does
-  // while Citus is moving the shard here (before the new placement is
-  // visible) and after it moved it away (until the old placement is dropped,
-  // which Citus defers).
-  bool shard_relation_here;
+  // The shard has copies on other nodes too (a replicated table), which
+  // only Citus's executor writes together.
+  bool replicated;
 };
-static_assert(std::is_trivially_destructible_v<ShardHere>);
+static_assert(std::is_trivially_destructible_v<CheckedPlacement>);
+CheckedPlacement checked_placement{InvalidLocalTransactionId,
+                                   InvalidSubTransactionId, InvalidOid, false};
 
-// Read with a new snapshot (not read-only): a move that committed since the
-// calling statement began must be seen, as Citus's own routing sees it.
-ShardHere shard_here(OwnerSpi &spi, const KeyRef &key) {
-  Oid types[1] = {key.tenant_type};
-  Datum values[1] = {key.tenant};
-  spi.run_kept(
-      locality_plan,
-      "SELECT pg_catalog.to_regclass(pg_catalog.shard_name("
-      "   'idempotency.tenant_keys'::pg_catalog.regclass, s.shardid)),"
-      " EXISTS (SELECT FROM pg_catalog.pg_dist_placement AS p"
-      "   WHERE p.shardid OPERATOR(pg_catalog.=) s.shardid"
-      "     AND p.groupid OPERATOR(pg_catalog.=)"
-      "     (SELECT g.groupid FROM pg_catalog.pg_dist_local_group AS g))"
-      " FROM (SELECT pg_catalog.get_shard_id_for_distribution_column("
-      "   'idempotency.tenant_keys'::pg_catalog.regclass, $1) AS shardid) AS s",
-      1, types, values, nullptr, false, SPI_OK_SELECT);
-  ShardHere here{InvalidOid, false};
-  if (SPI_processed == 0)
-    return here;
-  bool relation_is_null = true;
-  Datum relation = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-                                 1, &relation_is_null);
-  bool placed_is_null = true;
-  bool placed_here = DatumGetBool(SPI_getbinval(
-      SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &placed_is_null));
-  here.shard_relation_here = !relation_is_null;
-  if (here.shard_relation_here && !placed_is_null && placed_here)
-    here.local_shard = DatumGetObjectId(relation);
-  return here;
+void remember_checked(Oid local_shard, bool replicated) {
+  checked_placement = CheckedPlacement{
+      MyProc->lxid, GetCurrentSubTransactionId(), local_shard, replicated};
 }
 
-// Citus's lock on the placement metadata of the tenant's shard, in share
-// mode, until the transaction ends: the lock Citus's own writes to the shard
-// take, and that a shard move (citus_move_shard_placement, the rebalancer)
-// takes in exclusive mode, on every node, for the last moment of the move,
-// in which it changes the placement. For a hash-distributed table Citus
-// locks the group of co-located shards (the tenant's shards of every table
-// co-located with the keys) as one, so this lock and those fn's writes take
-// are the same lock: no order between them to deadlock on. Taken before the
-// placement is checked, it keeps the placement checked for the whole
-// request: a move waits for the request to end, and a request that comes
-// while a move holds the lock waits for the move and then sees where it put
-// the shard. Without it, a move could end between the check and the
-// request's writes, which Citus would then send to the new node (or, inside
-// the client's transaction block, refuse with "cannot execute a distributed
-// query from a query on a shard").
-KeptPlan placement_lock_plan;
-static_assert(ShareLock == 5, "the lock mode lock_shard_metadata() is given");
-
-// Returns whether a relation of the shard was on this node before the lock
-// was taken: a request that waited for a move that took the shard away
-// still knows it was sent here for it, should Citus drop the old placement
-// before the request looks again.
-bool lock_placement(OwnerSpi &spi, const KeyRef &key) {
-  Oid types[1] = {key.tenant_type};
-  Datum values[1] = {key.tenant};
-  // OFFSET 0 keeps the subquery, and the look for the relation, before the
-  // lock.
-  spi.run_kept(
-      placement_lock_plan,
-      "SELECT s.here, pg_catalog.lock_shard_metadata(5 /* ShareLock */,"
-      "   ARRAY[s.shardid])"
-      " FROM (SELECT i.shardid, pg_catalog.to_regclass(pg_catalog."
-      "     shard_name('idempotency.tenant_keys'::pg_catalog.regclass,"
-      "       i.shardid)) IS NOT NULL AS here"
-      "   FROM (SELECT pg_catalog.get_shard_id_for_distribution_column("
-      "     'idempotency.tenant_keys'::pg_catalog.regclass, $1)"
-      "     AS shardid) AS i OFFSET 0) AS s",
-      1, types, values, nullptr, false, SPI_OK_SELECT);
-  bool is_null = true;
-  bool here = SPI_processed > 0 &&
-              DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
-                                         SPI_tuptable->tupdesc, 1, &is_null));
-  return here && !is_null;
+bool placement_still_checked(Oid local_shard) {
+  return checked_placement.transaction == MyProc->lxid &&
+         checked_placement.subtransaction == GetCurrentSubTransactionId() &&
+         checked_placement.local_shard == local_shard;
 }
 
-// Kept plans of the probe, one per local shard relation (a node holds a few
-// dozen shards of the table); when all slots are taken, the next shard
-// takes a slot over in turn.
-constexpr int probe_plan_slots = 64;
-struct ShardPlan {
+// Kept plans of the statements on a local shard relation (the probe and the
+// insert), one set per shard (a node holds a few dozen shards of the
+// table); when all slots are taken, the next shard takes a slot over in
+// turn.
+constexpr int shard_plan_slots = 64;
+struct ShardPlans {
   Oid shard;
-  KeptPlan kept;
+  KeptPlan probe;
+  KeptPlan insert;
 };
-static_assert(std::is_trivially_destructible_v<ShardPlan>);
-ShardPlan probe_plans[probe_plan_slots];
-int next_probe_slot = 0;
+static_assert(std::is_trivially_destructible_v<ShardPlans>);
+ShardPlans shard_plans[shard_plan_slots];
+int next_shard_slot = 0;
 
-KeptPlan &probe_plan_for(Oid shard) {
-  for (ShardPlan &slot : probe_plans) {
+// A plan names the shard it was made for: once that shard is dropped (moved
+// away), its OID may come back as another shard's. Made again by name.
+void forget_if_invalid(KeptPlan &kept) {
+  if (kept.plan != nullptr && !SPI_plan_is_valid(kept.plan)) {
+    SPI_freeplan(kept.plan);
+    kept.plan = nullptr;
+  }
+}
+
+ShardPlans &plans_for(Oid shard) {
+  for (ShardPlans &slot : shard_plans) {
     if (slot.shard != shard)
       continue;
-    // Names the shard it was made for: once that shard is dropped (moved
-    // away), its OID may come back as another shard's. Made again by name.
-    if (slot.kept.plan != nullptr && !SPI_plan_is_valid(slot.kept.plan)) {
-      SPI_freeplan(slot.kept.plan);
-      slot.kept.plan = nullptr;
-    }
-    return slot.kept;
+    forget_if_invalid(slot.probe);
+    forget_if_invalid(slot.insert);
+    return slot;
   }
-  ShardPlan &slot = probe_plans[next_probe_slot];
-  next_probe_slot = (next_probe_slot + 1) % probe_plan_slots;
-  if (slot.kept.plan != nullptr)
-    SPI_freeplan(slot.kept.plan);
-  slot = ShardPlan{shard, KeptPlan{InvalidOid, nullptr}};
-  return slot.kept;
+  ShardPlans &slot = shard_plans[next_shard_slot];
+  next_shard_slot = (next_shard_slot + 1) % shard_plan_slots;
+  if (slot.probe.plan != nullptr)
+    SPI_freeplan(slot.probe.plan);
+  if (slot.insert.plan != nullptr)
+    SPI_freeplan(slot.insert.plan);
+  slot = ShardPlans{shard, KeptPlan{InvalidOid, nullptr},
+                    KeptPlan{InvalidOid, nullptr}};
+  return slot;
+}
+
+const char *shard_name_of(Oid shard) {
+  return quote_qualified_identifier(
+      get_namespace_name(get_rel_namespace(shard)), get_rel_name(shard));
 }
 
 const char *tenant_text(const KeyRef &key) {
@@ -334,8 +312,59 @@ Datum copy_to(MemoryContext context, Datum value, bool by_value, int length) {
   return copy;
 }
 
+// The key's row, written into the tenant's shard on this node as Citus's
+// local executor writes it (an INSERT on the shard relation, which fires
+// the shard's triggers and checks its constraints), through a plan kept
+// per shard: Citus would deparse, parse and plan that INSERT again on every
+// call. Where Citus would not write this node's shard from this backend
+// (citus::may_write_local_shard), or the shard has copies on other nodes,
+// the INSERT goes through Citus instead. Parameters as set by store(), which
+// has checked the placement (checked_placement); leaves the row's times in
+// SPI_tuptable.
+void insert_row(OwnerSpi &spi, const KeyTable &table, Oid *types, Datum *values,
+                const char *nulls) {
+  constexpr const char *columns =
+      "(tenant, scope, key, key_digest, request_hash, response, created_at,"
+      " expires_at) VALUES ($1,"
+      " $2::pg_catalog.regrole::idempotency.role_scope, $4, $3, $5, $6, $7,"
+      " $8) RETURNING k.created_at, k.expires_at";
+  constexpr int nargs = 8;
+  if (checked_placement.replicated || !citus::may_write_local_shard()) {
+    char sql[512];
+    snprintf(sql, sizeof sql, "INSERT INTO idempotency.tenant_keys AS k %s",
+             columns);
+    spi.run_kept(insert_plan, sql, nargs, types, values, nulls, false,
+                 SPI_OK_INSERT_RETURNING);
+    return;
+  }
+  KeptPlan &kept = plans_for(table.local_shard).insert;
+  char sql[640] = "";
+  if (needs_preparing(kept, types[0]))
+    snprintf(sql, sizeof sql, "INSERT INTO %s AS k %s",
+             shard_name_of(table.local_shard), columns);
+  citus::note_local_shard_write();
+  spi.run_kept(kept, sql, nargs, types, values, nulls, false,
+               SPI_OK_INSERT_RETURNING);
+}
+
 } // namespace
 
+// Citus's lock on the placement metadata of the tenant's shard, in share
+// mode, until the transaction ends (citus::lock_shard_placement): the lock
+// Citus's own writes to the shard take, and that a shard move
+// (citus_move_shard_placement, the rebalancer) takes in exclusive mode, on
+// every node, for the last moment of the move, in which its logical
+// replication catches up with the writes made to the old placement and it
+// changes the placement. For a hash-distributed table Citus locks the group
+// of co-located shards (the tenant's shards of every table co-located with
+// the keys) as one, so this lock and those fn's writes take are the same
+// lock: no order between them to deadlock on. Taken before the placement is
+// checked, it keeps the placement checked for the whole request: a move
+// waits for the request to end (and then carries the key it wrote to the
+// new placement), and a request that comes while a move holds the lock
+// waits for the move and then sees where it put the shard. Without it, a
+// move could end between the check and the request's writes, which would
+// then land in a placement the move has already left behind.
 KeyTable table_for(const KeyRef &key) {
   Oid relid = tenant_keys_oid();
   if (!OidIsValid(relid))
@@ -352,17 +381,25 @@ KeyTable table_for(const KeyRef &key) {
              errhint("Create it with idempotency.distribute_keys().")));
   check_tenant_type(relid, key);
   Oid owner = table_owner(relid);
-  OwnerSpi spi(owner);
-  bool was_here = lock_placement(spi, key);
-  ShardHere here = shard_here(spi, key);
-  spi.finish();
-  if (OidIsValid(here.local_shard))
-    return KeyTable{relid, here.local_shard, owner};
+  uint64 shard = shard_of(relid, owner, key);
+  // Whether a relation of the shard was on this node before the lock was
+  // taken: a request that waited for a move that took the shard away still
+  // knows it was sent here for it, should Citus drop the old placement
+  // before the request looks again.
+  bool was_here = OidIsValid(shard_relation(relid, shard));
+  citus::lock_shard_placement(shard);
+  Oid local_shard = shard_relation(relid, shard);
+  citus::ShardPlacements placed = citus::shard_placements(shard);
+  if (OidIsValid(local_shard) && placed.here) {
+    remember_checked(local_shard, placed.count > 1);
+    return KeyTable{relid, local_shard, owner};
+  }
   // A relation of the shard here, placed elsewhere: Citus is moving the
-  // shard here, or moved it away after it sent this request here (the old
-  // placement is dropped later). Either way the request was on its way
-  // during a move, and its retry goes where the move put the shard.
-  if (was_here || here.shard_relation_here)
+  // shard here (before the new placement is visible), or moved it away
+  // after it sent this request here (the old placement is dropped later).
+  // Either way the request was on its way during a move, and its retry
+  // goes where the move put the shard.
+  if (was_here || OidIsValid(local_shard))
     report_moved(key);
   report_not_local(key);
 }
@@ -376,20 +413,15 @@ KeyProbe Backend::probe(const KeyTable &table, const KeyRef &key,
   set_identity(key, types, values);
   // The tenant's shard on this node is read directly, as a local table:
   // through Citus, the same lookup costs several times as much (it plans
-  // the shard query anew on every call). Only reads take this way; every
-  // write goes through Citus, which blocks writes to a shard it is moving.
-  // A move that ends after table_for() checked the placement leaves the
-  // shard readable here, unchanged, until its writes resume on the new node.
-  KeptPlan &kept = probe_plan_for(table.local_shard);
+  // the shard query anew on every call). table_for() holds the placement
+  // lock: the shard stays here until the transaction ends.
+  KeptPlan &kept = plans_for(table.local_shard).probe;
   char sql[640] = "";
   if (needs_preparing(kept, key.tenant_type))
     snprintf(sql, sizeof sql,
              "SELECT k.key, k.request_hash, k.response, k.created_at,"
              " k.expires_at FROM %s AS k WHERE %s",
-             quote_qualified_identifier(
-                 get_namespace_name(get_rel_namespace(table.local_shard)),
-                 get_rel_name(table.local_shard)),
-             identity_filter);
+             shard_name_of(table.local_shard), identity_filter);
 
   OwnerSpi spi(table.owner);
   spi.run_kept(kept, sql, identity_args, types, values, nullptr, false,
@@ -470,24 +502,16 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
     spi.run(sql, 7, delete_types, values, nulls, false, SPI_OK_DELETE);
   }
 
-  // table_for() holds the placement lock, so no move can have ended since
-  // it checked; checked again all the same (a lock taken in a subtransaction
-  // that rolled back is gone): a key sent to the tenant's new node would go
-  // through another connection than fn's writes.
-  if (!OidIsValid(shard_here(spi, key).local_shard))
-    report_moved(key);
+  // table_for() took the placement lock and then checked the placement; a
+  // lock taken in a subtransaction that rolled back is gone, and a request
+  // then checks again (a key sent to the tenant's new node would go through
+  // another connection than fn's writes).
+  KeyTable checked =
+      placement_still_checked(table.local_shard) ? table : table_for(key);
 
-  const char *insert =
-      "INSERT INTO idempotency.tenant_keys AS k (tenant, scope, key,"
-      " key_digest, request_hash, response, created_at, expires_at)"
-      " VALUES ($1, $2::pg_catalog.regrole::idempotency.role_scope, $4, $3,"
-      " $5, $6, $7, $8) RETURNING k.created_at, k.expires_at";
   MemoryContext caller = spi.caller_context();
   PG_TRY();
-  {
-    spi.run_kept(insert_plan, insert, nargs, types, values, nulls, false,
-                 SPI_OK_INSERT_RETURNING);
-  }
+  { insert_row(spi, checked, types, values, nulls); }
   PG_CATCH();
   {
     // Another transaction stored the key first: the primary key refused
@@ -505,6 +529,16 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
              errhint("Retry the request: it replays the stored response.")));
   }
   PG_END_TRY();
+  // A BEFORE trigger may change the row, but not drop it: a retry of the
+  // key would run its request again.
+  if (SPI_processed == 0)
+    ereport(ERROR,
+            (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+             errmsg("a BEFORE INSERT trigger on idempotency.tenant_keys "
+                    "skipped the row of idempotency key \"%s\"",
+                    text_to_cstring(key.key)),
+             errdetail("Without its row, a retry of the key would run its "
+                       "request again.")));
   StoredRow stored{};
   bool is_null = false;
   stored.created_at = DatumGetTimestampTz(

@@ -19,8 +19,8 @@
 #   OWNED deletes its rows on the node it moved to.
 #
 # Needs Citus; without it the file says so and is skipped. CITUS_TEST_PORT,
-# when set, is the first of twelve TCP ports (this file uses the last
-# three; 501, 502 and 503 the nine before).
+# when set, is the first of fifteen TCP ports (this file uses the fourth
+# three; 501, 502 and 503 the nine before, 505 the last three).
 use strict;
 use warnings;
 

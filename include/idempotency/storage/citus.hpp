@@ -35,10 +35,12 @@
 
 namespace idempotency::storage::citus {
 
-// Records that the current transaction wrote idempotency.keys (a key row
-// stored or deleted). When Citus is loaded, the transaction will commit
-// through two-phase commit if it is a Citus coordinated transaction now or
-// becomes one before it commits; otherwise this does nothing.
+// Records that the current transaction wrote a key row that Citus's
+// executor did not write: in idempotency.keys, or in the local shard of a
+// tenant key (write_local_shard). When Citus is loaded, the transaction
+// will commit through two-phase commit if it is a Citus coordinated
+// transaction now or becomes one before it commits; otherwise this does
+// nothing.
 void note_key_write();
 
 // idempotent_call runs fn between these two. Citus opens transactions on
@@ -51,6 +53,53 @@ void note_key_write();
 // An error in fn ends the (sub)transaction, which restores the setting.
 int begin_fn();
 void end_fn(int guc_level);
+
+// --- a shard of a hash-distributed table on this node ------------------------
+//
+// Tenant keys are read and written in the tenant's shard relation on this
+// node directly, with the guarantees Citus's own executor has when it runs
+// a statement on a local shard: these call the functions of the Citus
+// library that its executor calls (raising 0A000 when the loaded Citus
+// lacks one). Each needs a transaction.
+
+// The shard of `relid` (hash-distributed) that holds the distribution value
+// `value` of type `type` (the distribution column's type), as
+// get_shard_id_for_distribution_column() finds it. The current user must
+// be able to read `relid`.
+uint64 shard_for_value(Oid relid, Oid type, Datum value);
+
+// Citus's lock on the placement metadata of `shard`, in share mode, until
+// the transaction ends: what Citus's executor takes before it writes a
+// shard, and what a shard move takes in exclusive mode, on every node, for
+// its final switch-over (after it has copied the shard and while its
+// logical replication catches up with what was written to the old
+// placement). For a hash-distributed table it locks the shard's group of
+// co-located shards. Invalidations that arrived meanwhile are taken in.
+void lock_shard_placement(uint64 shard);
+
+// Where Citus's metadata places `shard`, read with a new catalog snapshot:
+// a move that committed before the lock was granted is seen.
+struct ShardPlacements {
+  bool here; // one of them is on this node (its local group)
+  int count; // how many there are (more than one: a replicated shard)
+};
+ShardPlacements shard_placements(uint64 shard);
+
+// Whether a write to a local shard may be made here, outside Citus's
+// executor, in the current transaction: Citus's local execution is on, and
+// the transaction has not reached this node's shards through a connection
+// (Citus then sends every later statement for them that way, and a row
+// written here would be hidden from those statements). Raises what Citus
+// raises for a distributed statement where it allows none (a function run
+// by a query on a shard).
+bool may_write_local_shard();
+
+// Tells Citus that the transaction wrote a shard on this node, as its local
+// executor does: later statements of the transaction that reach this
+// node's shards run locally, in this transaction, and see the row; a
+// coordinated transaction commits through two-phase commit. Called before
+// the write, after may_write_local_shard() returned true.
+void note_local_shard_write();
 
 // What Citus's metadata (pg_dist_partition) says about a table.
 enum class TableKind {

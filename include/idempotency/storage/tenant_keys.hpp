@@ -7,11 +7,20 @@
 // sit in the shard beside that tenant's rows. Calls of the tenant_* SQL
 // functions read and write it here.
 //
-// Rows are read and written through SPI, so that Citus plans every statement
-// and keeps them in the shard it owns (its locks, its shard moves); never
-// through the heap directly, which would write into a placement Citus may be
-// moving away. The statements run as the table's owner: callers have no
-// rights on the table.
+// A call reads and writes the tenant's shard relation on this node
+// directly, with statements planned once per backend and shard (through
+// Citus, every statement would be planned, deparsed and planned again for
+// the shard on every call), under the lock Citus's own writes take: Citus's
+// share lock on the shard's placement metadata, taken before the placement
+// is checked and held until the transaction ends. A shard move takes that
+// lock in exclusive mode for its final switch-over, so it waits for a
+// request that wrote a key to the old placement and carries the key with
+// the rest of the shard (its logical replication catches up after the
+// lock), and a request that comes during the switch-over waits for it and
+// then finds the shard gone (40001). Citus is told of the write as its
+// local executor would be (citus::note_local_shard_write); where it would
+// not write the shard from this backend, the insert goes through Citus. The
+// statements run as the table's owner: callers have no rights on the table.
 //
 // A tenant's keys are only read and written on the node that holds the
 // tenant's shard: the call, fn and the key then are one local transaction on
@@ -40,9 +49,12 @@ KeyTable table_for(const KeyRef &key);
 // - probe reads the tenant's shard on this node (never in_progress: rows of
 //   open transactions are not seen; the claim lock stands for them);
 // - store records the key's role on this node (storage/role_marks.hpp: a
-//   role with tenant keys cannot be dropped), and raises 40001 when Citus moved
-//   the tenant's shard to another node while the request ran (the request must
-//   run again, there; not expected while table_for's lock is held). A row of
+//   role with tenant keys cannot be dropped), inserts the row into the
+//   tenant's shard here (its triggers fire, its constraints are checked; a
+//   trigger that skips the row raises 09000), and raises 40001 when Citus
+//   moved the tenant's shard to another node while the request ran (the
+//   request must run again, there; possible only when the lock table_for
+//   took went with a subtransaction that rolled back). A row of
 //   the key committed by a transaction that claimed it on another node
 //   (possible only around a shard move) makes the insert fail on the primary
 //   key: raised as IK409;
