@@ -37,23 +37,14 @@ use IdempotencyTest;
 my $missing = citus_missing();
 plan skip_all => $missing if $missing;
 
-my $port_base = $ENV{CITUS_TEST_PORT};
 # The old placement of a moved shard stays until the test drops it
 # (citus_cleanup_orphaned_resources), instead of whenever the maintenance
 # daemon comes round.
-my $coordinator = citus_node('coordinator', defined $port_base ? $port_base + 12 : undef,
-	"idempotency.expire_interval = 0\ncitus.defer_shard_delete_interval = -1\n");
-my @workers = map {
-	citus_node("worker$_", defined $port_base ? $port_base + 12 + $_ : undef,
-		"idempotency.expire_interval = 0\nwal_level = logical\n"
-		  . "max_wal_senders = 10\nmax_replication_slots = 10\n")
-} (1, 2);
-
-$coordinator->safe_psql('postgres',
-	"SELECT citus_set_coordinator_host('127.0.0.1', " . $coordinator->port . ')');
-$coordinator->safe_psql('postgres',
-	"SELECT citus_add_node('127.0.0.1', " . $_->port . ')')
-  for @workers;
+my ($coordinator, @workers) = citus_cluster(
+	slot => 4,
+	conf => "idempotency.expire_interval = 0\n",
+	coordinator_conf => "citus.defer_shard_delete_interval = -1\n",
+	shard_moves => 1);
 
 $coordinator->safe_psql(
 	'postgres', q{
