@@ -306,6 +306,15 @@ struct ShardFunctions {
 ShardFunctions shard_functions{};
 bool shard_functions_found = false;
 
+// Whether the loaded Citus is a major version whose local-execution state
+// (the enum above, the functions that read and set it) this file was
+// written and tested against. With another version, tenant keys are
+// written through Citus's executor, as any statement on the table is.
+bool local_execution_known() {
+  const char *version = GetConfigOption("citus.version", true, false);
+  return version != nullptr && strncmp(version, "13.", 3) == 0;
+}
+
 void *citus_function(const char *entry, const char *name) {
   void *function = reinterpret_cast<void *>(
       load_external_function(entry, name, false, nullptr));
@@ -334,13 +343,15 @@ const ShardFunctions &shards() {
   found.lock_shard_distribution_metadata =
       reinterpret_cast<void (*)(int64, LOCKMODE)>(
           citus_function(entry, "LockShardDistributionMetadata"));
-  found.local_execution_status = reinterpret_cast<LocalExecutionStatus (*)()>(
-      citus_function(entry, "GetCurrentLocalExecutionStatus"));
-  found.set_local_execution_status =
-      reinterpret_cast<void (*)(LocalExecutionStatus)>(
-          citus_function(entry, "SetLocalExecutionStatus"));
-  found.ensure_task_execution_allowed = reinterpret_cast<void (*)(bool)>(
-      citus_function(entry, "EnsureTaskExecutionAllowed"));
+  if (local_execution_known()) {
+    found.local_execution_status = reinterpret_cast<LocalExecutionStatus (*)()>(
+        citus_function(entry, "GetCurrentLocalExecutionStatus"));
+    found.set_local_execution_status =
+        reinterpret_cast<void (*)(LocalExecutionStatus)>(
+            citus_function(entry, "SetLocalExecutionStatus"));
+    found.ensure_task_execution_allowed = reinterpret_cast<void (*)(bool)>(
+        citus_function(entry, "EnsureTaskExecutionAllowed"));
+  }
   shard_functions = found;
   shard_functions_found = true;
   return shard_functions;
@@ -439,6 +450,8 @@ ShardPlacements shard_placements(uint64 shard) {
 }
 
 bool may_write_local_shard() {
+  if (!local_execution_known())
+    return false;
   const ShardFunctions &citus = shards();
   citus.ensure_task_execution_allowed(false);
   const char *local_execution =

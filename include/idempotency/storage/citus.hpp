@@ -86,10 +86,11 @@ struct ShardPlacements {
 ShardPlacements shard_placements(uint64 shard);
 
 // Whether a write to a local shard may be made here, outside Citus's
-// executor, in the current transaction: Citus's local execution is on, and
-// the transaction has not reached this node's shards through a connection
-// (Citus then sends every later statement for them that way, and a row
-// written here would be hidden from those statements). Raises what Citus
+// executor, in the current transaction: the loaded Citus is version 13 (whose
+// local-execution state this library reads and sets), its local execution is
+// on, and the transaction has not reached this node's shards through a
+// connection (Citus then sends every later statement for them that way, and a
+// row written here would be hidden from those statements). Raises what Citus
 // raises for a distributed statement where it allows none (a function run
 // by a query on a shard).
 bool may_write_local_shard();
