@@ -79,10 +79,25 @@ char *citus_library_entry() {
   return nullptr;
 }
 
-// Looks Citus's functions up once per backend. load_external_function
-// finds the library among those already loaded (same name, same file), so
-// it never loads Citus here - which, outside shared_preload_libraries,
-// Citus would refuse with an error.
+// A function of the loaded Citus library (exported, not part of its SQL
+// API). load_external_function finds the library among those already
+// loaded (same name, same file), so it never loads Citus here - which,
+// outside shared_preload_libraries, Citus would refuse with an error.
+void *citus_function(const char *entry, const char *name) {
+  void *function = reinterpret_cast<void *>(
+      load_external_function(entry, name, false, nullptr));
+  if (function == nullptr)
+    ereport(ERROR,
+            (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+             errmsg("the loaded Citus library has no function %s", name),
+             errdetail("The extension works with Citus through functions of "
+                       "Citus's library."),
+             errhint("Use a Citus version the extension supports (see its "
+                     "docs/scale-out.md).")));
+  return function;
+}
+
+// Looks Citus's functions up once per backend.
 bool citus_loaded() {
   if (presence != Presence::unknown)
     return presence == Presence::present;
@@ -93,10 +108,10 @@ bool citus_loaded() {
   }
   TransactionManager found{};
   found.in_coordinated_transaction = reinterpret_cast<InCoordinatedTransaction>(
-      load_external_function(entry, "InCoordinatedTransaction", true, nullptr));
+      citus_function(entry, "InCoordinatedTransaction"));
   found.use_two_phase_commit =
-      reinterpret_cast<Use2PCForCoordinatedTransaction>(load_external_function(
-          entry, "Use2PCForCoordinatedTransaction", true, nullptr));
+      reinterpret_cast<Use2PCForCoordinatedTransaction>(
+          citus_function(entry, "Use2PCForCoordinatedTransaction"));
   manager = found;
   presence = Presence::present;
   return true;
@@ -313,20 +328,6 @@ bool shard_functions_found = false;
 bool local_execution_known() {
   const char *version = GetConfigOption("citus.version", true, false);
   return version != nullptr && strncmp(version, "13.", 3) == 0;
-}
-
-void *citus_function(const char *entry, const char *name) {
-  void *function = reinterpret_cast<void *>(
-      load_external_function(entry, name, false, nullptr));
-  if (function == nullptr)
-    ereport(ERROR,
-            (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-             errmsg("the loaded Citus library has no function %s", name),
-             errdetail("Tenant keys are written in the tenant's shard on this "
-                       "node with the functions Citus's executor uses."),
-             errhint("Use a Citus version the extension supports (see its "
-                     "docs/scale-out.md).")));
-  return function;
 }
 
 const ShardFunctions &shards() {
