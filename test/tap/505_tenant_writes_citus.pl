@@ -47,22 +47,8 @@ my ($coordinator, @workers) = citus_cluster(
 	shard_moves => 1);
 
 $coordinator->safe_psql(
-	'postgres', q{
-CREATE EXTENSION idempotency;
-SET citus.shard_count = 4;
-CREATE TABLE accounts (tenant bigint PRIMARY KEY, balance bigint NOT NULL,
-                       withdrawals int NOT NULL DEFAULT 0);
-SELECT create_distributed_table('accounts', 'tenant');
-INSERT INTO accounts SELECT g, 1000 FROM generate_series(1, 40) g;
-CREATE FUNCTION withdraw(account bigint, amount bigint) RETURNS jsonb
-LANGUAGE plpgsql AS $$
-DECLARE
-  left_over bigint;
-BEGIN
-  UPDATE accounts SET balance = balance - amount, withdrawals = withdrawals + 1
-   WHERE tenant = account RETURNING balance INTO left_over;
-  RETURN jsonb_build_object('tenant', account, 'balance', left_over);
-END $$;
+	'postgres',
+	tenant_accounts_sql(shard_count => 4, balance => 1000) . q{
 -- The same, held back by an advisory lock (the gate) the test holds.
 CREATE FUNCTION withdraw_gated(account bigint, amount bigint) RETURNS jsonb
 LANGUAGE plpgsql AS $$

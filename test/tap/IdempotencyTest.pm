@@ -198,9 +198,10 @@ sub citus_add_workers
 # SQL for the tenant-key files' coordinator: the extension; accounts,
 # tenants 1 to 40 with `balance` each, distributed by tenant in
 # `shard_count` shards, SELECT and UPDATE on it granted to `callers` (roles
-# that exist); and withdraw(account, amount, pause), the operation, which
-# counts its runs in the row it changes (withdrawals is how often it ran
-# for that tenant) and sleeps `pause` seconds before it returns.
+# that exist; none when not given); and withdraw(account, amount, pause),
+# the operation, which counts its runs in the row it changes (withdrawals is
+# how often it ran for that tenant) and sleeps `pause` seconds before it
+# returns.
 sub tenant_accounts_sql
 {
 	my (%options) = @_;
@@ -211,8 +212,7 @@ CREATE TABLE accounts (tenant bigint PRIMARY KEY, balance bigint NOT NULL,
                        withdrawals int NOT NULL DEFAULT 0);
 SELECT create_distributed_table('accounts', 'tenant');
 INSERT INTO accounts SELECT g, $options{balance} FROM generate_series(1, 40) g;
-GRANT SELECT, UPDATE ON accounts TO $options{callers};
-} . q{
+} . ($options{callers} ? "GRANT SELECT, UPDATE ON accounts TO $options{callers};\n" : '') . q{
 CREATE FUNCTION withdraw(account bigint, amount bigint, pause float8 DEFAULT 0) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
