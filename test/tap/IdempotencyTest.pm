@@ -537,12 +537,21 @@ sub check_storm_controls
 	my ($refused_key) = grep {
 		grep { $_->{outcome} eq 'IK422' && $_->{changed} } @{ $storm->{attempts}{$_} }
 	} @with_effect;
+	# A key with an answer that ran its request: a second such answer is a
+	# second run. (A key whose only answer is a replay - the run's answer
+	# was lost to a fault - would take a planted running answer as its one
+	# run.)
+	my ($ran_key) = grep {
+		my $key = $_;
+		grep { $_->{outcome} eq 'ok' && $_->{ran} } @{ $storm->{attempts}{$key} }
+	} @with_effect;
 	my ($unacknowledged_key) = grep {
 		!grep { $_->{outcome} eq 'ok' } @{ $storm->{attempts}{$_} }
 	} sort keys %{ $storm->{attempts} };
 	unless (cmp_ok(scalar @with_effect, '>=', 2,
 			'the controls have acknowledged keys to plant into')
-		&& ok(defined $refused_key, 'the controls have a refused changed request'))
+		&& ok(defined $refused_key, 'the controls have a refused changed request')
+		&& ok(defined $ran_key, 'the controls have an answer that ran its request'))
 	{
 		return;
 	}
@@ -588,10 +597,10 @@ sub check_storm_controls
 			}
 		],
 		[
-			'a second answer that ran the request', $one,
+			'a second answer that ran the request', $ran_key,
 			sub {
 				my ($c) = @_;
-				push @{ $c->{attempts}{$one} }, { %{ $first_answer->($c, $one) }, ran => 1 };
+				push @{ $c->{attempts}{$ran_key} }, { %{ $first_answer->($c, $ran_key) }, ran => 1 };
 			}
 		],
 		[
