@@ -3,19 +3,20 @@
 #include "idempotency/storage/citus.hpp"
 #include "idempotency/storage/commit_guard.hpp"
 #include "idempotency/storage/role_marks.hpp"
+#include "idempotency/storage/row_insert.hpp"
 
 #include "idempotency/settings/settings.hpp"
 
 extern "C" {
 #include "access/genam.h"
 #include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "utils/rel.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_extension.h"
-#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
-#include "commands/trigger.h"
 #include "executor/executor.h"
-#include "executor/nodeModifyTable.h"
 #include "mb/pg_wchar.h"
 #include "optimizer/optimizer.h"
 #include "parser/parse_func.h"
@@ -550,127 +551,6 @@ void delete_expired_row(Relation rel, ItemPointer row) {
                             "being replaced.")));
 }
 
-// The executor state of a single-row INSERT into idempotency.keys, as
-// logical replication's apply builds it: a range table of one relation, a
-// result relation with its indexes open, and an AFTER trigger query level
-// of its own so that row triggers fire when the row is written.
-struct Insert {
-  EState *estate;
-  ResultRelInfo *target;
-  TupleTableSlot *slot;
-  TransitionCaptureState *transitions; // nullptr: no transition tables
-};
-
-// What SetTriggerFlags (trigger.c) derives from one trigger.
-void add_trigger_flags(TriggerDesc *triggers, const Trigger &trigger) {
-  int16 type = trigger.tgtype;
-  auto matches = [type](int level, int timing, int event) {
-    return TRIGGER_TYPE_MATCHES(type, level, timing, event);
-  };
-  constexpr int row = TRIGGER_TYPE_ROW, statement = TRIGGER_TYPE_STATEMENT;
-  constexpr int before = TRIGGER_TYPE_BEFORE, after = TRIGGER_TYPE_AFTER,
-                instead = TRIGGER_TYPE_INSTEAD;
-  constexpr int insert = TRIGGER_TYPE_INSERT, update = TRIGGER_TYPE_UPDATE,
-                remove = TRIGGER_TYPE_DELETE, truncate = TRIGGER_TYPE_TRUNCATE;
-  triggers->trig_insert_before_row |= matches(row, before, insert);
-  triggers->trig_insert_after_row |= matches(row, after, insert);
-  triggers->trig_insert_instead_row |= matches(row, instead, insert);
-  triggers->trig_insert_before_statement |= matches(statement, before, insert);
-  triggers->trig_insert_after_statement |= matches(statement, after, insert);
-  triggers->trig_update_before_row |= matches(row, before, update);
-  triggers->trig_update_after_row |= matches(row, after, update);
-  triggers->trig_update_instead_row |= matches(row, instead, update);
-  triggers->trig_update_before_statement |= matches(statement, before, update);
-  triggers->trig_update_after_statement |= matches(statement, after, update);
-  triggers->trig_delete_before_row |= matches(row, before, remove);
-  triggers->trig_delete_after_row |= matches(row, after, remove);
-  triggers->trig_delete_instead_row |= matches(row, instead, remove);
-  triggers->trig_delete_before_statement |= matches(statement, before, remove);
-  triggers->trig_delete_after_statement |= matches(statement, after, remove);
-  triggers->trig_truncate_before_statement |=
-      matches(statement, before, truncate);
-  triggers->trig_truncate_after_statement |=
-      matches(statement, after, truncate);
-  triggers->trig_insert_new_table |=
-      TRIGGER_FOR_INSERT(type) &&
-      TRIGGER_USES_TRANSITION_TABLE(trigger.tgnewtable);
-  triggers->trig_update_old_table |=
-      TRIGGER_FOR_UPDATE(type) &&
-      TRIGGER_USES_TRANSITION_TABLE(trigger.tgoldtable);
-  triggers->trig_update_new_table |=
-      TRIGGER_FOR_UPDATE(type) &&
-      TRIGGER_USES_TRANSITION_TABLE(trigger.tgnewtable);
-  triggers->trig_delete_old_table |=
-      TRIGGER_FOR_DELETE(type) &&
-      TRIGGER_USES_TRANSITION_TABLE(trigger.tgoldtable);
-}
-
-// Takes the trigger keys_loaded out of the result relation's copy of the
-// table's triggers: it computes what fill_row() has set, so a call does not
-// pay for it. The other triggers fire as they would for an INSERT.
-void leave_out_loader(ResultRelInfo *target) {
-  TriggerDesc *triggers = target->ri_TrigDesc;
-  if (triggers == nullptr || !OidIsValid(cache.loader_function))
-    return;
-  int kept = 0;
-  for (int i = 0; i < triggers->numtriggers; i++)
-    if (triggers->triggers[i].tgfoid != cache.loader_function)
-      triggers->triggers[kept++] = triggers->triggers[i];
-  if (kept == triggers->numtriggers)
-    return;
-  if (kept == 0) {
-    target->ri_TrigDesc = nullptr;
-    return;
-  }
-  // The per-trigger arrays InitResultRelInfo made are zeroed and indexed
-  // like `triggers`, which only got shorter.
-  triggers->numtriggers = kept;
-  Trigger *kept_triggers = triggers->triggers;
-  memset(triggers, 0, sizeof(TriggerDesc));
-  triggers->triggers = kept_triggers;
-  triggers->numtriggers = kept;
-  for (int i = 0; i < kept; i++)
-    add_trigger_flags(triggers, kept_triggers[i]);
-}
-
-Insert begin_insert(Relation rel) {
-  Insert insert;
-  insert.estate = CreateExecutorState();
-  RangeTblEntry *entry = makeNode(RangeTblEntry);
-  entry->rtekind = RTE_RELATION;
-  entry->relid = RelationGetRelid(rel);
-  entry->relkind = rel->rd_rel->relkind;
-  entry->rellockmode = RowExclusiveLock;
-  ExecInitRangeTable(insert.estate, list_make1(entry));
-
-  insert.target = makeNode(ResultRelInfo);
-  InitResultRelInfo(insert.target, rel, 1, nullptr, 0);
-  leave_out_loader(insert.target);
-  // Lets AFTER triggers find the relation (ExecGetTriggerResultRel).
-  insert.estate->es_opened_result_relations = list_make1(insert.target);
-  insert.estate->es_output_cid = GetCurrentCommandId(true);
-  ExecOpenIndices(insert.target, false);
-  insert.slot = ExecInitExtraTupleSlot(insert.estate, RelationGetDescr(rel),
-                                       &TTSOpsVirtual);
-  AfterTriggerBeginQuery();
-  // Statement triggers fire as for an INSERT of one row (as COPY fires
-  // them), with the row in their transition table.
-  insert.transitions = MakeTransitionCaptureState(
-      insert.target->ri_TrigDesc, RelationGetRelid(rel), CMD_INSERT);
-  ExecBSInsertTriggers(insert.estate, insert.target);
-  return insert;
-}
-
-// Fires the AFTER statement triggers and the queued AFTER row triggers, and
-// frees the executor state.
-void end_insert(Insert &insert) {
-  ExecASInsertTriggers(insert.estate, insert.target, insert.transitions);
-  AfterTriggerEndQuery(insert.estate);
-  ExecCloseIndices(insert.target);
-  ExecResetTupleTable(insert.estate->es_tupleTable, false);
-  FreeExecutorState(insert.estate);
-}
-
 struct RowValues {
   const KeyRef *key;
   bytea *request_hash;
@@ -697,15 +577,10 @@ text *as_hex(const bytea *fingerprint) {
 }
 
 // Our columns get the call's values, the others their defaults.
-void fill_row(const Insert &insert, const KeyColumns &columns,
+void fill_row(const RowInsert &insert, const KeyColumns &columns,
               const RowValues &row) {
   TupleTableSlot *slot = insert.slot;
-  ExecClearTuple(slot);
-  int natts = slot->tts_tupleDescriptor->natts;
-  for (int i = 0; i < natts; i++) {
-    slot->tts_values[i] = (Datum)0;
-    slot->tts_isnull[i] = true;
-  }
+  clear_row(insert);
   auto set = [slot](AttrNumber attnum, Datum value, bool isnull) {
     slot->tts_values[attnum - 1] = value;
     slot->tts_isnull[attnum - 1] = isnull;
@@ -774,66 +649,14 @@ void check_trigger_result(bool kept, TupleTableSlot *slot,
              errdetail("The row must stay under the key that was claimed.")));
 }
 
-// What ExecSimpleRelationInsert does, plus the checks above: BEFORE row
-// triggers, stored generated columns, constraints, the heap, every index
-// that is ready for inserts (unique and exclusion checks included), and the
-// AFTER row triggers queued.
-// The row to write, without its trailing NULL columns: a heap tuple whose
-// null bitmap covers eight columns or fewer fits it in the header's
-// padding (24 bytes), nine take 32. The table has nine (the column that
-// version 0.3 dropped, and status, which only rows loaded from dumps of
-// 0.1 and 0.2 name: always NULL), and a call writes status NULL, so each
-// key would take 8 bytes more than it needs. A column missing from a tuple
-// reads as NULL, as after ADD COLUMN; a column with a missing value (ADD
-// COLUMN ... DEFAULT) must be kept, since it would read as that value.
-TupleTableSlot *without_trailing_nulls(const Insert &insert,
-                                       TupleTableSlot *slot) {
-  TupleDesc desc = slot->tts_tupleDescriptor;
-  slot_getallattrs(slot);
-  int stored = desc->natts;
-  while (stored > 0 && slot->tts_isnull[stored - 1] &&
-         !TupleDescAttr(desc, stored - 1)->atthasmissing)
-    stored--;
-  auto header_size = [](int natts) {
-    return MAXALIGN(SizeofHeapTupleHeader + BITMAPLEN(natts));
-  };
-  if (header_size(stored) == header_size(desc->natts))
-    return slot;
-  TupleDesc narrow = CreateTemplateTupleDesc(stored);
-  for (AttrNumber attnum = 1; attnum <= stored; attnum++)
-    TupleDescCopyEntry(narrow, attnum, desc, attnum);
-  HeapTuple tuple = heap_form_tuple(narrow, slot->tts_values, slot->tts_isnull);
-  TupleTableSlot *heap_slot =
-      ExecInitExtraTupleSlot(insert.estate, desc, &TTSOpsHeapTuple);
-  ExecStoreHeapTuple(tuple, heap_slot, true);
-  return heap_slot;
-}
-
-void insert_row(const Insert &insert, const KeyColumns &columns,
+// BEFORE row triggers, checked as above, then the row written
+// (storage/row_insert.hpp).
+void insert_row(const RowInsert &insert, const KeyColumns &columns,
                 const KeyRef &key) {
-  ResultRelInfo *target = insert.target;
-  Relation rel = target->ri_RelationDesc;
-  TupleTableSlot *slot = insert.slot;
-  EState *estate = insert.estate;
-
-  if (target->ri_TrigDesc != nullptr &&
-      target->ri_TrigDesc->trig_insert_before_row)
-    check_trigger_result(ExecBRInsertTriggers(estate, target, slot), slot,
-                         columns, key);
-  TupleConstr *constraints = RelationGetDescr(rel)->constr;
-  if (constraints != nullptr && constraints->has_generated_stored)
-    ExecComputeStoredGenerated(target, estate, slot, CMD_INSERT);
-  if (constraints != nullptr)
-    ExecConstraints(target, slot, estate);
-
-  slot = without_trailing_nulls(insert, slot);
-  simple_table_tuple_insert(rel, slot);
-  List *recheck = NIL;
-  if (target->ri_NumIndices > 0)
-    recheck = ExecInsertIndexTuples(target, slot, estate, false /* update */,
-                                    false /* noDupErr */, nullptr, NIL);
-  ExecARInsertTriggers(estate, target, slot, recheck, insert.transitions);
-  list_free(recheck);
+  if (has_before_row_triggers(insert))
+    check_trigger_result(fire_before_row_triggers(insert), insert.slot, columns,
+                         key);
+  write_row(insert);
 }
 
 TimestampTz timestamp_in(TupleTableSlot *slot, AttrNumber attnum) {
@@ -861,12 +684,14 @@ StoredRow LocalKeys::store(const KeyTable &table, const KeyRef &key,
   values.created_at = GetCurrentTimestamp();
   values.expires_at = settings::key_expiry(values.created_at, row.ttl);
 
-  Insert insert = begin_insert(rel);
+  // keys_loaded (protocol/loaded_rows.hpp) computes what fill_row() has
+  // set: a call does not pay for it.
+  RowInsert insert = begin_row_insert(rel, cache.loader_function);
   fill_row(insert, columns, values);
   insert_row(insert, columns, key);
   StoredRow stored{timestamp_in(insert.slot, columns.created_at),
                    timestamp_in(insert.slot, columns.expires_at)};
-  end_insert(insert);
+  end_row_insert(insert);
   table_close(rel, NoLock);
 
   commit_guard::note_key_written(stored.expires_at);

@@ -1,0 +1,68 @@
+// One row written into a table through PostgreSQL's executor, as logical
+// replication's apply writes it: BEFORE and AFTER row triggers fire (and the
+// statement triggers, as for an INSERT of one row), stored generated columns
+// are computed, constraints are checked, and the row goes into the heap and
+// every index that is ready for inserts (unique and exclusion checks
+// included). The key tables write their rows this way instead of through an
+// INSERT statement, which would be parsed and planned (and, on Citus,
+// deparsed and planned again for the shard) on every call.
+//
+//   RowInsert insert = begin_row_insert(rel, InvalidOid);
+//   ... set insert.slot's values (clear_row, then the columns) ...
+//   if (has_before_row_triggers(insert) && !fire_before_row_triggers(insert))
+//     ... the row was skipped ...
+//   write_row(insert);
+//   ... read the row as written from insert.slot ...
+//   end_row_insert(insert);
+#pragma once
+
+#include "idempotency/pg.hpp"
+
+extern "C" {
+#include "nodes/execnodes.h"
+#include "utils/relcache.h"
+}
+
+namespace idempotency::storage {
+
+struct RowInsert {
+  EState *estate;
+  ResultRelInfo *target;
+  TupleTableSlot *slot; // the row to write, a virtual slot of the table
+  TransitionCaptureState *transitions; // nullptr: no transition tables
+};
+static_assert(std::is_trivially_destructible_v<RowInsert>);
+
+// The executor state for one row of `rel` (opened by the caller with
+// RowExclusiveLock), with its indexes open and an AFTER trigger query level
+// of its own; fires the BEFORE INSERT statement triggers. The triggers whose
+// function is `left_out_function` (InvalidOid: none) do not fire.
+RowInsert begin_row_insert(Relation rel, Oid left_out_function);
+
+// Empties insert.slot: every column NULL, to be filled by the caller and
+// stored with ExecStoreVirtualTuple.
+void clear_row(const RowInsert &insert);
+
+// The defaults of the columns `is_set` says the caller did not set, as an
+// INSERT naming only those columns would evaluate them, into insert.slot.
+// For a table whose defaults the caller has not planned beforehand.
+void evaluate_defaults(const RowInsert &insert,
+                       bool (*is_set)(const void *context, AttrNumber attnum),
+                       const void *context);
+
+// Whether the table has BEFORE INSERT row triggers (that fire here).
+bool has_before_row_triggers(const RowInsert &insert);
+
+// Fires the BEFORE INSERT row triggers on insert.slot, which they may
+// change; false when one of them skipped the row.
+bool fire_before_row_triggers(const RowInsert &insert);
+
+// Computes the stored generated columns, checks the constraints, writes
+// the row into the heap and the indexes and queues the AFTER row triggers.
+void write_row(const RowInsert &insert);
+
+// Fires the AFTER statement triggers and the queued AFTER row triggers, and
+// frees the executor state.
+void end_row_insert(RowInsert &insert);
+
+} // namespace idempotency::storage

@@ -1,0 +1,226 @@
+#include "idempotency/storage/row_insert.hpp"
+
+extern "C" {
+#include "access/htup_details.h"
+#include "access/tableam.h"
+#include "catalog/pg_trigger.h"
+#include "commands/trigger.h"
+#include "executor/executor.h"
+#include "executor/nodeModifyTable.h"
+#include "nodes/makefuncs.h"
+#include "optimizer/optimizer.h"
+#include "rewrite/rewriteHandler.h"
+#include "utils/rel.h"
+}
+
+namespace idempotency::storage {
+
+namespace {
+
+// What SetTriggerFlags (trigger.c) derives from one trigger.
+void add_trigger_flags(TriggerDesc *triggers, const Trigger &trigger) {
+  int16 type = trigger.tgtype;
+  auto matches = [type](int level, int timing, int event) {
+    return TRIGGER_TYPE_MATCHES(type, level, timing, event);
+  };
+  constexpr int row = TRIGGER_TYPE_ROW, statement = TRIGGER_TYPE_STATEMENT;
+  constexpr int before = TRIGGER_TYPE_BEFORE, after = TRIGGER_TYPE_AFTER,
+                instead = TRIGGER_TYPE_INSTEAD;
+  constexpr int insert = TRIGGER_TYPE_INSERT, update = TRIGGER_TYPE_UPDATE,
+                remove = TRIGGER_TYPE_DELETE, truncate = TRIGGER_TYPE_TRUNCATE;
+  triggers->trig_insert_before_row |= matches(row, before, insert);
+  triggers->trig_insert_after_row |= matches(row, after, insert);
+  triggers->trig_insert_instead_row |= matches(row, instead, insert);
+  triggers->trig_insert_before_statement |= matches(statement, before, insert);
+  triggers->trig_insert_after_statement |= matches(statement, after, insert);
+  triggers->trig_update_before_row |= matches(row, before, update);
+  triggers->trig_update_after_row |= matches(row, after, update);
+  triggers->trig_update_instead_row |= matches(row, instead, update);
+  triggers->trig_update_before_statement |= matches(statement, before, update);
+  triggers->trig_update_after_statement |= matches(statement, after, update);
+  triggers->trig_delete_before_row |= matches(row, before, remove);
+  triggers->trig_delete_after_row |= matches(row, after, remove);
+  triggers->trig_delete_instead_row |= matches(row, instead, remove);
+  triggers->trig_delete_before_statement |= matches(statement, before, remove);
+  triggers->trig_delete_after_statement |= matches(statement, after, remove);
+  triggers->trig_truncate_before_statement |=
+      matches(statement, before, truncate);
+  triggers->trig_truncate_after_statement |=
+      matches(statement, after, truncate);
+  triggers->trig_insert_new_table |=
+      TRIGGER_FOR_INSERT(type) &&
+      TRIGGER_USES_TRANSITION_TABLE(trigger.tgnewtable);
+  triggers->trig_update_old_table |=
+      TRIGGER_FOR_UPDATE(type) &&
+      TRIGGER_USES_TRANSITION_TABLE(trigger.tgoldtable);
+  triggers->trig_update_new_table |=
+      TRIGGER_FOR_UPDATE(type) &&
+      TRIGGER_USES_TRANSITION_TABLE(trigger.tgnewtable);
+  triggers->trig_delete_old_table |=
+      TRIGGER_FOR_DELETE(type) &&
+      TRIGGER_USES_TRANSITION_TABLE(trigger.tgoldtable);
+}
+
+// Takes the triggers of `function` out of the result relation's copy of the
+// table's triggers. The other triggers fire as they would for an INSERT.
+void leave_out(ResultRelInfo *target, Oid function) {
+  TriggerDesc *triggers = target->ri_TrigDesc;
+  if (triggers == nullptr || !OidIsValid(function))
+    return;
+  int kept = 0;
+  for (int i = 0; i < triggers->numtriggers; i++)
+    if (triggers->triggers[i].tgfoid != function)
+      triggers->triggers[kept++] = triggers->triggers[i];
+  if (kept == triggers->numtriggers)
+    return;
+  if (kept == 0) {
+    target->ri_TrigDesc = nullptr;
+    return;
+  }
+  // The per-trigger arrays InitResultRelInfo made are zeroed and indexed
+  // like `triggers`, which only got shorter.
+  triggers->numtriggers = kept;
+  Trigger *kept_triggers = triggers->triggers;
+  memset(triggers, 0, sizeof(TriggerDesc));
+  triggers->triggers = kept_triggers;
+  triggers->numtriggers = kept;
+  for (int i = 0; i < kept; i++)
+    add_trigger_flags(triggers, kept_triggers[i]);
+}
+
+// The row to write, without its trailing NULL columns: a heap tuple whose
+// null bitmap covers eight columns or fewer fits it in the header's
+// padding (24 bytes), nine take 32. idempotency.keys has nine (the column
+// that version 0.3 dropped, and status, which only rows loaded from dumps
+// of 0.1 and 0.2 name: always NULL), and a call writes status NULL, so each
+// key would take 8 bytes more than it needs. A column missing from a tuple
+// reads as NULL, as after ADD COLUMN; a column with a missing value (ADD
+// COLUMN ... DEFAULT) must be kept, since it would read as that value.
+TupleTableSlot *without_trailing_nulls(const RowInsert &insert) {
+  TupleTableSlot *slot = insert.slot;
+  TupleDesc desc = slot->tts_tupleDescriptor;
+  slot_getallattrs(slot);
+  int stored = desc->natts;
+  while (stored > 0 && slot->tts_isnull[stored - 1] &&
+         !TupleDescAttr(desc, stored - 1)->atthasmissing)
+    stored--;
+  auto header_size = [](int natts) {
+    return MAXALIGN(SizeofHeapTupleHeader + BITMAPLEN(natts));
+  };
+  if (header_size(stored) == header_size(desc->natts))
+    return slot;
+  TupleDesc narrow = CreateTemplateTupleDesc(stored);
+  for (AttrNumber attnum = 1; attnum <= stored; attnum++)
+    TupleDescCopyEntry(narrow, attnum, desc, attnum);
+  HeapTuple tuple = heap_form_tuple(narrow, slot->tts_values, slot->tts_isnull);
+  TupleTableSlot *heap_slot =
+      ExecInitExtraTupleSlot(insert.estate, desc, &TTSOpsHeapTuple);
+  ExecStoreHeapTuple(tuple, heap_slot, true);
+  return heap_slot;
+}
+
+} // namespace
+
+RowInsert begin_row_insert(Relation rel, Oid left_out_function) {
+  RowInsert insert;
+  insert.estate = CreateExecutorState();
+  RangeTblEntry *entry = makeNode(RangeTblEntry);
+  entry->rtekind = RTE_RELATION;
+  entry->relid = RelationGetRelid(rel);
+  entry->relkind = rel->rd_rel->relkind;
+  entry->rellockmode = RowExclusiveLock;
+  ExecInitRangeTable(insert.estate, list_make1(entry));
+
+  insert.target = makeNode(ResultRelInfo);
+  InitResultRelInfo(insert.target, rel, 1, nullptr, 0);
+  leave_out(insert.target, left_out_function);
+  // Lets AFTER triggers find the relation (ExecGetTriggerResultRel).
+  insert.estate->es_opened_result_relations = list_make1(insert.target);
+  insert.estate->es_output_cid = GetCurrentCommandId(true);
+  ExecOpenIndices(insert.target, false);
+  insert.slot = ExecInitExtraTupleSlot(insert.estate, RelationGetDescr(rel),
+                                       &TTSOpsVirtual);
+  AfterTriggerBeginQuery();
+  // Statement triggers fire as for an INSERT of one row (as COPY fires
+  // them), with the row in their transition table.
+  insert.transitions = MakeTransitionCaptureState(
+      insert.target->ri_TrigDesc, RelationGetRelid(rel), CMD_INSERT);
+  ExecBSInsertTriggers(insert.estate, insert.target);
+  return insert;
+}
+
+void clear_row(const RowInsert &insert) {
+  TupleTableSlot *slot = insert.slot;
+  ExecClearTuple(slot);
+  int natts = slot->tts_tupleDescriptor->natts;
+  for (int i = 0; i < natts; i++) {
+    slot->tts_values[i] = (Datum)0;
+    slot->tts_isnull[i] = true;
+  }
+}
+
+void evaluate_defaults(const RowInsert &insert,
+                       bool (*is_set)(const void *context, AttrNumber attnum),
+                       const void *context) {
+  TupleTableSlot *slot = insert.slot;
+  Relation rel = insert.target->ri_RelationDesc;
+  TupleDesc desc = RelationGetDescr(rel);
+  ExprContext *econtext = GetPerTupleExprContext(insert.estate);
+  // The expressions' states and values go with the executor state.
+  MemoryContext previous = MemoryContextSwitchTo(insert.estate->es_query_cxt);
+  for (int i = 0; i < desc->natts; i++) {
+    Form_pg_attribute attribute = TupleDescAttr(desc, i);
+    if (attribute->attisdropped || attribute->attgenerated != '\0' ||
+        is_set(context, attribute->attnum))
+      continue;
+    Node *expression = build_column_default(rel, attribute->attnum);
+    if (expression == nullptr)
+      continue;
+    ExprState *state = ExecInitExpr(
+        expression_planner(reinterpret_cast<Expr *>(expression)), nullptr);
+    slot->tts_values[i] = ExecEvalExpr(state, econtext, &slot->tts_isnull[i]);
+  }
+  MemoryContextSwitchTo(previous);
+}
+
+bool has_before_row_triggers(const RowInsert &insert) {
+  TriggerDesc *triggers = insert.target->ri_TrigDesc;
+  return triggers != nullptr && triggers->trig_insert_before_row;
+}
+
+bool fire_before_row_triggers(const RowInsert &insert) {
+  if (!has_before_row_triggers(insert))
+    return true;
+  return ExecBRInsertTriggers(insert.estate, insert.target, insert.slot);
+}
+
+// What ExecSimpleRelationInsert does after the BEFORE row triggers.
+void write_row(const RowInsert &insert) {
+  ResultRelInfo *target = insert.target;
+  Relation rel = target->ri_RelationDesc;
+  EState *estate = insert.estate;
+  TupleConstr *constraints = RelationGetDescr(rel)->constr;
+  if (constraints != nullptr && constraints->has_generated_stored)
+    ExecComputeStoredGenerated(target, estate, insert.slot, CMD_INSERT);
+  if (constraints != nullptr)
+    ExecConstraints(target, insert.slot, estate);
+
+  TupleTableSlot *slot = without_trailing_nulls(insert);
+  simple_table_tuple_insert(rel, slot);
+  List *recheck = NIL;
+  if (target->ri_NumIndices > 0)
+    recheck = ExecInsertIndexTuples(target, slot, estate, false /* update */,
+                                    false /* noDupErr */, nullptr, NIL);
+  ExecARInsertTriggers(estate, target, slot, recheck, insert.transitions);
+  list_free(recheck);
+}
+
+void end_row_insert(RowInsert &insert) {
+  ExecASInsertTriggers(insert.estate, insert.target, insert.transitions);
+  AfterTriggerEndQuery(insert.estate);
+  ExecCloseIndices(insert.target);
+  ExecResetTupleTable(insert.estate->es_tupleTable, false);
+  FreeExecutorState(insert.estate);
+}
+
+} // namespace idempotency::storage
