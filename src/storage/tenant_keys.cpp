@@ -2,21 +2,32 @@
 
 #include "idempotency/storage/citus.hpp"
 #include "idempotency/storage/role_marks.hpp"
+#include "idempotency/storage/row_insert.hpp"
 
 #include "idempotency/boundary/sqlstates.hpp"
 
 #include "idempotency/settings/settings.hpp"
 
 extern "C" {
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "executor/tuptable.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
+#include "utils/typcache.h"
 }
 
 namespace idempotency::storage::tenant_keys {
@@ -40,11 +51,12 @@ Oid table_owner(Oid relid) {
   return owner;
 }
 
-// The statements of this file, each run through SPI as the table's owner
-// (callers have no rights on the table; a BEFORE trigger or default a DBA
-// added runs as that owner, as it would for the extension's own writes).
-// Every name is schema-qualified, every operator too: the caller's
-// search_path plays no part.
+// The statements of this file (writes that go through Citus, deletes, and
+// expiry), each run through SPI as the table's owner (callers have no
+// rights on the table; a BEFORE trigger or default a DBA added runs as that
+// owner, as it would for the extension's own writes). Every name is
+// schema-qualified, every operator too: the caller's search_path plays no
+// part.
 // A statement's plan, kept for the backend's life (see OwnerSpi::run_kept).
 struct KeptPlan {
   Oid tenant_type;
@@ -63,7 +75,6 @@ bool needs_preparing(const KeptPlan &kept, Oid tenant_type) {
 class OwnerSpi {
 public:
   explicit OwnerSpi(Oid owner) {
-    caller_context_ = CurrentMemoryContext;
     GetUserIdAndSecContext(&saved_user_, &saved_context_);
     SetUserIdAndSecContext(owner,
                            saved_context_ | SECURITY_LOCAL_USERID_CHANGE);
@@ -115,10 +126,8 @@ public:
            SPI_result_code_string(rc));
     return rc;
   }
-  MemoryContext caller_context() const { return caller_context_; }
 
 private:
-  MemoryContext caller_context_;
   Oid saved_user_;
   int saved_context_;
 };
@@ -216,53 +225,6 @@ bool placement_still_checked(Oid local_shard) {
          checked_placement.local_shard == local_shard;
 }
 
-// Kept plans of the statements on a local shard relation (the probe and the
-// insert), one set per shard (a node holds a few dozen shards of the
-// table); when all slots are taken, the next shard takes a slot over in
-// turn.
-constexpr int shard_plan_slots = 64;
-struct ShardPlans {
-  Oid shard;
-  KeptPlan probe;
-  KeptPlan insert;
-};
-static_assert(std::is_trivially_destructible_v<ShardPlans>);
-ShardPlans shard_plans[shard_plan_slots];
-int next_shard_slot = 0;
-
-// A plan names the shard it was made for: once that shard is dropped (moved
-// away), its OID may come back as another shard's. Made again by name.
-void forget_if_invalid(KeptPlan &kept) {
-  if (kept.plan != nullptr && !SPI_plan_is_valid(kept.plan)) {
-    SPI_freeplan(kept.plan);
-    kept.plan = nullptr;
-  }
-}
-
-ShardPlans &plans_for(Oid shard) {
-  for (ShardPlans &slot : shard_plans) {
-    if (slot.shard != shard)
-      continue;
-    forget_if_invalid(slot.probe);
-    forget_if_invalid(slot.insert);
-    return slot;
-  }
-  ShardPlans &slot = shard_plans[next_shard_slot];
-  next_shard_slot = (next_shard_slot + 1) % shard_plan_slots;
-  if (slot.probe.plan != nullptr)
-    SPI_freeplan(slot.probe.plan);
-  if (slot.insert.plan != nullptr)
-    SPI_freeplan(slot.insert.plan);
-  slot = ShardPlans{shard, KeptPlan{InvalidOid, nullptr},
-                    KeptPlan{InvalidOid, nullptr}};
-  return slot;
-}
-
-const char *shard_name_of(Oid shard) {
-  return quote_qualified_identifier(
-      get_namespace_name(get_rel_namespace(shard)), get_rel_name(shard));
-}
-
 const char *tenant_text(const KeyRef &key) {
   Oid output;
   bool is_varlena;
@@ -305,45 +267,199 @@ pg_attribute_noreturn() void report_moved(const KeyRef &key) {
   pg_unreachable();
 }
 
-Datum copy_to(MemoryContext context, Datum value, bool by_value, int length) {
-  MemoryContext saved = MemoryContextSwitchTo(context);
-  Datum copy = datumCopy(value, by_value, length);
-  MemoryContextSwitchTo(saved);
-  return copy;
+// Where the key's columns are in a shard relation of
+// idempotency.tenant_keys, found by name: a DBA may add others.
+struct ShardColumns {
+  AttrNumber tenant;
+  AttrNumber scope;
+  AttrNumber key;
+  AttrNumber key_digest;
+  AttrNumber request_hash;
+  AttrNumber response;
+  AttrNumber created_at;
+  AttrNumber expires_at;
+};
+static_assert(std::is_trivially_destructible_v<ShardColumns>);
+
+struct ShardColumn {
+  const char *name;
+  Oid type; // InvalidOid: the tenant's, checked by table_for()
+  AttrNumber ShardColumns::*field;
+};
+
+constexpr ShardColumn shard_columns_expected[] = {
+    {"tenant", InvalidOid, &ShardColumns::tenant},
+    {"scope", InvalidOid, &ShardColumns::scope},
+    {"key", TEXTOID, &ShardColumns::key},
+    {"key_digest", BYTEAOID, &ShardColumns::key_digest},
+    {"request_hash", BYTEAOID, &ShardColumns::request_hash},
+    {"response", JSONBOID, &ShardColumns::response},
+    {"created_at", TIMESTAMPTZOID, &ShardColumns::created_at},
+    {"expires_at", TIMESTAMPTZOID, &ShardColumns::expires_at},
+};
+
+// scope holds the role's oid in the extension's 4-byte by-value type.
+bool fits_scope(Form_pg_attribute attribute) {
+  return attribute->attlen == 4 && attribute->attbyval;
 }
 
-// The key's row, written into the tenant's shard on this node as Citus's
-// local executor writes it (an INSERT on the shard relation, which fires
-// the shard's triggers and checks its constraints), through a plan kept
-// per shard: Citus would deparse, parse and plan that INSERT again on every
-// call. Where Citus would not write this node's shard from this backend
-// (citus::may_write_local_shard), or the shard has copies on other nodes,
-// the INSERT goes through Citus instead. Parameters as set by store(), which
-// has checked the placement (checked_placement); leaves the row's times in
-// SPI_tuptable.
-void insert_row(OwnerSpi &spi, const KeyTable &table, Oid *types, Datum *values,
-                const char *nulls) {
-  constexpr const char *columns =
-      "(tenant, scope, key, key_digest, request_hash, response, created_at,"
+// Raises 42703 for a missing column and 42804 for one whose type the
+// calls cannot read or write (ALTER TABLE on the distributed table changes
+// every shard alike).
+ShardColumns shard_columns(Relation shard) {
+  TupleDesc desc = RelationGetDescr(shard);
+  ShardColumns columns{};
+  for (const ShardColumn &expected : shard_columns_expected) {
+    Form_pg_attribute found = nullptr;
+    for (int i = 0; i < desc->natts && found == nullptr; i++) {
+      Form_pg_attribute attribute = TupleDescAttr(desc, i);
+      if (!attribute->attisdropped &&
+          strcmp(NameStr(attribute->attname), expected.name) == 0)
+        found = attribute;
+    }
+    if (found == nullptr)
+      ereport(ERROR,
+              (errcode(ERRCODE_UNDEFINED_COLUMN),
+               errmsg("column \"%s\" of idempotency.tenant_keys does not exist",
+                      expected.name)));
+    bool fits = expected.field == &ShardColumns::scope ? fits_scope(found)
+                : OidIsValid(expected.type) ? found->atttypid == expected.type
+                                            : true;
+    if (!fits || found->attgenerated != '\0')
+      ereport(ERROR,
+              (errcode(ERRCODE_DATATYPE_MISMATCH),
+               errmsg("column \"%s\" of idempotency.tenant_keys has type %s, "
+                      "which the tenant_* functions cannot store",
+                      expected.name, format_type_be(found->atttypid))));
+    columns.*expected.field = found->attnum;
+  }
+  return columns;
+}
+
+bool is_key_column(const void *context, AttrNumber attnum) {
+  const ShardColumns &columns = *static_cast<const ShardColumns *>(context);
+  for (const ShardColumn &expected : shard_columns_expected)
+    if (columns.*expected.field == attnum)
+      return true;
+  return false;
+}
+
+bool same_text(Datum stored, const text *wanted) {
+  text *value = DatumGetTextPP(stored);
+  return VARSIZE_ANY_EXHDR(value) == VARSIZE_ANY_EXHDR(wanted) &&
+         memcmp(VARDATA_ANY(value), VARDATA_ANY(wanted),
+                VARSIZE_ANY_EXHDR(wanted)) == 0;
+}
+
+// A BEFORE trigger may change the row, but not drop it or move it to
+// another key: a retry of the key would run its request again.
+void check_trigger_result(bool kept, const RowInsert &insert,
+                          const ShardColumns &columns, const KeyRef &key) {
+  if (!kept)
+    ereport(ERROR,
+            (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+             errmsg("a BEFORE INSERT trigger on idempotency.tenant_keys "
+                    "skipped the row of idempotency key \"%s\"",
+                    text_to_cstring(key.key)),
+             errdetail("Without its row, a retry of the key would run its "
+                       "request again.")));
+  TupleTableSlot *slot = insert.slot;
+  slot_getallattrs(slot);
+  auto value = [slot](AttrNumber attnum) {
+    return slot->tts_isnull[attnum - 1] ? (Datum)0
+                                        : slot->tts_values[attnum - 1];
+  };
+  auto is_null = [slot](AttrNumber attnum) {
+    return slot->tts_isnull[attnum - 1];
+  };
+  int16 tenant_length;
+  bool tenant_by_value;
+  get_typlenbyval(key.tenant_type, &tenant_length, &tenant_by_value);
+  bool same = !is_null(columns.tenant) && !is_null(columns.scope) &&
+              !is_null(columns.key) && !is_null(columns.key_digest) &&
+              datumIsEqual(value(columns.tenant), key.tenant, tenant_by_value,
+                           tenant_length) &&
+              DatumGetObjectId(value(columns.scope)) == key.scope &&
+              same_text(value(columns.key), key.key) &&
+              same_text(value(columns.key_digest), key.digest);
+  if (!same)
+    ereport(ERROR,
+            (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+             errmsg("a BEFORE INSERT trigger on idempotency.tenant_keys "
+                    "changed the tenant, scope, key or key_digest of "
+                    "idempotency key \"%s\"",
+                    text_to_cstring(key.key)),
+             errdetail("The row must stay under the key that was claimed.")));
+}
+
+TimestampTz timestamp_in(TupleTableSlot *slot, AttrNumber attnum) {
+  bool is_null = false;
+  return DatumGetTimestampTz(slot_getattr(slot, attnum, &is_null));
+}
+
+// The key's row, written into the tenant's shard relation on this node
+// through the executor (storage/row_insert.hpp: the shard's triggers fire,
+// its constraints are checked, its indexes are written), as Citus's local
+// executor would write it, with no statement to plan: through Citus, the
+// INSERT would be deparsed, parsed and planned again for the shard on every
+// call. As the table's owner: triggers run with the rights they would have
+// for the owner's INSERT. store() has checked the placement.
+StoredRow insert_into_shard(const KeyTable &table, const KeyRef &key,
+                            const NewRow &row, TimestampTz created_at,
+                            TimestampTz expires_at) {
+  Relation rel = table_open(table.local_shard, RowExclusiveLock);
+  ShardColumns columns = shard_columns(rel);
+  Oid saved_user;
+  int saved_context;
+  GetUserIdAndSecContext(&saved_user, &saved_context);
+  SetUserIdAndSecContext(table.owner,
+                         saved_context | SECURITY_LOCAL_USERID_CHANGE);
+
+  RowInsert insert = begin_row_insert(rel, InvalidOid);
+  clear_row(insert);
+  TupleTableSlot *slot = insert.slot;
+  auto set = [slot](AttrNumber attnum, Datum value, bool is_null) {
+    slot->tts_values[attnum - 1] = value;
+    slot->tts_isnull[attnum - 1] = is_null;
+  };
+  set(columns.tenant, key.tenant, false);
+  set(columns.scope, ObjectIdGetDatum(key.scope), false);
+  set(columns.key, PointerGetDatum(key.key), false);
+  set(columns.key_digest, PointerGetDatum(key.digest), false);
+  set(columns.request_hash, PointerGetDatum(row.request_hash), false);
+  set(columns.response, row.response, row.response_is_null);
+  set(columns.created_at, TimestampTzGetDatum(created_at), false);
+  set(columns.expires_at, TimestampTzGetDatum(expires_at), false);
+  evaluate_defaults(insert, is_key_column, &columns);
+  ExecStoreVirtualTuple(slot);
+
+  citus::note_local_shard_write();
+  if (has_before_row_triggers(insert))
+    check_trigger_result(fire_before_row_triggers(insert), insert, columns,
+                         key);
+  write_row(insert);
+  StoredRow stored{timestamp_in(insert.slot, columns.created_at),
+                   timestamp_in(insert.slot, columns.expires_at)};
+  end_row_insert(insert);
+
+  SetUserIdAndSecContext(saved_user, saved_context);
+  table_close(rel, NoLock);
+  return stored;
+}
+
+// The key's row written through Citus's executor: where Citus would not
+// write this node's shard from this backend (citus::may_write_local_shard),
+// or the shard has copies on other nodes, which only Citus writes together.
+// Parameters as set by store(); leaves the row's times in SPI_tuptable.
+void insert_through_citus(OwnerSpi &spi, Oid *types, Datum *values,
+                          const char *nulls) {
+  constexpr const char *sql =
+      "INSERT INTO idempotency.tenant_keys AS k"
+      " (tenant, scope, key, key_digest, request_hash, response, created_at,"
       " expires_at) VALUES ($1,"
       " $2::pg_catalog.regrole::idempotency.role_scope, $4, $3, $5, $6, $7,"
       " $8) RETURNING k.created_at, k.expires_at";
-  constexpr int nargs = 8;
-  if (checked_placement.replicated || !citus::may_write_local_shard()) {
-    char sql[512];
-    snprintf(sql, sizeof sql, "INSERT INTO idempotency.tenant_keys AS k %s",
-             columns);
-    spi.run_kept(insert_plan, sql, nargs, types, values, nulls, false,
-                 SPI_OK_INSERT_RETURNING);
-    return;
-  }
-  KeptPlan &kept = plans_for(table.local_shard).insert;
-  char sql[640] = "";
-  if (needs_preparing(kept, types[0]))
-    snprintf(sql, sizeof sql, "INSERT INTO %s AS k %s",
-             shard_name_of(table.local_shard), columns);
-  citus::note_local_shard_write();
-  spi.run_kept(kept, sql, nargs, types, values, nulls, false,
+  spi.run_kept(insert_plan, sql, 8, types, values, nulls, false,
                SPI_OK_INSERT_RETURNING);
 }
 
@@ -406,63 +522,107 @@ KeyTable table_for(const KeyRef &key) {
 
 const Backend backend{};
 
+namespace {
+
+Datum copy_varlena(HeapTuple tuple, AttrNumber attnum, TupleDesc desc,
+                   bool *is_null) {
+  Datum value = heap_getattr(tuple, attnum, desc, is_null);
+  return *is_null ? (Datum)0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
+}
+
+} // namespace
+
+// The tenant's shard on this node is read directly, as a local table, by
+// its primary key (tenant, scope, key_digest): through Citus, the same
+// lookup costs several times as much. With the snapshot a statement would
+// read with, as a SELECT there would: rows of transactions still open are
+// not seen (the claim lock stands for them). table_for() holds the
+// placement lock: the shard stays here until the transaction ends.
 KeyProbe Backend::probe(const KeyTable &table, const KeyRef &key,
                         TimestampTz now) const {
-  Oid types[identity_args];
-  Datum values[identity_args];
-  set_identity(key, types, values);
-  // The tenant's shard on this node is read directly, as a local table:
-  // through Citus, the same lookup costs several times as much (it plans
-  // the shard query anew on every call). table_for() holds the placement
-  // lock: the shard stays here until the transaction ends.
-  KeptPlan &kept = plans_for(table.local_shard).probe;
-  char sql[640] = "";
-  if (needs_preparing(kept, key.tenant_type))
-    snprintf(sql, sizeof sql,
-             "SELECT k.key, k.request_hash, k.response, k.created_at,"
-             " k.expires_at FROM %s AS k WHERE %s",
-             shard_name_of(table.local_shard), identity_filter);
+  Relation rel = table_open(table.local_shard, AccessShareLock);
+  ShardColumns columns = shard_columns(rel);
+  TupleDesc desc = RelationGetDescr(rel);
+  Oid primary_key = RelationGetPrimaryKeyIndex(rel);
+  if (!OidIsValid(primary_key))
+    ereport(ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("idempotency.tenant_keys has no primary key"),
+             errhint("Add it back: PRIMARY KEY (tenant, scope, key_digest).")));
 
-  OwnerSpi spi(table.owner);
-  spi.run_kept(kept, sql, identity_args, types, values, nullptr, false,
-               SPI_OK_SELECT);
+  TypeCacheEntry *tenant_type =
+      lookup_type_cache(key.tenant_type, TYPECACHE_EQ_OPR_FINFO);
+  if (!OidIsValid(tenant_type->eq_opr_finfo.fn_oid))
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
+                    errmsg("type %s has no equality operator",
+                           format_type_be(key.tenant_type))));
+  // systable_beginscan maps the table's column numbers to the index's.
+  ScanKeyData scan_keys[identity_args];
+  ScanKeyInit(&scan_keys[0], columns.tenant, BTEqualStrategyNumber,
+              tenant_type->eq_opr_finfo.fn_oid, key.tenant);
+  scan_keys[0].sk_collation =
+      TupleDescAttr(desc, columns.tenant - 1)->attcollation;
+  ScanKeyInit(&scan_keys[1], columns.scope, BTEqualStrategyNumber, F_OIDEQ,
+              ObjectIdGetDatum(key.scope));
+  ScanKeyInit(&scan_keys[2], columns.key_digest, BTEqualStrategyNumber,
+              F_BYTEAEQ, PointerGetDatum(key.digest));
+
+  // What the transaction wrote so far is seen, as by its next statement.
+  CommandCounterIncrement();
+  Snapshot snapshot = RegisterSnapshot(GetTransactionSnapshot());
+  SysScanDesc scan = systable_beginscan(rel, primary_key, true, snapshot,
+                                        identity_args, scan_keys);
   KeyProbe result{};
   result.state = KeyState::absent;
   result.response_is_null = true;
-  if (SPI_processed > 0) {
-    HeapTuple row = SPI_tuptable->vals[0];
-    TupleDesc desc = SPI_tuptable->tupdesc;
+  HeapTuple tuple = systable_getnext(scan);
+  if (tuple != nullptr) {
     bool is_null = false;
-    text *stored_key = DatumGetTextPP(SPI_getbinval(row, desc, 1, &is_null));
-    if (VARSIZE_ANY_EXHDR(stored_key) != VARSIZE_ANY_EXHDR(key.key) ||
-        memcmp(VARDATA_ANY(stored_key), VARDATA_ANY(key.key),
-               VARSIZE_ANY_EXHDR(key.key)) != 0)
+    Datum stored_key = heap_getattr(tuple, columns.key, desc, &is_null);
+    if (is_null || !same_text(stored_key, key.key))
       report_shared_digest();
-    result.created_at =
-        DatumGetTimestampTz(SPI_getbinval(row, desc, 4, &is_null));
-    result.expires_at =
-        DatumGetTimestampTz(SPI_getbinval(row, desc, 5, &is_null));
+    result.created_at = DatumGetTimestampTz(
+        heap_getattr(tuple, columns.created_at, desc, &is_null));
+    result.expires_at = DatumGetTimestampTz(
+        heap_getattr(tuple, columns.expires_at, desc, &is_null));
     if (result.expires_at <= now) {
       result.state = KeyState::expired;
     } else {
       result.state = KeyState::done;
-      MemoryContext caller = spi.caller_context();
-      result.request_hash = DatumGetByteaPP(
-          copy_to(caller, SPI_getbinval(row, desc, 2, &is_null), false, -1));
-      Datum response = SPI_getbinval(row, desc, 3, &result.response_is_null);
-      if (!result.response_is_null)
-        result.response = copy_to(caller, response, false, -1);
+      result.request_hash = reinterpret_cast<bytea *>(DatumGetPointer(
+          copy_varlena(tuple, columns.request_hash, desc, &is_null)));
+      result.response =
+          copy_varlena(tuple, columns.response, desc, &result.response_is_null);
     }
   }
-  spi.finish();
+  systable_endscan(scan);
+  UnregisterSnapshot(snapshot);
+  table_close(rel, NoLock);
   return result;
 }
 
-StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
-                         const NewRow &row) const {
-  TimestampTz created_at = GetCurrentTimestamp();
-  TimestampTz expires_at = settings::key_expiry(created_at, row.ttl);
+namespace {
 
+// Deletes the key's row that expired by `now`, which the new row replaces.
+void delete_expired(const KeyTable &table, const KeyRef &key, TimestampTz now) {
+  Oid types[identity_args + 1];
+  Datum values[identity_args + 1];
+  set_identity(key, types, values);
+  types[3] = TIMESTAMPTZOID;
+  values[3] = TimestampTzGetDatum(now);
+  char sql[512];
+  snprintf(sql, sizeof sql,
+           "DELETE FROM idempotency.tenant_keys AS k WHERE %s"
+           " AND k.expires_at OPERATOR(pg_catalog.<=) $4",
+           identity_filter);
+  OwnerSpi spi(table.owner);
+  spi.run(sql, identity_args + 1, types, values, nullptr, false, SPI_OK_DELETE);
+  spi.finish();
+}
+
+StoredRow store_through_citus(const KeyTable &table, const KeyRef &key,
+                              const NewRow &row, TimestampTz created_at,
+                              TimestampTz expires_at) {
   constexpr int nargs = identity_args + 5;
   Oid types[nargs];
   Datum values[nargs];
@@ -483,52 +643,8 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
   types[7] = TIMESTAMPTZOID;
   values[7] = TimestampTzGetDatum(expires_at);
 
-  // The role's mark on this node (see role_marks.hpp), under the lock the
-  // insert takes anyway: a DROP OWNED running here has committed, and this
-  // backend forgot its marks, or it waits for this transaction.
-  LockRelationOid(table.relid, RowExclusiveLock);
-  role_marks::ensure_tenant(table.relid, key.scope);
-
   OwnerSpi spi(table.owner);
-  if (row.replaces != nullptr) {
-    char sql[512];
-    snprintf(sql, sizeof sql,
-             "DELETE FROM idempotency.tenant_keys AS k WHERE %s"
-             " AND k.expires_at OPERATOR(pg_catalog.<=) $7",
-             identity_filter);
-    Oid delete_types[7] = {types[0], types[1], types[2], types[3],
-                           types[4], types[5], types[6]};
-    // $4..$6 are unused by the DELETE; passing them keeps $7 in place.
-    spi.run(sql, 7, delete_types, values, nulls, false, SPI_OK_DELETE);
-  }
-
-  // table_for() took the placement lock and then checked the placement; a
-  // lock taken in a subtransaction that rolled back is gone, and a request
-  // then checks again (a key sent to the tenant's new node would go through
-  // another connection than fn's writes).
-  KeyTable checked =
-      placement_still_checked(table.local_shard) ? table : table_for(key);
-
-  MemoryContext caller = spi.caller_context();
-  PG_TRY();
-  { insert_row(spi, checked, types, values, nulls); }
-  PG_CATCH();
-  {
-    // Another transaction stored the key first: the primary key refused
-    // this one. The transaction is aborting; say what it means.
-    MemoryContextSwitchTo(caller);
-    ErrorData *error = CopyErrorData();
-    if (error->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
-      PG_RE_THROW();
-    FlushErrorState();
-    ereport(ERROR,
-            (errcode(errcode_key_in_progress),
-             errmsg("idempotency key was stored by another transaction first"),
-             errdetail("Another transaction claimed the key on another node "
-                       "(the tenant's shard was moving) and committed it."),
-             errhint("Retry the request: it replays the stored response.")));
-  }
-  PG_END_TRY();
+  insert_through_citus(spi, types, values, nulls);
   // A BEFORE trigger may change the row, but not drop it: a retry of the
   // key would run its request again.
   if (SPI_processed == 0)
@@ -546,6 +662,59 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
   stored.expires_at = DatumGetTimestampTz(
       SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &is_null));
   spi.finish();
+  return stored;
+}
+
+} // namespace
+
+StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
+                         const NewRow &row) const {
+  TimestampTz created_at = GetCurrentTimestamp();
+  TimestampTz expires_at = settings::key_expiry(created_at, row.ttl);
+
+  // The role's mark on this node (see role_marks.hpp), under the lock the
+  // insert takes anyway: a DROP OWNED running here has committed, and this
+  // backend forgot its marks, or it waits for this transaction.
+  LockRelationOid(table.relid, RowExclusiveLock);
+  role_marks::ensure_tenant(table.relid, key.scope);
+  if (row.replaces != nullptr)
+    delete_expired(table, key, created_at);
+
+  // table_for() took the placement lock and then checked the placement; a
+  // lock taken in a subtransaction that rolled back is gone, and a request
+  // then checks again (a key sent to the tenant's new node would go through
+  // another connection than fn's writes).
+  KeyTable checked =
+      placement_still_checked(table.local_shard) ? table : table_for(key);
+  bool through_citus =
+      checked_placement.replicated || !citus::may_write_local_shard();
+
+  MemoryContext caller = CurrentMemoryContext;
+  StoredRow stored{};
+  PG_TRY();
+  {
+    stored =
+        through_citus
+            ? store_through_citus(checked, key, row, created_at, expires_at)
+            : insert_into_shard(checked, key, row, created_at, expires_at);
+  }
+  PG_CATCH();
+  {
+    // Another transaction stored the key first: the primary key refused
+    // this one. The transaction is aborting; say what it means.
+    MemoryContextSwitchTo(caller);
+    ErrorData *error = CopyErrorData();
+    if (error->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
+      PG_RE_THROW();
+    FlushErrorState();
+    ereport(ERROR,
+            (errcode(errcode_key_in_progress),
+             errmsg("idempotency key was stored by another transaction first"),
+             errdetail("Another transaction claimed the key on another node "
+                       "(the tenant's shard was moving) and committed it."),
+             errhint("Retry the request: it replays the stored response.")));
+  }
+  PG_END_TRY();
   return stored;
 }
 

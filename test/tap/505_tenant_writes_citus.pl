@@ -5,8 +5,9 @@
 # plans and what they last checked between calls).
 #
 # - A DBA's CHECK constraint and BEFORE INSERT trigger on the key table act
-#   on the key's row (23514; a trigger that skips the row: 09000), and the
-#   request leaves nothing.
+#   on the key's row (23514; a trigger that skips the row or moves it to
+#   another key: 09000), and the request leaves nothing; a column a DBA
+#   added gets its default.
 # - Citus's rules for a transaction that reaches this node's shards: a
 #   transaction that already reached them through a connection writes its key
 #   through Citus (a later statement over that connection sees it); a key
@@ -139,6 +140,9 @@ BEGIN
   IF NEW.key = 'skipped' THEN
     RETURN NULL;
   END IF;
+  IF NEW.key = 'renamed' THEN
+    NEW.key := 'renamed-by-trigger';
+  END IF;
   NEW.response := NEW.response || '{"seen": true}';
   RETURN NEW;
 END $$;
@@ -147,6 +151,10 @@ CREATE TRIGGER skip_some BEFORE INSERT ON idempotency.tenant_keys
 is(sqlstate_in($on_source, call_sql('skipped')), '09000',
 	'a BEFORE INSERT trigger that skips the row makes the request fail');
 is(stored('skipped') . '|' . withdrawals(), "0|$ran", 'and the request left nothing');
+is(sqlstate_in($on_source, call_sql('renamed')), '09000',
+	"a BEFORE INSERT trigger that moves the row to another key makes the request fail");
+is( stored('renamed') . '|' . stored('renamed-by-trigger') . '|' . withdrawals(),
+	"0|0|$ran", 'and the request left nothing');
 like($on_source->query_safe(call_sql('changed')), qr/"balance"/,
 	'a key the trigger lets through is stored');
 $ran++;
@@ -157,6 +165,21 @@ $coordinator->safe_psql('postgres', q{
 SET citus.enable_unsafe_triggers = on;
 DROP TRIGGER skip_some ON idempotency.tenant_keys;
 DROP FUNCTION skip_some()});
+
+# A column a DBA added gets its default in the key's row.
+$coordinator->safe_psql('postgres', q{
+ALTER TABLE idempotency.tenant_keys ADD COLUMN note text DEFAULT 'added by the DBA'});
+like($on_source->query_safe(call_sql('with-note')), qr/"balance"/,
+	'a key is stored after a DBA added a column');
+$ran++;
+is( $coordinator->safe_psql('postgres', q{
+SELECT note FROM idempotency.tenant_keys WHERE key = 'with-note'}),
+	'added by the DBA', "and its row has the column's default");
+$coordinator->safe_psql('postgres', q{
+ALTER TABLE idempotency.tenant_keys DROP COLUMN note});
+like($on_source->query_safe(call_sql('with-note')), qr/"balance"/,
+	'after the column is dropped again, the key replays');
+is(withdrawals(), $ran, 'without running again');
 
 # --- Citus's rules for the transaction -----------------------------------------
 # Statements that reached this node's shards through a connection: Citus

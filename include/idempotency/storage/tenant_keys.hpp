@@ -8,9 +8,11 @@
 // functions read and write it here.
 //
 // A call reads and writes the tenant's shard relation on this node
-// directly, with statements planned once per backend and shard (through
-// Citus, every statement would be planned, deparsed and planned again for
-// the shard on every call), under the lock Citus's own writes take: Citus's
+// directly, as the local key table is read and written (a primary-key probe;
+// the row written through the executor, storage/row_insert.hpp), with no
+// statement to plan (through Citus, every statement would be planned,
+// deparsed and planned again for the shard on every call), under the lock
+// Citus's own writes take: Citus's
 // share lock on the shard's placement metadata, taken before the placement
 // is checked and held until the transaction ends. A shard move takes that
 // lock in exclusive mode for its final switch-over, so it waits for a
@@ -19,8 +21,9 @@
 // lock), and a request that comes during the switch-over waits for it and
 // then finds the shard gone (40001). Citus is told of the write as its
 // local executor would be (citus::note_local_shard_write); where it would
-// not write the shard from this backend, the insert goes through Citus. The
-// statements run as the table's owner: callers have no rights on the table.
+// not write the shard from this backend, the insert goes through Citus.
+// Writes run as the table's owner (its triggers fire with the owner's
+// rights): callers have no rights on the table.
 //
 // A tenant's keys are only read and written on the node that holds the
 // tenant's shard: the call, fn and the key then are one local transaction on
@@ -46,8 +49,9 @@ namespace idempotency::storage::tenant_keys {
 KeyTable table_for(const KeyRef &key);
 
 // idempotency.tenant_keys as a KeyBackend (storage/key_store.hpp):
-// - probe reads the tenant's shard on this node (never in_progress: rows of
-//   open transactions are not seen; the claim lock stands for them);
+// - probe reads the tenant's shard on this node by its primary key, with the
+//   snapshot a statement would take (never in_progress: rows of open
+//   transactions are not seen; the claim lock stands for them);
 // - store records the key's role on this node (storage/role_marks.hpp: a
 //   role with tenant keys cannot be dropped), inserts the row into the
 //   tenant's shard here (its triggers fire, its constraints are checked; a
