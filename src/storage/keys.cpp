@@ -50,11 +50,6 @@ pg_attribute_noreturn() void report_missing_table() {
 // looks again. Citus invalidates the relcache entry of a table whenever it
 // adds it to its metadata or removes it.
 
-struct DefaultColumn {
-  AttrNumber attnum;
-  Expr *expression; // planned, in the cache's memory context
-};
-
 struct TableCache {
   bool relid_known;
   bool columns_known;
@@ -244,27 +239,8 @@ bool is_ours(const KeyColumns &columns, AttrNumber attnum) {
   return false;
 }
 
-// The default expression of every column the extension does not set, as
-// an INSERT naming only our columns would evaluate it. Columns without a
-// default are stored NULL (a NOT NULL constraint then refuses the row);
-// generated columns are computed by the executor.
-void plan_defaults(Relation rel, const KeyColumns &columns) {
-  TupleDesc desc = RelationGetDescr(rel);
-  cache.defaults = static_cast<DefaultColumn *>(
-      palloc(sizeof(DefaultColumn) * Max(desc->natts, 1)));
-  cache.default_count = 0;
-  for (int i = 0; i < desc->natts; i++) {
-    Form_pg_attribute attribute = TupleDescAttr(desc, i);
-    if (attribute->attisdropped || attribute->attgenerated != '\0' ||
-        is_ours(columns, attribute->attnum))
-      continue;
-    Node *expression = build_column_default(rel, attribute->attnum);
-    if (expression == nullptr)
-      continue;
-    cache.defaults[cache.default_count++] =
-        DefaultColumn{attribute->attnum,
-                      expression_planner(reinterpret_cast<Expr *>(expression))};
-  }
+bool is_ours_column(const void *columns, AttrNumber attnum) {
+  return is_ours(*static_cast<const KeyColumns *>(columns), attnum);
 }
 
 // The function of the trigger keys_loaded (protocol/loaded_rows.hpp), which
@@ -288,7 +264,8 @@ void remember_columns(Relation rel) {
   cache.context = AllocSetContextCreate(
       CacheMemoryContext, "idempotency keys table", ALLOCSET_SMALL_SIZES);
   MemoryContext previous = MemoryContextSwitchTo(cache.context);
-  plan_defaults(rel, columns);
+  cache.default_count =
+      plan_defaults(rel, is_ours_column, &columns, &cache.defaults);
   MemoryContextSwitchTo(previous);
   cache.loader_function = loader_function();
   cache.columns = columns;
@@ -597,16 +574,7 @@ void fill_row(const RowInsert &insert, const KeyColumns &columns,
   set(columns.created_at, TimestampTzGetDatum(row.created_at), false);
   set(columns.expires_at, TimestampTzGetDatum(row.expires_at), false);
 
-  // The expressions' states and values go with the executor state.
-  ExprContext *econtext = GetPerTupleExprContext(insert.estate);
-  MemoryContext previous = MemoryContextSwitchTo(insert.estate->es_query_cxt);
-  for (int i = 0; i < cache.default_count; i++) {
-    const DefaultColumn &column = cache.defaults[i];
-    ExprState *state = ExecInitExpr(column.expression, nullptr);
-    slot->tts_values[column.attnum - 1] =
-        ExecEvalExpr(state, econtext, &slot->tts_isnull[column.attnum - 1]);
-  }
-  MemoryContextSwitchTo(previous);
+  evaluate_defaults(insert, cache.defaults, cache.default_count);
   ExecStoreVirtualTuple(slot);
 }
 

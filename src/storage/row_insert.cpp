@@ -159,15 +159,13 @@ void clear_row(const RowInsert &insert) {
   }
 }
 
-void evaluate_defaults(const RowInsert &insert,
-                       bool (*is_set)(const void *context, AttrNumber attnum),
-                       const void *context) {
-  TupleTableSlot *slot = insert.slot;
-  Relation rel = insert.target->ri_RelationDesc;
+int plan_defaults(Relation rel,
+                  bool (*is_set)(const void *context, AttrNumber attnum),
+                  const void *context, DefaultColumn **defaults) {
   TupleDesc desc = RelationGetDescr(rel);
-  ExprContext *econtext = GetPerTupleExprContext(insert.estate);
-  // The expressions' states and values go with the executor state.
-  MemoryContext previous = MemoryContextSwitchTo(insert.estate->es_query_cxt);
+  *defaults = static_cast<DefaultColumn *>(
+      palloc(sizeof(DefaultColumn) * Max(desc->natts, 1)));
+  int count = 0;
   for (int i = 0; i < desc->natts; i++) {
     Form_pg_attribute attribute = TupleDescAttr(desc, i);
     if (attribute->attisdropped || attribute->attgenerated != '\0' ||
@@ -176,9 +174,24 @@ void evaluate_defaults(const RowInsert &insert,
     Node *expression = build_column_default(rel, attribute->attnum);
     if (expression == nullptr)
       continue;
-    ExprState *state = ExecInitExpr(
-        expression_planner(reinterpret_cast<Expr *>(expression)), nullptr);
-    slot->tts_values[i] = ExecEvalExpr(state, econtext, &slot->tts_isnull[i]);
+    (*defaults)[count++] =
+        DefaultColumn{attribute->attnum,
+                      expression_planner(reinterpret_cast<Expr *>(expression))};
+  }
+  return count;
+}
+
+void evaluate_defaults(const RowInsert &insert, const DefaultColumn *defaults,
+                       int count) {
+  TupleTableSlot *slot = insert.slot;
+  ExprContext *econtext = GetPerTupleExprContext(insert.estate);
+  // The expressions' states and values go with the executor state.
+  MemoryContext previous = MemoryContextSwitchTo(insert.estate->es_query_cxt);
+  for (int i = 0; i < count; i++) {
+    AttrNumber attnum = defaults[i].attnum;
+    ExprState *state = ExecInitExpr(defaults[i].expression, nullptr);
+    slot->tts_values[attnum - 1] =
+        ExecEvalExpr(state, econtext, &slot->tts_isnull[attnum - 1]);
   }
   MemoryContextSwitchTo(previous);
 }

@@ -353,16 +353,20 @@ bool same_text(Datum stored, const text *wanted) {
 
 // A BEFORE trigger may change the row, but not drop it or move it to
 // another key: a retry of the key would run its request again.
+pg_attribute_noreturn() void report_skipped_row(const KeyRef &key) {
+  ereport(ERROR, (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+                  errmsg("a BEFORE INSERT trigger on idempotency.tenant_keys "
+                         "skipped the row of idempotency key \"%s\"",
+                         text_to_cstring(key.key)),
+                  errdetail("Without its row, a retry of the key would run its "
+                            "request again.")));
+  pg_unreachable();
+}
+
 void check_trigger_result(bool kept, const RowInsert &insert,
                           const ShardColumns &columns, const KeyRef &key) {
   if (!kept)
-    ereport(ERROR,
-            (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
-             errmsg("a BEFORE INSERT trigger on idempotency.tenant_keys "
-                    "skipped the row of idempotency key \"%s\"",
-                    text_to_cstring(key.key)),
-             errdetail("Without its row, a retry of the key would run its "
-                       "request again.")));
+    report_skipped_row(key);
   TupleTableSlot *slot = insert.slot;
   slot_getallattrs(slot);
   auto value = [slot](AttrNumber attnum) {
@@ -430,7 +434,9 @@ StoredRow insert_into_shard(const KeyTable &table, const KeyRef &key,
   set(columns.response, row.response, row.response_is_null);
   set(columns.created_at, TimestampTzGetDatum(created_at), false);
   set(columns.expires_at, TimestampTzGetDatum(expires_at), false);
-  evaluate_defaults(insert, is_key_column, &columns);
+  DefaultColumn *defaults;
+  int default_count = plan_defaults(rel, is_key_column, &columns, &defaults);
+  evaluate_defaults(insert, defaults, default_count);
   ExecStoreVirtualTuple(slot);
 
   citus::note_local_shard_write();
@@ -648,13 +654,7 @@ StoredRow store_through_citus(const KeyTable &table, const KeyRef &key,
   // A BEFORE trigger may change the row, but not drop it: a retry of the
   // key would run its request again.
   if (SPI_processed == 0)
-    ereport(ERROR,
-            (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
-             errmsg("a BEFORE INSERT trigger on idempotency.tenant_keys "
-                    "skipped the row of idempotency key \"%s\"",
-                    text_to_cstring(key.key)),
-             errdetail("Without its row, a retry of the key would run its "
-                       "request again.")));
+    report_skipped_row(key);
   StoredRow stored{};
   bool is_null = false;
   stored.created_at = DatumGetTimestampTz(

@@ -43,12 +43,26 @@ RowInsert begin_row_insert(Relation rel, Oid left_out_function);
 // stored with ExecStoreVirtualTuple.
 void clear_row(const RowInsert &insert);
 
-// The defaults of the columns `is_set` says the caller did not set, as an
-// INSERT naming only those columns would evaluate them, into insert.slot.
-// For a table whose defaults the caller has not planned beforehand.
-void evaluate_defaults(const RowInsert &insert,
-                       bool (*is_set)(const void *context, AttrNumber attnum),
-                       const void *context);
+// A column's default, planned: what an INSERT that does not name the
+// column stores in it.
+struct DefaultColumn {
+  AttrNumber attnum;
+  Expr *expression;
+};
+static_assert(std::is_trivially_destructible_v<DefaultColumn>);
+
+// The defaults of the columns of `rel` that `is_set` says the caller does
+// not set, planned in the current memory context, into *defaults; returns
+// how many. Columns without a default are stored NULL (a NOT NULL
+// constraint then refuses the row); generated columns are computed by
+// write_row().
+int plan_defaults(Relation rel,
+                  bool (*is_set)(const void *context, AttrNumber attnum),
+                  const void *context, DefaultColumn **defaults);
+
+// Evaluates planned defaults into insert.slot.
+void evaluate_defaults(const RowInsert &insert, const DefaultColumn *defaults,
+                       int count);
 
 // Whether the table has BEFORE INSERT row triggers (that fire here).
 bool has_before_row_triggers(const RowInsert &insert);
