@@ -7,7 +7,8 @@
 # - A DBA's CHECK constraint and BEFORE INSERT trigger on the key table act
 #   on the key's row (23514; a trigger that skips the row or moves it to
 #   another key: 09000), and the request leaves nothing; a column a DBA
-#   added gets its default.
+#   added gets its default. A key stored earlier in the same statement
+#   replays.
 # - Citus's rules for a transaction that reaches this node's shards: a
 #   transaction that already reached them through a connection writes its key
 #   through Citus (a later statement over that connection sees it); a key
@@ -180,6 +181,15 @@ ALTER TABLE idempotency.tenant_keys DROP COLUMN note});
 like($on_source->query_safe(call_sql('with-note')), qr/"balance"/,
 	'after the column is dropped again, the key replays');
 is(withdrawals(), $ran, 'without running again');
+
+# A key stored earlier in the same statement is seen by the next call:
+# the second call replays.
+my $twice = call_sql('twice-in-one');
+like($on_source->query_safe("SELECT ($twice) = ($twice)"), qr/^t$/,
+	'a key called twice in one statement answers the same both times');
+$ran++;
+is(stored('twice-in-one') . '|' . withdrawals(), "1|$ran",
+	'it is stored once, and its request ran once');
 
 # --- Citus's rules for the transaction -----------------------------------------
 # Statements that reached this node's shards through a connection: Citus
