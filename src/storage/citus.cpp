@@ -1,5 +1,7 @@
 #include "idempotency/storage/citus.hpp"
 
+#include "idempotency/storage/columns.hpp"
+
 extern "C" {
 #include "access/genam.h"
 #include "access/table.h"
@@ -202,13 +204,8 @@ void end_fn(int guc_level) {
 namespace {
 
 AttrNumber column_named(TupleDesc desc, const char *name) {
-  for (int i = 0; i < desc->natts; i++) {
-    Form_pg_attribute attribute = TupleDescAttr(desc, i);
-    if (!attribute->attisdropped &&
-        strcmp(NameStr(attribute->attname), name) == 0)
-      return attribute->attnum;
-  }
-  return InvalidAttrNumber;
+  Form_pg_attribute attribute = find_column(desc, name);
+  return attribute == nullptr ? InvalidAttrNumber : attribute->attnum;
 }
 
 // partmethod 'n' is a table without a distribution column: a reference

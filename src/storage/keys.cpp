@@ -1,6 +1,7 @@
 #include "idempotency/storage/keys.hpp"
 
 #include "idempotency/storage/citus.hpp"
+#include "idempotency/storage/columns.hpp"
 #include "idempotency/storage/commit_guard.hpp"
 #include "idempotency/storage/role_marks.hpp"
 #include "idempotency/storage/row_insert.hpp"
@@ -97,21 +98,6 @@ Oid keys_table_oid() {
 
 // --- the extension's columns ------------------------------------------------
 
-// scope is a role's oid: regrole, or the extension's own 4-byte by-value
-// type for it.
-bool fits_scope(Oid type) {
-  if (getBaseType(type) == REGROLEOID)
-    return true;
-  HeapTuple tuple = SearchSysCache1(TYPEOID, ObjectIdGetDatum(type));
-  if (!HeapTupleIsValid(tuple))
-    return false;
-  Form_pg_type form = reinterpret_cast<Form_pg_type>(GETSTRUCT(tuple));
-  bool fits = form->typlen == 4 && form->typbyval &&
-              form->typnamespace == get_namespace_oid("idempotency", true);
-  ReleaseSysCache(tuple);
-  return fits;
-}
-
 struct ExpectedColumn {
   const char *name;
   Oid type; // InvalidOid: scope, see fits_scope()
@@ -127,16 +113,6 @@ constexpr ExpectedColumn expected_columns[] = {
     {"created_at", TIMESTAMPTZOID, &KeyColumns::created_at},
     {"expires_at", TIMESTAMPTZOID, &KeyColumns::expires_at},
 };
-
-Form_pg_attribute find_column(TupleDesc desc, const char *name) {
-  for (int i = 0; i < desc->natts; i++) {
-    Form_pg_attribute attribute = TupleDescAttr(desc, i);
-    if (!attribute->attisdropped &&
-        strcmp(NameStr(attribute->attname), name) == 0)
-      return attribute;
-  }
-  return nullptr;
-}
 
 // The version of the extension in this database, as pg_extension records
 // it; nullptr when there is none.
@@ -578,52 +554,14 @@ void fill_row(const RowInsert &insert, const KeyColumns &columns,
   ExecStoreVirtualTuple(slot);
 }
 
-bool same_value(TupleTableSlot *slot, AttrNumber attnum, Datum expected,
-                bool by_value) {
-  bool isnull = false;
-  Datum value = slot_getattr(slot, attnum, &isnull);
-  if (isnull)
-    return false;
-  if (by_value)
-    return value == expected;
-  text *stored = DatumGetTextPP(value);
-  text *wanted = DatumGetTextPP(expected);
-  return VARSIZE_ANY_EXHDR(stored) == VARSIZE_ANY_EXHDR(wanted) &&
-         memcmp(VARDATA_ANY(stored), VARDATA_ANY(wanted),
-                VARSIZE_ANY_EXHDR(wanted)) == 0;
-}
-
-// BEFORE triggers may change the row, but not drop it or move it to
-// another key: the key would then run its request again on every retry.
-void check_trigger_result(bool kept, TupleTableSlot *slot,
-                          const KeyColumns &columns, const KeyRef &key) {
-  if (!kept)
-    ereport(ERROR,
-            (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
-             errmsg("a BEFORE INSERT trigger on idempotency.keys skipped the "
-                    "row of idempotency key \"%s\"",
-                    text_to_cstring(key.key)),
-             errdetail("Without its row, a retry of the key would run its "
-                       "request again.")));
-  if (!same_value(slot, columns.scope, ObjectIdGetDatum(key.scope), true) ||
-      !same_value(slot, columns.key, PointerGetDatum(key.key), false) ||
-      (!columns.text_layout && !same_value(slot, columns.key_digest,
-                                           stored_digest(columns, key), false)))
-    ereport(ERROR,
-            (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
-             errmsg("a BEFORE INSERT trigger on idempotency.keys changed the "
-                    "scope, key or key_digest of idempotency key \"%s\"",
-                    text_to_cstring(key.key)),
-             errdetail("The row must stay under the key that was claimed.")));
-}
-
-// BEFORE row triggers, checked as above, then the row written
-// (storage/row_insert.hpp).
+// BEFORE row triggers may change the row, but not drop it or move it to
+// another key; then the row is written (storage/row_insert.hpp).
 void insert_row(const RowInsert &insert, const KeyColumns &columns,
                 const KeyRef &key) {
-  if (has_before_row_triggers(insert))
-    check_trigger_result(fire_before_row_triggers(insert), insert.slot, columns,
-                         key);
+  const AttrNumber fixed[] = {columns.scope, columns.key, columns.key_digest};
+  int fixed_count = columns.text_layout ? 2 : 3; // no key_digest before 0.4
+  check_key_row_kept(fire_before_row_triggers(insert, fixed, fixed_count),
+                     "idempotency.keys", "scope, key or key_digest", key.key);
   write_row(insert);
 }
 

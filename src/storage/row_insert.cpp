@@ -10,6 +10,8 @@ extern "C" {
 #include "nodes/makefuncs.h"
 #include "optimizer/optimizer.h"
 #include "rewrite/rewriteHandler.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/rel.h"
 }
 
@@ -196,15 +198,54 @@ void evaluate_defaults(const RowInsert &insert, const DefaultColumn *defaults,
   MemoryContextSwitchTo(previous);
 }
 
-bool has_before_row_triggers(const RowInsert &insert) {
+TriggeredRow fire_before_row_triggers(const RowInsert &insert,
+                                      const AttrNumber *fixed,
+                                      int fixed_count) {
   TriggerDesc *triggers = insert.target->ri_TrigDesc;
-  return triggers != nullptr && triggers->trig_insert_before_row;
+  if (triggers == nullptr || !triggers->trig_insert_before_row)
+    return TriggeredRow::kept;
+  TupleTableSlot *slot = insert.slot;
+  TupleDesc desc = slot->tts_tupleDescriptor;
+  // The values the caller set: the triggers replace the slot's contents,
+  // not the memory these point to.
+  slot_getallattrs(slot);
+  Datum *before = static_cast<Datum *>(palloc(sizeof(Datum) * fixed_count));
+  bool *before_null = static_cast<bool *>(palloc(sizeof(bool) * fixed_count));
+  for (int i = 0; i < fixed_count; i++) {
+    before[i] = slot->tts_values[fixed[i] - 1];
+    before_null[i] = slot->tts_isnull[fixed[i] - 1];
+  }
+  if (!ExecBRInsertTriggers(insert.estate, insert.target, slot))
+    return TriggeredRow::skipped;
+  slot_getallattrs(slot);
+  for (int i = 0; i < fixed_count; i++) {
+    Form_pg_attribute attribute = TupleDescAttr(desc, fixed[i] - 1);
+    bool is_null = slot->tts_isnull[fixed[i] - 1];
+    if (is_null != before_null[i] ||
+        (!is_null && !datum_image_eq(before[i], slot->tts_values[fixed[i] - 1],
+                                     attribute->attbyval, attribute->attlen)))
+      return TriggeredRow::moved;
+  }
+  return TriggeredRow::kept;
 }
 
-bool fire_before_row_triggers(const RowInsert &insert) {
-  if (!has_before_row_triggers(insert))
-    return true;
-  return ExecBRInsertTriggers(insert.estate, insert.target, insert.slot);
+void check_key_row_kept(TriggeredRow result, const char *table,
+                        const char *fixed_columns, const text *key) {
+  if (result == TriggeredRow::skipped)
+    ereport(ERROR,
+            (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+             errmsg("a BEFORE INSERT trigger on %s skipped the row of "
+                    "idempotency key \"%s\"",
+                    table, text_to_cstring(key)),
+             errdetail("Without its row, a retry of the key would run its "
+                       "request again.")));
+  if (result == TriggeredRow::moved)
+    ereport(ERROR,
+            (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+             errmsg("a BEFORE INSERT trigger on %s changed the %s of "
+                    "idempotency key \"%s\"",
+                    table, fixed_columns, text_to_cstring(key)),
+             errdetail("The row must stay under the key that was claimed.")));
 }
 
 // What ExecSimpleRelationInsert does after the BEFORE row triggers.

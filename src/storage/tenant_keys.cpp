@@ -1,6 +1,7 @@
 #include "idempotency/storage/tenant_keys.hpp"
 
 #include "idempotency/storage/citus.hpp"
+#include "idempotency/storage/columns.hpp"
 #include "idempotency/storage/role_marks.hpp"
 #include "idempotency/storage/row_insert.hpp"
 
@@ -298,11 +299,6 @@ constexpr ShardColumn shard_columns_expected[] = {
     {"expires_at", TIMESTAMPTZOID, &ShardColumns::expires_at},
 };
 
-// scope holds the role's oid in the extension's 4-byte by-value type.
-bool fits_scope(Form_pg_attribute attribute) {
-  return attribute->attlen == 4 && attribute->attbyval;
-}
-
 // Raises 42703 for a missing column and 42804 for one whose type the
 // calls cannot read or write (ALTER TABLE on the distributed table changes
 // every shard alike).
@@ -310,19 +306,14 @@ ShardColumns shard_columns(Relation shard) {
   TupleDesc desc = RelationGetDescr(shard);
   ShardColumns columns{};
   for (const ShardColumn &expected : shard_columns_expected) {
-    Form_pg_attribute found = nullptr;
-    for (int i = 0; i < desc->natts && found == nullptr; i++) {
-      Form_pg_attribute attribute = TupleDescAttr(desc, i);
-      if (!attribute->attisdropped &&
-          strcmp(NameStr(attribute->attname), expected.name) == 0)
-        found = attribute;
-    }
+    Form_pg_attribute found = find_column(desc, expected.name);
     if (found == nullptr)
       ereport(ERROR,
               (errcode(ERRCODE_UNDEFINED_COLUMN),
                errmsg("column \"%s\" of idempotency.tenant_keys does not exist",
                       expected.name)));
-    bool fits = expected.field == &ShardColumns::scope ? fits_scope(found)
+    bool fits = expected.field == &ShardColumns::scope
+                    ? fits_scope(found->atttypid)
                 : OidIsValid(expected.type) ? found->atttypid == expected.type
                                             : true;
     if (!fits || found->attgenerated != '\0')
@@ -342,58 +333,6 @@ bool is_key_column(const void *context, AttrNumber attnum) {
     if (columns.*expected.field == attnum)
       return true;
   return false;
-}
-
-bool same_text(Datum stored, const text *wanted) {
-  text *value = DatumGetTextPP(stored);
-  return VARSIZE_ANY_EXHDR(value) == VARSIZE_ANY_EXHDR(wanted) &&
-         memcmp(VARDATA_ANY(value), VARDATA_ANY(wanted),
-                VARSIZE_ANY_EXHDR(wanted)) == 0;
-}
-
-// A BEFORE trigger may change the row, but not drop it or move it to
-// another key: a retry of the key would run its request again.
-pg_attribute_noreturn() void report_skipped_row(const KeyRef &key) {
-  ereport(ERROR, (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
-                  errmsg("a BEFORE INSERT trigger on idempotency.tenant_keys "
-                         "skipped the row of idempotency key \"%s\"",
-                         text_to_cstring(key.key)),
-                  errdetail("Without its row, a retry of the key would run its "
-                            "request again.")));
-  pg_unreachable();
-}
-
-void check_trigger_result(bool kept, const RowInsert &insert,
-                          const ShardColumns &columns, const KeyRef &key) {
-  if (!kept)
-    report_skipped_row(key);
-  TupleTableSlot *slot = insert.slot;
-  slot_getallattrs(slot);
-  auto value = [slot](AttrNumber attnum) {
-    return slot->tts_isnull[attnum - 1] ? (Datum)0
-                                        : slot->tts_values[attnum - 1];
-  };
-  auto is_null = [slot](AttrNumber attnum) {
-    return slot->tts_isnull[attnum - 1];
-  };
-  int16 tenant_length;
-  bool tenant_by_value;
-  get_typlenbyval(key.tenant_type, &tenant_length, &tenant_by_value);
-  bool same = !is_null(columns.tenant) && !is_null(columns.scope) &&
-              !is_null(columns.key) && !is_null(columns.key_digest) &&
-              datumIsEqual(value(columns.tenant), key.tenant, tenant_by_value,
-                           tenant_length) &&
-              DatumGetObjectId(value(columns.scope)) == key.scope &&
-              same_text(value(columns.key), key.key) &&
-              same_text(value(columns.key_digest), key.digest);
-  if (!same)
-    ereport(ERROR,
-            (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
-             errmsg("a BEFORE INSERT trigger on idempotency.tenant_keys "
-                    "changed the tenant, scope, key or key_digest of "
-                    "idempotency key \"%s\"",
-                    text_to_cstring(key.key)),
-             errdetail("The row must stay under the key that was claimed.")));
 }
 
 TimestampTz timestamp_in(TupleTableSlot *slot, AttrNumber attnum) {
@@ -440,9 +379,11 @@ StoredRow insert_into_shard(const KeyTable &table, const KeyRef &key,
   ExecStoreVirtualTuple(slot);
 
   citus::note_local_shard_write();
-  if (has_before_row_triggers(insert))
-    check_trigger_result(fire_before_row_triggers(insert), insert, columns,
-                         key);
+  const AttrNumber fixed[] = {columns.tenant, columns.scope, columns.key,
+                              columns.key_digest};
+  check_key_row_kept(fire_before_row_triggers(insert, fixed, 4),
+                     "idempotency.tenant_keys",
+                     "tenant, scope, key or key_digest", key.key);
   write_row(insert);
   StoredRow stored{timestamp_in(insert.slot, columns.created_at),
                    timestamp_in(insert.slot, columns.expires_at)};
@@ -585,7 +526,8 @@ KeyProbe Backend::probe(const KeyTable &table, const KeyRef &key,
   if (tuple != nullptr) {
     bool is_null = false;
     Datum stored_key = heap_getattr(tuple, columns.key, desc, &is_null);
-    if (is_null || !same_text(stored_key, key.key))
+    if (is_null ||
+        !datum_image_eq(stored_key, PointerGetDatum(key.key), false, -1))
       report_shared_digest();
     result.created_at = DatumGetTimestampTz(
         heap_getattr(tuple, columns.created_at, desc, &is_null));
@@ -609,21 +551,24 @@ KeyProbe Backend::probe(const KeyTable &table, const KeyRef &key,
 
 namespace {
 
-// Deletes the key's row that expired by `now`, which the new row replaces.
-void delete_expired(const KeyTable &table, const KeyRef &key, TimestampTz now) {
+// Deletes the key's rows that also meet `condition` on $4, a value of
+// `type`, through Citus, as the table's owner; returns how many.
+uint64 delete_key_rows(const KeyTable &table, const KeyRef &key,
+                       const char *condition, Oid type, Datum value) {
   Oid types[identity_args + 1];
   Datum values[identity_args + 1];
   set_identity(key, types, values);
-  types[3] = TIMESTAMPTZOID;
-  values[3] = TimestampTzGetDatum(now);
+  types[identity_args] = type;
+  values[identity_args] = value;
   char sql[512];
   snprintf(sql, sizeof sql,
-           "DELETE FROM idempotency.tenant_keys AS k WHERE %s"
-           " AND k.expires_at OPERATOR(pg_catalog.<=) $4",
-           identity_filter);
+           "DELETE FROM idempotency.tenant_keys AS k WHERE %s AND %s",
+           identity_filter, condition);
   OwnerSpi spi(table.owner);
   spi.run(sql, identity_args + 1, types, values, nullptr, false, SPI_OK_DELETE);
+  uint64 deleted = SPI_processed;
   spi.finish();
+  return deleted;
 }
 
 StoredRow store_through_citus(const KeyTable &table, const KeyRef &key,
@@ -651,10 +596,10 @@ StoredRow store_through_citus(const KeyTable &table, const KeyRef &key,
 
   OwnerSpi spi(table.owner);
   insert_through_citus(spi, types, values, nulls);
-  // A BEFORE trigger may change the row, but not drop it: a retry of the
-  // key would run its request again.
+  // A BEFORE trigger may change the row, but not drop it.
   if (SPI_processed == 0)
-    report_skipped_row(key);
+    check_key_row_kept(TriggeredRow::skipped, "idempotency.tenant_keys", "",
+                       key.key);
   StoredRow stored{};
   bool is_null = false;
   stored.created_at = DatumGetTimestampTz(
@@ -677,8 +622,10 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
   // backend forgot its marks, or it waits for this transaction.
   LockRelationOid(table.relid, RowExclusiveLock);
   role_marks::ensure_tenant(table.relid, key.scope);
+  // The expired row the new one replaces.
   if (row.replaces != nullptr)
-    delete_expired(table, key, created_at);
+    delete_key_rows(table, key, "k.expires_at OPERATOR(pg_catalog.<=) $4",
+                    TIMESTAMPTZOID, TimestampTzGetDatum(created_at));
 
   // table_for() took the placement lock and then checked the placement; a
   // lock taken in a subtransaction that rolled back is gone, and a request
@@ -720,21 +667,8 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
 
 bool Backend::remove(const KeyTable &table, const KeyRef &key,
                      const KeyProbe &) const {
-  Oid types[identity_args + 1];
-  Datum values[identity_args + 1];
-  set_identity(key, types, values);
-  types[3] = TEXTOID;
-  values[3] = PointerGetDatum(key.key);
-  char sql[512];
-  snprintf(sql, sizeof sql,
-           "DELETE FROM idempotency.tenant_keys AS k WHERE %s"
-           " AND k.key OPERATOR(pg_catalog.=) $4",
-           identity_filter);
-  OwnerSpi spi(table.owner);
-  spi.run(sql, identity_args + 1, types, values, nullptr, false, SPI_OK_DELETE);
-  bool removed = SPI_processed > 0;
-  spi.finish();
-  return removed;
+  return delete_key_rows(table, key, "k.key OPERATOR(pg_catalog.=) $4", TEXTOID,
+                         PointerGetDatum(key.key)) > 0;
 }
 
 namespace {

@@ -9,8 +9,8 @@
 //
 //   RowInsert insert = begin_row_insert(rel, InvalidOid);
 //   ... set insert.slot's values (clear_row, then the columns) ...
-//   if (has_before_row_triggers(insert) && !fire_before_row_triggers(insert))
-//     ... the row was skipped ...
+//   if (fire_before_row_triggers(insert, key_columns, n) != TriggeredRow::kept)
+//     ... raise: the row was skipped or moved ...
 //   write_row(insert);
 //   ... read the row as written from insert.slot ...
 //   end_row_insert(insert);
@@ -64,12 +64,25 @@ int plan_defaults(Relation rel,
 void evaluate_defaults(const RowInsert &insert, const DefaultColumn *defaults,
                        int count);
 
-// Whether the table has BEFORE INSERT row triggers (that fire here).
-bool has_before_row_triggers(const RowInsert &insert);
+// What the BEFORE INSERT row triggers did with the row.
+enum class TriggeredRow {
+  kept,    // written as they left it (changed or not)
+  skipped, // a trigger returned NULL: no row
+  moved,   // a trigger changed one of the `fixed` columns
+};
 
-// Fires the BEFORE INSERT row triggers on insert.slot, which they may
-// change; false when one of them skipped the row.
-bool fire_before_row_triggers(const RowInsert &insert);
+// Fires the BEFORE INSERT row triggers (if any) on insert.slot, which they
+// may change, except for the `fixed_count` columns `fixed`: a key's row may
+// not be dropped or moved to another key, or a retry of the key would run
+// its request again.
+TriggeredRow fire_before_row_triggers(const RowInsert &insert,
+                                      const AttrNumber *fixed, int fixed_count);
+
+// Raises 09000 unless `result` is kept: a BEFORE trigger on `table` skipped
+// the row of idempotency key `key`, or changed its `fixed_columns` (named
+// in the message).
+void check_key_row_kept(TriggeredRow result, const char *table,
+                        const char *fixed_columns, const text *key);
 
 // Computes the stored generated columns, checks the constraints, writes
 // the row into the heap and the indexes and queues the AFTER row triggers.
