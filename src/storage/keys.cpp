@@ -13,6 +13,7 @@ extern "C" {
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "storage/bufmgr.h"
 #include "utils/rel.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_extension.h"
@@ -360,10 +361,14 @@ void read_times(Relation rel, const KeyColumns &columns, HeapTuple tuple,
       heap_getattr(tuple, columns.expires_at, desc, &isnull));
 }
 
+RowVersion row_version(HeapTuple tuple) {
+  return RowVersion{tuple->t_self, HeapTupleHeaderGetRawXmin(tuple->t_data)};
+}
+
 KeyProbe expired_row(Relation rel, const KeyColumns &columns, HeapTuple tuple) {
   KeyProbe result{};
   result.state = KeyState::expired;
-  result.row = tuple->t_self;
+  result.row = row_version(tuple);
   read_times(rel, columns, tuple, result);
   return result;
 }
@@ -375,7 +380,7 @@ KeyProbe done_row(Relation rel, const KeyColumns &columns, SysScanDesc scan,
   TupleDesc desc = RelationGetDescr(rel);
   bool isnull = false;
   result.state = KeyState::done;
-  result.row = tuple->t_self;
+  result.row = row_version(tuple);
   read_times(rel, columns, tuple, result);
   result.request_hash = reinterpret_cast<bytea *>(DatumGetPointer(
       copy_varlena(tuple, columns.request_hash, desc, &isnull)));
@@ -396,17 +401,17 @@ KeyProbe in_progress(TransactionId holder) {
 
 namespace {
 
+bool same_bytes(const varlena *a, const varlena *b) {
+  return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+         memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
 bool same_key(Relation rel, const KeyColumns &columns, HeapTuple tuple,
               const text *key) {
   bool isnull = false;
   Datum stored =
       heap_getattr(tuple, columns.key, RelationGetDescr(rel), &isnull);
-  if (isnull)
-    return false;
-  text *stored_key = DatumGetTextPP(stored);
-  return VARSIZE_ANY_EXHDR(stored_key) == VARSIZE_ANY_EXHDR(key) &&
-         memcmp(VARDATA_ANY(stored_key), VARDATA_ANY(key),
-                VARSIZE_ANY_EXHDR(key)) == 0;
+  return !isnull && same_bytes(DatumGetTextPP(stored), key);
 }
 
 } // namespace
@@ -488,15 +493,96 @@ KeyProbe LocalKeys::probe(const KeyTable &table, const KeyRef &key,
 
 namespace {
 
+// Whether `tuple` is a row of `key`: its scope and digest (the probe that
+// found the row compared the key's text), or the key's text in the layout
+// without digests. Reads only values kept in the row, never out of line:
+// the caller holds the page's lock.
+bool is_key_row(Relation rel, const KeyColumns &columns, HeapTuple tuple,
+                const KeyRef &key) {
+  TupleDesc desc = RelationGetDescr(rel);
+  bool isnull = false;
+  Datum scope = heap_getattr(tuple, columns.scope, desc, &isnull);
+  if (isnull || DatumGetObjectId(scope) != key.scope)
+    return false;
+  AttrNumber identity = columns.text_layout ? columns.key : columns.key_digest;
+  const varlena *expected = columns.text_layout
+                                ? key.key
+                                : DatumGetByteaPP(stored_digest(columns, key));
+  Datum stored = heap_getattr(tuple, identity, desc, &isnull);
+  if (isnull || VARATT_IS_EXTERNAL(DatumGetPointer(stored)) ||
+      VARATT_IS_COMPRESSED(DatumGetPointer(stored)))
+    return false; // never so for a key's text or digest
+  return same_bytes(reinterpret_cast<const varlena *>(DatumGetPointer(stored)),
+                    expected);
+}
+
+// Pins the page of `version` if it still holds that row version of `key`;
+// InvalidBuffer when it does not (expiry deleted the row and vacuum freed or
+// reused its slot). While the page is pinned the row cannot be pruned, so
+// its slot keeps that row until the caller releases the pin.
+Buffer pin_row_version(Relation rel, const KeyColumns &columns,
+                       const KeyRef &key, const RowVersion &version) {
+  // Vacuum truncates the table only under ACCESS EXCLUSIVE, which the
+  // caller's ROW EXCLUSIVE lock excludes.
+  BlockNumber block = ItemPointerGetBlockNumber(&version.tid);
+  if (block >= RelationGetNumberOfBlocks(rel))
+    return InvalidBuffer;
+  Buffer buffer = ReadBuffer(rel, block);
+  LockBuffer(buffer, BUFFER_LOCK_SHARE);
+  Page page = BufferGetPage(buffer);
+  OffsetNumber offset = ItemPointerGetOffsetNumber(&version.tid);
+  bool same = false;
+  if (offset >= FirstOffsetNumber && offset <= PageGetMaxOffsetNumber(page)) {
+    ItemId item = PageGetItemId(page, offset);
+    if (ItemIdIsNormal(item)) {
+      HeapTupleData tuple;
+      tuple.t_data = reinterpret_cast<HeapTupleHeader>(PageGetItem(page, item));
+      tuple.t_len = ItemIdGetLength(item);
+      tuple.t_self = version.tid;
+      tuple.t_tableOid = RelationGetRelid(rel);
+      same = HeapTupleHeaderGetRawXmin(tuple.t_data) == version.xmin &&
+             is_key_row(rel, columns, &tuple, key);
+    }
+  }
+  LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
+  if (same)
+    return buffer;
+  ReleaseBuffer(buffer);
+  return InvalidBuffer;
+}
+
+enum class RowDeleted { deleted, already_gone, changed };
+
+// Deletes the row version `version` of `key` as probe() found it. A row
+// that expiry deleted meanwhile (committed, or waited for) is already_gone;
+// changed means another transaction updated or locked it.
+RowDeleted delete_row_version(Relation rel, const KeyColumns &columns,
+                              const KeyRef &key, const RowVersion &version) {
+  Buffer pinned = pin_row_version(rel, columns, key, version);
+  if (!BufferIsValid(pinned))
+    return RowDeleted::already_gone;
+  TM_FailureData failure;
+  TM_Result result = table_tuple_delete(
+      rel, const_cast<ItemPointer>(&version.tid), GetCurrentCommandId(true),
+      GetActiveSnapshot(), InvalidSnapshot, true /* wait */, &failure,
+      false /* changingPart */);
+  ReleaseBuffer(pinned);
+  switch (result) {
+  case TM_Ok:
+    return RowDeleted::deleted;
+  case TM_Deleted:
+    return RowDeleted::already_gone;
+  default:
+    return RowDeleted::changed;
+  }
+}
+
 // Removes the expired row the new one replaces. The expiry worker may have
 // deleted it meanwhile (then there is nothing to do); no one else changes a
 // row whose key this transaction has claimed.
-void delete_expired_row(Relation rel, ItemPointer row) {
-  TM_FailureData failure;
-  TM_Result result = table_tuple_delete(
-      rel, row, GetCurrentCommandId(true), GetActiveSnapshot(), InvalidSnapshot,
-      true /* wait */, &failure, false /* changingPart */);
-  if (result == TM_Ok || result == TM_Deleted)
+void delete_expired_row(Relation rel, const KeyColumns &columns,
+                        const KeyRef &key, const RowVersion &version) {
+  if (delete_row_version(rel, columns, key, version) != RowDeleted::changed)
     return;
   ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
                   errmsg("could not serialize access due to concurrent update"),
@@ -581,7 +667,7 @@ StoredRow LocalKeys::store(const KeyTable &table, const KeyRef &key,
   KeyColumns columns = key_columns(rel);
   role_marks::ensure(rel, columns.scope, key.scope);
   if (row.replaces != nullptr)
-    delete_expired_row(rel, const_cast<ItemPointer>(&row.replaces->row));
+    delete_expired_row(rel, columns, key, row.replaces->row);
 
   // The TTL counts from the write, not from the transaction's start: fn
   // may have run for a long time.
@@ -605,23 +691,21 @@ StoredRow LocalKeys::store(const KeyTable &table, const KeyRef &key,
   return stored;
 }
 
-bool LocalKeys::remove(const KeyTable &table, const KeyRef &,
+bool LocalKeys::remove(const KeyTable &table, const KeyRef &key,
                        const KeyProbe &stored) const {
-  ItemPointerData row = stored.row;
   Relation rel = table_open(table.relid, RowExclusiveLock);
-  (void)key_columns(rel); // refuses a table Citus has taken over
-  TM_FailureData failure;
-  TM_Result result = table_tuple_delete(
-      rel, const_cast<ItemPointer>(&row), GetCurrentCommandId(true),
-      GetActiveSnapshot(), InvalidSnapshot, true /* wait */, &failure,
-      false /* changingPart */);
+  KeyColumns columns = key_columns(rel); // refuses a table Citus has taken over
+  RowDeleted result = delete_row_version(rel, columns, key, stored.row);
   table_close(rel, NoLock);
-  if (result == TM_Ok) {
+  switch (result) {
+  case RowDeleted::deleted:
     citus::note_key_write();
     return true;
-  }
-  if (result == TM_Deleted)
+  case RowDeleted::already_gone:
     return false;
+  case RowDeleted::changed:
+    break;
+  }
   ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
                   errmsg("could not serialize access due to concurrent update"),
                   errdetail("The idempotency key was changed while being "

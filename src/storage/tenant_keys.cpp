@@ -9,6 +9,8 @@
 
 #include "idempotency/settings/settings.hpp"
 
+#include <initializer_list>
+
 extern "C" {
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -551,21 +553,33 @@ KeyProbe Backend::probe(const KeyTable &table, const KeyRef &key,
 
 namespace {
 
-// Deletes the key's rows that also meet `condition` on $4, a value of
-// `type`, through Citus, as the table's owner; returns how many.
+// A value a deletion's condition names as $4, $5, ...
+struct ConditionValue {
+  Oid type;
+  Datum value;
+};
+
+// Deletes the key's rows that also meet `condition` on `values`, through
+// Citus, as the table's owner; returns how many.
 uint64 delete_key_rows(const KeyTable &table, const KeyRef &key,
-                       const char *condition, Oid type, Datum value) {
-  Oid types[identity_args + 1];
-  Datum values[identity_args + 1];
-  set_identity(key, types, values);
-  types[identity_args] = type;
-  values[identity_args] = value;
+                       const char *condition,
+                       std::initializer_list<ConditionValue> values) {
+  constexpr int max_args = identity_args + 2;
+  Assert(values.size() <= max_args - identity_args);
+  Oid types[max_args];
+  Datum args[max_args];
+  set_identity(key, types, args);
+  int nargs = identity_args;
+  for (const ConditionValue &value : values) {
+    types[nargs] = value.type;
+    args[nargs++] = value.value;
+  }
   char sql[512];
   snprintf(sql, sizeof sql,
            "DELETE FROM idempotency.tenant_keys AS k WHERE %s AND %s",
            identity_filter, condition);
   OwnerSpi spi(table.owner);
-  spi.run(sql, identity_args + 1, types, values, nullptr, false, SPI_OK_DELETE);
+  spi.run(sql, nargs, types, args, nullptr, false, SPI_OK_DELETE);
   uint64 deleted = SPI_processed;
   spi.finish();
   return deleted;
@@ -625,7 +639,7 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
   // The expired row the new one replaces.
   if (row.replaces != nullptr)
     delete_key_rows(table, key, "k.expires_at OPERATOR(pg_catalog.<=) $4",
-                    TIMESTAMPTZOID, TimestampTzGetDatum(created_at));
+                    {{TIMESTAMPTZOID, TimestampTzGetDatum(created_at)}});
 
   // table_for() took the placement lock and then checked the placement; a
   // lock taken in a subtransaction that rolled back is gone, and a request
@@ -665,10 +679,16 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
   return stored;
 }
 
+// The row probe() found, by its key and when it was written: a row the key
+// got since (after expiry deleted that one) is another request's.
 bool Backend::remove(const KeyTable &table, const KeyRef &key,
-                     const KeyProbe &) const {
-  return delete_key_rows(table, key, "k.key OPERATOR(pg_catalog.=) $4", TEXTOID,
-                         PointerGetDatum(key.key)) > 0;
+                     const KeyProbe &stored) const {
+  return delete_key_rows(table, key,
+                         "k.key OPERATOR(pg_catalog.=) $4 AND "
+                         "k.created_at OPERATOR(pg_catalog.=) $5",
+                         {{TEXTOID, PointerGetDatum(key.key)},
+                          {TIMESTAMPTZOID,
+                           TimestampTzGetDatum(stored.created_at)}}) > 0;
 }
 
 namespace {

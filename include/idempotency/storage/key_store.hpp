@@ -46,10 +46,18 @@ enum class KeyState {
   done,        // a committed (or our own) row within its TTL
 };
 
+// One version of a stored row: its address and the transaction that wrote
+// it. The address alone names no row for long: once expiry has deleted the
+// row, vacuum may give its slot to another key's row.
+struct RowVersion {
+  ItemPointerData tid;
+  TransactionId xmin; // as written, kept when the row is frozen
+};
+
 struct KeyProbe {
   KeyState state;
   TransactionId holder; // in_progress: the transaction to wait for
-  ItemPointerData row;  // expired: the row a new call replaces; done: the row
+  RowVersion row;       // expired: the row a new call replaces; done: the row
   bytea *request_hash;  // done: the stored fingerprint
   bool request_hash_is_hex; // as text, in a table of a version before 0.4
   Datum response;           // done: the stored response
@@ -125,12 +133,14 @@ public:
   virtual KeyProbe probe(const KeyTable &table, const KeyRef &key,
                          TimestampTz now) const = 0;
   // Stores a completed call's row, after deleting the expired row it
-  // replaces. The table's primary key is the final word: a second row for
-  // one key can never commit.
+  // replaces - that row version of this key only, never whatever row holds
+  // its address by now. The table's primary key is the final word: a second
+  // row for one key can never commit.
   virtual StoredRow store(const KeyTable &table, const KeyRef &key,
                           const NewRow &row) const = 0;
   // Deletes a done row of a key whose owner forgets it (`stored`, as probe()
-  // found it). Returns false when the row was deleted meanwhile (by expiry).
+  // found it: that row version of this key only). Returns false when the
+  // row was deleted meanwhile (by expiry).
   virtual bool remove(const KeyTable &table, const KeyRef &key,
                       const KeyProbe &stored) const = 0;
   // Whether a stored row shows its key as in progress to other transactions
