@@ -683,12 +683,12 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
 // got since (after expiry deleted that one) is another request's.
 bool Backend::remove(const KeyTable &table, const KeyRef &key,
                      const KeyProbe &stored) const {
-  return delete_key_rows(table, key,
-                         "k.key OPERATOR(pg_catalog.=) $4 AND "
-                         "k.created_at OPERATOR(pg_catalog.=) $5",
-                         {{TEXTOID, PointerGetDatum(key.key)},
-                          {TIMESTAMPTZOID,
-                           TimestampTzGetDatum(stored.created_at)}}) > 0;
+  return delete_key_rows(
+             table, key,
+             "k.key OPERATOR(pg_catalog.=) $4 AND "
+             "k.created_at OPERATOR(pg_catalog.=) $5",
+             {{TEXTOID, PointerGetDatum(key.key)},
+              {TIMESTAMPTZOID, TimestampTzGetDatum(stored.created_at)}}) > 0;
 }
 
 namespace {
