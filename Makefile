@@ -30,8 +30,9 @@ EXTRA_CLEAN = tmp_regress tmp_isolation output_iso results regression.diffs regr
 # C++17 removed (-isystem already hides it from g++, not from every tool).
 IDEMPOTENCY_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-register
 
+# WERROR=1 (CI sets it) makes every warning an error.
 PG_CONFIG ?= pg_config
-PG_CXXFLAGS = $(IDEMPOTENCY_CXXFLAGS) \
+PG_CXXFLAGS = $(IDEMPOTENCY_CXXFLAGS) $(if $(WERROR),-Werror) \
 	-isystem $(shell $(PG_CONFIG) --includedir-server) -I$(srcdir)/include
 SHLIB_LINK += -lstdc++
 
@@ -59,6 +60,13 @@ $(DATA_built): idempotency.sql
 .PHONY: check-layers
 check-layers:
 	$(srcdir)/test/unit/layers.sh
+
+# The C++ sources as .clang-format lays them out (CI runs it).
+FORMATTED_SOURCES = $(wildcard $(srcdir)/src/*/*.cpp $(srcdir)/include/idempotency/*.hpp \
+	$(srcdir)/include/idempotency/*/*.hpp $(srcdir)/test/unit/*.cpp)
+.PHONY: check-format
+check-format:
+	clang-format --dry-run --Werror $(FORMATTED_SOURCES)
 $(OBJS): | check-layers
 
 # The TAP files' shared module (IdempotencyTest.pm) lives beside them.

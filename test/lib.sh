@@ -14,7 +14,7 @@ export PG_CONFIG
 # libfaketime for test/tap/107_ttl_calendar.pl (a server clock at chosen dates).
 PREREQUISITES=(postgresql-15 postgresql-server-dev-15 libipc-run-perl make g++ cmake libgtest-dev
   pgbouncer chromium fonts-dejavu-core python3-django python3-psycopg2 python3-matplotlib
-  libfaketime)
+  libfaketime clang-format)
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
@@ -31,8 +31,9 @@ install_prerequisites() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
+# In CI (CI=true) a warning fails the build.
 build_and_install() {
-  make -C "$repo" -s -j"$(nproc)" PG_CONFIG="$PG_CONFIG"
+  make -C "$repo" -s -j"$(nproc)" PG_CONFIG="$PG_CONFIG" ${CI:+WERROR=1}
   as_root make -C "$repo" -s install PG_CONFIG="$PG_CONFIG" >/dev/null
 }
 
