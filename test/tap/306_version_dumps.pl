@@ -157,6 +157,8 @@ SELECT idempotency.idempotent_call('raw-client', 'legacy text', 'INSERT INTO run
 # Keys the libraries of 0.6 and 0.3 wrote themselves in a UTF8, a LATIN1
 # and a WIN1252 database, dumped (custom format) and restored by the
 # current library into a database of the same encoding and into a UTF8 one.
+# The keys 0.3 stored in LATIN1 and WIN1252 replay only in a database of
+# that encoding: their fingerprints hashed the text beyond ASCII in it.
 for my $version ('0.6', '0.3')
 {
 	(my $v = $version) =~ s/\.//;
@@ -177,7 +179,8 @@ for my $version ('0.6', '0.3')
 				"CREATE DATABASE $target ENCODING '$target_encoding' TEMPLATE template0 LOCALE 'C'");
 			command_ok([ 'pg_restore', '-d', $node->connstr($target), $dump ],
 				"$what: pg_restore succeeds");
-			check_old_release_keys($node, $target, $what);
+			check_old_release_keys($node, $target, $what,
+				earlier_form_lost => $version eq '0.3' && $target_encoding ne $encoding);
 		}
 	}
 	$old->stop;
