@@ -183,4 +183,35 @@ check_replays('latin05', 'LATIN1 database updated from 0.5');
 dump_and_restore('latin05', 'updated from 0.5');
 
 $node->stop;
+
+# --- written by the libraries of 0.6 and 0.3 --------------------------------
+# Keys the old library itself wrote (its fingerprints and digests, in its
+# layout) in a UTF8, a LATIN1 and a WIN1252 database, read by the current
+# library on the same data directory, then after ALTER EXTENSION UPDATE.
+for my $version ('0.6', '0.3')
+{
+	(my $v = $version) =~ s/\.//;
+	my $old = old_release_node("old$v", $version,
+		conf => "idempotency.expire_interval = 0\n");
+	my @dbs = map { [ "v${v}_" . lc($_), $_ ] } ('UTF8', 'LATIN1', 'WIN1252');
+	for my $db (@dbs)
+	{
+		store_old_release_keys($old, @$db);
+		is( $old->safe_psql($db->[0],
+				q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
+			$version, "$db->[1]: the keys are stored by the $version library");
+		check_old_release_keys($old, $db->[0], "$version library, $db->[1]");
+	}
+	my $current = reopen_with_current_library($old, "current$v");
+	for my $db (@dbs)
+	{
+		check_old_release_keys($current, $db->[0],
+			"$version keys in $db->[1], current library before the update");
+		$current->safe_psql($db->[0], 'ALTER EXTENSION idempotency UPDATE');
+		check_old_release_keys($current, $db->[0],
+			"$version keys in $db->[1], updated");
+	}
+	$current->stop;
+}
+
 done_testing();

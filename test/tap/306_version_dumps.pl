@@ -154,5 +154,37 @@ SELECT idempotency.idempotent_call('raw-client', 'legacy text', 'INSERT INTO run
 	}
 }
 
+# Keys the libraries of 0.6 and 0.3 wrote themselves in a UTF8, a LATIN1
+# and a WIN1252 database, dumped (custom format) and restored by the
+# current library into a database of the same encoding and into a UTF8 one.
+# The keys 0.3 stored in LATIN1 and WIN1252 replay only in a database of
+# that encoding: their fingerprints hashed the text beyond ASCII in it.
+for my $version ('0.6', '0.3')
+{
+	(my $v = $version) =~ s/\.//;
+	my $old = old_release_node("old$v", $version,
+		conf => "idempotency.expire_interval = 0\n");
+	for my $encoding ('UTF8', 'LATIN1', 'WIN1252')
+	{
+		my $db = "old${v}_" . lc($encoding);
+		store_old_release_keys($old, $db, $encoding);
+		my $dump = $node->basedir . "/$db.dump";
+		command_ok([ 'pg_dump', '-Fc', '-d', $old->connstr($db), '-f', $dump ],
+			"$version, $encoding: pg_dump -Fc");
+		for my $target_encoding (sort { $a cmp $b } keys %{ { $encoding => 1, UTF8 => 1 } })
+		{
+			my $target = "${db}_to_" . lc($target_encoding);
+			my $what = "$version keys in $encoding restored into $target_encoding";
+			$node->safe_psql('postgres',
+				"CREATE DATABASE $target ENCODING '$target_encoding' TEMPLATE template0 LOCALE 'C'");
+			command_ok([ 'pg_restore', '-d', $node->connstr($target), $dump ],
+				"$what: pg_restore succeeds");
+			check_old_release_keys($node, $target, $what,
+				earlier_form_lost => $version eq '0.3' && $target_encoding ne $encoding);
+		}
+	}
+	$old->stop;
+}
+
 $node->stop;
 done_testing();

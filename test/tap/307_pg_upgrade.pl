@@ -173,4 +173,41 @@ like($err, qr/role "regress_alice" cannot be dropped because some objects depend
 	'after mark_key_roles, DROP ROLE refuses a role that has keys');
 
 $new->stop;
+
+# Clusters whose keys the libraries of 0.6 and 0.3 wrote, in a UTF8, a
+# LATIN1 and a WIN1252 database, upgraded by pg_upgrade from the old
+# library's installation into one with the current library: the keys read
+# the same before and after ALTER EXTENSION UPDATE.
+for my $version ('0.6', '0.3')
+{
+	(my $v = $version) =~ s/\.//;
+	my $old_release = old_release_node("old$v", $version, conf => $conf);
+	my @dbs = map { [ "v${v}_" . lc($_), $_ ] } ('UTF8', 'LATIN1', 'WIN1252');
+	store_old_release_keys($old_release, @$_) for @dbs;
+	$old_release->stop;
+	my $upgraded = PostgreSQL::Test::Cluster->new("new$v");
+	$upgraded->init;
+	$upgraded->append_conf('postgresql.conf',
+		"shared_preload_libraries = 'idempotency'\n$conf");
+	command_ok(
+		[
+			'pg_upgrade', '--no-sync',
+			'-d', $old_release->data_dir, '-D', $upgraded->data_dir,
+			'-b', $old_release->config_data('--bindir'), '-B', $bindir,
+			'-s', $upgraded->host,
+			'-p', $old_release->port, '-P', $upgraded->port
+		],
+		"pg_upgrade from the installation of the $version library");
+	$upgraded->start;
+	for my $db (@dbs)
+	{
+		check_old_release_keys($upgraded, $db->[0],
+			"$version keys in $db->[1] after pg_upgrade");
+		$upgraded->safe_psql($db->[0], 'ALTER EXTENSION idempotency UPDATE');
+		check_old_release_keys($upgraded, $db->[0],
+			"$version keys in $db->[1] after pg_upgrade and the update");
+	}
+	$upgraded->stop;
+}
+
 done_testing();

@@ -6,6 +6,7 @@ use strict;
 use warnings;
 
 use Exporter 'import';
+use FindBin ();
 use PostgreSQL::Test::Cluster;
 use Test::More;
 use IPC::Run;
@@ -20,7 +21,9 @@ our @EXPORT =
   role_setting_on_nodes start_paying_clients replay_stored_keys
   run_storm
   check_storm check_storm_controls landed_faults report_storm
-  generic_plan_database generic_plan_run);
+  generic_plan_database generic_plan_run
+  old_release_node reopen_with_current_library store_old_release_keys
+  check_old_release_keys);
 
 # A started node with shared_preload_libraries = 'idempotency', plus the
 # postgresql.conf lines in `conf` and the init options in `init`.
@@ -797,4 +800,174 @@ sub generic_plan_run
 	return;
 }
 
+# --- keys written by an earlier release's library ---------------------------
+
+# A started node whose server loads the library of release `version`, built
+# from the repository's history by test/old-release.sh (cached across runs;
+# a clone without that history fails here), with the roles the old keys
+# belong to.
+sub old_release_node
+{
+	my ($name, $version, %options) = @_;
+	my ($stdout, $stderr) = ('', '');
+	IPC::Run::run([ "$FindBin::RealBin/../old-release.sh", $version ],
+		'>', \$stdout, '2>', \$stderr)
+	  or die "cannot build release $version of the library:\n$stderr";
+	chomp $stdout;
+	my $node = PostgreSQL::Test::Cluster->new($name, install_path => $stdout);
+	$node->init;
+	$node->append_conf('postgresql.conf',
+		"shared_preload_libraries = 'idempotency'\n" . ($options{conf} // ''));
+	$node->start;
+	$node->safe_psql('postgres', q{
+CREATE ROLE regress_app;
+CREATE ROLE regress_other;
+});
+	return $node;
+}
+
+# A node of the PostgreSQL under test (the current library) on the stopped
+# `old` node's data directory, started.
+sub reopen_with_current_library
+{
+	my ($old, $name) = @_;
+	$old->stop if defined $old->{_pid};
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	rename($old->data_dir, $node->data_dir)
+	  or die "cannot move " . $old->data_dir . ": $!";
+	$node->append_conf('postgresql.conf', 'port = ' . $node->port . "\n");
+	$node->start;
+	return $node;
+}
+
+# The keys the old library writes, beyond ASCII in their key, fn, text
+# argument and client hash, all of them in LATIN1 and WIN1252 too:
+# [name, role, key, request_hash SQL, argument, other request's argument]
+# for idempotent_call, whose fn records its run in table runs; a claim's
+# client hash and response at the end.
+my $old_fn = q{INSERT INTO runs VALUES ($1, $2) RETURNING $2 || ' «½»'};
+my @old_calls = (
+	[ 'computed', 'regress_app', 'café-1', 'NULL', 'grüße', 'grüsse' ],
+	[ 'client', 'regress_app', 'Zürich ÿ', q{'hash-ñ'}, 'naïve', 'naïve' ],
+	[ 'client hex', 'regress_other', 'café-1', "'" . ('ab' x 32) . "'", 'é', 'é' ],);
+my @old_claim = ('regress_other', 'naïve «claim»', 'body-é', '{"ok": "süß"}');
+
+sub old_call_sql
+{
+	my ($role, $key, $hash, $arg, $n) = @_;
+	return "SET client_encoding = 'UTF8'; SET ROLE $role;
+SELECT idempotency.idempotent_call('$key', $hash, \$fn\$$old_fn\$fn\$, $n, '$arg'::text),
+       idempotency.last_call_replayed()";
+}
+
+sub old_claim_sql
+{
+	my ($hash) = @_;
+	my ($role, $key) = @old_claim;
+	return "SET client_encoding = 'UTF8'; SET ROLE $role;
+SELECT replayed, response FROM idempotency.claim('$key', '$hash')";
+}
+
+# The output of `sql` in database `db` of `node`, or its error: a replay
+# that fails is a failed test, not the end of the file.
+sub output_or_error
+{
+	my ($node, $db, $sql) = @_;
+	my ($rc, $stdout, $stderr) = $node->psql($db, $sql, on_error_stop => 1);
+	return $rc == 0 ? $stdout : "error: $stderr";
+}
+
+# SQLSTATE of `sql` in database `db` of `node`, or 'no error'.
+sub sqlstate_in
+{
+	my ($node, $db, $sql) = @_;
+	my ($rc, $stdout, $stderr) = $node->psql(
+		$db, $sql,
+		on_error_stop => 0,
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	return $stderr =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : 'no error';
+}
+
+# Creates database `db` in `encoding` on `node`, the extension (at the
+# library's default version, or `version`) and table runs in it, and
+# stores the keys of @old_calls and @old_claim.
+sub store_old_release_keys
+{
+	my ($node, $db, $encoding, $version) = @_;
+	$node->safe_psql('postgres',
+		"CREATE DATABASE $db ENCODING '$encoding' TEMPLATE template0 LOCALE 'C'");
+	my $with = defined $version ? "VERSION '$version'" : '';
+	$node->safe_psql($db, qq{
+CREATE EXTENSION idempotency $with;
+CREATE TABLE runs (n int, arg text);
+GRANT SELECT, INSERT ON runs TO PUBLIC;
+});
+	for my $i (0 .. $#old_calls)
+	{
+		my ($name, $role, $key, $hash, $arg) = @{ $old_calls[$i] };
+		$node->safe_psql($db, old_call_sql($role, $key, $hash, $arg, $i + 1));
+	}
+	my ($role, $key, $hash, $response) = @old_claim;
+	$node->safe_psql($db, "BEGIN; " . old_claim_sql($hash)
+		  . "; SELECT idempotency.complete('$key', '$response'); COMMIT;");
+	return;
+}
+
+# What every key of store_old_release_keys must read as in `db` of `node`
+# (at a version with claim), and after it: the rows, their role and their
+# key's UTF-8 bytes, byte for byte; each request replays its stored
+# response and fn runs for none again; another request answers IK422.
+# With `earlier_form_lost`, for keys 0.3 to 0.5 stored in a database of
+# another encoding than `db`'s, whose fingerprints hashed text beyond ASCII
+# in that encoding (docs/fingerprints.md): the same request answers IK422
+# too.
+sub check_old_release_keys
+{
+	my ($node, $db, $what, %options) = @_;
+	my $replays = !$options{earlier_form_lost};
+	my $expected = join("\n",
+		sort map { "$_->[0]|" . unpack('H*', $_->[1]) }
+		  ((map { [ $_->[1], $_->[2] ] } @old_calls), [ $old_claim[0], $old_claim[1] ]));
+	is( $node->safe_psql(
+			$db, q{SELECT scope::text || '|' || encode(convert_to(key, 'UTF8'), 'hex')
+			  FROM idempotency.keys ORDER BY 1}),
+		$expected,
+		"$what: every key kept, byte for byte, with its role");
+	for my $i (0 .. $#old_calls)
+	{
+		my ($name, $role, $key, $hash, $arg, $other) = @{ $old_calls[$i] };
+		my $n = $i + 1;
+		if ($replays)
+		{
+			is(output_or_error($node, $db, old_call_sql($role, $key, $hash, $arg, $n)),
+				qq{"$arg «½»"|t}, "$what: the $name key '$key' of $role replays");
+		}
+		else
+		{
+			is(sqlstate_in($node, $db, old_call_sql($role, $key, $hash, $arg, $n)),
+				'IK422', "$what: the $name key '$key' of $role, the same request, is IK422");
+		}
+		my $other_hash = $hash eq 'NULL' ? 'NULL' : q{'another'};
+		is( sqlstate_in($node, $db, old_call_sql($role, $key, $other_hash, $other, $n)),
+			'IK422', "$what: the $name key '$key' with another request is IK422");
+	}
+	my ($role, $key, $hash, $response) = @old_claim;
+	if ($replays)
+	{
+		is( output_or_error($node, $db, old_claim_sql($hash)),
+			qq{t|$response}, "$what: the claimed key '$key' replays its response");
+	}
+	else
+	{
+		is(sqlstate_in($node, $db, old_claim_sql($hash)),
+			'IK422', "$what: the claimed key '$key', the same client hash, is IK422");
+	}
+	is(sqlstate_in($node, $db, old_claim_sql('body-e')),
+		'IK422', "$what: the claimed key with another client hash is IK422");
+	is($node->safe_psql($db, 'SELECT count(*) FROM runs'),
+		scalar(@old_calls), "$what: fn ran again for no key");
+	return;
+}
+
 1;
+
