@@ -1,19 +1,28 @@
 #!/usr/bin/env python3
 """Checks every relative link of the Markdown files git tracks: the file or
 directory it names exists, and an anchor (#section) names a heading of that
-file, as GitHub derives anchors from headings. Links to other sites are not
-followed. Prints each broken link as file:line: target and exits non-zero
-if there is one; run from anywhere in the repository.
+file, as GitHub derives anchors from headings. Inline links ([text](target),
+their text may wrap lines) and reference links ([text][ref], [text][] with
+a definition [ref]: target) are checked; a reference without a definition is
+broken too. Links to other sites are not followed. Prints each broken link
+as file:line: target and exits non-zero if there is one, or if there was no
+file to check; run from anywhere in the repository.
 
     test/doc-links.py            # every tracked *.md
     test/doc-links.py README.md  # some files
+    test/doc-links.py docs       # every *.md under a directory
 """
 import os
 import re
 import subprocess
 import sys
 
-LINK = re.compile(r"\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+# Link text: anything but brackets (one level of nested brackets allowed),
+# across line breaks but not across a blank line (a paragraph's end).
+TEXT = r"\[((?:[^\]\[\n]|\n(?![ \t]*\n)|\[[^\]\n]*\])*)\]"
+LINK = re.compile(TEXT + r"\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+REFERENCE = re.compile(TEXT + r"\[([^\]\[]*)\]")
+DEFINITION = re.compile(r"^ {0,3}\[([^\]\n]+)\]:[ \t]*<?([^\s>]+)>?.*$", re.M)
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 FENCE = re.compile(r"^\s*(```|~~~)")
 
@@ -66,21 +75,51 @@ def anchors(path):
     return anchors_of[path]
 
 
+def label(text):
+    """A reference's label as Markdown matches it: case and runs of white
+    space do not matter."""
+    return " ".join(text.split()).lower()
+
+
+def prose(path):
+    """The text outside fenced code blocks, code spans blanked (so no link is
+    found in them) with line breaks kept, so offsets still give lines."""
+    lines = dict(prose_lines(path))
+    with open(path, encoding="utf-8") as f:
+        text = "".join(line if number in lines else "\n" for number, line in enumerate(f, 1))
+    return re.sub(r"`[^`\n]*`", lambda m: " " * len(m.group(0)), text)
+
+
+def resolve(path, target):
+    """Why target, a link of path, is broken, or None when it resolves or
+    names another site."""
+    if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, mailto:, …
+        return None
+    file_part, _, anchor = target.partition("#")
+    linked = os.path.normpath(os.path.join(os.path.dirname(path), file_part)) \
+        if file_part else path
+    if not os.path.exists(linked):
+        return "no such file"
+    if anchor and linked.endswith(".md") and anchor not in anchors(linked):
+        return "no such heading"
+    return None
+
+
 def broken_links(path):
-    for number, line in prose_lines(path):
-        line = re.sub(r"`[^`]*`", "", line)  # code spans hold no links
-        for target in LINK.findall(line):
-            if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, mailto:, …
-                continue
-            file_part, _, anchor = target.partition("#")
-            linked = os.path.normpath(os.path.join(os.path.dirname(path), file_part)) \
-                if file_part else path
-            if not os.path.exists(linked):
-                yield number, target, "no such file"
-            elif anchor and linked.endswith(".md") and anchor not in anchors(linked):
-                yield number, target, "no such heading"
-            else:
-                yield number, target, None
+    """(line, target, why broken or None) of every link of path."""
+    text = prose(path)
+    line_of = lambda offset: text.count("\n", 0, offset) + 1  # noqa: E731
+    definitions = {}
+    for m in DEFINITION.finditer(text):
+        definitions.setdefault(label(m.group(1)), m.group(2))
+        yield line_of(m.start()), m.group(2), resolve(path, m.group(2))
+    without_definitions = DEFINITION.sub(lambda m: " " * len(m.group(0)), text)
+    for m in LINK.finditer(without_definitions):
+        yield line_of(m.start()), m.group(2), resolve(path, m.group(2))
+    for m in REFERENCE.finditer(LINK.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), without_definitions)):
+        ref = label(m.group(2) or m.group(1))
+        if ref not in definitions:
+            yield line_of(m.start()), f"[{m.group(1)}][{m.group(2)}]", "no such reference"
 
 
 checked = [0]
@@ -89,7 +128,13 @@ checked = [0]
 def main(args):
     root = repo_root()
     if args:
-        files = [os.path.abspath(a) for a in args]
+        files = []
+        for arg in args:
+            if os.path.isdir(arg):
+                files += sorted(os.path.join(d, f) for d, dirs, names in os.walk(os.path.abspath(arg))
+                                for f in names if f.endswith(".md") and "node_modules" not in d)
+            else:
+                files.append(os.path.abspath(arg))
     else:
         listed = subprocess.run(["git", "-C", root, "ls-files", "-z", "*.md"],
                                 capture_output=True, text=True, check=False)
@@ -107,6 +152,9 @@ def main(args):
             print(f"{os.path.relpath(path, root)}:{number}: {target} ({why})")
             broken += 1
     print(f"doc-links: {len(files)} files, {checked[0]} links, {broken} broken")
+    if not files:
+        print("doc-links: no Markdown file to check")
+        return 1
     return 1 if broken else 0
 
 

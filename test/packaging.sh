@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packaging checks: `make install` honours DESTDIR and PG_CONFIG, installs
 # every versioned script the control file needs, META.json agrees with the
-# control file, and the docs' relative links resolve (test/doc-links.py).
+# control file, and the docs' relative links resolve (test/doc-links.py, whose
+# own self-test, test/doc-links-test.py, runs first).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -65,7 +66,11 @@ fails_for_missing_pg_config() {
 check "PG_CONFIG chooses the installation (a missing pg_config fails the build)" \
   fails_for_missing_pg_config
 
-# The docs' relative links name files and headings that exist.
+# The link checker flags each kind of broken link (a checker that finds
+# nothing would pass any docs), then the docs' relative links name files and
+# headings that exist.
+check "test/doc-links.py flags every kind of broken link it checks (test/doc-links-test.py)" \
+  python3 "$repo/test/doc-links-test.py"
 check "every relative link of the Markdown files resolves" python3 "$repo/test/doc-links.py"
 
 echo "packaging: $passed passed, $failed failed"

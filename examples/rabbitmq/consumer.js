@@ -147,7 +147,8 @@ async function main() {
           settled();
           break;
         case 'requeued': case 'retried':
-          log({ event: event.type, id, attempts: event.attempts, error: String(event.error?.message ?? event.error) });
+          log({ event: event.type, id, attempts: event.attempts, code: event.error?.code,
+            error: String(event.error?.message ?? event.error) });
           settled();
           break;
         case 'error':

@@ -7,6 +7,10 @@ psycopg2: claim, apply, store the answer, COMMIT, reply, then ack.
 
 Prints one JSON line per event, as consumer.js does. Exits 0 on SIGTERM
 once the delivery in hand is settled, 3 when the broker connection is lost.
+
+For the fault storm (storm.js) only:
+  STORM_KILL_POINT=after-commit STORM_KILL_AT=n
+      SIGKILL itself at the n-th delivery committed, before its reply and ack
 """
 import json
 import os
@@ -20,6 +24,9 @@ import psycopg2
 from idempotency_pg.consumer import Consumer
 
 QUEUE, DEAD_LETTERS, REPLIES = "transfers", "transfers.dead", "transfers.replies"
+KILL_POINT = os.environ.get("STORM_KILL_POINT")
+KILL_AT = int(os.environ.get("STORM_KILL_AT") or 0)
+committed = 0  # deliveries committed, for STORM_KILL_AT
 
 
 def log(**line):
@@ -35,20 +42,30 @@ def apply_transfer(cursor, payload, delivery):
 
 
 def on_event(event):
+    global committed
     delivery, kind = event["delivery"], event["type"]
     message_id = delivery.properties.message_id if delivery is not None else None
-    if kind == "acked":
+    if kind == "committed":
+        log(event="committed", id=message_id, outcome=event["outcome"])
+        committed += 1
+        if KILL_POINT == "after-commit" and committed == KILL_AT:
+            log(event="kill", point="after-commit", id=message_id)
+            os.kill(os.getpid(), signal.SIGKILL)
+    elif kind == "acked":
         log(event="acked", id=message_id, outcome=event["outcome"], redelivered=bool(delivery.method.redelivered),
             consumer="python")
     elif kind == "dead-lettered":
         log(event="dead-lettered", id=message_id, code=event["code"], reason=event["reason"])
     elif kind in ("requeued", "retried"):
-        log(event=kind, id=message_id, attempts=event["attempts"], error=str(event["error"]))
+        log(event=kind, id=message_id, attempts=event["attempts"], code=getattr(event["error"], "code", None),
+            error=str(event["error"]))
     elif kind == "error":
         log(event="settle-failed", id=message_id, error=str(event["error"]))
 
 
 def main():
+    if KILL_POINT not in (None, "", "after-commit"):
+        sys.exit(f"consumer.py: STORM_KILL_POINT={KILL_POINT} is not supported (after-commit only)")
     prefetch = int(sys.argv[sys.argv.index("--prefetch") + 1]) if "--prefetch" in sys.argv else 16
     conn = psycopg2.connect("")
     connection = pika.BlockingConnection(pika.URLParameters(os.environ["AMQP_URL"]))
