@@ -143,8 +143,8 @@ RequestMatch claim_fingerprint(text *client_hash) {
   return RequestMatch{fingerprint::as_bytea(digest), {nullptr, nullptr}, {}};
 }
 
-pg_attribute_noreturn() void report_not_claimed(const storage::KeyRef &key,
-                                                const char *command) {
+[[noreturn]] void report_not_claimed(const storage::KeyRef &key,
+                                     const char *command) {
   const char *shown = key_text(key);
   ereport(ERROR,
           (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

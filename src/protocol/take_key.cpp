@@ -37,7 +37,7 @@ bool matches(const RequestMatch &request, const storage::KeyProbe &row) {
          same_bytes(stored, request.deferred.compute(request.deferred.context));
 }
 
-pg_attribute_noreturn() void report_reused(const storage::KeyRef &key) {
+[[noreturn]] void report_reused(const storage::KeyRef &key) {
   stats::count(stats::Event::mismatch);
   const char *shown = key_text(key);
   ereport(ERROR,
@@ -51,7 +51,7 @@ pg_attribute_noreturn() void report_reused(const storage::KeyRef &key) {
   pg_unreachable();
 }
 
-pg_attribute_noreturn() void report_recursion(const storage::KeyRef &key) {
+[[noreturn]] void report_recursion(const storage::KeyRef &key) {
   const char *shown = key_text(key);
   ereport(ERROR,
           (errcode(errcode_key_recursion),

@@ -4,6 +4,8 @@
 
 #include "idempotency/settings/settings.hpp"
 
+#include "idempotency/compat.hpp"
+
 extern "C" {
 #include "storage/lwlock.h"
 #include "utils/builtins.h"
@@ -117,12 +119,7 @@ void forget_refusal(CallSetting setting) {
 }
 
 config_generic *find_setting(const char *name) {
-  config_generic **all = get_guc_variables();
-  int count = GetNumConfigOptions();
-  for (int i = 0; i < count; i++)
-    if (strcmp(all[i]->name, name) == 0)
-      return all[i];
-  return nullptr;
+  return compat::find_option(name);
 }
 
 // Sources whose refused values PostgreSQL skips with a WARNING while a
@@ -165,11 +162,11 @@ void capture_placeholders() {
     if (found == nullptr || (found->flags & GUC_CUSTOM_PLACEHOLDER) == 0 ||
         found->source == PGC_S_DEFAULT)
       continue;
-    auto *holder = reinterpret_cast<config_string *>(found);
-    if (*holder->variable == nullptr)
+    char **variable = compat::string_setting_variable(found);
+    if (*variable == nullptr)
       continue;
     placeholders[i] =
-        Placeholder{MemoryContextStrdup(TopMemoryContext, *holder->variable),
+        Placeholder{MemoryContextStrdup(TopMemoryContext, *variable),
                     found->scontext, found->source, found->srole};
   }
 }
@@ -200,7 +197,7 @@ void refused_value_context(void *arg) {
 // The refusal, as PostgreSQL's own error for the value (checked again, as
 // SET would check it); should the value pass now, a 22023 all the same:
 // the setting did not take it.
-pg_attribute_noreturn() void report_refused(int i) {
+[[noreturn]] void report_refused(int i) {
   const RefusedValue &value = refused_values[i];
   const char *name = call_setting_names[i];
   ErrorContextCallback context{error_context_stack, refused_value_context,
@@ -322,10 +319,11 @@ bool check_span(const char *name, char *text, Interval *parsed) {
   return true;
 }
 
-// Hands the parsed value to the assign hook. GUC frees extra with free();
-// PostgreSQL 15 exports no guc_malloc.
+// Hands the parsed value to the assign hook. GUC frees extra itself, so it
+// is GUC's memory (guc_malloc: PostgreSQL 16 on frees it with guc_free).
 bool keep_parsed(const Interval &parsed, void **extra) {
-  auto *copy = static_cast<Interval *>(malloc(sizeof(Interval)));
+  auto *copy =
+      static_cast<Interval *>(compat::guc_malloc(LOG, sizeof(Interval)));
   if (copy == nullptr)
     return false;
   *copy = parsed;
@@ -414,7 +412,8 @@ bool check_store_errors(char **newval, void **extra, GucSource source) {
     note_check_refusal(CallSetting::store_errors, text, source);
     return false;
   }
-  auto *copy = static_cast<SqlstateList *>(malloc(sizeof(SqlstateList)));
+  auto *copy = static_cast<SqlstateList *>(
+      compat::guc_malloc(LOG, sizeof(SqlstateList)));
   if (copy == nullptr)
     return false;
   *copy = parsed;

@@ -8,6 +8,8 @@
 
 #include "idempotency/settings/settings.hpp"
 
+#include "idempotency/compat.hpp"
+
 extern "C" {
 #include "access/genam.h"
 #include "access/table.h"
@@ -35,7 +37,7 @@ namespace idempotency::storage {
 
 namespace {
 
-pg_attribute_noreturn() void report_missing_table() {
+[[noreturn]] void report_missing_table() {
   ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
                   errmsg("table idempotency.keys does not exist"),
                   errhint("Run CREATE EXTENSION idempotency.")));
@@ -451,8 +453,9 @@ KeyProbe LocalKeys::probe(const KeyTable &table, const KeyRef &key,
 
   SnapshotData dirty;
   InitDirtySnapshot(dirty);
-  SysScanDesc scan = systable_beginscan(rel, RelationGetPrimaryKeyIndex(rel),
-                                        true, &dirty, 2, scan_keys);
+  SysScanDesc scan =
+      systable_beginscan(rel, compat::RelationGetPrimaryKeyIndex(rel, false),
+                         true, &dirty, 2, scan_keys);
 
   KeyProbe result{};
   result.state = KeyState::absent;

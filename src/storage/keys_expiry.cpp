@@ -4,6 +4,8 @@
 
 #include "idempotency/storage/keys.hpp"
 
+#include "idempotency/compat.hpp"
+
 extern "C" {
 #include "access/genam.h"
 #include "access/table.h"
@@ -57,7 +59,7 @@ constexpr const char *expiry_opfamily = "expiry_ops";
 // further than a batch; large passes keep a round's scans few.
 constexpr int min_keys_per_pass = 100000;
 
-pg_attribute_noreturn() void report_missing_index() {
+[[noreturn]] void report_missing_index() {
   ereport(ERROR,
           (errcode(ERRCODE_UNDEFINED_OBJECT),
            errmsg("index idempotency.%s on idempotency.keys (expires_at "
@@ -167,8 +169,8 @@ ExpiredKeys collect_expired(TimestampTz cutoff, int limit, ExpiryCursor *cursor,
   if (cursor->positioned)
     ScanKeyInit(&scan_keys[nkeys++], 1, BTGreaterEqualStrategyNumber,
                 F_TIMESTAMPTZ_GE, TimestampTzGetDatum(cursor->expires_at));
-  IndexScanDesc scan =
-      index_beginscan(table, index, GetActiveSnapshot(), nkeys, 0);
+  IndexScanDesc scan = compat::index_beginscan(
+      table, index, GetActiveSnapshot(), nullptr, nkeys, 0);
   // The index tuple tells the entries up to the cursor apart without a
   // visit to the heap.
   scan->xs_want_itup = true;

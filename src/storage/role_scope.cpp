@@ -17,6 +17,8 @@
 // role that no longer exists, so their dumps hold dropped roles' keys so.
 #include "idempotency/storage/role_scope.hpp"
 
+#include "idempotency/compat.hpp"
+
 extern "C" {
 #include "libpq/pqformat.h"
 #include "miscadmin.h"
@@ -46,7 +48,7 @@ bool is_number(const char *scope_text) {
 Oid role_of_text(const char *scope_text) {
   if (strcmp(scope_text, no_role) == 0 || is_number(scope_text))
     return InvalidOid;
-  List *names = stringToQualifiedNameList(scope_text);
+  List *names = compat::stringToQualifiedNameList(scope_text, nullptr);
   if (list_length(names) != 1)
     ereport(ERROR, (errcode(ERRCODE_INVALID_NAME),
                     errmsg("invalid role name \"%s\"", scope_text),

@@ -1,5 +1,7 @@
 #include "idempotency/storage/row_insert.hpp"
 
+#include "idempotency/compat.hpp"
+
 extern "C" {
 #include "access/htup_details.h"
 #include "access/tableam.h"
@@ -131,7 +133,8 @@ RowInsert begin_row_insert(Relation rel, Oid left_out_function) {
   entry->relid = RelationGetRelid(rel);
   entry->relkind = rel->rd_rel->relkind;
   entry->rellockmode = RowExclusiveLock;
-  ExecInitRangeTable(insert.estate, list_make1(entry));
+  compat::ExecInitRangeTable(insert.estate, list_make1(entry), NIL,
+                             bms_make_singleton(1));
 
   insert.target = makeNode(ResultRelInfo);
   InitResultRelInfo(insert.target, rel, 1, nullptr, 0);
@@ -263,8 +266,9 @@ void write_row(const RowInsert &insert) {
   simple_table_tuple_insert(rel, slot);
   List *recheck = NIL;
   if (target->ri_NumIndices > 0)
-    recheck = ExecInsertIndexTuples(target, slot, estate, false /* update */,
-                                    false /* noDupErr */, nullptr, NIL);
+    recheck = compat::ExecInsertIndexTuples(
+        target, slot, estate, false /* update */, false /* noDupErr */, nullptr,
+        NIL, false /* onlySummarizing */);
   ExecARInsertTriggers(estate, target, slot, recheck, insert.transitions);
   list_free(recheck);
 }

@@ -11,6 +11,8 @@
 
 #include <initializer_list>
 
+#include "idempotency/compat.hpp"
+
 extern "C" {
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -218,12 +220,13 @@ CheckedPlacement checked_placement{InvalidLocalTransactionId,
                                    InvalidSubTransactionId, InvalidOid, false};
 
 void remember_checked(Oid local_shard, bool replicated) {
-  checked_placement = CheckedPlacement{
-      MyProc->lxid, GetCurrentSubTransactionId(), local_shard, replicated};
+  checked_placement =
+      CheckedPlacement{compat::my_local_transaction_id(),
+                       GetCurrentSubTransactionId(), local_shard, replicated};
 }
 
 bool placement_still_checked(Oid local_shard) {
-  return checked_placement.transaction == MyProc->lxid &&
+  return checked_placement.transaction == compat::my_local_transaction_id() &&
          checked_placement.subtransaction == GetCurrentSubTransactionId() &&
          checked_placement.local_shard == local_shard;
 }
@@ -235,7 +238,7 @@ const char *tenant_text(const KeyRef &key) {
   return OidOutputFunctionCall(output, key.tenant);
 }
 
-pg_attribute_noreturn() void report_not_local(const KeyRef &key) {
+[[noreturn]] void report_not_local(const KeyRef &key) {
   const char *tenant = tenant_text(key);
   ereport(
       ERROR,
@@ -255,7 +258,7 @@ pg_attribute_noreturn() void report_not_local(const KeyRef &key) {
 // 40001: the request met a shard move of its tenant. Nothing of it is kept
 // (the transaction aborts), and its retry is routed by Citus's metadata as
 // the move left it.
-pg_attribute_noreturn() void report_moved(const KeyRef &key) {
+[[noreturn]] void report_moved(const KeyRef &key) {
   ereport(ERROR,
           (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
            errmsg("the shard of tenant %s moved between nodes during the "
@@ -492,7 +495,7 @@ KeyProbe Backend::probe(const KeyTable &table, const KeyRef &key,
   Relation rel = table_open(table.local_shard, AccessShareLock);
   ShardColumns columns = shard_columns(rel);
   TupleDesc desc = RelationGetDescr(rel);
-  Oid primary_key = RelationGetPrimaryKeyIndex(rel);
+  Oid primary_key = compat::RelationGetPrimaryKeyIndex(rel, false);
   if (!OidIsValid(primary_key))
     ereport(ERROR,
             (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

@@ -6,6 +6,8 @@
 #include "idempotency/stats/stats.hpp"
 #include "idempotency/storage/key_store.hpp"
 
+#include "idempotency/compat.hpp"
+
 extern "C" {
 #include "access/xact.h"
 #include "commands/extension.h"
@@ -33,7 +35,7 @@ TimestampTz expiry_cutoff(TimestampTz now) {
   TimestampTz cutoff = now;
   int backends = pgstat_fetch_stat_numbackends();
   for (int i = 1; i <= backends; i++) {
-    LocalPgBackendStatus *local = pgstat_fetch_stat_local_beentry(i);
+    LocalPgBackendStatus *local = compat::pgstat_get_local_beentry_by_index(i);
     if (local == nullptr)
       continue;
     const PgBackendStatus &backend = local->backendStatus;

@@ -65,6 +65,13 @@ while IFS=: read -r file _ line; do
     fail "$file includes $included: $to/ is not below $from/"
 done < <(grep -rn '^#include "' src include --include='*.cpp' --include='*.hpp')
 
+# Differences between PostgreSQL majors live in idempotency/compat.hpp
+# alone: no other file tests the server's version.
+versioned=$(grep -rlE 'PG_VERSION_NUM|PG_MAJORVERSION_NUM' src include --include='*.cpp' --include='*.hpp' |
+  grep -vxE 'include/idempotency/(compat|server_free)\.hpp' || true)
+[ -z "$versioned" ] ||
+  fail "PG_VERSION_NUM outside include/idempotency/compat.hpp: $versioned"
+
 declared=$(sed -n 's/^IDEMPOTENCY_SQL_FUNCTION(\([a-z_0-9]*\),.*/\1/p' src/entry/functions.cpp | sort)
 named=$(sed -n "s/.*'MODULE_PATHNAME', *'\([a-z_0-9]*\)'.*/\1/p" idempotency--*.sql | sort -u)
 [ -n "$declared" ] || fail "src/entry/functions.cpp declares no SQL function"

@@ -40,7 +40,7 @@ static_assert(std::is_trivially_destructible_v<CaughtError>);
 // block; allocates only with palloc and never throws.
 CaughtError describe_current_exception() noexcept;
 
-pg_attribute_noreturn() void report(const CaughtError &error);
+[[noreturn]] void report(const CaughtError &error);
 } // namespace detail
 
 template <typename Body>

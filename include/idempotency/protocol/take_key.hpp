@@ -47,6 +47,6 @@ TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
                   const char *command, ResourceOwner owner);
 
 // IK409 for a key another transaction holds.
-pg_attribute_noreturn() void report_in_progress(const storage::KeyRef &key);
+[[noreturn]] void report_in_progress(const storage::KeyRef &key);
 
 } // namespace idempotency::protocol

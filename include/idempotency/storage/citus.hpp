@@ -116,7 +116,7 @@ enum class TableKind {
 TableKind table_kind(Oid relid);
 
 // 0A000: idempotency.keys is a Citus table of this kind.
-pg_attribute_noreturn() void report_citus_table(TableKind kind);
+[[noreturn]] void report_citus_table(TableKind kind);
 
 // The message of report_citus_table, for the expiry worker's log and status.
 const char *citus_table_message(TableKind kind);

@@ -205,6 +205,6 @@ constexpr int expiry_store_count = 2;
 KeyStore expiry_store(int index);
 
 // 23505: a stored row has the key's scope and digest but another key text.
-pg_attribute_noreturn() void report_shared_digest();
+[[noreturn]] void report_shared_digest();
 
 } // namespace idempotency::storage

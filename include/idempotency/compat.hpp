@@ -1,0 +1,156 @@
+// Every difference between the PostgreSQL majors the extension builds for
+// (15, 17, 18, 19): the one place that tests PG_VERSION_NUM
+// (test/unit/layers.sh enforces it). Each function has the newest server's
+// name and arguments; on older servers it is a polyfill over what they have.
+// Callers write idempotency::compat::f(...) for each.
+//
+// Below every layer, like idempotency/pg.hpp: include it after the project
+// headers a file uses, beside its own server headers.
+#pragma once
+
+#include "idempotency/pg.hpp"
+
+extern "C" {
+#include "access/genam.h"
+#include "executor/executor.h"
+#include "nodes/bitmapset.h"
+#include "storage/proc.h"
+#include "utils/backend_status.h"
+#include "utils/guc.h"
+#include "utils/guc_tables.h"
+#include "utils/regproc.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+}
+
+#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 200000
+#error "idempotency builds for PostgreSQL 15 to 19"
+#endif
+
+#if PG_VERSION_NUM < 180000
+struct IndexScanInstrumentation; // PostgreSQL 18's, never used before it
+#endif
+
+namespace idempotency::compat {
+
+// The range table of an executor state (PostgreSQL 16 split the permission
+// checks out of the entries, 18 added the unpruned relations).
+inline void ExecInitRangeTable(EState *estate, List *range_table,
+                               List *perm_infos, Bitmapset *unpruned_relids) {
+#if PG_VERSION_NUM >= 180000
+  ::ExecInitRangeTable(estate, range_table, perm_infos, unpruned_relids);
+#elif PG_VERSION_NUM >= 160000
+  (void)unpruned_relids;
+  ::ExecInitRangeTable(estate, range_table, perm_infos);
+#else
+  (void)perm_infos;
+  (void)unpruned_relids;
+  ::ExecInitRangeTable(estate, range_table);
+#endif
+}
+
+// The index entries of a new row (PostgreSQL 16 added onlySummarizing).
+inline List *ExecInsertIndexTuples(ResultRelInfo *target, TupleTableSlot *slot,
+                                   EState *estate, bool update, bool no_dup_err,
+                                   bool *spec_conflict, List *arbiter_indexes,
+                                   bool only_summarizing) {
+#if PG_VERSION_NUM >= 160000
+  return ::ExecInsertIndexTuples(target, slot, estate, update, no_dup_err,
+                                 spec_conflict, arbiter_indexes,
+                                 only_summarizing);
+#else
+  (void)only_summarizing;
+  return ::ExecInsertIndexTuples(target, slot, estate, update, no_dup_err,
+                                 spec_conflict, arbiter_indexes);
+#endif
+}
+
+// An index scan (PostgreSQL 18 added the instrumentation).
+inline IndexScanDesc index_beginscan(Relation heap, Relation index,
+                                     Snapshot snapshot,
+                                     IndexScanInstrumentation *instrument,
+                                     int nkeys, int norderbys) {
+#if PG_VERSION_NUM >= 180000
+  return ::index_beginscan(heap, index, snapshot, instrument, nkeys, norderbys);
+#else
+  (void)instrument;
+  return ::index_beginscan(heap, index, snapshot, nkeys, norderbys);
+#endif
+}
+
+// The primary key's index (PostgreSQL 18 added deferrable_ok; the older
+// ones never return a deferrable primary key's index either).
+inline Oid RelationGetPrimaryKeyIndex(Relation relation, bool deferrable_ok) {
+#if PG_VERSION_NUM >= 180000
+  return ::RelationGetPrimaryKeyIndex(relation, deferrable_ok);
+#else
+  (void)deferrable_ok;
+  return ::RelationGetPrimaryKeyIndex(relation);
+#endif
+}
+
+// A qualified name's parts (PostgreSQL 16 added the soft-error context; the
+// polyfill always raises its errors).
+inline List *stringToQualifiedNameList(const char *string, Node *escontext) {
+#if PG_VERSION_NUM >= 160000
+  return ::stringToQualifiedNameList(string, escontext);
+#else
+  (void)escontext;
+  return ::stringToQualifiedNameList(string);
+#endif
+}
+
+// Memory for a GUC check hook's extra, which GUC frees with guc_free() from
+// PostgreSQL 16 on, free() before (where guc_malloc is not exported).
+inline void *guc_malloc(int elevel, size_t size) {
+#if PG_VERSION_NUM >= 160000
+  return ::guc_malloc(elevel, size);
+#else
+  void *data = malloc(size == 0 ? 1 : size);
+  if (data == nullptr)
+    ereport(elevel, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
+  return data;
+#endif
+}
+
+// A setting by its name, nullptr if there is none (PostgreSQL 16 exported
+// find_option; before it, the polyfill looks through every setting).
+inline config_generic *find_option(const char *name) {
+#if PG_VERSION_NUM >= 160000
+  return ::find_option(name, false, true, ERROR);
+#else
+  config_generic **all = get_guc_variables();
+  int count = GetNumConfigOptions();
+  for (int i = 0; i < count; i++)
+    if (strcmp(all[i]->name, name) == 0)
+      return all[i];
+  return nullptr;
+#endif
+}
+
+// A string setting's variable.
+inline char **string_setting_variable(config_generic *setting) {
+  return reinterpret_cast<config_string *>(setting)->variable;
+}
+
+// A backend's status by its index in this transaction's snapshot of them,
+// 1 to pgstat_fetch_stat_numbackends() (PostgreSQL 16's name).
+inline LocalPgBackendStatus *pgstat_get_local_beentry_by_index(int index) {
+#if PG_VERSION_NUM >= 160000
+  return ::pgstat_get_local_beentry_by_index(index);
+#else
+  return ::pgstat_fetch_stat_local_beentry(index);
+#endif
+}
+
+// This backend's local transaction id (PostgreSQL 17 moved it into
+// PGPROC.vxid).
+inline LocalTransactionId my_local_transaction_id() {
+#if PG_VERSION_NUM >= 170000
+  return MyProc->vxid.lxid;
+#else
+  return MyProc->lxid;
+#endif
+}
+
+} // namespace idempotency::compat
