@@ -26,6 +26,7 @@ extern "C" {
 #include "parser/parse_func.h"
 #include "rewrite/rewriteHandler.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -403,17 +404,12 @@ KeyProbe in_progress(TransactionId holder) {
 
 namespace {
 
-bool same_bytes(const varlena *a, const varlena *b) {
-  return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
-         memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
-}
-
 bool same_key(Relation rel, const KeyColumns &columns, HeapTuple tuple,
               const text *key) {
   bool isnull = false;
   Datum stored =
       heap_getattr(tuple, columns.key, RelationGetDescr(rel), &isnull);
-  return !isnull && same_bytes(DatumGetTextPP(stored), key);
+  return !isnull && datum_image_eq(stored, PointerGetDatum(key), false, -1);
 }
 
 } // namespace
@@ -508,15 +504,13 @@ bool is_key_row(Relation rel, const KeyColumns &columns, HeapTuple tuple,
   if (isnull || DatumGetObjectId(scope) != key.scope)
     return false;
   AttrNumber identity = columns.text_layout ? columns.key : columns.key_digest;
-  const varlena *expected = columns.text_layout
-                                ? key.key
-                                : DatumGetByteaPP(stored_digest(columns, key));
+  Datum expected = columns.text_layout ? PointerGetDatum(key.key)
+                                       : stored_digest(columns, key);
   Datum stored = heap_getattr(tuple, identity, desc, &isnull);
   if (isnull || VARATT_IS_EXTERNAL(DatumGetPointer(stored)) ||
       VARATT_IS_COMPRESSED(DatumGetPointer(stored)))
     return false; // never so for a key's text or digest
-  return same_bytes(reinterpret_cast<const varlena *>(DatumGetPointer(stored)),
-                    expected);
+  return datum_image_eq(stored, expected, false, -1);
 }
 
 // Pins the page of `version` if it still holds that row version of `key`;
@@ -525,12 +519,10 @@ bool is_key_row(Relation rel, const KeyColumns &columns, HeapTuple tuple,
 // its slot keeps that row until the caller releases the pin.
 Buffer pin_row_version(Relation rel, const KeyColumns &columns,
                        const KeyRef &key, const RowVersion &version) {
-  // Vacuum truncates the table only under ACCESS EXCLUSIVE, which the
-  // caller's ROW EXCLUSIVE lock excludes.
-  BlockNumber block = ItemPointerGetBlockNumber(&version.tid);
-  if (block >= RelationGetNumberOfBlocks(rel))
-    return InvalidBuffer;
-  Buffer buffer = ReadBuffer(rel, block);
+  // The block is still there: the probe that found the row, in this
+  // transaction, has held the table's lock since, and vacuum truncates only
+  // under ACCESS EXCLUSIVE.
+  Buffer buffer = ReadBuffer(rel, ItemPointerGetBlockNumber(&version.tid));
   LockBuffer(buffer, BUFFER_LOCK_SHARE);
   Page page = BufferGetPage(buffer);
   OffsetNumber offset = ItemPointerGetOffsetNumber(&version.tid);
