@@ -203,14 +203,8 @@ for my $version ('0.6', '0.3')
 		check_old_release_keys($old, $db->[0], "$version library, $db->[1]");
 	}
 	my $current = reopen_with_current_library($old, "current$v");
-	for my $db (@dbs)
-	{
-		check_old_release_keys($current, $db->[0],
-			"$version keys in $db->[1], current library before the update");
-		$current->safe_psql($db->[0], 'ALTER EXTENSION idempotency UPDATE');
-		check_old_release_keys($current, $db->[0],
-			"$version keys in $db->[1], updated");
-	}
+	check_old_release_keys_through_update($current, $version,
+		'current library', @dbs);
 	$current->stop;
 }
 

@@ -199,14 +199,8 @@ for my $version ('0.6', '0.3')
 		],
 		"pg_upgrade from the installation of the $version library");
 	$upgraded->start;
-	for my $db (@dbs)
-	{
-		check_old_release_keys($upgraded, $db->[0],
-			"$version keys in $db->[1] after pg_upgrade");
-		$upgraded->safe_psql($db->[0], 'ALTER EXTENSION idempotency UPDATE');
-		check_old_release_keys($upgraded, $db->[0],
-			"$version keys in $db->[1] after pg_upgrade and the update");
-	}
+	check_old_release_keys_through_update($upgraded, $version,
+		'after pg_upgrade', @dbs);
 	$upgraded->stop;
 }
 

@@ -23,7 +23,7 @@ our @EXPORT =
   check_storm check_storm_controls landed_faults report_storm
   generic_plan_database generic_plan_run
   old_release_node reopen_with_current_library store_old_release_keys
-  check_old_release_keys);
+  check_old_release_keys check_old_release_keys_through_update);
 
 # A started node with shared_preload_libraries = 'idempotency', plus the
 # postgresql.conf lines in `conf` and the init options in `init`.
@@ -966,6 +966,23 @@ sub check_old_release_keys
 		'IK422', "$what: the claimed key with another client hash is IK422");
 	is($node->safe_psql($db, 'SELECT count(*) FROM runs'),
 		scalar(@old_calls), "$what: fn ran again for no key");
+	return;
+}
+
+# check_old_release_keys in each of `dbs` (pairs of database and its
+# description) of `node`, then ALTER EXTENSION UPDATE and the same again;
+# `what` says where the keys are.
+sub check_old_release_keys_through_update
+{
+	my ($node, $version, $what, @dbs) = @_;
+	for my $db (@dbs)
+	{
+		check_old_release_keys($node, $db->[0],
+			"$version keys in $db->[1], $what, before the update");
+		$node->safe_psql($db->[0], 'ALTER EXTENSION idempotency UPDATE');
+		check_old_release_keys($node, $db->[0],
+			"$version keys in $db->[1], $what, updated");
+	}
 	return;
 }
 
