@@ -17,4 +17,8 @@ extern "C" {
 #include "postgres.h"
 
 #include "fmgr.h"
+// The varlena macros, which PostgreSQL 16 moved out of postgres.h.
+#if __has_include("varatt.h")
+#include "varatt.h"
+#endif
 }
