@@ -14,6 +14,7 @@ extern "C" {
 #include "access/genam.h"
 #include "executor/executor.h"
 #include "nodes/bitmapset.h"
+#include "parser/parse_relation.h"
 #include "storage/proc.h"
 #include "utils/backend_status.h"
 #include "utils/guc.h"
@@ -46,6 +47,19 @@ inline void ExecInitRangeTable(EState *estate, List *range_table,
   (void)perm_infos;
   (void)unpruned_relids;
   ::ExecInitRangeTable(estate, range_table);
+#endif
+}
+
+// The permission entry of a relation in a range table the extension builds
+// itself; PostgreSQL 16 keeps these apart from the range table entries,
+// and an executor that reports a failing row reads the entry's (15 keeps
+// everything in the range table entry).
+inline void addRTEPermissionInfo(List **perm_infos, RangeTblEntry *entry) {
+#if PG_VERSION_NUM >= 160000
+  ::addRTEPermissionInfo(perm_infos, entry);
+#else
+  (void)perm_infos;
+  (void)entry;
 #endif
 }
 

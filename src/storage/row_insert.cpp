@@ -133,7 +133,9 @@ RowInsert begin_row_insert(Relation rel, Oid left_out_function) {
   entry->relid = RelationGetRelid(rel);
   entry->relkind = rel->rd_rel->relkind;
   entry->rellockmode = RowExclusiveLock;
-  compat::ExecInitRangeTable(insert.estate, list_make1(entry), NIL,
+  List *perm_infos = NIL;
+  compat::addRTEPermissionInfo(&perm_infos, entry);
+  compat::ExecInitRangeTable(insert.estate, list_make1(entry), perm_infos,
                              bms_make_singleton(1));
 
   insert.target = makeNode(ResultRelInfo);
