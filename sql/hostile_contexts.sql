@@ -17,9 +17,12 @@ CREATE FUNCTION run(label text) RETURNS text LANGUAGE sql
 CREATE FUNCTION runs_of(label text) RETURNS bigint LANGUAGE sql
   AS $$ SELECT count(*) FROM hostile_contexts.runs WHERE runs.label = runs_of.label $$;
 
--- force_parallel_mode: idempotent_call is PARALLEL UNSAFE, so a query that
+-- Parallel query forced (force_parallel_mode, debug_parallel_query from
+-- PostgreSQL 16 on): idempotent_call is PARALLEL UNSAFE, so a query that
 -- calls it is never handed to a parallel worker and runs as usual.
-SET force_parallel_mode = on;
+SELECT CASE WHEN current_setting('server_version_num')::int >= 160000
+            THEN 'debug_parallel_query' ELSE 'force_parallel_mode' END AS parallel_setting \gset
+SET :parallel_setting = on;
 SELECT idempotency.idempotent_call('ctx-parallel', NULL, 'SELECT hostile_contexts.run($1)', 'parallel');
 SELECT idempotency.idempotent_call('ctx-parallel', NULL, 'SELECT hostile_contexts.run($1)', 'parallel'), idempotency.last_call_replayed();
 SELECT runs_of('parallel');
@@ -32,7 +35,7 @@ END $$;
 EXPLAIN (COSTS OFF) SELECT lying_wrapper('ctx-parallel', 'parallel');
 SELECT lying_wrapper('ctx-parallel', 'parallel');
 SELECT sqlstate_of($$SELECT hostile_contexts.lying_wrapper('ctx-parallel-new', 'parallel-new')$$);
-RESET force_parallel_mode;
+RESET :parallel_setting;
 SELECT count(*) AS stored FROM idempotency.keys WHERE key = 'ctx-parallel-new';
 SELECT runs_of('parallel'), runs_of('parallel-new');
 
