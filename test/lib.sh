@@ -7,14 +7,21 @@ PG_BINDIR=$("$PG_CONFIG" --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin
 TEST_USER=${TEST_USER:-postgres}
 export PG_CONFIG
 
+# The PostgreSQL major under test: PG_CONFIG's, or 15 before it is installed.
+PG_MAJOR=$("$PG_CONFIG" --version 2>/dev/null | sed -n 's/^PostgreSQL \([0-9]*\).*/\1/p')
+PG_MAJOR=${PG_MAJOR:-15}
+
 # Debian packages the build and the suites need: pgbouncer for
-# test/tap/402_pgbouncer.pl; chromium for the examples' browser test; python3-django
-# and python3-psycopg2 (Django 3.2's PostgreSQL driver) for the Django example;
+# test/tap/402_pgbouncer.pl; libfaketime for the TAP files that set the
+# server's clock (107, 221). On the host's PostgreSQL 15 also what only its
+# suites use: chromium for the examples' browser test; python3-django and
+# python3-psycopg2 (Django 3.2's PostgreSQL driver) for the Django example;
 # python3-matplotlib for bench/scale's plot (its smoke runs in CI);
-# libfaketime for test/tap/107_ttl_calendar.pl (a server clock at chosen dates).
-PREREQUISITES=(postgresql-15 postgresql-server-dev-15 libipc-run-perl make g++ cmake libgtest-dev
-  pgbouncer chromium fonts-dejavu-core python3-django python3-psycopg2 python3-matplotlib
-  libfaketime clang-format)
+# clang-format for the format check.
+PREREQUISITES=("postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" libipc-run-perl make g++ cmake
+  libgtest-dev pgbouncer libfaketime)
+[ "$PG_MAJOR" = 15 ] && PREREQUISITES+=(chromium fonts-dejavu-core python3-django python3-psycopg2
+  python3-matplotlib clang-format)
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
