@@ -167,4 +167,13 @@ inline LocalTransactionId my_local_transaction_id() {
 #endif
 }
 
+// The state of a statement analysed with variable parameter types: the
+// parser's VarParamState (parser/parse_param.c), which it keeps private.
+// The same in PostgreSQL 15 to 19; entry/untyped_parameters.cpp checks the
+// layout against the running server's parser at load.
+struct VariableParameters {
+  Oid **types;
+  int *count;
+};
+
 } // namespace idempotency::compat

@@ -2,6 +2,8 @@
 #include "idempotency/pg.hpp"
 #include "idempotency/protocol/fn_parameters.hpp"
 
+#include "idempotency/compat.hpp"
+
 extern "C" {
 #include "access/xact.h"
 #include "catalog/namespace.h"
@@ -10,6 +12,8 @@ extern "C" {
 #include "funcapi.h"
 #include "nodes/nodeFuncs.h"
 #include "parser/analyze.h"
+#include "parser/parse_node.h"
+#include "parser/parse_param.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
@@ -29,13 +33,34 @@ inline bool (*as_tree_walker(bool (*walker)(Node *, Context *)))() {
 
 post_parse_analyze_hook_type previous_post_parse_analyze_hook = nullptr;
 
-// The state of a statement analysed with variable parameter types: PostgreSQL
-// 15's VarParamState (parser/parse_param.c), which keeps it private. It is the
-// only parse state with a coerce-param hook.
-struct VariableParameters {
-  Oid **types;
-  int *count;
-};
+using compat::VariableParameters;
+
+// The parser's coerce-param hook for statements analysed with variable
+// parameter types, learned at load from a parse state that the parser's own
+// setup_parse_variable_parameters prepared: a statement whose parse state
+// has this hook is such a statement for certain. nullptr when the parser's
+// state is not laid out as VariableParameters says (then untyped
+// placeholders stay untyped, as without preloading).
+CoerceParamHook variable_parameters_hook = nullptr;
+
+void learn_variable_parameters_hook() {
+  Oid *types = nullptr;
+  int count = 0;
+  ParseState *state = make_parsestate(nullptr);
+  setup_parse_variable_parameters(state, &types, &count);
+  auto *parameters = static_cast<VariableParameters *>(state->p_ref_hook_state);
+  if (parameters != nullptr && parameters->types == &types &&
+      parameters->count == &count)
+    variable_parameters_hook = state->p_coerce_param_hook;
+  else
+    ereport(WARNING,
+            (errmsg("idempotency cannot type untyped placeholders on this "
+                    "server: its parser's variable parameter state is not "
+                    "the one the library was built for"),
+             errhint("Cast each argument of idempotent_call, or update the "
+                     "library.")));
+  free_parsestate(state);
+}
 
 bool is_untyped(const Node *node) {
   return node != nullptr && IsA(node, Param) &&
@@ -197,7 +222,8 @@ void type_untyped_parameters(ParseState *state, Query *statement,
   if (previous_post_parse_analyze_hook != nullptr)
     previous_post_parse_analyze_hook(state, statement, jumble);
   // Cheap tests first: this runs for every statement of the session.
-  if (state->p_coerce_param_hook == nullptr ||
+  if (variable_parameters_hook == nullptr ||
+      state->p_coerce_param_hook != variable_parameters_hook ||
       state->p_ref_hook_state == nullptr)
     return;
   auto *parameters = static_cast<VariableParameters *>(state->p_ref_hook_state);
@@ -217,6 +243,7 @@ void type_untyped_parameters(ParseState *state, Query *statement,
 } // namespace
 
 void install_untyped_parameters_hook() {
+  learn_variable_parameters_hook();
   previous_post_parse_analyze_hook = post_parse_analyze_hook;
   post_parse_analyze_hook = type_untyped_parameters;
 }

@@ -21,75 +21,25 @@ namespace idempotency::storage {
 
 namespace {
 
-// What SetTriggerFlags (trigger.c) derives from one trigger.
-void add_trigger_flags(TriggerDesc *triggers, const Trigger &trigger) {
-  int16 type = trigger.tgtype;
-  auto matches = [type](int level, int timing, int event) {
-    return TRIGGER_TYPE_MATCHES(type, level, timing, event);
-  };
-  constexpr int row = TRIGGER_TYPE_ROW, statement = TRIGGER_TYPE_STATEMENT;
-  constexpr int before = TRIGGER_TYPE_BEFORE, after = TRIGGER_TYPE_AFTER,
-                instead = TRIGGER_TYPE_INSTEAD;
-  constexpr int insert = TRIGGER_TYPE_INSERT, update = TRIGGER_TYPE_UPDATE,
-                remove = TRIGGER_TYPE_DELETE, truncate = TRIGGER_TYPE_TRUNCATE;
-  triggers->trig_insert_before_row |= matches(row, before, insert);
-  triggers->trig_insert_after_row |= matches(row, after, insert);
-  triggers->trig_insert_instead_row |= matches(row, instead, insert);
-  triggers->trig_insert_before_statement |= matches(statement, before, insert);
-  triggers->trig_insert_after_statement |= matches(statement, after, insert);
-  triggers->trig_update_before_row |= matches(row, before, update);
-  triggers->trig_update_after_row |= matches(row, after, update);
-  triggers->trig_update_instead_row |= matches(row, instead, update);
-  triggers->trig_update_before_statement |= matches(statement, before, update);
-  triggers->trig_update_after_statement |= matches(statement, after, update);
-  triggers->trig_delete_before_row |= matches(row, before, remove);
-  triggers->trig_delete_after_row |= matches(row, after, remove);
-  triggers->trig_delete_instead_row |= matches(row, instead, remove);
-  triggers->trig_delete_before_statement |= matches(statement, before, remove);
-  triggers->trig_delete_after_statement |= matches(statement, after, remove);
-  triggers->trig_truncate_before_statement |=
-      matches(statement, before, truncate);
-  triggers->trig_truncate_after_statement |=
-      matches(statement, after, truncate);
-  triggers->trig_insert_new_table |=
-      TRIGGER_FOR_INSERT(type) &&
-      TRIGGER_USES_TRANSITION_TABLE(trigger.tgnewtable);
-  triggers->trig_update_old_table |=
-      TRIGGER_FOR_UPDATE(type) &&
-      TRIGGER_USES_TRANSITION_TABLE(trigger.tgoldtable);
-  triggers->trig_update_new_table |=
-      TRIGGER_FOR_UPDATE(type) &&
-      TRIGGER_USES_TRANSITION_TABLE(trigger.tgnewtable);
-  triggers->trig_delete_old_table |=
-      TRIGGER_FOR_DELETE(type) &&
-      TRIGGER_USES_TRANSITION_TABLE(trigger.tgoldtable);
-}
-
-// Takes the triggers of `function` out of the result relation's copy of the
-// table's triggers. The other triggers fire as they would for an INSERT.
+// Disables the triggers of `function` in the result relation's own copy of
+// the table's triggers (InitResultRelInfo copies them), which the executor
+// then skips as it skips any disabled trigger; the other triggers fire as
+// they would for an INSERT. With no other trigger, the copy goes, so that a
+// key's insert pays for no trigger machinery at all.
 void leave_out(ResultRelInfo *target, Oid function) {
   TriggerDesc *triggers = target->ri_TrigDesc;
   if (triggers == nullptr || !OidIsValid(function))
     return;
-  int kept = 0;
-  for (int i = 0; i < triggers->numtriggers; i++)
-    if (triggers->triggers[i].tgfoid != function)
-      triggers->triggers[kept++] = triggers->triggers[i];
-  if (kept == triggers->numtriggers)
-    return;
-  if (kept == 0) {
-    target->ri_TrigDesc = nullptr;
-    return;
+  int enabled = 0;
+  for (int i = 0; i < triggers->numtriggers; i++) {
+    Trigger &trigger = triggers->triggers[i];
+    if (trigger.tgfoid == function)
+      trigger.tgenabled = TRIGGER_DISABLED;
+    if (trigger.tgenabled != TRIGGER_DISABLED)
+      enabled++;
   }
-  // The per-trigger arrays InitResultRelInfo made are zeroed and indexed
-  // like `triggers`, which only got shorter.
-  triggers->numtriggers = kept;
-  Trigger *kept_triggers = triggers->triggers;
-  memset(triggers, 0, sizeof(TriggerDesc));
-  triggers->triggers = kept_triggers;
-  triggers->numtriggers = kept;
-  for (int i = 0; i < kept; i++)
-    add_trigger_flags(triggers, kept_triggers[i]);
+  if (enabled == 0)
+    target->ri_TrigDesc = nullptr;
 }
 
 // The row to write, without its trailing NULL columns: a heap tuple whose
