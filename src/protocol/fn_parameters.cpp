@@ -1,6 +1,7 @@
 #include "idempotency/boundary/subtransaction.hpp"
 #include "idempotency/protocol/backend_table.hpp"
 #include "idempotency/protocol/fn_parameters.hpp"
+#include "idempotency/settings/settings.hpp"
 
 extern "C" {
 #include "common/hashfn.h"
@@ -149,7 +150,8 @@ uint64 hash_of(const char *sql, int nargs, const Oid *given) {
   uint64 hash = hash_bytes_extended(
       reinterpret_cast<const unsigned char *>(sql), (int)strlen(sql), nargs);
   return hash_bytes_extended(reinterpret_cast<const unsigned char *>(given),
-                             (int)(sizeof(Oid) * nargs), hash);
+                             (int)(sizeof(Oid) * nargs), hash) &
+         settings::statement_hash_mask();
 }
 
 Inferred *find_inferred(uint64 hash, const char *sql, int nargs,

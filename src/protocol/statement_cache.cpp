@@ -1,6 +1,7 @@
 #include "idempotency/protocol/statement_cache.hpp"
 
 #include "idempotency/protocol/backend_table.hpp"
+#include "idempotency/settings/settings.hpp"
 
 extern "C" {
 #include "common/hashfn.h"
@@ -25,8 +26,9 @@ uint64 hash_of(const char *sql, size_t sql_size, const FnArgs &args) {
       hash_bytes_extended(reinterpret_cast<const unsigned char *>(sql),
                           (int)sql_size, (uint64)args.count);
   return hash_bytes_extended(
-      reinterpret_cast<const unsigned char *>(args.types),
-      (int)(sizeof(Oid) * args.count), hash);
+             reinterpret_cast<const unsigned char *>(args.types),
+             (int)(sizeof(Oid) * args.count), hash) &
+         settings::statement_hash_mask();
 }
 
 bool matches(const Statement &statement, const char *sql, size_t sql_size,

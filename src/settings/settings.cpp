@@ -1,5 +1,6 @@
 // The extension's configuration parameters: the call's (idempotency.ttl,
-// idempotency.wait_timeout) and the expiry worker's (idempotency.expire_*).
+// idempotency.wait_timeout), the expiry worker's (idempotency.expire_*) and
+// a developer's (idempotency.debug_*).
 #include "idempotency/settings/sqlstate_list.hpp"
 
 #include "idempotency/settings/settings.hpp"
@@ -59,6 +60,36 @@ void define_expiry_settings() {
       "round's average to stay at or under this rate, leaving CPU and I/O "
       "to callers while a large backlog is deleted; 0 deletes flat out.",
       &rate, default_rate, 0, INT_MAX, PGC_SUSET, 0, nullptr, nullptr, nullptr);
+}
+
+} // namespace
+
+// idempotency.debug_statement_hash_bits.
+namespace detail {
+uint64 statement_hash_mask = ~(uint64)0;
+}
+
+namespace {
+
+int statement_hash_bits = 64;
+
+void assign_statement_hash_bits(int bits, void *) {
+  detail::statement_hash_mask =
+      bits >= 64 ? ~(uint64)0 : ((uint64)1 << bits) - 1;
+}
+
+// Like PostgreSQL's own debug_* settings: for superusers, left out of
+// postgresql.conf.sample, no use in production.
+void define_debug_settings() {
+  DefineCustomIntVariable(
+      "idempotency.debug_statement_hash_bits",
+      "Bits of a fn statement's hash the backend's statement caches key it "
+      "by.",
+      "A developer setting that makes different fn statements share a hash "
+      "(0: all of them), to test that the caches still tell them apart by "
+      "text and argument types. 64, the default, keeps the whole hash.",
+      &statement_hash_bits, 64, 0, 64, PGC_SUSET, GUC_NOT_IN_SAMPLE, nullptr,
+      assign_statement_hash_bits, nullptr);
 }
 
 } // namespace
@@ -441,6 +472,7 @@ void assign_max_response_size(int, void *) {
 void define() {
   capture_placeholders();
   define_expiry_settings();
+  define_debug_settings();
   // Defined before idempotency.ttl, whose check compares with it.
   DefineCustomStringVariable(
       "idempotency.max_ttl", "The longest idempotency.ttl any role may set.",

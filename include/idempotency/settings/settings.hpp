@@ -47,6 +47,17 @@ int expire_rate();
 // idempotency.max_response_size: the largest response stored, in bytes.
 Size max_response_bytes();
 
+// idempotency.debug_statement_hash_bits, as the mask of the bits kept: the
+// backend's caches of fn statements (protocol/statement_cache and
+// protocol/fn_parameters) key them by their hash ANDed with it. A developer
+// setting: fewer bits make different statements share a hash, which the
+// caches must then tell apart by text and argument types. Inline: it is on
+// every call's path.
+namespace detail {
+extern uint64 statement_hash_mask;
+}
+inline uint64 statement_hash_mask() { return detail::statement_hash_mask; }
+
 // idempotency.store_errors: the SQLSTATEs and classes of fn errors that are
 // stored as the call's outcome; empty (count 0) by default.
 const SqlstateList &stored_errors();
