@@ -121,7 +121,7 @@ $node->poll_query_until('postgres', 'SELECT true')
 isnt(finish_session($in_fn), 0, 'the killed session got an error');
 isnt(finish_session($in_open_transaction),
 	0, 'the crash ended the other open transaction too');
-ok($node->log_contains("server process \\(PID $victim_pid\\) was terminated by signal 9"),
+ok($node->log_contains("\\(PID $victim_pid\\) was terminated by signal 9"),
 	'the server went through crash recovery');
 
 is( $node->safe_psql('postgres',

@@ -106,7 +106,7 @@ sub crash_backend
 	my $crashed = 0;
 	if (kill('KILL', $pid) == 1)
 	{
-		my $killed = qr/server process \(PID $pid\) was terminated by signal 9/;
+		my $killed = qr/\(PID $pid\) was terminated by signal 9/;
 		for (1 .. 50)
 		{
 			$crashed = $node->log_contains($killed, $offset);
