@@ -30,10 +30,15 @@ EXTRA_CLEAN = tmp_regress tmp_isolation output_iso results regression.diffs regr
 # C++17 removed (-isystem already hides it from g++, not from every tool).
 IDEMPOTENCY_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-register
 
+# The library's version, META.json's: in its magic block (PostgreSQL 18's
+# pg_get_loaded_modules() shows it).
+IDEMPOTENCY_VERSION := $(shell sed -n 's/^   "version": "\(.*\)",$$/\1/p' $(dir $(lastword $(MAKEFILE_LIST)))META.json | head -n 1)
+
 # WERROR=1 (CI sets it) makes every warning an error.
 PG_CONFIG ?= pg_config
 PG_CXXFLAGS = $(IDEMPOTENCY_CXXFLAGS) $(if $(WERROR),-Werror) \
-	-isystem $(shell $(PG_CONFIG) --includedir-server) -I$(srcdir)/include
+	-isystem $(shell $(PG_CONFIG) --includedir-server) -I$(srcdir)/include \
+	-DIDEMPOTENCY_VERSION='"$(IDEMPOTENCY_VERSION)"'
 SHLIB_LINK += -lstdc++
 
 # Rebuild every object whose headers changed (.deps/*.Po, written by the

@@ -17,6 +17,7 @@ extern "C" {
 #include "parser/parse_relation.h"
 #include "storage/proc.h"
 #include "utils/backend_status.h"
+#include "utils/wait_event.h"
 #include "utils/guc.h"
 #include "utils/guc_tables.h"
 #include "utils/regproc.h"
@@ -32,7 +33,29 @@ extern "C" {
 struct IndexScanInstrumentation; // PostgreSQL 18's, never used before it
 #endif
 
+// The library's magic block; from PostgreSQL 18 on it also names the
+// library and its version (pg_get_loaded_modules() shows them).
+#if PG_VERSION_NUM >= 180000
+#define IDEMPOTENCY_MODULE_MAGIC(version)                                      \
+  PG_MODULE_MAGIC_EXT(.name = "idempotency", .version = version)
+#else
+#define IDEMPOTENCY_MODULE_MAGIC(version) PG_MODULE_MAGIC
+#endif
+
 namespace idempotency::compat {
+
+// A wait event of the extension's own, shown under its name in
+// pg_stat_activity.wait_event (PostgreSQL 17 added named extension wait
+// events; before, every such wait is "Extension"). Takes shared memory the
+// first time a name is used: call once per process.
+inline uint32 wait_event(const char *name) {
+#if PG_VERSION_NUM >= 170000
+  return WaitEventExtensionNew(name);
+#else
+  (void)name;
+  return PG_WAIT_EXTENSION;
+#endif
+}
 
 // The range table of an executor state (PostgreSQL 16 split the permission
 // checks out of the entries, 18 added the unpruned relations).

@@ -10,6 +10,8 @@
 #include "idempotency/worker/launcher.hpp"
 #include "idempotency/worker/status.hpp"
 
+#include "idempotency/compat.hpp"
+
 extern "C" {
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -17,7 +19,8 @@ extern "C" {
 }
 
 extern "C" {
-PG_MODULE_MAGIC;
+// IDEMPOTENCY_VERSION: META.json's, from the build (Makefile).
+IDEMPOTENCY_MODULE_MAGIC(IDEMPOTENCY_VERSION);
 
 void _PG_init(void);
 }

@@ -9,6 +9,8 @@
 #include "idempotency/worker/expire.hpp"
 #include "idempotency/worker/status.hpp"
 
+#include "idempotency/compat.hpp"
+
 extern "C" {
 #include "access/xact.h"
 #include "catalog/pg_database.h"
@@ -57,6 +59,9 @@ bool database_wanted_alone(Oid database) {
 }
 
 namespace {
+
+// What pg_stat_activity shows while a round waits to keep its pace.
+uint32 pace_wait_event = PG_WAIT_EXTENSION;
 
 void begin_transaction(const char *activity) {
   SetCurrentStatementStartTimestamp();
@@ -146,7 +151,7 @@ bool wait_for_turn(Pace *pace) {
     long wait_ms =
         std::min(max_wait_ms, static_cast<long>((wait_usecs + 999) / 1000));
     (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-                    wait_ms, PG_WAIT_EXTENSION);
+                    wait_ms, pace_wait_event);
     ResetLatch(MyLatch);
   }
 }
@@ -319,6 +324,8 @@ void idempotency_database_worker_main(Datum main_arg) {
   BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg),
                                             InvalidOid, 0);
   pgstat_report_appname(idempotency::worker::database_worker_type);
+  idempotency::worker::pace_wait_event =
+      idempotency::compat::wait_event("IdempotencyExpiryPace");
   // No batch waits for its commit to reach the disk: the WAL writer
   // flushes it soon after, and a crash that loses it loses only deletions
   // that a later round makes again. Callers meanwhile flush their own

@@ -12,6 +12,8 @@
 #include "idempotency/worker/database_round.hpp"
 #include "idempotency/worker/status.hpp"
 
+#include "idempotency/compat.hpp"
+
 extern "C" {
 #include "access/heapam.h"
 #include "catalog/pg_database.h"
@@ -144,6 +146,9 @@ void run_round_logging_errors(MemoryContext round_context) {
   pgstat_report_activity(STATE_IDLE, nullptr);
 }
 
+// What pg_stat_activity shows while the launcher sleeps between rounds.
+uint32 sleep_wait_event = PG_WAIT_EXTENSION;
+
 [[noreturn]] void launcher_loop() {
   MemoryContext round_context = AllocSetContextCreate(
       TopMemoryContext, "idempotency expiry round", ALLOCSET_DEFAULT_SIZES);
@@ -173,7 +178,7 @@ void run_round_logging_errors(MemoryContext round_context) {
     int events = WL_LATCH_SET | WL_EXIT_ON_PM_DEATH;
     if (sleep_ms >= 0)
       events |= WL_TIMEOUT;
-    (void)WaitLatch(MyLatch, events, sleep_ms, PG_WAIT_EXTENSION);
+    (void)WaitLatch(MyLatch, events, sleep_ms, sleep_wait_event);
     ResetLatch(MyLatch);
   }
 }
@@ -204,5 +209,7 @@ void idempotency_launcher_main(Datum) {
   BackgroundWorkerUnblockSignals();
   BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
   pgstat_report_appname("idempotency launcher");
+  idempotency::worker::sleep_wait_event =
+      idempotency::compat::wait_event("IdempotencyLauncherSleep");
   idempotency::worker::launcher_loop();
 }
