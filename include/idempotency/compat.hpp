@@ -12,14 +12,17 @@
 
 extern "C" {
 #include "access/genam.h"
+#include "access/tableam.h"
 #include "executor/executor.h"
 #include "nodes/bitmapset.h"
+#include "parser/analyze.h"
 #include "parser/parse_relation.h"
 #include "storage/proc.h"
 #include "utils/backend_status.h"
 #include "utils/wait_event.h"
 #include "utils/guc.h"
 #include "utils/guc_tables.h"
+#include "utils/jsonb.h"
 #include "utils/regproc.h"
 #include "utils/rel.h"
 #include "utils/relcache.h"
@@ -36,10 +39,10 @@ struct IndexScanInstrumentation; // PostgreSQL 18's, never used before it
 // The library's magic block; from PostgreSQL 18 on it also names the
 // library and its version (pg_get_loaded_modules() shows them).
 #if PG_VERSION_NUM >= 180000
-#define IDEMPOTENCY_MODULE_MAGIC(version)                                      \
-  PG_MODULE_MAGIC_EXT(.name = "idempotency", .version = version)
+#define IDEMPOTENCY_MODULE_MAGIC(library_version)                              \
+  PG_MODULE_MAGIC_EXT(.name = "idempotency", .version = library_version)
 #else
-#define IDEMPOTENCY_MODULE_MAGIC(version) PG_MODULE_MAGIC
+#define IDEMPOTENCY_MODULE_MAGIC(library_version) PG_MODULE_MAGIC
 #endif
 
 namespace idempotency::compat {
@@ -86,34 +89,111 @@ inline void addRTEPermissionInfo(List **perm_infos, RangeTblEntry *entry) {
 #endif
 }
 
-// The index entries of a new row (PostgreSQL 16 added onlySummarizing).
-inline List *ExecInsertIndexTuples(ResultRelInfo *target, TupleTableSlot *slot,
-                                   EState *estate, bool update, bool no_dup_err,
-                                   bool *spec_conflict, List *arbiter_indexes,
-                                   bool only_summarizing) {
-#if PG_VERSION_NUM >= 160000
-  return ::ExecInsertIndexTuples(target, slot, estate, update, no_dup_err,
-                                 spec_conflict, arbiter_indexes,
-                                 only_summarizing);
+// The flags of ExecInsertIndexTuples (PostgreSQL 19's; before, each was an
+// argument of its own).
+#if PG_VERSION_NUM < 190000
+constexpr uint32 EIIT_IS_UPDATE = 1 << 0;
+constexpr uint32 EIIT_NO_DUPE_ERROR = 1 << 1;
+constexpr uint32 EIIT_ONLY_SUMMARIZING = 1 << 2;
+#endif
+
+// The index entries of a new row (PostgreSQL 16 added onlySummarizing, 19
+// made the booleans flags and reordered the arguments).
+inline List *ExecInsertIndexTuples(ResultRelInfo *target, EState *estate,
+                                   uint32 flags, TupleTableSlot *slot,
+                                   List *arbiter_indexes, bool *spec_conflict) {
+#if PG_VERSION_NUM >= 190000
+  return ::ExecInsertIndexTuples(target, estate, flags, slot, arbiter_indexes,
+                                 spec_conflict);
+#elif PG_VERSION_NUM >= 160000
+  return ::ExecInsertIndexTuples(
+      target, slot, estate, (flags & EIIT_IS_UPDATE) != 0,
+      (flags & EIIT_NO_DUPE_ERROR) != 0, spec_conflict, arbiter_indexes,
+      (flags & EIIT_ONLY_SUMMARIZING) != 0);
 #else
-  (void)only_summarizing;
-  return ::ExecInsertIndexTuples(target, slot, estate, update, no_dup_err,
-                                 spec_conflict, arbiter_indexes);
+  return ::ExecInsertIndexTuples(
+      target, slot, estate, (flags & EIIT_IS_UPDATE) != 0,
+      (flags & EIIT_NO_DUPE_ERROR) != 0, spec_conflict, arbiter_indexes);
 #endif
 }
 
-// An index scan (PostgreSQL 18 added the instrumentation).
+// An index scan (PostgreSQL 18 added the instrumentation, 19 the scan
+// options, SO_NONE for a plain scan).
+#if PG_VERSION_NUM >= 190000
+constexpr uint32 SO_NONE = ::SO_NONE;
+#else
+constexpr uint32 SO_NONE = 0;
+#endif
 inline IndexScanDesc index_beginscan(Relation heap, Relation index,
                                      Snapshot snapshot,
                                      IndexScanInstrumentation *instrument,
-                                     int nkeys, int norderbys) {
-#if PG_VERSION_NUM >= 180000
+                                     int nkeys, int norderbys, uint32 flags) {
+#if PG_VERSION_NUM >= 190000
+  return ::index_beginscan(heap, index, snapshot, instrument, nkeys, norderbys,
+                           flags);
+#elif PG_VERSION_NUM >= 180000
+  (void)flags;
   return ::index_beginscan(heap, index, snapshot, instrument, nkeys, norderbys);
 #else
   (void)instrument;
+  (void)flags;
   return ::index_beginscan(heap, index, snapshot, nkeys, norderbys);
 #endif
 }
+
+// Deletes a row version (PostgreSQL 19 made changingPart an option bit and
+// moved it before the snapshot).
+#if PG_VERSION_NUM < 190000
+constexpr uint32 TABLE_DELETE_CHANGING_PARTITION = 1 << 0;
+#endif
+inline TM_Result table_tuple_delete(Relation rel, ItemPointer tid,
+                                    CommandId cid, uint32 options,
+                                    Snapshot snapshot, Snapshot crosscheck,
+                                    bool wait, TM_FailureData *failure) {
+#if PG_VERSION_NUM >= 190000
+  return ::table_tuple_delete(rel, tid, cid, options, snapshot, crosscheck,
+                              wait, failure);
+#else
+  return ::table_tuple_delete(rel, tid, cid, snapshot, crosscheck, wait,
+                              failure,
+                              (options & TABLE_DELETE_CHANGING_PARTITION) != 0);
+#endif
+}
+
+// The cache a syscache callback is told about (PostgreSQL 19 typed it).
+#if PG_VERSION_NUM >= 190000
+using SysCacheIdentifier = ::SysCacheIdentifier;
+#else
+using SysCacheIdentifier = int;
+#endif
+
+// What post_parse_analyze_hook receives of the query's jumble (PostgreSQL
+// 19 made it const).
+#if PG_VERSION_NUM >= 190000
+using JumbleStateArgument = const JumbleState *;
+#else
+using JumbleStateArgument = JumbleState *;
+#endif
+
+// Building a jsonb value (PostgreSQL 19 keeps the whole state in a
+// JsonbInState; before, pushJsonbValue took the parse stack and returned
+// each finished value).
+#if PG_VERSION_NUM >= 190000
+using ::JsonbInState;
+inline void pushJsonbValue(JsonbInState *state, JsonbIteratorToken token,
+                           JsonbValue *value) {
+  ::pushJsonbValue(state, token, value);
+}
+#else
+struct JsonbInState {
+  JsonbValue *result;
+  JsonbParseState *parseState;
+};
+inline void pushJsonbValue(JsonbInState *state, JsonbIteratorToken token,
+                           JsonbValue *value) {
+  state->result = ::pushJsonbValue(&state->parseState, token, value);
+}
+#endif
 
 // The primary key's index (PostgreSQL 18 added deferrable_ok; the older
 // ones never return a deferrable primary key's index either).

@@ -11,6 +11,7 @@ extern "C" {
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 }
 
 namespace idempotency::entry {

@@ -12,6 +12,7 @@ extern "C" {
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 }
 
 namespace idempotency::entry {
@@ -147,7 +148,7 @@ Datum drop_owned_keys_body(FunctionCallInfo fcinfo) {
   if (event->parsetree != nullptr && IsA(event->parsetree, DropOwnedStmt))
     storage::role_marks::drop_owned_keys(
         castNode(DropOwnedStmt, event->parsetree)->roles);
-  return PointerGetDatum(nullptr);
+  PG_RETURN_VOID();
 }
 
 } // namespace idempotency::entry

@@ -5,9 +5,11 @@
 #include "idempotency/compat.hpp"
 
 extern "C" {
+#include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "funcapi.h"
 #include "nodes/nodeFuncs.h"
@@ -218,7 +220,7 @@ bool find_calls(Node *node, Search *search) {
 }
 
 void type_untyped_parameters(ParseState *state, Query *statement,
-                             JumbleState *jumble) {
+                             compat::JumbleStateArgument jumble) {
   if (previous_post_parse_analyze_hook != nullptr)
     previous_post_parse_analyze_hook(state, statement, jumble);
   // Cheap tests first: this runs for every statement of the session.

@@ -3,7 +3,10 @@
 #include "idempotency/protocol/fn_parameters.hpp"
 #include "idempotency/settings/settings.hpp"
 
+#include "idempotency/compat.hpp"
+
 extern "C" {
+#include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "executor/executor.h"
 #include "nodes/nodeFuncs.h"
@@ -119,15 +122,17 @@ void keep_passed_through_types(const char *sql, int nargs, const Oid *given,
 
 uint64 generation = 0;
 
-void catalog_changed(Datum, int, uint32) { generation++; }
+void catalog_changed(Datum, compat::SysCacheIdentifier, uint32) {
+  generation++;
+}
 
 void watch_catalogs() {
   static bool watching = false;
   if (watching)
     return;
-  static const int caches[] = {TYPEOID, NAMESPACEOID,     PROCOID,
-                               OPEROID, CASTSOURCETARGET, ATTNUM};
-  for (int cache : caches)
+  static const SysCacheIdentifier caches[] = {
+      TYPEOID, NAMESPACEOID, PROCOID, OPEROID, CASTSOURCETARGET, ATTNUM};
+  for (SysCacheIdentifier cache : caches)
     CacheRegisterSyscacheCallback(cache, catalog_changed, (Datum)0);
   watching = true;
 }

@@ -5,6 +5,8 @@
 #include "idempotency/boundary/subtransaction.hpp"
 #include "idempotency/settings/settings.hpp"
 
+#include "idempotency/compat.hpp"
+
 extern "C" {
 #include "utils/jsonb.h"
 }
@@ -13,16 +15,17 @@ namespace idempotency::protocol {
 
 namespace {
 
-void push_key(JsonbParseState **state, const char *key) {
+void push_key(compat::JsonbInState *state, const char *key) {
   JsonbValue value;
   value.type = jbvString;
   value.val.string.val = const_cast<char *>(key);
   value.val.string.len = (int)strlen(key);
-  pushJsonbValue(state, WJB_KEY, &value);
+  compat::pushJsonbValue(state, WJB_KEY, &value);
 }
 
 // A string member, or JSON null when the error has no such field.
-void push_member(JsonbParseState **state, const char *key, const char *text) {
+void push_member(compat::JsonbInState *state, const char *key,
+                 const char *text) {
   push_key(state, key);
   JsonbValue value;
   if (text == nullptr) {
@@ -32,21 +35,21 @@ void push_member(JsonbParseState **state, const char *key, const char *text) {
     value.val.string.val = const_cast<char *>(text);
     value.val.string.len = (int)strlen(text);
   }
-  pushJsonbValue(state, WJB_VALUE, &value);
+  compat::pushJsonbValue(state, WJB_VALUE, &value);
 }
 
 Datum error_document(const ErrorData *error) {
-  JsonbParseState *state = nullptr;
-  pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
+  compat::JsonbInState state{};
+  compat::pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
   push_key(&state, "error");
-  pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
+  compat::pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
   push_member(&state, "sqlstate", unpack_sql_state(error->sqlerrcode));
   push_member(&state, "message", error->message);
   push_member(&state, "detail", error->detail);
   push_member(&state, "hint", error->hint);
-  pushJsonbValue(&state, WJB_END_OBJECT, nullptr);
-  JsonbValue *document = pushJsonbValue(&state, WJB_END_OBJECT, nullptr);
-  return JsonbPGetDatum(JsonbValueToJsonb(document));
+  compat::pushJsonbValue(&state, WJB_END_OBJECT, nullptr);
+  compat::pushJsonbValue(&state, WJB_END_OBJECT, nullptr);
+  return JsonbPGetDatum(JsonbValueToJsonb(state.result));
 }
 
 // A transient condition (a lock timeout, a cancel, ...) is never stored,

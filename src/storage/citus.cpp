@@ -4,6 +4,7 @@
 
 extern "C" {
 #include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/pg_namespace.h"

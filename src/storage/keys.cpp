@@ -81,7 +81,9 @@ void forget_relation(Datum, Oid relid) {
 }
 
 // A renamed or dropped schema may change what "idempotency.keys" names.
-void forget_namespaces(Datum, int, uint32) { cache.relid_known = false; }
+void forget_namespaces(Datum, compat::SysCacheIdentifier, uint32) {
+  cache.relid_known = false;
+}
 
 void watch_invalidations() {
   static bool watching = false;
@@ -557,10 +559,10 @@ RowDeleted delete_row_version(Relation rel, const KeyColumns &columns,
   if (!BufferIsValid(pinned))
     return RowDeleted::already_gone;
   TM_FailureData failure;
-  TM_Result result = table_tuple_delete(
+  TM_Result result = compat::table_tuple_delete(
       rel, const_cast<ItemPointer>(&version.tid), GetCurrentCommandId(true),
-      GetActiveSnapshot(), InvalidSnapshot, true /* wait */, &failure,
-      false /* changingPart */);
+      0 /* options */, GetActiveSnapshot(), InvalidSnapshot, true /* wait */,
+      &failure);
   ReleaseBuffer(pinned);
   switch (result) {
   case TM_Ok:

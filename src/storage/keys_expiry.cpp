@@ -121,9 +121,9 @@ void append(ExpiredKeys *keys, int *capacity, int limit, ItemPointer tid) {
 bool delete_unless_busy(Relation table, TupleTableSlot *slot,
                         Snapshot snapshot) {
   TM_FailureData failure;
-  TM_Result result = table_tuple_delete(
-      table, &slot->tts_tid, GetCurrentCommandId(true), snapshot,
-      InvalidSnapshot, false /* wait */, &failure, false /* changingPart */);
+  TM_Result result = compat::table_tuple_delete(
+      table, &slot->tts_tid, GetCurrentCommandId(true), 0 /* options */,
+      snapshot, InvalidSnapshot, false /* wait */, &failure);
   return result == TM_Ok;
 }
 
@@ -170,7 +170,7 @@ ExpiredKeys collect_expired(TimestampTz cutoff, int limit, ExpiryCursor *cursor,
     ScanKeyInit(&scan_keys[nkeys++], 1, BTGreaterEqualStrategyNumber,
                 F_TIMESTAMPTZ_GE, TimestampTzGetDatum(cursor->expires_at));
   IndexScanDesc scan = compat::index_beginscan(
-      table, index, GetActiveSnapshot(), nullptr, nkeys, 0);
+      table, index, GetActiveSnapshot(), nullptr, nkeys, 0, compat::SO_NONE);
   // The index tuple tells the entries up to the cursor apart without a
   // visit to the heap.
   scan->xs_want_itup = true;

@@ -7,6 +7,8 @@
 
 #include "idempotency/storage/citus.hpp"
 
+#include "idempotency/compat.hpp"
+
 extern "C" {
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -106,7 +108,7 @@ void forget_on_subtransaction_abort(SubXactEvent event, SubTransactionId,
 // to 0.7 creating it (or DROP EXTENSION dropping it) makes every backend
 // look again, also for idempotency.tenant_keys, whose definition the update
 // does not change.
-void forget_on_event_trigger_change(Datum, int, uint32) {
+void forget_on_event_trigger_change(Datum, compat::SysCacheIdentifier, uint32) {
   for (Remembered &table : remembered)
     forget_all(table);
 }

@@ -218,9 +218,8 @@ void write_row(const RowInsert &insert) {
   simple_table_tuple_insert(rel, slot);
   List *recheck = NIL;
   if (target->ri_NumIndices > 0)
-    recheck = compat::ExecInsertIndexTuples(
-        target, slot, estate, false /* update */, false /* noDupErr */, nullptr,
-        NIL, false /* onlySummarizing */);
+    recheck = compat::ExecInsertIndexTuples(target, estate, 0 /* flags */, slot,
+                                            NIL, nullptr);
   ExecARInsertTriggers(estate, target, slot, recheck, insert.transitions);
   list_free(recheck);
 }

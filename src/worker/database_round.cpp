@@ -21,6 +21,7 @@ extern "C" {
 #include "storage/lock.h"
 #include "tcop/tcopprot.h"
 #include "utils/backend_status.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/wait_event.h"
