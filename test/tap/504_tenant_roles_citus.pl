@@ -17,6 +17,14 @@
 # - A shard moved to the other worker keeps its role undroppable (the old
 #   node's mark stays; mark_key_roles marks it on the new node), and DROP
 #   OWNED deletes its rows on the node it moved to.
+# - After the move and DROP ROLE (of a role cleared by DROP OWNED, and of
+#   one whose marks were lost, whose keys stay in both placements),
+#   mark_key_roles on the node the shard left, which still holds the old
+#   placement, raises nothing and deletes the old placement's keys of the
+#   role gone; a new role of the same name does not replay them (its
+#   request runs); new roles of the old names cannot be dropped while they
+#   have keys, on either worker, also after another mark_key_roles on the
+#   node the shard left.
 #
 # Needs Citus; without it the file says so and is skipped. CITUS_TEST_PORT,
 # when set, is the first of fifteen TCP ports (this file uses the fourth
@@ -37,8 +45,13 @@ plan skip_all => $missing if $missing;
 
 # No expiry worker: its rounds would run mark_key_roles, which this file
 # runs itself where it checks what it does.
-my ($coordinator, @workers) =
-  citus_cluster(slot => 3, conf => "idempotency.expire_interval = 0\n");
+# The old placement of a moved shard stays until the end (no cleanup by the
+# maintenance daemon), so that mark_key_roles on the node the shard left
+# deterministically meets it.
+my ($coordinator, @workers) = citus_cluster(
+	slot => 3,
+	conf => "idempotency.expire_interval = 0\n",
+	coordinator_conf => "citus.defer_shard_delete_interval = -1\n");
 my @nodes = ($coordinator, @workers);
 
 # The callers get their rights on accounts through payers: a role that is
@@ -51,6 +64,7 @@ CREATE ROLE alice LOGIN IN ROLE payers;
 CREATE ROLE bob LOGIN IN ROLE payers;
 CREATE ROLE carol LOGIN IN ROLE payers;
 CREATE ROLE dave LOGIN IN ROLE payers;
+CREATE ROLE erin LOGIN IN ROLE payers;
 });
 $coordinator->safe_psql('postgres',
 	tenant_accounts_sql(shard_count => 4, balance => 1000, callers => 'payers')
@@ -243,11 +257,14 @@ is(role_exists_everywhere('bob'), '0,0,0', 'bob is dropped on every node');
 # the key on worker2.
 my $moved_tenant = $tenants_on{ $worker1->port }[0];
 pay_as('dave', $moved_tenant, 'dave-1');
+my $erin_first = pay_as('erin', $moved_tenant, 'erin-1');
 is(marks_on($worker1, 'dave'), '1', 'dave is marked on worker1');
+my $moved_shard = $coordinator->safe_psql('postgres',
+	"SELECT get_shard_id_for_distribution_column('idempotency.tenant_keys', $moved_tenant)");
 $coordinator->safe_psql(
 	'postgres', qq{
 SELECT citus_move_shard_placement(
-  get_shard_id_for_distribution_column('idempotency.tenant_keys', $moved_tenant),
+  $moved_shard,
   '127.0.0.1', ${\ $worker1->port }, '127.0.0.1', ${\ $workers[1]->port },
   shard_transfer_mode => 'block_writes')});
 is(node_of_tenant($moved_tenant),
@@ -262,6 +279,65 @@ $coordinator->safe_psql('postgres', 'DROP OWNED BY dave');
 is(keys_by_node('dave'), '', 'DROP OWNED BY dave deletes the moved key');
 $coordinator->safe_psql('postgres', 'DROP ROLE dave');
 is(role_exists_everywhere('dave'), '0,0,0', 'dave is dropped on every node');
+
+# After the move and DROP ROLE: mark_key_roles on the node the shard left.
+# Erin's key moved with dave's; her marks lost on both workers (as
+# pg_upgrade loses them), DROP ROLE erin succeeds and leaves her key in the
+# shard on worker2 and in the old placement on worker1, a key of no role.
+my $old_placement = "idempotency.tenant_keys_$moved_shard";
+is($worker1->safe_psql('postgres', "SELECT to_regclass('$old_placement') IS NOT NULL"),
+	't', 'worker1 still holds the old placement of the moved shard');
+for my $worker (@workers)
+{
+	$worker->safe_psql(
+		'postgres', q{
+DELETE FROM pg_shdepend AS d
+ WHERE d.refobjid = 'erin'::regrole
+   AND d.objid = 'idempotency.tenant_keys'::regclass});
+}
+$coordinator->safe_psql('postgres', 'DROP ROLE erin');
+is(role_exists_everywhere('erin'), '0,0,0', 'erin, unmarked, is dropped');
+my $no_role_keys = "SELECT count(*) FROM $old_placement WHERE scope::text = '-'";
+is( $worker1->safe_psql('postgres', $no_role_keys) . '|'
+	  . $workers[1]->safe_psql('postgres', $no_role_keys),
+	'1|1', 'her key is left, of no role, in the old placement and the new');
+
+my ($rc_marks, $marked, $marks_err) =
+  $worker1->psql('postgres', 'SELECT idempotency.mark_key_roles()');
+is("$rc_marks|$marks_err", '0|',
+	'mark_key_roles on the node the shard left raises nothing');
+is($marked, '1', 'and deletes one key');
+is($worker1->safe_psql('postgres', 'SELECT 1'), '1', 'worker1 still serves');
+is($worker1->safe_psql('postgres', $no_role_keys),
+	'0', "the old placement's key of no role is gone");
+
+# New roles with the old names. A new erin does not replay the old erin's
+# key: her request runs (on worker2, where the key of no role still is). A
+# new dave stores a key in a shard that stayed on worker1, his only one.
+$coordinator->safe_psql('postgres', q{
+CREATE ROLE dave LOGIN IN ROLE payers;
+CREATE ROLE erin LOGIN IN ROLE payers});
+my $ran_before = withdrawals($moved_tenant);
+my $erin_again = pay_as('erin', $moved_tenant, 'erin-1');
+is(withdrawals($moved_tenant), $ran_before + 1,
+	'a new erin runs her request under the old erin\'s key');
+isnt($erin_again, $erin_first, 'and is not answered the old erin\'s response');
+my ($stayed_tenant) = grep { node_of_tenant($_) == $worker1->port } 1 .. 40;
+my $stayed_before = withdrawals($stayed_tenant);
+pay_as('dave', $stayed_tenant, 'dave-2');
+is(withdrawals($stayed_tenant), $stayed_before + 1, 'a new dave stores a key on worker1');
+
+# mark_key_roles on the old node again, the new roles there: nothing to
+# delete, and neither new role can be dropped while it has a key (dave's
+# only mark is worker1's, which mark_key_roles there must keep).
+($rc_marks, $marked, $marks_err) =
+  $worker1->psql('postgres', 'SELECT idempotency.mark_key_roles()');
+is("$rc_marks|$marked|$marks_err", '0|0|',
+	'mark_key_roles on the node the shard left, once more: no error, nothing deleted');
+is( join(',', map { sqlstate_of($coordinator, "DROP ROLE $_") } qw(dave erin)),
+	'2BP01,2BP01', 'DROP ROLE of the new dave and erin, who have keys, fails');
+is(role_exists_everywhere('dave') . ';' . role_exists_everywhere('erin'),
+	'1,1,1;1,1,1', 'both still exist on every node');
 
 $_->stop for @nodes;
 done_testing();

@@ -21,6 +21,9 @@
 #   placement; on the new node every key is there once and replays, and each
 #   request ran once. Moved back, a session that stored keys in the shard's
 #   old relation writes into the new one.
+# - Every replay answers byte for byte what the key's first run answered,
+#   and runs nothing: fn records each run with its key (table runs), and
+#   each key's runs are counted after each replay.
 #
 # Needs Citus; without it the file says so and is skipped. CITUS_TEST_PORT,
 # when set, is the first of fifteen TCP ports (this file uses the last
@@ -51,12 +54,22 @@ my ($coordinator, @workers) = citus_cluster(
 $coordinator->safe_psql(
 	'postgres',
 	tenant_accounts_sql(shard_count => 4, balance => 1000) . q{
+-- withdraw, recording in runs the key it ran for (co-located with the
+-- accounts: it moves with them).
+CREATE TABLE runs (tenant bigint NOT NULL, key text NOT NULL);
+SELECT create_distributed_table('runs', 'tenant', colocate_with => 'accounts');
+CREATE FUNCTION withdraw_as(account bigint, amount bigint, k text) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO runs VALUES (account, k);
+  RETURN withdraw(account, amount);
+END $$;
 -- The same, held back by an advisory lock (the gate) the test holds.
-CREATE FUNCTION withdraw_gated(account bigint, amount bigint) RETURNS jsonb
+CREATE FUNCTION withdraw_gated(account bigint, amount bigint, k text) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM pg_advisory_xact_lock_shared(4242);
-  RETURN withdraw(account, amount);
+  RETURN withdraw_as(account, amount, k);
 END $$;
 -- A key whose fn reaches no distributed table, then every shard of the keys.
 CREATE FUNCTION call_then_count(k text) RETURNS bigint LANGUAGE plpgsql AS $$
@@ -79,15 +92,23 @@ my ($target) = grep { $_->port != $home_port } @workers;
 sub call_sql
 {
 	my ($key, $fn) = @_;
-	$fn //= 'withdraw';
+	$fn //= 'withdraw_as';
 	return "SELECT idempotency.tenant_call(${tenant}::bigint, '$key', NULL, "
-	  . "'SELECT $fn(\$1, \$2)', ${tenant}::bigint, 1::bigint)";
+	  . "'SELECT $fn(\$1, \$2, \$3)', ${tenant}::bigint, 1::bigint, '$key'::text)";
 }
 
 sub withdrawals
 {
 	return $coordinator->safe_psql('postgres',
 		"SELECT withdrawals FROM accounts WHERE tenant = $tenant");
+}
+
+# How often fn ran for the key (committed runs, as Citus sees table runs).
+sub runs_for
+{
+	my ($key) = @_;
+	return $coordinator->safe_psql('postgres',
+		"SELECT count(*) FROM runs WHERE tenant = $tenant AND key = '$key'");
 }
 
 # How many rows the key has in the tenant's keys, as Citus sees the table.
@@ -170,25 +191,27 @@ DROP FUNCTION skip_some()});
 # A column a DBA added gets its default in the key's row.
 $coordinator->safe_psql('postgres', q{
 ALTER TABLE idempotency.tenant_keys ADD COLUMN note text DEFAULT 'added by the DBA'});
-like($on_source->query_safe(call_sql('with-note')), qr/"balance"/,
-	'a key is stored after a DBA added a column');
+my $with_note = $on_source->query_safe(call_sql('with-note'));
+like($with_note, qr/"balance"/, 'a key is stored after a DBA added a column');
 $ran++;
 is( $coordinator->safe_psql('postgres', q{
 SELECT note FROM idempotency.tenant_keys WHERE key = 'with-note'}),
 	'added by the DBA', "and its row has the column's default");
 $coordinator->safe_psql('postgres', q{
 ALTER TABLE idempotency.tenant_keys DROP COLUMN note});
-like($on_source->query_safe(call_sql('with-note')), qr/"balance"/,
-	'after the column is dropped again, the key replays');
-is(withdrawals(), $ran, 'without running again');
+is($on_source->query_safe(call_sql('with-note')), $with_note,
+	'after the column is dropped again, the key replays its first answer byte for byte');
+is(runs_for('with-note') . '|' . withdrawals(), "1|$ran", 'without running again');
 
 # A key stored earlier in the same statement is seen by the next call:
 # the second call replays.
 my $twice = call_sql('twice-in-one');
-like($on_source->query_safe("SELECT ($twice) = ($twice)"), qr/^t$/,
-	'a key called twice in one statement answers the same both times');
+my ($first_of_two, $second_of_two) =
+  split /\|/, $on_source->query_safe("SELECT ($twice)::text, ($twice)::text");
+like($first_of_two, qr/"balance"/, 'a key called twice in one statement runs the first time');
+is($second_of_two, $first_of_two, 'and the second call answers the same, byte for byte');
 $ran++;
-is(stored('twice-in-one') . '|' . withdrawals(), "1|$ran",
+is(stored('twice-in-one') . '|' . runs_for('twice-in-one') . '|' . withdrawals(), "1|1|$ran",
 	'it is stored once, and its request ran once');
 
 # --- Citus's rules for the transaction -----------------------------------------
@@ -198,7 +221,8 @@ $on_source->query_safe('BEGIN');
 $on_source->query_safe('SET LOCAL citus.enable_local_execution TO off');
 $on_source->query_safe("SELECT count(*) FROM accounts WHERE tenant = $tenant");
 $on_source->query_safe('SET LOCAL citus.enable_local_execution TO on');
-like($on_source->query_safe(call_sql('over-connection')), qr/"balance"/,
+my $over_connection = $on_source->query_safe(call_sql('over-connection'));
+like($over_connection, qr/"balance"/,
 	'a transaction that reached the shard through a connection stores a key');
 is( $on_source->query_safe(
 		"SELECT count(*) FROM idempotency.tenant_keys WHERE tenant = $tenant AND key = 'over-connection'"),
@@ -206,8 +230,9 @@ is( $on_source->query_safe(
 $on_source->query_safe('COMMIT');
 $ran++;
 is(stored('over-connection') . '|' . withdrawals(), "1|$ran", 'it is stored once, and ran once');
-like($on_source->query_safe(call_sql('over-connection')), qr/"balance"/, 'and replays');
-is(withdrawals(), $ran, 'without running again');
+is($on_source->query_safe(call_sql('over-connection')), $over_connection,
+	'and replays its first answer byte for byte');
+is(runs_for('over-connection') . '|' . withdrawals(), "1|$ran", 'without running again');
 
 # A multi-shard statement after the key, in one statement outside a
 # transaction block: Citus would use connections to this node's shards too,
@@ -219,8 +244,8 @@ $on_source->query_safe('RESET citus.function_opens_transaction_block');
 is(stored('seen-later'), '1', 'which is stored once');
 
 # --- a shard move --------------------------------------------------------------
-like($on_source->query_safe(call_sql('before-move')), qr/"balance"/,
-	"a session on the shard's worker stores a key before the move");
+my $before_move = $on_source->query_safe(call_sql('before-move'));
+like($before_move, qr/"balance"/, "a session on the shard's worker stores a key before the move");
 $ran++;
 is(sqlstate_in($on_target, call_sql('not-here')), '0A000',
 	'a session on the other worker is refused the tenant');
@@ -261,7 +286,8 @@ $in_flight->{handle}->finish;
 $move->{handle}->finish;
 $during->{handle}->finish;
 is($move->{err}, '', 'the move succeeded');
-like($in_flight->{out}, qr/"balance"/, 'the request in flight was answered');
+chomp(my $in_flight_answer = $in_flight->{out});
+like($in_flight_answer, qr/"balance"/, 'the request in flight was answered');
 $ran++;
 like($during->{err}, qr/ERROR:\s+40001:/, 'the request that arrived during the move got 40001');
 is( $coordinator->safe_psql('postgres', "SELECT nodeport FROM citus_shards WHERE shardid = $shard"),
@@ -282,9 +308,12 @@ SELECT string_agg(key, ',' ORDER BY key) FROM $old_shard
 like($on_target->query_safe(call_sql('after-move')), qr/"balance"/,
 	'on the new node, a session refused before runs the request');
 $ran++;
-like($on_target->query_safe(call_sql('in-flight', 'withdraw_gated')), qr/"balance"/,
-	'the key written in flight during the move replays there');
-like($on_target->query_safe(call_sql('before-move')), qr/"balance"/, 'and so does the one before');
+is($on_target->query_safe(call_sql('in-flight', 'withdraw_gated')), $in_flight_answer,
+	'the key written in flight during the move replays there its first answer, byte for byte');
+is($on_target->query_safe(call_sql('before-move')), $before_move,
+	'and so does the one before');
+is( join('|', map { runs_for($_) } qw(in-flight before-move after-move during-move)),
+	'1|1|1|0', 'each request ran once, per key; the refused one not at all');
 is(withdrawals(), $ran, 'each request ran once');
 is( $coordinator->safe_psql('postgres', q{
 SELECT string_agg(key || '=' || n, ',' ORDER BY key)
@@ -305,8 +334,10 @@ $coordinator->safe_psql('postgres',
 like($on_source->query_safe(call_sql('moved-back')), qr/"balance"/,
 	'moved back, the session that stored keys in the old relation stores one in the new');
 $ran++;
-like($on_source->query_safe(call_sql('in-flight', 'withdraw_gated')), qr/"balance"/, 'and replays a key');
-is(withdrawals(), $ran, 'each request ran once');
+is($on_source->query_safe(call_sql('in-flight', 'withdraw_gated')), $in_flight_answer,
+	'and replays a key its first answer, byte for byte');
+is(runs_for('in-flight') . '|' . runs_for('moved-back') . '|' . withdrawals(), "1|1|$ran",
+	'each request ran once');
 is($source->safe_psql('postgres', "SELECT count(*) FROM $old_shard WHERE key = 'moved-back'"),
 	'1', "the key is in the shard's new relation");
 is(sqlstate_in($on_target, call_sql('moved-back')), '40001',

@@ -232,17 +232,24 @@ END $$;
 # SQL for pay(tenant, key, amount, pause): the request, withdraw under a
 # tenant key, in a function Citus runs on the worker that holds the tenant,
 # in a transaction block too (force_delegation). Needs the keys distributed
-# (idempotency.distribute_keys).
+# (idempotency.distribute_keys). With `ledger`, the request's fn is
+# withdraw_for(tenant, key, amount, pause), which the test defines:
+# withdraw that also records the key it ran for.
 sub delegated_pay_sql
 {
-	return q{
+	my (%options) = @_;
+	my $fn =
+	  $options{ledger}
+	  ? q{'SELECT withdraw_for($1, $2, $3, $4)', tenant, key, amount, pause}
+	  : q{'SELECT withdraw($1, $2, $3)', tenant, amount, pause};
+	return qq{
 CREATE FUNCTION pay(tenant bigint, key text, amount bigint, pause float8 DEFAULT 0)
-RETURNS jsonb LANGUAGE plpgsql AS $$
+RETURNS jsonb LANGUAGE plpgsql AS \$\$
 BEGIN
   RETURN idempotency.tenant_call(tenant, key, NULL,
-    'SELECT withdraw($1, $2, $3)', tenant, amount, pause);
-END $$;
-SELECT create_distributed_function('pay(bigint,text,bigint,float8)', 'tenant',
+    $fn);
+END \$\$;
+} . q{SELECT create_distributed_function('pay(bigint,text,bigint,float8)', 'tenant',
   colocate_with => 'idempotency.tenant_keys', force_delegation => true);
 };
 }
@@ -263,8 +270,11 @@ sub role_setting_on_nodes
 # pay(1 + k % tenants, '<prefix>-k', 1[, pause]) for a key k picked at
 # random out of `keys` (some are retries), half of the calls inside the
 # client's own BEGIN ... COMMIT; a call that fails with 40001 is retried,
-# up to `max_tries` times. Returns the IPC::Run harness and references to
-# pgbench's output and errors.
+# up to `max_tries` times. With `answers`, each client also records every
+# answer it got, in the same transaction as the call when in a block, as
+# (tenant, key, answer) in table answers, which the test creates (answered_at
+# defaults to the time of the record). Returns the IPC::Run harness and
+# references to pgbench's output and errors.
 sub start_paying_clients
 {
 	my ($coordinator, %options) = @_;
@@ -272,7 +282,14 @@ sub start_paying_clients
 	my $call = qq{\\set k random(1, $options{keys})
 \\set t 1 + :k % $options{tenants}
 };
-	my $pay = "SELECT pay(:t, '$options{prefix}-' || :k, 1$pause);\n";
+	my $key = "'$options{prefix}-' || :k";
+	# pgbench (simple query mode) puts the text of :pay where it appears,
+	# dollar-quoted strings too: a jsonb answer never holds $answer$.
+	my $pay =
+	  $options{answers}
+	  ? "SELECT pay(:t, $key, 1$pause) \\gset\n"
+	  . "INSERT INTO answers (tenant, key, answer) VALUES (:t, $key, \$answer\$:pay\$answer\$);\n"
+	  : "SELECT pay(:t, $key, 1$pause);\n";
 	my $script = $coordinator->basedir . "/$options{prefix}.sql";
 	PostgreSQL::Test::Utils::append_to_file($script, "\n$call$pay");
 	my $block_script = $coordinator->basedir . "/$options{prefix}_block.sql";
