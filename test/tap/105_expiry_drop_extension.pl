@@ -43,8 +43,10 @@ store_expired_keys('old', 30);
 $node->poll_query_until('shop',
 	"SELECT count(*) < 30 FROM idempotency.keys")
   or die 'the worker deleted no key';
+# Its wait has a name of its own from PostgreSQL 17 on.
+my $pace_wait = $node->pg_version >= 17 ? 'IdempotencyExpiryPace' : 'Extension';
 $node->poll_query_until('postgres',
-	"SELECT count(*) = 1 $worker_in_shop AND wait_event = 'Extension'")
+	"SELECT count(*) = 1 $worker_in_shop AND wait_event = '$pace_wait'")
   or die 'the worker does not pause';
 my $worker_pid = $node->safe_psql('postgres', "SELECT pid $worker_in_shop");
 
