@@ -21,7 +21,7 @@ PG_MAJOR=${PG_MAJOR:-15}
 PREREQUISITES=("postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" libipc-run-perl make g++ cmake
   libgtest-dev pgbouncer libfaketime)
 [ "$PG_MAJOR" = 15 ] && PREREQUISITES+=(chromium fonts-dejavu-core python3-django python3-psycopg2
-  python3-matplotlib clang-format)
+  python3-matplotlib clang-format debootstrap)
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
