@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The extension as a Debian package: builds postgresql-15-idempotency from
-# debian/ with dpkg-buildpackage (pg_buildext, as every postgresql-NN-*
-# package is built), checks what it holds, installs it, and plays the retry
-# demo (examples/retry-demo/run) against the installed package.
+# The extension as a Debian package: builds postgresql-NN-idempotency for
+# the major of PG_CONFIG (NN; 15 on the host, the root's own in
+# test/run-majors) from debian/ with dpkg-buildpackage (pg_buildext, as
+# every postgresql-NN-* package is built, debian/control made for that major
+# from debian/control.in), checks what it holds, installs it, and plays the
+# retry demo (examples/retry-demo/run) against the installed package.
 #
 # Installing: when PG_CONFIG is the system's PostgreSQL (a fresh machine,
-# CI), with `apt-get install ./postgresql-15-idempotency_*.deb`, which stays
+# CI), with `apt-get install ./postgresql-NN-idempotency_*.deb`, which stays
 # installed. When PG_CONFIG belongs to a copy of PostgreSQL under a prefix
-# (<root>/usr/lib/postgresql/15, an engineer's private copy on a shared
+# (<root>/usr/lib/postgresql/NN, an engineer's private copy on a shared
 # machine), the package's files are unpacked into <root> with `dpkg-deb -x`
 # instead, and the system's PostgreSQL is left alone.
 #
@@ -55,38 +57,40 @@ else
   cp -a "$repo"/. "$work/idempotency"/
   rm -rf "$work/idempotency/build"
 fi
-echo "building the package (dpkg-buildpackage -b -us -uc)"
-if ! (cd "$work/idempotency" && dpkg-buildpackage -b -us -uc >"$work/build.log" 2>&1); then
+echo "building the package (dpkg-buildpackage -b -us -uc) for PostgreSQL $PG_MAJOR"
+echo "$PG_MAJOR" >"$work/idempotency/debian/pgversions"
+if ! (cd "$work/idempotency" && pg_buildext updatecontrol >"$work/build.log" 2>&1 &&
+  dpkg-buildpackage -b -us -uc >>"$work/build.log" 2>&1); then
   keep=true
   tail -n 40 "$work/build.log"
   echo "debian: 0 passed, 1 failed (the build failed; its log: $work/build.log)"
   exit 1
 fi
-deb=$(ls "$work"/postgresql-15-idempotency_*_*.deb)
+deb=$(ls "$work"/postgresql-$PG_MAJOR-idempotency_*_*.deb)
 listing=$(dpkg-deb -c "$deb" | awk '{print $6}')
 field() { dpkg-deb -f "$deb" "$1"; }
 
 meta_version=$(sed -n 's/^   "version": "\(.*\)",$/\1/p' "$repo/META.json")
 control_version=$(sed -n "s/^default_version = '\(.*\)'$/\1/p" "$repo/idempotency.control")
-check "the package is postgresql-15-idempotency" test "$(field Package)" = postgresql-15-idempotency
+check "the package is postgresql-$PG_MAJOR-idempotency" test "$(field Package)" = postgresql-$PG_MAJOR-idempotency
 check "its version is META.json's ($meta_version)" test "$(field Version)" = "$meta_version"
 check "its version is the control file's default_version ($control_version)" \
   test "${meta_version%.*}" = "$control_version"
-check "it depends on postgresql-15" grep -q 'postgresql-15' <<<"$(field Depends)"
-check "it holds the library" grep -qx './usr/lib/postgresql/15/lib/idempotency.so' <<<"$listing"
-check "it holds the control file" grep -qx './usr/share/postgresql/15/extension/idempotency.control' <<<"$listing"
+check "it depends on postgresql-$PG_MAJOR" grep -q "postgresql-$PG_MAJOR" <<<"$(field Depends)"
+check "it holds the library" grep -qx "./usr/lib/postgresql/$PG_MAJOR/lib/idempotency.so" <<<"$listing"
+check "it holds the control file" grep -qx "./usr/share/postgresql/$PG_MAJOR/extension/idempotency.control" <<<"$listing"
 every_script=true
 for script in "$repo"/idempotency--*.sql; do
-  grep -qx "./usr/share/postgresql/15/extension/$(basename "$script")" <<<"$listing" || every_script=false
+  grep -qx "./usr/share/postgresql/$PG_MAJOR/extension/$(basename "$script")" <<<"$listing" || every_script=false
 done
 check "it holds every versioned SQL script" $every_script
 check "it holds the install script of $control_version" \
-  grep -qx "./usr/share/postgresql/15/extension/idempotency--$control_version.sql" <<<"$listing"
+  grep -qx "./usr/share/postgresql/$PG_MAJOR/extension/idempotency--$control_version.sql" <<<"$listing"
 
 pkglibdir=$("$PG_CONFIG" --pkglibdir)
-root=${pkglibdir%/usr/lib/postgresql/15/lib}
+root=${pkglibdir%/usr/lib/postgresql/$PG_MAJOR/lib}
 if [ "$root" = "$pkglibdir" ]; then
-  echo "PG_CONFIG's library directory $pkglibdir is not .../usr/lib/postgresql/15/lib: cannot install the package for it" >&2
+  echo "PG_CONFIG's library directory $pkglibdir is not .../usr/lib/postgresql/$PG_MAJOR/lib: cannot install the package for it" >&2
   failed=$((failed + 1))
 elif [ -z "$root" ]; then
   echo "installing: apt-get install $deb"
@@ -94,16 +98,16 @@ elif [ -z "$root" ]; then
   # make install has since replaced its library; the package must win again.
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --allow-downgrades --reinstall "$deb" >/dev/null
   check "apt-get installed the package" \
-    bash -c "dpkg-query -W -f='\${Status}' postgresql-15-idempotency | grep -q 'install ok installed'"
+    bash -c "dpkg-query -W -f='\${Status}' postgresql-$PG_MAJOR-idempotency | grep -q 'install ok installed'"
   check "dpkg knows the library as the package's" \
-    bash -c "dpkg -S $pkglibdir/idempotency.so | grep -q '^postgresql-15-idempotency:'"
+    bash -c "dpkg -S $pkglibdir/idempotency.so | grep -q '^postgresql-$PG_MAJOR-idempotency:'"
 else
   echo "PG_CONFIG is a PostgreSQL under $root: unpacking the package there (dpkg-deb -x), not apt-get"
   dpkg-deb -x "$deb" "$root"
 fi
 mkdir "$work/unpacked"
 dpkg-deb -x "$deb" "$work/unpacked"
-check "the installed library is the package's" cmp -s "$work/unpacked/usr/lib/postgresql/15/lib/idempotency.so" \
+check "the installed library is the package's" cmp -s "$work/unpacked/usr/lib/postgresql/$PG_MAJOR/lib/idempotency.so" \
   "$pkglibdir/idempotency.so"
 
 # The demo, against the package as installed: CREATE EXTENSION, then a
