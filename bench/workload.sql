@@ -89,3 +89,49 @@ BEGIN
     RETURN result;
 END
 $$;
+
+-- From PostgreSQL 19 on, the textbook protocol can take or read the key in
+-- one statement: INSERT ... ON CONFLICT DO SELECT returns the row inserted
+-- or the one already there (inserted: its xmin is this transaction). The
+-- same checks and work as bench.idempotent_withdraw; bench/run runs it as
+-- the legs new-doselect and replay-doselect.
+DO $do$
+BEGIN
+  IF current_setting('server_version_num')::int < 190000 THEN
+    RETURN;
+  END IF;
+  EXECUTE $create$
+CREATE FUNCTION bench.idempotent_withdraw_doselect(request_key text, account int,
+                                                   amount bigint) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    fingerprint text := encode(sha256(convert_to(account || ':' || amount, 'UTF8')), 'hex');
+    stored      record;
+    result      jsonb;
+BEGIN
+    INSERT INTO bench.keys AS k (key, request_hash, status)
+    VALUES (request_key, fingerprint, 'in_progress')
+    ON CONFLICT (key) DO SELECT
+    RETURNING k.request_hash, k.status, k.response,
+              k.xmin = pg_current_xact_id()::xid AS claimed
+    INTO stored;
+    IF NOT stored.claimed THEN
+        IF stored.request_hash <> fingerprint THEN
+            RAISE EXCEPTION 'idempotency key "%" was already used with a different request', request_key
+                USING ERRCODE = 'IK422';
+        END IF;
+        IF stored.status = 'in_progress' THEN
+            RAISE EXCEPTION 'idempotency key "%" is being processed by another transaction', request_key
+                USING ERRCODE = 'IK409';
+        END IF;
+        RETURN stored.response;
+    END IF;
+    result := bench.withdraw(account, amount);
+    UPDATE bench.keys SET status = 'done', response = result
+     WHERE key = request_key;
+    RETURN result;
+END
+$$
+$create$;
+END
+$do$;
