@@ -75,7 +75,7 @@ SELECT idempotency.complete('handler-1', '{"charge": 300, "currency": "EUR"}');
 COMMIT;
 SET idempotency.store_errors = 'P0001';
 SELECT idempotency.idempotent_call('declined', NULL,
-  $$DO $do$ BEGIN RAISE EXCEPTION 'card declined' USING HINT = 'try another card'; END $do$$$);
+  $fn$DO $do$ BEGIN RAISE EXCEPTION 'card declined' USING HINT = 'try another card'; END $do$$fn$);
 SELECT idempotency.idempotent_call('stale', NULL, 'SELECT 42');
 });
 # 'stale' expired an hour ago.
@@ -116,7 +116,7 @@ SELECT replayed, response FROM idempotency.claim('handler-1', 'body-digest')}),
 	is( $node->safe_psql(
 			'app', q{SET ROLE regress_alice; SET idempotency.store_errors = 'P0001';
 SELECT idempotency.idempotent_call('declined', NULL,
-  $$DO $do$ BEGIN RAISE EXCEPTION 'card declined' USING HINT = 'try another card'; END $do$$$)->'error'->>'hint'}),
+  $fn$DO $do$ BEGIN RAISE EXCEPTION 'card declined' USING HINT = 'try another card'; END $do$$fn$)->'error'->>'hint'}),
 		'try another card',
 		"$how: the stored error replays");
 	is($node->safe_psql('app', 'SELECT count(*) FROM runs'),
