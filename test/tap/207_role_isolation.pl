@@ -374,7 +374,8 @@ my $bob_outside = scans_read();
 is($bob_inside, $bob_outside,
 	'alice\'s EXPLAIN ANALYZE reads the same whether bob\'s 500 keys lie inside her ranges or outside them');
 unlike($bob_inside, qr/^error /m, 'every scan of alice\'s ran');
-like($bob_inside, qr/actual rows=3 /, '... and found her own keys');
+# PostgreSQL 18 prints rows with two decimals.
+like($bob_inside, qr/actual rows=3(?:\.00)? /, '... and found her own keys');
 unlike($bob_inside, qr/keys_expires_at_idx/,
 	'no plan of hers reads the expires_at index');
 is( as_role(
