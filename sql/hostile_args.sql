@@ -78,7 +78,7 @@ INSERT INTO odd_values VALUES
   ('NaN', $$'NaN'::numeric$$), ('Infinity', $$'Infinity'::float8$$),
   ('infinity', $$'infinity'::timestamptz$$), ('range', $$'[1,3)'::int4range$$),
   ('"char"', $$'c'::"char"$$), ('name', $$'n'::name$$), ('uuid', $$'00000000-0000-0000-0000-000000000001'::uuid$$),
-  ('inet', $$'10.0.0.1/8'::inet$$), ('bit', $$B'101'$$), ('pg_lsn', $$'0/16'::pg_lsn$$),
+  ('inet', $$'10.0.0.1/8'::inet$$), ('bit', $$B'101'$$), ('pg_lsn', $$'16/B374D848'::pg_lsn$$),
   ('regclass', $$'pg_class'::regclass$$), ('regtype', $$'int4'::regtype$$),
   ('json', $$'{"b": 1, "a": [true]}'::json$$), ('jsonb', $$'{"b": 1, "a": [true]}'::jsonb$$),
   ('aclitem', $$'regress_hostile_args=r/regress_hostile_args'::aclitem$$),

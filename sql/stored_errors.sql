@@ -172,8 +172,11 @@ SELECT sqlstate_of($$SELECT idempotency.idempotent_call('se-lock', NULL, 'SELECT
 RESET lock_timeout;
 -- statement_timeout inside fn (57014, which PL/pgSQL's WHEN OTHERS does not
 -- catch): the same.
+-- (Terse: PostgreSQL 19's context names the lock's relation by OID.)
 SET statement_timeout = '100ms';
+\set VERBOSITY terse
 SELECT idempotency.idempotent_call('se-lock', NULL, 'SELECT se_lock($1)', 11);
+\set VERBOSITY default
 RESET statement_timeout;
 SELECT se_runs() AS runs, (SELECT count(*) FROM se_ledger WHERE amount = 11) AS ledger_rows,
        (SELECT count(*) FROM idempotency.keys WHERE key = 'se-lock') AS stored;

@@ -245,11 +245,6 @@ inline config_generic *find_option(const char *name) {
 #endif
 }
 
-// A string setting's variable.
-inline char **string_setting_variable(config_generic *setting) {
-  return reinterpret_cast<config_string *>(setting)->variable;
-}
-
 // A backend's status by its index in this transaction's snapshot of them,
 // 1 to pgstat_fetch_stat_numbackends() (PostgreSQL 16's name).
 inline LocalPgBackendStatus *pgstat_get_local_beentry_by_index(int index) {

@@ -193,12 +193,13 @@ void capture_placeholders() {
     if (found == nullptr || (found->flags & GUC_CUSTOM_PLACEHOLDER) == 0 ||
         found->source == PGC_S_DEFAULT)
       continue;
-    char **variable = compat::string_setting_variable(found);
-    if (*variable == nullptr)
+    // The placeholder's text, through the public accessor: the layout of
+    // a setting's typed part differs between majors.
+    const char *text = GetConfigOption(call_setting_names[i], true, false);
+    if (text == nullptr)
       continue;
-    placeholders[i] =
-        Placeholder{MemoryContextStrdup(TopMemoryContext, *variable),
-                    found->scontext, found->source, found->srole};
+    placeholders[i] = Placeholder{MemoryContextStrdup(TopMemoryContext, text),
+                                  found->scontext, found->source, found->srole};
   }
 }
 
