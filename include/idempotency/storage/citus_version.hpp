@@ -7,7 +7,7 @@
 namespace idempotency::storage::citus {
 
 // The tested versions, for messages and hints.
-constexpr const char *tested_citus_versions = "13.2 and 14.0";
+constexpr const char *tested_citus_versions = "13.2 or 14.0";
 
 enum class CitusVersionCheck {
   tested,    // a major version the integration was tested with (13, 14)
