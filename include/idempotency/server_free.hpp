@@ -2,7 +2,7 @@
 // compiler.
 //
 // Server-free units (protocol/rules, settings/sqlstate_list,
-// fingerprint/fingerprint) build without
+// fingerprint/fingerprint, storage/citus_version) build without
 // PostgreSQL's headers: they are linked into the unit tests, and they are
 // where C++ types with destructors may live. Each of their headers includes
 // this file as its last include, and each of their .cpp files includes it

@@ -1,3 +1,5 @@
+#include "idempotency/storage/citus_version.hpp"
+
 #include "idempotency/storage/citus.hpp"
 
 #include "idempotency/storage/columns.hpp"
@@ -9,10 +11,12 @@ extern "C" {
 #include "access/xact.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
+#include "funcapi.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "parser/parse_func.h"
 #include "storage/lmgr.h"
+#include "utils/array.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
@@ -83,21 +87,15 @@ char *citus_library_entry() {
 }
 
 // A function of the loaded Citus library (exported, not part of its SQL
-// API). load_external_function finds the library among those already
-// loaded (same name, same file), so it never loads Citus here - which,
-// outside shared_preload_libraries, Citus would refuse with an error.
+// API), or nullptr when the library does not export it: Citus built for
+// PostgreSQL 15 exports every function, built for 16 and later (whose
+// build hides what a library does not mark for export) only the functions
+// of its SQL API. load_external_function finds the library among those
+// already loaded (same name, same file), so it never loads Citus here -
+// which, outside shared_preload_libraries, Citus would refuse with an error.
 void *citus_function(const char *entry, const char *name) {
-  void *function = reinterpret_cast<void *>(
+  return reinterpret_cast<void *>(
       load_external_function(entry, name, false, nullptr));
-  if (function == nullptr)
-    ereport(ERROR,
-            (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-             errmsg("the loaded Citus library has no function %s", name),
-             errdetail("The extension works with Citus through functions of "
-                       "Citus's library."),
-             errhint("Use a Citus version the extension supports (see its "
-                     "docs/scale-out.md).")));
-  return function;
 }
 
 // Looks Citus's functions up once per backend.
@@ -115,12 +113,72 @@ bool citus_loaded() {
   found.use_two_phase_commit =
       reinterpret_cast<Use2PCForCoordinatedTransaction>(
           citus_function(entry, "Use2PCForCoordinatedTransaction"));
+  if (found.in_coordinated_transaction == nullptr ||
+      found.use_two_phase_commit == nullptr)
+    found = TransactionManager{};
   manager = found;
   presence = Presence::present;
   return true;
 }
 
+// A function of Citus's SQL API in pg_catalog, by name and argument types.
+Oid citus_sql_function(const char *name, int nargs, Oid *types) {
+  List *qualified =
+      list_make2(makeString(pstrdup("pg_catalog")), makeString(pstrdup(name)));
+  return LookupFuncName(qualified, nargs, types, false);
+}
+
+int32 local_group_from_catalog();
+
+// Whether the transaction is a Citus coordinated transaction that this
+// backend started, as Citus's get_current_transaction_id() tells (SQL API):
+// starting one gives the transaction a distributed transaction number
+// (initiated by this node and backend); a transaction a coordinator opened
+// here has one of the coordinator's.
+bool coordinated_by_this_backend() {
+  static Oid function = InvalidOid;
+  if (!OidIsValid(function))
+    function = citus_sql_function("get_current_transaction_id", 0, nullptr);
+  HeapTupleHeader row = DatumGetHeapTupleHeader(OidFunctionCall0(function));
+  bool isnull = true;
+  Datum number = GetAttributeByName(row, "transaction_number", &isnull);
+  if (isnull || DatumGetInt64(number) == 0)
+    return false;
+  Datum process = GetAttributeByName(row, "process_id", &isnull);
+  if (isnull || DatumGetInt32(process) != MyProcPid)
+    return false;
+  Datum initiator =
+      GetAttributeByName(row, "initiator_node_identifier", &isnull);
+  return !isnull && DatumGetInt32(initiator) == local_group_from_catalog();
+}
+
+// Without Citus's transaction manager (a Citus library that does not export
+// it), two-phase commit cannot be asked for: a key in idempotency.keys and
+// remote work in one transaction would commit apart, so such a transaction
+// is refused before it commits.
+[[noreturn]] void report_no_two_phase_commit() {
+  ereport(ERROR,
+          (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+           errmsg("idempotency.keys cannot commit together with Citus's remote "
+                  "writes in this server"),
+           errdetail("The loaded Citus library does not export the functions "
+                     "through which the extension asks Citus for two-phase "
+                     "commit (Citus built for PostgreSQL 16 or later exports "
+                     "only its SQL API): the workers' part would commit before "
+                     "the key, and a crash in between would run the request "
+                     "again."),
+           errhint("Use tenant keys (tenant_call, tenant_claim; see the "
+                   "extension's docs/scale-out.md), which commit in one local "
+                   "transaction with the tenant's writes.")));
+  pg_unreachable();
+}
+
 void use_two_phase_commit_if_coordinated() {
+  if (manager.in_coordinated_transaction == nullptr) {
+    if (coordinated_by_this_backend())
+      report_no_two_phase_commit();
+    return;
+  }
   if (manager.in_coordinated_transaction())
     manager.use_two_phase_commit();
 }
@@ -319,37 +377,58 @@ struct ShardFunctions {
 ShardFunctions shard_functions{};
 bool shard_functions_found = false;
 
-// Whether the loaded Citus is a major version whose local-execution state
-// (the enum above, the functions that read and set it) this file was
-// written and tested against. With another version, tenant keys are
-// written through Citus's executor, as any statement on the table is.
-bool local_execution_known() {
-  const char *version = GetConfigOption("citus.version", true, false);
-  return version != nullptr && strncmp(version, "13.", 3) == 0;
+// This node's group in Citus's metadata, read from pg_dist_local_group (one
+// row), as GetLocalGroupId() reads it.
+int32 local_group_from_catalog() {
+  Oid local_group_oid =
+      get_relname_relid("pg_dist_local_group", PG_CATALOG_NAMESPACE);
+  if (!OidIsValid(local_group_oid))
+    elog(ERROR, "pg_catalog.pg_dist_local_group does not exist");
+  Relation local_group = table_open(local_group_oid, AccessShareLock);
+  TupleDesc desc = RelationGetDescr(local_group);
+  AttrNumber groupid = column_named(desc, "groupid");
+  if (groupid == InvalidAttrNumber)
+    elog(ERROR, "pg_dist_local_group has no column groupid");
+  SysScanDesc scan =
+      systable_beginscan(local_group, InvalidOid, false, nullptr, 0, nullptr);
+  HeapTuple tuple = systable_getnext(scan);
+  bool isnull = true;
+  int32 group = -1;
+  if (tuple != nullptr) {
+    Datum value = heap_getattr(tuple, groupid, desc, &isnull);
+    if (!isnull)
+      group = DatumGetInt32(value);
+  }
+  systable_endscan(scan);
+  table_close(local_group, AccessShareLock);
+  return group;
 }
 
 const ShardFunctions &shards() {
   if (shard_functions_found)
     return shard_functions;
-  char *entry = citus_loaded() ? citus_library_entry() : nullptr;
-  if (entry == nullptr)
-    ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                    errmsg("Citus is not loaded in this server"),
-                    errhint("Add citus to shared_preload_libraries.")));
+  require_tested_citus();
+  char *entry = citus_library_entry();
   ShardFunctions found{};
   found.local_group_id =
       reinterpret_cast<int32 (*)()>(citus_function(entry, "GetLocalGroupId"));
   found.lock_shard_distribution_metadata =
       reinterpret_cast<void (*)(int64, LOCKMODE)>(
           citus_function(entry, "LockShardDistributionMetadata"));
-  if (local_execution_known()) {
-    found.local_execution_status = reinterpret_cast<LocalExecutionStatus (*)()>(
-        citus_function(entry, "GetCurrentLocalExecutionStatus"));
-    found.set_local_execution_status =
-        reinterpret_cast<void (*)(LocalExecutionStatus)>(
-            citus_function(entry, "SetLocalExecutionStatus"));
-    found.ensure_task_execution_allowed = reinterpret_cast<void (*)(bool)>(
-        citus_function(entry, "EnsureTaskExecutionAllowed"));
+  found.local_execution_status = reinterpret_cast<LocalExecutionStatus (*)()>(
+      citus_function(entry, "GetCurrentLocalExecutionStatus"));
+  found.set_local_execution_status =
+      reinterpret_cast<void (*)(LocalExecutionStatus)>(
+          citus_function(entry, "SetLocalExecutionStatus"));
+  found.ensure_task_execution_allowed = reinterpret_cast<void (*)(bool)>(
+      citus_function(entry, "EnsureTaskExecutionAllowed"));
+  // All three or none: a write in the local shard needs each.
+  if (found.local_execution_status == nullptr ||
+      found.set_local_execution_status == nullptr ||
+      found.ensure_task_execution_allowed == nullptr) {
+    found.local_execution_status = nullptr;
+    found.set_local_execution_status = nullptr;
+    found.ensure_task_execution_allowed = nullptr;
   }
   shard_functions = found;
   shard_functions_found = true;
@@ -406,16 +485,61 @@ uint64 shard_for_value(Oid relid, Oid type, Datum value) {
   return static_cast<uint64>(DatumGetInt64(shard));
 }
 
-void lock_shard_placement(uint64 shard) {
-  shards().lock_shard_distribution_metadata(static_cast<int64>(shard),
-                                            ShareLock);
+void require_tested_citus() {
+  if (!citus_loaded())
+    ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                    errmsg("Citus is not loaded in this server"),
+                    errhint("Add citus to shared_preload_libraries.")));
+  const char *version = GetConfigOption("citus.version", true, false);
+  if (check_citus_version(version, nullptr) == CitusVersionCheck::tested)
+    return;
+  ereport(ERROR,
+          (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+           errmsg("tenant keys do not support Citus %s",
+                  version != nullptr ? version : "of an unknown version"),
+           errdetail("Tenant keys read and write Citus's shards with Citus's "
+                     "catalogs, locks and functions as the Citus versions "
+                     "they were tested with have them."),
+           errhint("Use Citus %s (SHOW citus.version), or keep the keys on "
+                   "the coordinator (idempotent_call, claim, complete). See "
+                   "the extension's docs/scale-out.md.",
+                   tested_citus_versions)));
+}
+
+void lock_shard_placement(uint64 shard, Oid owner) {
+  const ShardFunctions &citus = shards();
+  if (citus.lock_shard_distribution_metadata != nullptr) {
+    citus.lock_shard_distribution_metadata(static_cast<int64>(shard),
+                                           ShareLock);
+  } else {
+    // pg_catalog.lock_shard_metadata(lock_mode, shard_ids) of Citus's SQL
+    // API takes the same lock (LockShardDistributionMetadata). It requires
+    // the table's owner, whom the caller has made the current user.
+    static Oid function = InvalidOid;
+    if (!OidIsValid(function)) {
+      Oid types[2] = {INT4OID, INT8ARRAYOID};
+      function = citus_sql_function("lock_shard_metadata", 2, types);
+    }
+    Datum shard_datum = Int64GetDatum(static_cast<int64>(shard));
+    ArrayType *shards_array = construct_array(
+        &shard_datum, 1, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE);
+    Oid saved_user;
+    int saved_context;
+    GetUserIdAndSecContext(&saved_user, &saved_context);
+    SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
+    OidFunctionCall2(function, Int32GetDatum(ShareLock),
+                     PointerGetDatum(shards_array));
+    SetUserIdAndSecContext(saved_user, saved_context);
+  }
   // Citus takes the lock as an advisory lock, which, unlike a relation's,
   // does not take in the invalidations of the transactions it waited for.
   AcceptInvalidationMessages();
 }
 
 ShardPlacements shard_placements(uint64 shard) {
-  int32 group = shards().local_group_id();
+  const ShardFunctions &citus = shards();
+  int32 group = citus.local_group_id != nullptr ? citus.local_group_id()
+                                                : local_group_from_catalog();
   Oid placement_oid =
       get_relname_relid("pg_dist_placement", PG_CATALOG_NAMESPACE);
   ShardPlacements placed{false, 0};
@@ -449,9 +573,9 @@ ShardPlacements shard_placements(uint64 shard) {
 }
 
 bool may_write_local_shard() {
-  if (!local_execution_known())
-    return false;
   const ShardFunctions &citus = shards();
+  if (citus.ensure_task_execution_allowed == nullptr)
+    return false;
   citus.ensure_task_execution_allowed(false);
   const char *local_execution =
       GetConfigOption("citus.enable_local_execution", true, false);

@@ -402,7 +402,9 @@ StoredRow insert_into_shard(const KeyTable &table, const KeyRef &key,
 // The key's row written through Citus's executor: where Citus would not
 // write this node's shard from this backend (citus::may_write_local_shard),
 // or the shard has copies on other nodes, which only Citus writes together.
-// Parameters as set by store(); leaves the row's times in SPI_tuptable.
+// Parameters as set by store(); leaves in SPI_tuptable the row's times and
+// whether the row is still the key's (a BEFORE trigger may have changed its
+// tenant, scope, key or key_digest).
 void insert_through_citus(OwnerSpi &spi, Oid *types, Datum *values,
                           const char *nulls) {
   constexpr const char *sql =
@@ -410,7 +412,12 @@ void insert_through_citus(OwnerSpi &spi, Oid *types, Datum *values,
       " (tenant, scope, key, key_digest, request_hash, response, created_at,"
       " expires_at) VALUES ($1,"
       " $2::pg_catalog.regrole::idempotency.role_scope, $4, $3, $5, $6, $7,"
-      " $8) RETURNING k.created_at, k.expires_at";
+      " $8) RETURNING k.created_at, k.expires_at,"
+      " (k.tenant OPERATOR(pg_catalog.=) $1"
+      " AND k.scope OPERATOR(idempotency.=)"
+      " $2::pg_catalog.regrole::idempotency.role_scope"
+      " AND k.key_digest OPERATOR(pg_catalog.=) $3"
+      " AND k.key OPERATOR(pg_catalog.=) $4) IS TRUE";
   spi.run_kept(insert_plan, sql, 8, types, values, nulls, false,
                SPI_OK_INSERT_RETURNING);
 }
@@ -447,6 +454,7 @@ KeyTable table_for(const KeyRef &key) {
             (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
              errmsg("idempotency.tenant_keys is not a Citus distributed table"),
              errhint("Create it with idempotency.distribute_keys().")));
+  citus::require_tested_citus();
   check_tenant_type(relid, key);
   Oid owner = table_owner(relid);
   uint64 shard = shard_of(relid, owner, key);
@@ -455,7 +463,7 @@ KeyTable table_for(const KeyRef &key) {
   // knows it was sent here for it, should Citus drop the old placement
   // before the request looks again.
   bool was_here = OidIsValid(shard_relation(relid, shard));
-  citus::lock_shard_placement(shard);
+  citus::lock_shard_placement(shard, owner);
   Oid local_shard = shard_relation(relid, shard);
   citus::ShardPlacements placed = citus::shard_placements(shard);
   if (OidIsValid(local_shard) && placed.here) {
@@ -617,8 +625,12 @@ StoredRow store_through_citus(const KeyTable &table, const KeyRef &key,
   if (SPI_processed == 0)
     check_key_row_kept(TriggeredRow::skipped, "idempotency.tenant_keys", "",
                        key.key);
-  StoredRow stored{};
   bool is_null = false;
+  if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+                                  3, &is_null)))
+    check_key_row_kept(TriggeredRow::moved, "idempotency.tenant_keys",
+                       "tenant, scope, key or key_digest", key.key);
+  StoredRow stored{};
   stored.created_at = DatumGetTimestampTz(
       SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null));
   stored.expires_at = DatumGetTimestampTz(

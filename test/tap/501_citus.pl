@@ -17,6 +17,9 @@
 #   local table again (docs/scale-out.md), calls work again and the keys are
 #   still there.
 #
+# With PostgreSQL 16 or later (Citus exports only its SQL API there), only
+# the refusal of a key with remote writes is checked.
+#
 # Needs Citus installed in the PostgreSQL under test; without it the file
 # says so and is skipped. CITUS_TEST_PORT, when set, is the first of three
 # TCP ports for the nodes; otherwise free ports are picked.
@@ -122,6 +125,34 @@ sub remote_commands
 		"SET citus.log_remote_commands = on; $sql");
 	die "failed: $sql\n$stderr" if $rc != 0;
 	return $stderr;
+}
+
+# --- Citus without its transaction manager's functions -------------------------
+#
+# Citus built for PostgreSQL 16 and later exports only the functions of its
+# SQL API, not those through which the extension asks it for two-phase
+# commit: a call whose fn writes on a worker is refused (0A000) and keeps
+# nothing; a call that stays on the coordinator works.
+if ($coordinator->safe_psql('postgres', 'SHOW server_version_num') >= 160000)
+{
+	my ($rc, $stdout, $stderr) = $coordinator->psql(
+		'postgres', call_sql('pay-1', 1, 100),
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like(
+		$stderr,
+		qr/ERROR:\s+0A000: idempotency.keys cannot commit together with Citus's remote writes/,
+		'a key on the coordinator with a remote write is refused where Citus cannot be asked for two-phase commit');
+	like($stderr, qr/HINT:.*tenant keys/, '... naming tenant keys instead');
+	is(key_state('pay-1'), 'absent', '... stores no key');
+	is(balance(1), '1000', '... and withdraws nothing');
+	my $local = q{SELECT idempotency.idempotent_call('local-1', NULL, 'SELECT 1'),
+		idempotency.last_call_replayed()};
+	is($coordinator->safe_psql('postgres', $local),
+		'1|f', 'a call that stays on the coordinator runs');
+	is($coordinator->safe_psql('postgres', $local),
+		'1|t', '... and replays');
+	done_testing();
+	exit;
 }
 
 # --- the retry scenario on a distributed table ----------------------------------

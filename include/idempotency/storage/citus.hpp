@@ -40,7 +40,10 @@ namespace idempotency::storage::citus {
 // tenant key (write_local_shard). When Citus is loaded, the transaction
 // will commit through two-phase commit if it is a Citus coordinated
 // transaction now or becomes one before it commits; otherwise this does
-// nothing.
+// nothing. Where Citus's library does not export the functions that ask for
+// two-phase commit (Citus built for PostgreSQL 16 or later), a coordinated
+// transaction this backend started is refused instead (0A000), now or
+// before it commits.
 void note_key_write();
 
 // idempotent_call runs fn between these two. Citus opens transactions on
@@ -62,6 +65,11 @@ void end_fn(int guc_level);
 // library that its executor calls (raising 0A000 when the loaded Citus
 // lacks one). Each needs a transaction.
 
+// Raises 0A000, with the tested versions in its hint, unless the loaded
+// Citus is a major version tenant keys were tested with
+// (storage/citus_version.hpp), and 55000 when Citus is not loaded.
+void require_tested_citus();
+
 // The shard of `relid` (hash-distributed) that holds the distribution value
 // `value` of type `type` (the distribution column's type), as
 // get_shard_id_for_distribution_column() finds it. The current user must
@@ -75,7 +83,10 @@ uint64 shard_for_value(Oid relid, Oid type, Datum value);
 // logical replication catches up with what was written to the old
 // placement). For a hash-distributed table it locks the shard's group of
 // co-located shards. Invalidations that arrived meanwhile are taken in.
-void lock_shard_placement(uint64 shard);
+// Where Citus's library does not export the lock's function, Citus's SQL
+// function lock_shard_metadata() takes it, as `owner` (the table's owner,
+// which it requires).
+void lock_shard_placement(uint64 shard, Oid owner);
 
 // Where Citus's metadata places `shard`, read with a new catalog snapshot:
 // a move that committed before the lock was granted is seen.
@@ -86,13 +97,15 @@ struct ShardPlacements {
 ShardPlacements shard_placements(uint64 shard);
 
 // Whether a write to a local shard may be made here, outside Citus's
-// executor, in the current transaction: the loaded Citus is version 13 (whose
-// local-execution state this library reads and sets), its local execution is
-// on, and the transaction has not reached this node's shards through a
-// connection (Citus then sends every later statement for them that way, and a
-// row written here would be hidden from those statements). Raises what Citus
-// raises for a distributed statement where it allows none (a function run
-// by a query on a shard).
+// executor, in the current transaction: the loaded Citus library exports the
+// functions that read and set its local-execution state (Citus built for
+// PostgreSQL 15 does; built for 16 and later, it exports only its SQL API,
+// and every tenant key is written through Citus's executor), its local
+// execution is on, and the transaction has not reached this node's shards
+// through a connection (Citus then sends every later statement for them that
+// way, and a row written here would be hidden from those statements). Raises
+// what Citus raises for a distributed statement where it allows none (a
+// function run by a query on a shard).
 bool may_write_local_shard();
 
 // Tells Citus that the transaction wrote a shard on this node, as its local
