@@ -26,12 +26,15 @@ BAIL_OUT('libfaketime is not installed (apt-get install libfaketime)')
 
 my $offset_file = PostgreSQL::Test::Utils::tempdir() . '/offset';
 # Moves the server's clock to `offset` from the real time ("+0", "+2h", "-3h").
+# The file is replaced by a rename: the server reads it on every clock
+# read, and libfaketime ends a process that reads it half-written.
 sub set_clock
 {
 	my ($offset) = @_;
-	open my $fh, '>', $offset_file or die "cannot write $offset_file: $!";
+	open my $fh, '>', "$offset_file.new" or die "cannot write $offset_file.new: $!";
 	print $fh "$offset\n";
 	close $fh;
+	rename "$offset_file.new", $offset_file or die "cannot rename to $offset_file: $!";
 }
 set_clock('+0');
 
