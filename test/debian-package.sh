@@ -40,7 +40,7 @@ check() {
 }
 
 missing=()
-for pkg in debhelper dpkg-dev postgresql-server-dev-all; do
+for pkg in build-essential debhelper dpkg-dev postgresql-server-dev-all; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
 if [ "${#missing[@]}" -ne 0 ]; then
