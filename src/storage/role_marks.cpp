@@ -14,6 +14,7 @@ extern "C" {
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/xact.h"
+#include "catalog/catalog.h"
 #include "catalog/dependency.h"
 #include "catalog/indexing.h"
 #include "catalog/namespace.h"
@@ -199,16 +200,39 @@ int scan_marks(Oid relid, AttrNumber scope_column, Oid role, bool remove) {
   return found;
 }
 
-// Records the mark unless it exists. recordSharedDependencyOn locks the
-// role against a concurrent DROP ROLE until this transaction ends (and
-// raises 42704 if it is gone), and records nothing for the bootstrap
-// superuser, which can never be dropped.
+// Writes the mark's pg_shdepend row as recordSharedDependencyOn writes its
+// rows, which it does only for whole objects (an assert-enabled server
+// stops on a column): nothing for the bootstrap superuser, which can never
+// be dropped; otherwise the role locked against a concurrent DROP ROLE
+// until this transaction ends, 42704 if it is gone, then the row.
+void insert_mark(Oid relid, AttrNumber scope_column, Oid role) {
+  if (IsPinnedObject(AuthIdRelationId, role))
+    return;
+  LockSharedObject(AuthIdRelationId, role, 0, AccessShareLock);
+  if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+                    errmsg("role %u was concurrently dropped", role)));
+  Relation shdepend = table_open(SharedDependRelationId, RowExclusiveLock);
+  Datum values[Natts_pg_shdepend];
+  bool nulls[Natts_pg_shdepend] = {};
+  values[Anum_pg_shdepend_dbid - 1] = ObjectIdGetDatum(MyDatabaseId);
+  values[Anum_pg_shdepend_classid - 1] = ObjectIdGetDatum(RelationRelationId);
+  values[Anum_pg_shdepend_objid - 1] = ObjectIdGetDatum(relid);
+  values[Anum_pg_shdepend_objsubid - 1] = Int32GetDatum(scope_column);
+  values[Anum_pg_shdepend_refclassid - 1] = ObjectIdGetDatum(AuthIdRelationId);
+  values[Anum_pg_shdepend_refobjid - 1] = ObjectIdGetDatum(role);
+  values[Anum_pg_shdepend_deptype - 1] = CharGetDatum(SHARED_DEPENDENCY_ACL);
+  HeapTuple tuple = heap_form_tuple(RelationGetDescr(shdepend), values, nulls);
+  CatalogTupleInsert(shdepend, tuple);
+  heap_freetuple(tuple);
+  table_close(shdepend, RowExclusiveLock);
+}
+
+// Records the mark unless it exists.
 void mark(Remembered &table, AttrNumber scope_column, Oid role) {
   if (scan_marks(table.relid, scope_column, role, false) > 0)
     return;
-  ObjectAddress keys_scope{RelationRelationId, table.relid, scope_column};
-  ObjectAddress owner{AuthIdRelationId, role, 0};
-  recordSharedDependencyOn(&keys_scope, &owner, SHARED_DEPENDENCY_ACL);
+  insert_mark(table.relid, scope_column, role);
   table.recorded_in_transaction = true;
 }
 
