@@ -59,7 +59,10 @@ else
 fi
 echo "building the package (dpkg-buildpackage -b -us -uc) for PostgreSQL $PG_MAJOR"
 echo "$PG_MAJOR" >"$work/idempotency/debian/pgversions"
-if ! (cd "$work/idempotency" && pg_buildext updatecontrol >"$work/build.log" 2>&1 &&
+# PG_SUPPORTED_VERSIONS: postgresql-common lists a major as supported only
+# once it is released (19 is a release candidate in experimental).
+if ! (cd "$work/idempotency" && export PG_SUPPORTED_VERSIONS=$PG_MAJOR &&
+  pg_buildext updatecontrol >"$work/build.log" 2>&1 &&
   dpkg-buildpackage -b -us -uc >>"$work/build.log" 2>&1); then
   keep=true
   tail -n 40 "$work/build.log"
