@@ -1,13 +1,11 @@
 #include "idempotency/boundary/subtransaction.hpp"
 #include "idempotency/protocol/backend_table.hpp"
 #include "idempotency/protocol/fn_parameters.hpp"
-#include "idempotency/settings/settings.hpp"
 
 #include "idempotency/compat.hpp"
 
 extern "C" {
 #include "catalog/pg_type.h"
-#include "common/hashfn.h"
 #include "executor/executor.h"
 #include "nodes/nodeFuncs.h"
 #include "parser/analyze.h"
@@ -151,14 +149,6 @@ constexpr long max_inferred = 1024;
 HTAB *inferred = nullptr;
 MemoryContext inferred_context = nullptr;
 
-uint64 hash_of(const char *sql, int nargs, const Oid *given) {
-  uint64 hash = hash_bytes_extended(
-      reinterpret_cast<const unsigned char *>(sql), (int)strlen(sql), nargs);
-  return hash_bytes_extended(reinterpret_cast<const unsigned char *>(given),
-                             (int)(sizeof(Oid) * nargs), hash) &
-         settings::statement_hash_mask();
-}
-
 Inferred *find_inferred(uint64 hash, const char *sql, int nargs,
                         const Oid *given) {
   if (inferred == nullptr) {
@@ -230,7 +220,7 @@ uint64 parameter_types_generation() {
 void infer_parameter_types(const char *sql, int nargs, const Oid *given,
                            Oid *types) {
   uint64 at = parameter_types_generation();
-  uint64 hash = hash_of(sql, nargs, given);
+  uint64 hash = statement_hash(sql, strlen(sql), nargs, given);
   Inferred *found = find_inferred(hash, sql, nargs, given);
   if (found != nullptr && found->generation == at) {
     memcpy(types, found->types, sizeof(Oid) * nargs);

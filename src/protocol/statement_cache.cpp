@@ -1,10 +1,8 @@
 #include "idempotency/protocol/statement_cache.hpp"
 
 #include "idempotency/protocol/backend_table.hpp"
-#include "idempotency/settings/settings.hpp"
 
 extern "C" {
-#include "common/hashfn.h"
 #include "tcop/tcopprot.h"
 #include "utils/inval.h"
 #include "utils/memutils.h"
@@ -20,16 +18,6 @@ constexpr long max_statements = 1024;
 
 HTAB *statements = nullptr;
 MemoryContext statements_context = nullptr;
-
-uint64 hash_of(const char *sql, size_t sql_size, const FnArgs &args) {
-  uint64 hash =
-      hash_bytes_extended(reinterpret_cast<const unsigned char *>(sql),
-                          (int)sql_size, (uint64)args.count);
-  return hash_bytes_extended(
-             reinterpret_cast<const unsigned char *>(args.types),
-             (int)(sizeof(Oid) * args.count), hash) &
-         settings::statement_hash_mask();
-}
 
 bool matches(const Statement &statement, const char *sql, size_t sql_size,
              const FnArgs &args) {
@@ -165,7 +153,7 @@ Statement *statement_for(text *fn, const FnArgs &args) {
     create_table();
   const char *sql = VARDATA_ANY(fn);
   size_t sql_size = VARSIZE_ANY_EXHDR(fn);
-  uint64 hash = hash_of(sql, sql_size, args);
+  uint64 hash = statement_hash(sql, sql_size, args.count, args.types);
 
   auto *found = static_cast<Statement *>(
       hash_search(statements, &hash, HASH_FIND, nullptr));

@@ -19,4 +19,10 @@ namespace idempotency::protocol {
 HTAB *create_backend_table(const char *name, Size entry_size,
                            MemoryContext context);
 
+// The key both caches give a statement: a hash of fn's text (`sql_size`
+// bytes) and the caller's argument types, cut to
+// idempotency.debug_statement_hash_bits.
+uint64 statement_hash(const char *sql, size_t sql_size, int nargs,
+                      const Oid *types);
+
 } // namespace idempotency::protocol
