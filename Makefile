@@ -40,6 +40,12 @@ PG_CXXFLAGS = $(IDEMPOTENCY_CXXFLAGS) $(if $(WERROR),-Werror) \
 	-isystem $(shell $(PG_CONFIG) --includedir-server) -I$(srcdir)/include \
 	-DIDEMPOTENCY_VERSION='"$(IDEMPOTENCY_VERSION)"'
 SHLIB_LINK += -lstdc++
+# Hashing uses the OpenSSL the server is built with (docs/architecture.md,
+# "Hashing"): linked where pg_config.h defines USE_OPENSSL, so that the
+# library's dependencies say so.
+ifneq ($(shell grep -s '^\#define USE_OPENSSL 1' $(shell $(PG_CONFIG) --includedir-server)/pg_config.h),)
+SHLIB_LINK += -lcrypto
+endif
 
 # Rebuild every object whose headers changed (.deps/*.Po, written by the
 # compiler): a struct changed in a header must not leave objects built with
@@ -73,6 +79,20 @@ FORMATTED_SOURCES = $(wildcard $(srcdir)/src/*/*.cpp $(srcdir)/include/idempoten
 check-format:
 	clang-format --dry-run --Werror $(FORMATTED_SOURCES)
 $(OBJS): | check-layers
+
+# clang-tidy (.clang-tidy chooses the checks) over each source with the
+# flags that compile it, any finding an error; `make -j2 check-tidy` runs
+# two at a time (CI runs it). Clang does not know a few of g++'s warning
+# flags.
+TIDY_SOURCES = $(wildcard $(srcdir)/src/*/*.cpp)
+.PHONY: check-tidy $(TIDY_SOURCES:=.tidy)
+check-tidy: $(TIDY_SOURCES:=.tidy)
+# Clang's count of the warnings it hid in PostgreSQL's headers is left out.
+$(TIDY_SOURCES:=.tidy): %.tidy: %
+	@err=$$(mktemp) && status=0 && \
+	clang-tidy --quiet --warnings-as-errors='*' $< -- \
+		$(CXXFLAGS) $(CPPFLAGS) -Wno-unknown-warning-option 2>$$err || status=$$?; \
+	grep -v '^[0-9]* warnings\{0,1\} generated\.$$' $$err >&2; rm -f $$err; exit $$status
 
 # The TAP files' shared module (IdempotencyTest.pm) lives beside them.
 PG_PROVE_FLAGS += -I test/tap

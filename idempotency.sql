@@ -2,21 +2,22 @@
 --
 -- `make` copies this file to idempotency--<default_version>.sql (the
 -- control file's default_version), which CREATE EXTENSION runs for a fresh
--- install. Databases at an older version reach the same schema through the
--- update scripts idempotency--0.1--0.2.sql ... (idempotency--0.1.sql stays
--- so that every released version can still be installed).
+-- install. A database at the previous version (0.7) reaches the same schema
+-- through the update script idempotency--0.7--1.0.sql; the library serves
+-- its own version's schema and the one before it
+-- (docs/operations.md#upgrading).
 --
 -- Adding or changing an object therefore means editing two files: this one
 -- (the object as it is now, in its section below) and the newest update
 -- script (how an existing database gets there).
 -- test/tap/308_install_matches_upgrades.pl creates the extension fresh and
--- updates it from every released version, and fails when the catalogs
+-- updates it from the previous version, and fails when the catalogs
 -- differ (an object, a column, a comment or a grant that one path makes and
 -- the other does not).
 --
--- The one intended difference: tables made by the update chain keep the
--- columns later versions dropped (attisdropped), a fresh table has none.
--- The library finds every column by name.
+-- The one intended difference: tables made by updates keep the columns
+-- earlier versions dropped (attisdropped), a fresh table has none. The
+-- library finds every column by name.
 \echo Use "CREATE EXTENSION idempotency" to load this file. \quit
 
 -- Every name below is schema-qualified and every operator is spelled
@@ -303,9 +304,13 @@ COMMENT ON OPERATOR CLASS idempotency.expiry_ops USING btree IS
 -- and its indexes, without CHECK constraints to evaluate on every call.
 --
 -- request_hash is the request's fingerprint, 32 raw bytes. status is
--- always NULL: it accepts the column of that name in dumps of 0.1 and 0.2.
+-- always NULL: dumps of 0.7 and 1.0 name it.
 -- A call writes its row without trailing NULL columns, so status costs its
--- row nothing.
+-- row nothing. expired_at is NULL for a live key. When a key's response
+-- expires, expiry replaces its row with a tombstone: the key's text empty,
+-- response NULL, expired_at when the response expired, expires_at when the
+-- tombstone goes (expired_at + idempotency.remember).
+
 CREATE TABLE idempotency.keys (
     scope        idempotency.role_scope NOT NULL,
     key          pg_catalog.text COLLATE "C" NOT NULL,
@@ -315,6 +320,7 @@ CREATE TABLE idempotency.keys (
     expires_at   pg_catalog.timestamptz NOT NULL,
     key_digest   pg_catalog.bytea       NOT NULL,
     status       pg_catalog.text,
+    expired_at   pg_catalog.timestamptz,
     CONSTRAINT keys_pkey PRIMARY KEY (scope, key_digest)
 );
 
@@ -323,7 +329,9 @@ COMMENT ON TABLE idempotency.keys IS
 COMMENT ON COLUMN idempotency.keys.key_digest IS
     'idempotency.key_digest(key): what the primary key holds in place of the key''s text';
 COMMENT ON COLUMN idempotency.keys.status IS
-    'always NULL: accepts the status column of dumps made by 0.1 and 0.2';
+    'always NULL: accepts the status column that dumps of 0.7 and 1.0 name';
+COMMENT ON COLUMN idempotency.keys.expired_at IS
+    'NULL for a live key; for a tombstone (response NULL, key empty), when its response expired: until expires_at a retry of its request gets IK410';
 
 -- pg_dump keeps the keys.
 SELECT pg_catalog.pg_extension_config_dump('idempotency.keys', '');
@@ -344,7 +352,8 @@ ALTER TABLE idempotency.keys
     ALTER COLUMN created_at SET STATISTICS 0,
     ALTER COLUMN expires_at SET STATISTICS 0,
     ALTER COLUMN key_digest SET STATISTICS 0,
-    ALTER COLUMN status SET STATISTICS 0;
+    ALTER COLUMN status SET STATISTICS 0,
+    ALTER COLUMN expired_at SET STATISTICS 0;
 
 -- Callers may read their own keys and nothing else; they write only through
 -- idempotent_call and complete, which store rows with the table owner's
@@ -363,23 +372,20 @@ CREATE POLICY keys_own_scope ON idempotency.keys FOR SELECT TO PUBLIC
 CREATE INDEX keys_expires_at_idx ON idempotency.keys
     (expires_at idempotency.expiry_ops);
 
--- Rows that arrive without idempotent_call: pg_restore of any version's
--- dump, COPY, logical replication. A BEFORE INSERT row trigger computes
--- key_digest from the key and, for a row without key_digest (the layout
--- before 0.4, whose request_hash was text), makes request_hash the
--- fingerprint of the stored text. The text reaches it read as bytea: a text
--- with a backslash is read as bytea escapes (docs/maintenance.md says how
--- to restore such a dump). idempotent_call writes every column itself: its
+-- Rows that arrive without idempotent_call: pg_restore of a dump, COPY,
+-- logical replication. A BEFORE INSERT row trigger computes key_digest from
+-- the key, and refuses a row whose request_hash is not a fingerprint (a
+-- dump made before 0.4). idempotent_call writes every column itself: its
 -- store leaves the trigger out, so a call never runs it. ALWAYS: logical
--- replication's apply runs it too (a publisher of another encoding or an
--- older version).
+-- replication's apply runs it too (a publisher of another encoding or
+-- version).
 CREATE FUNCTION idempotency.keys_loaded()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'idempotency_ordered_keys_loaded'
 LANGUAGE C;
 
 COMMENT ON FUNCTION idempotency.keys_loaded() IS
-    'fills key_digest (and converts request_hash of rows dumped before 0.4) for rows loaded into idempotency.keys by COPY or INSERT';
+    'fills key_digest for rows loaded into idempotency.keys by COPY or INSERT';
 
 REVOKE ALL ON FUNCTION idempotency.keys_loaded() FROM PUBLIC;
 
@@ -412,6 +418,29 @@ CREATE EVENT TRIGGER idempotency_drop_owned_keys ON ddl_command_start
     EXECUTE FUNCTION idempotency.drop_owned_keys();
 -- Also with session_replication_role = replica.
 ALTER EVENT TRIGGER idempotency_drop_owned_keys ENABLE ALWAYS;
+
+-- GRANT and REVOKE: PostgreSQL deletes the ACL dependencies of every role
+-- that leaves the privileges of a table's column - a REVOKE on the column,
+-- on the table, on all tables of its schema, or a grant a REVOKE ...
+-- CASCADE takes - and a role's record on keys.scope is one. At the end of
+-- each GRANT or REVOKE that names a key table (or all tables of its
+-- schema), this event trigger records again the missing ones of the roles
+-- that have keys in it.
+CREATE FUNCTION idempotency.keep_role_marks()
+RETURNS event_trigger
+AS 'MODULE_PATHNAME', 'idempotency_keep_role_marks'
+LANGUAGE C;
+
+COMMENT ON FUNCTION idempotency.keep_role_marks() IS
+    'records again, after a GRANT or REVOKE on a key table, that the roles with keys in it have them (so DROP ROLE still refuses them)';
+
+REVOKE ALL ON FUNCTION idempotency.keep_role_marks() FROM PUBLIC;
+
+CREATE EVENT TRIGGER idempotency_keep_role_marks ON ddl_command_end
+    WHEN TAG IN ('GRANT', 'REVOKE')
+    EXECUTE FUNCTION idempotency.keep_role_marks();
+-- Also with session_replication_role = replica.
+ALTER EVENT TRIGGER idempotency_keep_role_marks ENABLE ALWAYS;
 
 -- The expiry worker runs it each round (pg_upgrade and restores do not
 -- carry the dependencies).
@@ -484,6 +513,41 @@ RETURNS pg_catalog.void
 AS 'MODULE_PATHNAME', 'idempotency_release'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE SECURITY INVOKER;
 
+-- Many keys in one statement, for queue consumers that take messages in
+-- batches (docs/application-api.md#many-keys-in-one-statement): claim() of
+-- each key, in the caller's transaction, one answer row per key in the order
+-- given (ordinality 1 ... n). outcome is claimed (this transaction holds the
+-- key), replayed (response and times of the stored row) or refused: the key's
+-- error of class IK (IK409, IK422, ...) as sqlstate and message, while the
+-- other keys' claims stand. Any other error (a NULL, empty or too long key,
+-- arrays of different lengths: 22004, 22023) ends the statement. Keys are
+-- taken in the order of their digests, so that two batches sharing keys
+-- never wait on each other in a cycle; a key given twice is refused IK508 at
+-- its later occurrence while the first holds it.
+CREATE FUNCTION idempotency.claim_batch(keys pg_catalog.text[],
+                                        request_hashes pg_catalog.text[])
+RETURNS TABLE (ordinality pg_catalog.int4, key pg_catalog.text,
+               outcome pg_catalog.text, sqlstate pg_catalog.text,
+               message pg_catalog.text, response pg_catalog.jsonb,
+               created_at pg_catalog.timestamptz, expires_at pg_catalog.timestamptz)
+AS 'MODULE_PATHNAME', 'idempotency_claim_batch'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE SECURITY INVOKER ROWS 100;
+
+COMMENT ON FUNCTION idempotency.claim_batch(pg_catalog.text[], pg_catalog.text[]) IS
+    'claim many idempotency keys in this transaction: per key claimed, replayed (with its response) or refused (its IK sqlstate); complete or release each claimed key before COMMIT';
+
+-- complete() of each key, in the order given, with responses[i] for
+-- keys[i]; the first that fails ends the statement (55000 for a key this
+-- transaction does not hold).
+CREATE FUNCTION idempotency.complete_batch(keys pg_catalog.text[],
+                                           responses pg_catalog.jsonb[])
+RETURNS pg_catalog.void
+AS 'MODULE_PATHNAME', 'idempotency_complete_batch'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE SECURITY INVOKER;
+
+COMMENT ON FUNCTION idempotency.complete_batch(pg_catalog.text[], pg_catalog.jsonb[]) IS
+    'store the responses of many keys this transaction claimed, responses[i] for keys[i]';
+
 -- The last idempotent_call or claim of this session: ran, replayed,
 -- stored_error or replayed_error, with the stored row's times. No row before
 -- the first call, or after a call that failed.
@@ -493,7 +557,8 @@ RETURNS TABLE (outcome pg_catalog.text, created_at pg_catalog.timestamptz,
 AS 'MODULE_PATHNAME', 'idempotency_last_call'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED ROWS 1;
 
--- The state of one of the caller's own keys: absent, in_progress, done or
+-- The state of one of the caller's own keys: absent, in_progress, done,
+-- gone (its response expired; a retry of its request gets IK410) or
 -- expired, with its times and (done) its response.
 CREATE FUNCTION idempotency.lookup(key pg_catalog.text)
 RETURNS TABLE (state pg_catalog.text, created_at pg_catalog.timestamptz,
@@ -508,6 +573,77 @@ RETURNS pg_catalog.bool
 AS 'MODULE_PATHNAME', 'idempotency_forget'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE SECURITY INVOKER;
 
+-- Keys for downstream calls ------------------------------------------------------
+--
+-- idempotency.derived_key(key, label): the key of a call the handler makes
+-- outside the database (a provider's Idempotency-Key, an e-mail's message
+-- id, an outbox row's key), the same on every retry of the request, for the
+-- same role (docs/downstream.md). It is an HMAC under this database's
+-- secret, one row of 32 random bytes that must outlive everything a
+-- retry may follow: the table is data (WAL, standbys, pg_upgrade), and
+-- pg_dump keeps its row. Only its owner has rights on it; derived_key reads
+-- it without them. A superuser may rotate it with an UPDATE, which changes
+-- every derived key.
+CREATE TABLE idempotency.derived_key_secret (
+    secret pg_catalog.bytea NOT NULL
+        CONSTRAINT derived_key_secret_size
+        CHECK (pg_catalog.octet_length(secret) OPERATOR(pg_catalog.=) 32)
+);
+CREATE UNIQUE INDEX derived_key_secret_one_row
+    ON idempotency.derived_key_secret ((true));
+
+COMMENT ON TABLE idempotency.derived_key_secret IS
+    'the secret of idempotency.derived_key in this database, one row; changing it changes every derived key';
+
+REVOKE ALL ON TABLE idempotency.derived_key_secret FROM PUBLIC;
+
+-- A row inserted takes the place of the one there: a restore's data (COPY)
+-- then replaces the secret CREATE EXTENSION drew. ALWAYS: logical
+-- replication's apply and session_replication_role = replica too.
+CREATE FUNCTION idempotency.derived_key_secret_replaced()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  DELETE FROM idempotency.derived_key_secret;
+  RETURN NEW;
+END
+$$;
+
+COMMENT ON FUNCTION idempotency.derived_key_secret_replaced() IS
+    'makes a row inserted into idempotency.derived_key_secret replace the one there (a restore''s)';
+
+REVOKE ALL ON FUNCTION idempotency.derived_key_secret_replaced() FROM PUBLIC;
+
+CREATE TRIGGER derived_key_secret_replaced BEFORE INSERT
+    ON idempotency.derived_key_secret
+    FOR EACH ROW EXECUTE FUNCTION idempotency.derived_key_secret_replaced();
+ALTER TABLE idempotency.derived_key_secret
+    ENABLE ALWAYS TRIGGER derived_key_secret_replaced;
+
+-- 256 bits from the server's strong random source: PostgreSQL's core has
+-- no random bytes function but gen_random_uuid() (pg_strong_random, 122
+-- random bits each), whose three are hashed to 32 bytes.
+INSERT INTO idempotency.derived_key_secret (secret)
+SELECT pg_catalog.sha256(pg_catalog.uuid_send(pg_catalog.gen_random_uuid())
+                         OPERATOR(pg_catalog.||) pg_catalog.uuid_send(pg_catalog.gen_random_uuid())
+                         OPERATOR(pg_catalog.||) pg_catalog.uuid_send(pg_catalog.gen_random_uuid()));
+
+-- pg_dump keeps the secret.
+SELECT pg_catalog.pg_extension_config_dump('idempotency.derived_key_secret', '');
+
+-- STABLE: it depends on the current role and the secret. The key and the
+-- label are checked like a call's key: 22004 when NULL, 22023 when empty
+-- or over 255 bytes.
+CREATE FUNCTION idempotency.derived_key(key pg_catalog.text, label pg_catalog.text)
+RETURNS pg_catalog.text
+AS 'MODULE_PATHNAME', 'idempotency_derived_key'
+LANGUAGE C STABLE CALLED ON NULL INPUT PARALLEL SAFE SECURITY INVOKER;
+
+COMMENT ON FUNCTION idempotency.derived_key(pg_catalog.text, pg_catalog.text) IS
+    'the key for a call made outside the database while handling key: the same for the same role, key and label on every retry; a UUID (version 8) no other role can compute';
+
 -- Expiry ------------------------------------------------------------------------
 
 -- One expiry round in this database, now, in the caller's transaction;
@@ -519,7 +655,7 @@ AS 'MODULE_PATHNAME', 'idempotency_expire'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION idempotency.expire() IS
-    'deletes the keys of this database that are past their TTL, in the caller''s transaction; returns how many';
+    'deletes the keys of this database that are past their TTL (each replaced by its tombstone while idempotency.remember keeps it) and the tombstones past that, in the caller''s transaction; returns how many rows it deleted';
 
 REVOKE ALL ON FUNCTION idempotency.expire() FROM PUBLIC;
 
@@ -610,6 +746,7 @@ BEGIN
     '  response pg_catalog.jsonb,'
     '  created_at pg_catalog.timestamptz NOT NULL,'
     '  expires_at pg_catalog.timestamptz NOT NULL,'
+    '  expired_at pg_catalog.timestamptz,'
     '  PRIMARY KEY (tenant, scope, key_digest))', tenant_type);
   CREATE INDEX tenant_keys_expires_at_idx ON idempotency.tenant_keys (expires_at);
   COMMENT ON TABLE idempotency.tenant_keys IS

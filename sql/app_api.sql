@@ -2,6 +2,9 @@
 -- in application code, complete it with the response.
 
 \i sql/include/setup.sql
+-- Keys past their TTL without tombstones (idempotency.remember = 0);
+-- tombstones.sql tests them with.
+SET idempotency.remember = 0;
 
 -- Before any call of this session, last_call() has no row.
 SELECT count(*) AS last_call_rows FROM idempotency.last_call();

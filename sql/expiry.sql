@@ -3,6 +3,9 @@
 -- whether or not it has been deleted yet; idempotency.expire() deletes the
 -- expired keys now and is only for privileged roles.
 \i sql/include/setup.sql
+-- Keys past their TTL without tombstones (idempotency.remember = 0);
+-- tombstones.sql tests them with.
+SET idempotency.remember = 0;
 -- Keys other tests left expired are not this test's business.
 SELECT idempotency.expire() AS expired_before \gset
 

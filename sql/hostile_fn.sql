@@ -58,7 +58,7 @@ RESET ROLE;
 -- The table owner may write the table inside fn; a row it plants for the
 -- call's own key collides with the row the call stores (23505), and the
 -- whole call rolls back.
-SELECT sqlstate_of($$SELECT idempotency.idempotent_call('fn-planted', NULL, 'INSERT INTO idempotency.keys VALUES (current_user::regrole, ''fn-planted'', ''h'', ''1'', now(), now() + interval ''1 day'', idempotency.key_digest(''fn-planted''))')$$);
+SELECT sqlstate_of($$SELECT idempotency.idempotent_call('fn-planted', NULL, 'INSERT INTO idempotency.keys VALUES (current_user::regrole, ''fn-planted'', sha256(''h''), ''1'', now(), now() + interval ''1 day'', idempotency.key_digest(''fn-planted''))')$$);
 -- Dropping the extension inside fn fails the call and rolls back the drop.
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('fn-drop', NULL, 'DROP EXTENSION idempotency')$$);
 SELECT extname FROM pg_extension WHERE extname = 'idempotency';

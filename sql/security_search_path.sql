@@ -9,6 +9,8 @@
 \set regress_user :USER
 CREATE ROLE regress_sp_mallory;
 CREATE ROLE regress_sp_victim LOGIN;
+-- Its expired key is replaced, not remembered (tombstones.sql has those).
+ALTER ROLE regress_sp_victim SET idempotency.remember = 0;
 GRANT CREATE ON SCHEMA public TO regress_sp_mallory;
 -- Every planted object that runs leaves a line here.
 CREATE TABLE public.trojan_log (what text);

@@ -2,12 +2,21 @@
 // (15, 17, 18, 19): the one place that tests PG_VERSION_NUM
 // (test/unit/layers.sh enforces it). Each function has the newest server's
 // name and arguments; on older servers it is a polyfill over what they have.
-// Callers write idempotency::compat::f(...) for each.
+// Callers write idempotency::compat::f(...) for each. The OpenSSL the server
+// is built with is tested here too (the hashing, below).
 //
 // Below every layer, like idempotency/pg.hpp: include it after the project
-// headers a file uses, beside its own server headers.
+// headers a file uses, beside its own server headers. The unit tests build
+// fingerprint/fingerprint as a frontend unit (FRONTEND defined,
+// CMakeLists.txt): there this file includes postgres_fe.h and has only the
+// hashing part.
 #pragma once
 
+#ifdef FRONTEND
+extern "C" {
+#include "postgres_fe.h"
+}
+#else
 #include "idempotency/pg.hpp"
 
 extern "C" {
@@ -27,10 +36,27 @@ extern "C" {
 #include "utils/rel.h"
 #include "utils/relcache.h"
 }
+#endif
 
 #if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 200000
 #error "idempotency builds for PostgreSQL 15 to 19"
 #endif
+
+// How fingerprint/fingerprint hashes (docs/architecture.md, "Hashing"):
+// IDEMPOTENCY_HASH_WITH_EVP, OpenSSL's EVP API with the algorithms fetched
+// once per backend, where the server is built with OpenSSL (USE_OPENSSL, in
+// pg_config.h) 3.0 or later, the first with EVP_MD_fetch; otherwise
+// PostgreSQL's pg_cryptohash and pg_hmac. IDEMPOTENCY_HASH_WITH_PG_CRYPTOHASH,
+// defined on the command line, takes the latter anyway: the unit tests build
+// both.
+#if defined(USE_OPENSSL) && !defined(IDEMPOTENCY_HASH_WITH_PG_CRYPTOHASH)
+#include <openssl/opensslv.h>
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+#define IDEMPOTENCY_HASH_WITH_EVP 1
+#endif
+#endif
+
+#ifndef FRONTEND
 
 #if PG_VERSION_NUM < 180000
 struct IndexScanInstrumentation; // PostgreSQL 18's, never used before it
@@ -46,6 +72,25 @@ struct IndexScanInstrumentation; // PostgreSQL 18's, never used before it
 #endif
 
 namespace idempotency::compat {
+
+// The oldest minor release of the major the library is built for that it
+// runs in (_PG_init refuses an older one; docs/operations.md states them):
+// no later minor release changed the layout of a structure the library
+// allocates or shares with the server. 15.9, 16.5 and 17.1 grew
+// ResultRelInfo, which storage/row_insert.cpp allocates (makeNode) for
+// InitResultRelInfo to fill; 15.10, 16.6 and 17.2 restored its size.
+// 18.0 and 19.0 (also its betas and release candidates) came after.
+#if PG_VERSION_NUM >= 190000
+inline constexpr int minimum_server_version_num = 190000;
+#elif PG_VERSION_NUM >= 180000
+inline constexpr int minimum_server_version_num = 180000;
+#elif PG_VERSION_NUM >= 170000
+inline constexpr int minimum_server_version_num = 170002;
+#elif PG_VERSION_NUM >= 160000
+inline constexpr int minimum_server_version_num = 160006;
+#else
+inline constexpr int minimum_server_version_num = 150010;
+#endif
 
 // A wait event of the extension's own, shown under its name in
 // pg_stat_activity.wait_event (PostgreSQL 17 added named extension wait
@@ -138,6 +183,18 @@ inline IndexScanDesc index_beginscan(Relation heap, Relation index,
   (void)instrument;
   (void)flags;
   return ::index_beginscan(heap, index, snapshot, nkeys, norderbys);
+#endif
+}
+
+// A sequential scan of a table (PostgreSQL 19 added the scan options,
+// SO_NONE for a plain scan).
+inline TableScanDesc table_beginscan(Relation rel, Snapshot snapshot, int nkeys,
+                                     ScanKeyData *key, uint32 flags) {
+#if PG_VERSION_NUM >= 190000
+  return ::table_beginscan(rel, snapshot, nkeys, key, flags);
+#else
+  (void)flags;
+  return ::table_beginscan(rel, snapshot, nkeys, key);
 #endif
 }
 
@@ -275,3 +332,5 @@ struct VariableParameters {
 };
 
 } // namespace idempotency::compat
+
+#endif // FRONTEND

@@ -9,6 +9,8 @@
 
 extern "C" {
 #include "funcapi.h"
+#include "utils/array.h"
+#include "utils/lsyscache.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
@@ -86,7 +88,120 @@ void complete(FunctionCallInfo fcinfo, Keying keying) {
   protocol::complete_key(key, response, response_is_null);
 }
 
+// The elements of array argument `argno`, named `name` in errors: 22004
+// when the array is NULL, 22023 when it has more than one dimension.
+struct Elements {
+  Datum *values;
+  bool *nulls;
+  int count;
+};
+
+Elements array_argument(FunctionCallInfo fcinfo, int argno, const char *name) {
+  if (PG_ARGISNULL(argno))
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                    errmsg("%s must not be null", name)));
+  ArrayType *array = PG_GETARG_ARRAYTYPE_P(argno);
+  if (ARR_NDIM(array) > 1)
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("%s must be a one-dimensional array", name)));
+  int16 length;
+  bool by_value;
+  char align;
+  get_typlenbyvalalign(ARR_ELEMTYPE(array), &length, &by_value, &align);
+  Elements elements{};
+  deconstruct_array(array, ARR_ELEMTYPE(array), length, by_value, align,
+                    &elements.values, &elements.nulls, &elements.count);
+  return elements;
+}
+
+void check_same_length(const Elements &keys, const Elements &other,
+                       const char *name) {
+  if (other.count != keys.count)
+    ereport(ERROR,
+            (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+             errmsg("%s has %d elements and keys %d", name, other.count,
+                    keys.count),
+             errdetail("Element i of %s belongs to element i of keys.", name)));
+}
+
+// Every key of a batch, checked before any is taken: 22004 for a NULL key,
+// 22023 for an empty or too long one.
+storage::KeyRef *batch_keys(const Elements &keys) {
+  auto *refs = static_cast<storage::KeyRef *>(
+      palloc(sizeof(storage::KeyRef) * Max(keys.count, 1)));
+  for (int i = 0; i < keys.count; i++)
+    refs[i] = role_key(keys.values[i], keys.nulls[i]);
+  return refs;
+}
+
+const char *batch_outcome_name(protocol::BatchOutcome outcome) {
+  switch (outcome) {
+  case protocol::BatchOutcome::claimed:
+    return "claimed";
+  case protocol::BatchOutcome::replayed:
+    return "replayed";
+  case protocol::BatchOutcome::refused:
+    return "refused";
+  }
+  return nullptr;
+}
+
 } // namespace
+
+Datum claim_batch_body(FunctionCallInfo fcinfo) {
+  Elements keys = array_argument(fcinfo, 0, "keys");
+  Elements hashes{};
+  if (!PG_ARGISNULL(1)) {
+    hashes = array_argument(fcinfo, 1, "request_hashes");
+    check_same_length(keys, hashes, "request_hashes");
+  }
+  storage::KeyRef *refs = batch_keys(keys);
+  auto *client_hashes =
+      static_cast<text **>(palloc0(sizeof(text *) * Max(keys.count, 1)));
+  for (int i = 0; i < hashes.count; i++)
+    if (!hashes.nulls[i])
+      client_hashes[i] = DatumGetTextPP(hashes.values[i]);
+  auto *answers = static_cast<protocol::BatchAnswer *>(
+      palloc0(sizeof(protocol::BatchAnswer) * Max(keys.count, 1)));
+
+  protocol::claim_batch(refs, client_hashes, keys.count, answers);
+
+  InitMaterializedSRF(fcinfo, 0);
+  auto *result = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+  constexpr int columns = 8;
+  for (int i = 0; i < keys.count; i++) {
+    const protocol::BatchAnswer &answer = answers[i];
+    bool refused = answer.outcome == protocol::BatchOutcome::refused;
+    const protocol::ClaimRow &row = answer.row;
+    Datum values[columns] = {
+        Int32GetDatum(i + 1),
+        keys.values[i],
+        CStringGetTextDatum(batch_outcome_name(answer.outcome)),
+        refused ? CStringGetTextDatum(unpack_sql_state(answer.sqlerrcode))
+                : (Datum)0,
+        refused ? CStringGetTextDatum(answer.message) : (Datum)0,
+        refused ? (Datum)0 : row.response,
+        refused ? (Datum)0 : TimestampTzGetDatum(row.created_at),
+        refused ? (Datum)0 : TimestampTzGetDatum(row.expires_at)};
+    bool has_times = !refused && row.has_times;
+    bool nulls[columns] = {false,      false,
+                           false,      !refused,
+                           !refused,   refused || row.response_is_null,
+                           !has_times, !has_times};
+    tuplestore_putvalues(result->setResult, result->setDesc, values, nulls);
+  }
+  return (Datum)0;
+}
+
+Datum complete_batch_body(FunctionCallInfo fcinfo) {
+  Elements keys = array_argument(fcinfo, 0, "keys");
+  Elements responses = array_argument(fcinfo, 1, "responses");
+  check_same_length(keys, responses, "responses");
+  storage::KeyRef *refs = batch_keys(keys);
+  for (int i = 0; i < keys.count; i++)
+    protocol::complete_key(refs[i], responses.values[i], responses.nulls[i]);
+  PG_RETURN_VOID();
+}
 
 Datum last_call_body(FunctionCallInfo fcinfo) {
   const protocol::LastCall &last = protocol::last_call();

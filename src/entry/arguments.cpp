@@ -14,36 +14,61 @@ extern "C" {
 
 namespace idempotency::entry {
 
-storage::KeyRef key_argument(FunctionCallInfo fcinfo, int argno) {
-  if (PG_ARGISNULL(argno))
+text *sized_text(Datum value, bool is_null, const char *what) {
+  if (is_null)
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-                    errmsg("idempotency key must not be null")));
-  Size key_bytes = toast_raw_datum_size(PG_GETARG_DATUM(argno)) - VARHDRSZ;
-  switch (check_key_size(key_bytes)) {
+                    errmsg("%s must not be null", what)));
+  Size bytes = toast_raw_datum_size(value) - VARHDRSZ;
+  switch (check_key_size(bytes)) {
   case KeyCheck::ok:
     break;
   case KeyCheck::empty:
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                    errmsg("idempotency key must not be empty")));
+                    errmsg("%s must not be empty", what)));
   case KeyCheck::too_long:
-    ereport(ERROR,
-            (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-             errmsg("idempotency key is %zu bytes long, the limit is %zu",
-                    (size_t)key_bytes, max_key_bytes)));
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("%s is %zu bytes long, the limit is %zu", what,
+                           (size_t)bytes, max_key_bytes)));
   }
-  text *key = PG_GETARG_TEXT_PP(argno);
+  return DatumGetTextPP(value);
+}
+
+text *sized_text_argument(FunctionCallInfo fcinfo, int argno,
+                          const char *what) {
+  return sized_text(PG_GETARG_DATUM(argno), PG_ARGISNULL(argno), what);
+}
+
+namespace {
+
+// A key that passed sized_text, with the digest its table holds.
+storage::KeyRef key_with_digest(text *key, bytea *(*digest_of)(const text *)) {
   storage::KeyRef ref{};
   ref.scope = GetUserId();
   ref.key = key;
-  ref.digest = fingerprint::digest_of_key(key, &ref.unordered_digest);
-  ref.legacy_digest = fingerprint::legacy_digest_of_key(key);
+  ref.digest = digest_of(key);
   ref.tenant_type = InvalidOid;
   return ref;
 }
 
+// The key argument `argno` with the digest its table holds: 22004 when
+// NULL, 22023 when empty or over max_key_bytes (checked before the value is
+// read).
+storage::KeyRef key_argument(FunctionCallInfo fcinfo, int argno,
+                             bytea *(*digest_of)(const text *)) {
+  return key_with_digest(sized_text_argument(fcinfo, argno, "idempotency key"),
+                         digest_of);
+}
+
+} // namespace
+
+storage::KeyRef role_key(Datum value, bool is_null) {
+  return key_with_digest(sized_text(value, is_null, "idempotency key"),
+                         fingerprint::digest_of_key);
+}
+
 storage::KeyRef request_key(FunctionCallInfo fcinfo, Keying keying) {
   if (keying == Keying::by_role)
-    return key_argument(fcinfo, key_argno(keying));
+    return key_argument(fcinfo, key_argno(keying), fingerprint::digest_of_key);
   if (PG_ARGISNULL(0))
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                     errmsg("tenant must not be null")));
@@ -53,12 +78,8 @@ storage::KeyRef request_key(FunctionCallInfo fcinfo, Keying keying) {
             (errcode(ERRCODE_DATATYPE_MISMATCH), errmsg("tenant has no type"),
              errhint("Cast the tenant to the type of the distribution "
                      "column, e.g. 42::bigint.")));
-  storage::KeyRef key = key_argument(fcinfo, key_argno(keying));
-  // idempotency.tenant_keys keeps the unordered digest: its rows live in
-  // Citus shards, which the update to 0.7 leaves as they are.
-  if (key.unordered_digest != nullptr)
-    key.digest = key.unordered_digest;
-  key.unordered_digest = nullptr;
+  storage::KeyRef key = key_argument(fcinfo, key_argno(keying),
+                                     fingerprint::tenant_digest_of_key);
   key.has_tenant = true;
   key.tenant_type = tenant_type;
   key.tenant = PG_GETARG_DATUM(0);

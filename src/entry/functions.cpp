@@ -1,11 +1,14 @@
-// Every SQL-callable function of the library, in the order the install
-// scripts create them. Each is declared through the error boundary
-// (boundary/boundary.hpp); its body lives in its module, declared in that
-// module's header. A C symbol named in an install script and missing here
-// fails CREATE EXTENSION ("could not find function").
+// Every SQL-callable function of the library, in the order the versions'
+// scripts created them; the symbols that only schemas before 0.7 name
+// refuse, saying how to update (and keep pg_upgrade and restores of such
+// schemas from failing on a missing symbol). Each is declared through the error
+// boundary (boundary/boundary.hpp); its body lives in its module, declared in
+// that module's header. A C symbol named in the install or update script and
+// missing here fails CREATE EXTENSION ("could not find function").
 #include "idempotency/boundary/boundary.hpp"
 #include "idempotency/entry/app_results.hpp"
 #include "idempotency/entry/calls.hpp"
+#include "idempotency/entry/downstream.hpp"
 #include "idempotency/entry/maintenance.hpp"
 #include "idempotency/entry/session.hpp"
 #include "idempotency/protocol/loaded_rows.hpp"
@@ -13,9 +16,9 @@
 
 // clang-format off
 
-// idempotency--0.1.sql
+// since 0.1
 
-// idempotency.current_scope() RETURNS regrole (role_scope from 0.3)
+// idempotency.current_scope() RETURNS idempotency.role_scope
 IDEMPOTENCY_SQL_FUNCTION(idempotency_current_scope, idempotency::entry::current_scope_body)
 // idempotency.idempotent_call(key, request_hash, fn [, VARIADIC args "any"]) RETURNS jsonb
 IDEMPOTENCY_SQL_FUNCTION(idempotency_idempotent_call, idempotency::entry::idempotent_call_body)
@@ -26,14 +29,14 @@ IDEMPOTENCY_SQL_FUNCTION(idempotency_expire, idempotency::entry::expire_body)
 // idempotency.expiry_status() RETURNS SETOF record
 IDEMPOTENCY_SQL_FUNCTION(idempotency_expiry_status, idempotency::entry::expiry_status_body)
 
-// idempotency--0.1--0.2.sql
+// since 0.2
 
 // idempotency.stats_counters() RETURNS SETOF record
 IDEMPOTENCY_SQL_FUNCTION(idempotency_stats_counters, idempotency::entry::stats_counters_body)
 // idempotency.stats_reset() RETURNS void
 IDEMPOTENCY_SQL_FUNCTION(idempotency_stats_reset, idempotency::entry::stats_reset_body)
 
-// idempotency--0.2--0.3.sql
+// since 0.3
 
 // the I/O functions of type idempotency.role_scope
 IDEMPOTENCY_SQL_FUNCTION(idempotency_role_scope_in, idempotency::storage::role_scope_in)
@@ -53,12 +56,12 @@ IDEMPOTENCY_SQL_FUNCTION(idempotency_lookup, idempotency::entry::lookup_body)
 // idempotency.forget(key) RETURNS boolean
 IDEMPOTENCY_SQL_FUNCTION(idempotency_forget, idempotency::entry::forget_body)
 
-// idempotency--0.3--0.4.sql
+// since 0.4
 
-// idempotency.key_digest(key text) RETURNS bytea, unordered (0.4 to 0.6)
-IDEMPOTENCY_SQL_FUNCTION(idempotency_key_digest, idempotency::entry::unordered_key_digest_body)
+// idempotency.key_digest(key text) of 0.4 to 0.6: refuses, with how to update
+IDEMPOTENCY_SQL_FUNCTION(idempotency_key_digest, idempotency::entry::schema_before_0_7_body)
 
-// idempotency--0.4--0.5.sql
+// since 0.5
 // idempotency.tenant_call(tenant, key, request_hash, fn [, VARIADIC args "any"]) RETURNS jsonb
 IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_call, idempotency::entry::tenant_call_body)
 // idempotency.tenant_claim(tenant, key, request_hash) RETURNS TABLE (replayed, response, created_at, expires_at)
@@ -72,12 +75,12 @@ IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_lookup, idempotency::entry::tenant_l
 // idempotency.tenant_forget(tenant, key) RETURNS boolean
 IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_forget, idempotency::entry::tenant_forget_body)
 
-// idempotency--0.5--0.6.sql
+// since 0.6
 
-// idempotency.keys_loaded() RETURNS trigger, unordered digests (0.6)
-IDEMPOTENCY_SQL_FUNCTION(idempotency_keys_loaded, idempotency::protocol::unordered_keys_loaded_body)
+// idempotency.keys_loaded() of 0.6: refuses, with how to update
+IDEMPOTENCY_SQL_FUNCTION(idempotency_keys_loaded, idempotency::entry::schema_before_0_7_body)
 
-// idempotency--0.6--0.7.sql
+// since 0.7
 
 // idempotency.key_digest(key text) RETURNS bytea, ordered
 IDEMPOTENCY_SQL_FUNCTION(idempotency_ordered_key_digest, idempotency::entry::key_digest_body)
@@ -87,5 +90,16 @@ IDEMPOTENCY_SQL_FUNCTION(idempotency_ordered_keys_loaded, idempotency::protocol:
 IDEMPOTENCY_SQL_FUNCTION(idempotency_mark_key_roles, idempotency::entry::mark_key_roles_body)
 // idempotency.drop_owned_keys() RETURNS event_trigger
 IDEMPOTENCY_SQL_FUNCTION(idempotency_drop_owned_keys, idempotency::entry::drop_owned_keys_body)
+
+// idempotency--0.7--1.0.sql
+
+// idempotency.keep_role_marks() RETURNS event_trigger
+IDEMPOTENCY_SQL_FUNCTION(idempotency_keep_role_marks, idempotency::entry::keep_role_marks_body)
+// idempotency.derived_key(key text, label text) RETURNS text
+IDEMPOTENCY_SQL_FUNCTION(idempotency_derived_key, idempotency::entry::derived_key_body)
+// idempotency.claim_batch(keys text[], request_hashes text[]) RETURNS TABLE (ordinality, key, outcome, sqlstate, message, response, created_at, expires_at)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_claim_batch, idempotency::entry::claim_batch_body)
+// idempotency.complete_batch(keys text[], responses jsonb[]) RETURNS void
+IDEMPOTENCY_SQL_FUNCTION(idempotency_complete_batch, idempotency::entry::complete_batch_body)
 
 // clang-format on

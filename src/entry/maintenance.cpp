@@ -2,6 +2,7 @@
 
 #include "idempotency/fingerprint/key_digest.hpp"
 #include "idempotency/stats/stats.hpp"
+#include "idempotency/storage/keys.hpp"
 #include "idempotency/storage/role_marks.hpp"
 #include "idempotency/worker/expire.hpp"
 #include "idempotency/worker/status.hpp"
@@ -121,15 +122,15 @@ Datum stats_reset_body(FunctionCallInfo) {
 }
 
 // Any text: the key's size limits apply to calls, not to the keys a DBA
-// looks up. The digest idempotency.keys holds from 0.7 on.
+// looks up.
 Datum key_digest_body(FunctionCallInfo fcinfo) {
   PG_RETURN_BYTEA_P(fingerprint::digest_of_key(PG_GETARG_TEXT_PP(0)));
 }
 
-// The same function in versions 0.4 to 0.6, whose key tables hold every
-// key's unordered digest.
-Datum unordered_key_digest_body(FunctionCallInfo fcinfo) {
-  PG_RETURN_BYTEA_P(fingerprint::unordered_digest_of_key(PG_GETARG_TEXT_PP(0)));
+// The C functions that only schemas before 0.7 name (key_digest() and
+// keys_loaded() of 0.4 to 0.6): they say how to update.
+Datum schema_before_0_7_body(FunctionCallInfo) {
+  storage::report_schema_before_0_7();
 }
 
 // Marks the roles that have keys; deletes the keys of roles that are gone.
@@ -148,6 +149,20 @@ Datum drop_owned_keys_body(FunctionCallInfo fcinfo) {
   if (event->parsetree != nullptr && IsA(event->parsetree, DropOwnedStmt))
     storage::role_marks::drop_owned_keys(
         castNode(DropOwnedStmt, event->parsetree)->roles);
+  PG_RETURN_VOID();
+}
+
+// The event trigger on ddl_command_end, for GRANT and REVOKE only (its
+// WHEN TAG): the objects come from the statement's parse tree.
+Datum keep_role_marks_body(FunctionCallInfo fcinfo) {
+  if (!CALLED_AS_EVENT_TRIGGER(fcinfo))
+    ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                    errmsg("idempotency.keep_role_marks() must be called as an "
+                           "event trigger")));
+  auto *event = reinterpret_cast<EventTriggerData *>(fcinfo->context);
+  if (event->parsetree != nullptr && IsA(event->parsetree, GrantStmt))
+    storage::role_marks::keep_marks_after_grant(
+        castNode(GrantStmt, event->parsetree));
   PG_RETURN_VOID();
 }
 

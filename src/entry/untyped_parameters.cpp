@@ -1,6 +1,8 @@
 #include "idempotency/entry/untyped_parameters.hpp"
 #include "idempotency/pg.hpp"
 #include "idempotency/protocol/fn_parameters.hpp"
+#include "idempotency/storage/schema.hpp"
+#include "idempotency/storage/tenant_keys.hpp"
 
 #include "idempotency/compat.hpp"
 
@@ -106,13 +108,6 @@ bool retype_uses(Node *node, Retyping *retyping) {
   return expression_tree_walker(node, as_tree_walker(retype_uses), retyping);
 }
 
-Oid tenant_type(Oid schema) {
-  Oid table = get_relname_relid("tenant_keys", schema);
-  AttrNumber column =
-      OidIsValid(table) ? get_attnum(table, "tenant") : InvalidAttrNumber;
-  return column == InvalidAttrNumber ? TEXTOID : get_atttype(table, column);
-}
-
 // A call of one of the extension's functions, as the walk found it.
 struct Call {
   List *args;
@@ -181,7 +176,7 @@ void type_call(Query *statement, const FuncExpr *expression, Typing *typing) {
       continue;
     Oid type = TEXTOID;
     if (i == call.tenant_position) {
-      type = tenant_type(typing->schema);
+      type = storage::tenant_keys::tenant_type();
     } else if (call.variadic_position >= 0 && i >= call.variadic_position) {
       if (!types_known) {
         types = fn_types(call);
@@ -236,7 +231,7 @@ void type_untyped_parameters(ParseState *state, Query *statement,
   // The extension is not relocatable: its schema is idempotency.
   if (!OidIsValid(get_extension_oid("idempotency", true)))
     return;
-  Oid schema = get_namespace_oid("idempotency", true);
+  Oid schema = storage::schema::oid(true);
   Typing typing{schema, parameters};
   Search search{statement, &typing};
   find_calls(reinterpret_cast<Node *>(statement), &search);

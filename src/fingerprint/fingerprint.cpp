@@ -1,96 +1,387 @@
-// SHA-256 written from FIPS 180-4, HMAC-SHA256 over it (RFC 2104), and the
-// framed request encoding fed to SHA-256.
+// SHA-256 and HMAC-SHA256 through the library the server hashes with, and
+// the framed request encoding fed to SHA-256 (docs/architecture.md,
+// "Hashing"):
+//  - where the server is built with OpenSSL 3 or later
+//    (IDEMPOTENCY_HASH_WITH_EVP, idempotency/compat.hpp), OpenSSL's EVP API
+//    with SHA2-256 and HMAC fetched once per backend from the default
+//    library context, so that OpenSSL's configuration (its FIPS provider,
+//    when configured) decides what runs, as it does for the server.
+//    PostgreSQL's pg_cryptohash fetches the algorithm again at every
+//    initialisation (EVP_DigestInit_ex with EVP_sha256(): about 2,300
+//    instructions, more than hashing a key), and pg_hmac three times;
+//  - otherwise PostgreSQL's pg_cryptohash and pg_hmac: its own
+//    implementation, or OpenSSL before 3.
 //
-// No PostgreSQL header: this unit is linked into the unit tests as well as
-// the extension. Nothing here allocates or throws.
+// Built as a server unit into the extension, and as a frontend unit
+// (FRONTEND defined: postgres_fe.h, libpgcommon's frontend build and
+// OpenSSL linked) into the unit tests, once for each way of hashing. A
+// failure of the library raises an ERROR (58000) with the library's message.
 #include "idempotency/fingerprint/fingerprint.hpp"
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
-#include "idempotency/server_free.hpp" // must be the last include
+#include "idempotency/compat.hpp"
+
+#ifdef IDEMPOTENCY_HASH_WITH_EVP
+#include <openssl/core_names.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+#endif
+
+extern "C" {
+#ifndef IDEMPOTENCY_HASH_WITH_EVP
+#include "common/cryptohash.h"
+#include "common/hmac.h"
+#endif
+#include "common/sha2.h"
+#ifndef FRONTEND
+#include "access/xact.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+#endif
+}
 
 namespace idempotency::fingerprint {
 
-// PostgreSQL code may hold these across an ereport() longjmp, which runs no
-// destructors; that is only safe if there is nothing to destroy.
+// PostgreSQL code keeps these across calls that may ereport(), and copies
+// them freely.
 static_assert(std::is_trivially_destructible_v<Sha256>);
 static_assert(std::is_trivially_destructible_v<RequestFingerprint>);
 static_assert(std::is_trivially_destructible_v<HmacSha256>);
+static_assert(Sha256::digest_size == PG_SHA256_DIGEST_LENGTH);
+static_assert(HmacSha256::block_size == PG_SHA256_BLOCK_LENGTH);
+
+// A hash holds one of its kind's contexts from its first input to its
+// result. Each context is kept for the backend's life and set up again for
+// every hash: creating and freeing one per hash costs more than hashing a
+// key. Hashes of one kind do not overlap, as a rule, and use the first
+// context; a hash that starts while another is open (were a value's output
+// function to hash), or after an error abandoned one in a transaction that
+// goes on, takes the next. A context whose hash an error interrupted is
+// taken back when the subtransaction it was taken in aborts, or the
+// transaction ends.
+constexpr int contexts_per_kind = 8;
+
+struct Sha256Context {
+  bool open;
+  int level; // the transaction nesting level it was taken at
+#ifdef IDEMPOTENCY_HASH_WITH_EVP
+  EVP_MD_CTX *evp;
+#else
+  pg_cryptohash_ctx *pg;
+#endif
+};
+
+struct HmacContext {
+  bool open;
+  int level;
+#ifdef IDEMPOTENCY_HASH_WITH_EVP
+  // A copy of the keyed context, made for each message and freed after it
+  // (or, after an error, when the context is next taken).
+  EVP_MAC_CTX *evp;
+#else
+  pg_hmac_ctx *pg;
+#endif
+};
+
+#ifdef IDEMPOTENCY_HASH_WITH_EVP
+// The hash of a request's prefix, copied to start each request's hash. The
+// memory context it was made in frees it (the unit tests' frontend build
+// frees none).
+struct PrefixState {
+  EVP_MD_CTX *evp;
+#ifndef FRONTEND
+  MemoryContextCallback freed_with_context;
+#endif
+};
+#endif
+
+static_assert(std::is_trivially_destructible_v<Sha256Context>);
+static_assert(std::is_trivially_destructible_v<HmacContext>);
 
 namespace {
 
-constexpr std::size_t block_size = 64;
+Sha256Context sha256_contexts[contexts_per_kind];
+HmacContext hmac_contexts[contexts_per_kind];
 
-// FIPS 180-4 section 4.2.2: first 32 bits of the fractional parts of the
-// cube roots of the first 64 primes.
-constexpr std::uint32_t round_constants[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1,
-    0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3,
-    0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
-    0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147,
-    0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
-    0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
-    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
-    0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208,
-    0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
-};
-
-// FIPS 180-4 section 5.3.3: first 32 bits of the fractional parts of the
-// square roots of the first 8 primes.
-constexpr std::uint32_t initial_state[8] = {
-    0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
-};
-
-constexpr std::uint32_t rotr(std::uint32_t x, unsigned n) noexcept {
-  return (x >> n) | (x << (32 - n));
+[[noreturn]] void hashing_failed(const char *what, const char *reason) {
+#ifdef FRONTEND
+  fprintf(stderr, "could not compute %s: %s\n", what, reason);
+  std::abort();
+#else
+  ereport(ERROR, (errcode(ERRCODE_SYSTEM_ERROR),
+                  errmsg("could not compute %s: %s", what, reason)));
+  pg_unreachable();
+#endif
 }
 
-// The six logical functions of FIPS 180-4 section 4.1.2.
-constexpr std::uint32_t ch(std::uint32_t x, std::uint32_t y,
-                           std::uint32_t z) noexcept {
-  return (x & y) ^ (~x & z);
-}
-constexpr std::uint32_t maj(std::uint32_t x, std::uint32_t y,
-                            std::uint32_t z) noexcept {
-  return (x & y) ^ (x & z) ^ (y & z);
-}
-constexpr std::uint32_t big_sigma0(std::uint32_t x) noexcept {
-  return rotr(x, 2) ^ rotr(x, 13) ^ rotr(x, 22);
-}
-constexpr std::uint32_t big_sigma1(std::uint32_t x) noexcept {
-  return rotr(x, 6) ^ rotr(x, 11) ^ rotr(x, 25);
-}
-constexpr std::uint32_t small_sigma0(std::uint32_t x) noexcept {
-  return rotr(x, 7) ^ rotr(x, 18) ^ (x >> 3);
-}
-constexpr std::uint32_t small_sigma1(std::uint32_t x) noexcept {
-  return rotr(x, 17) ^ rotr(x, 19) ^ (x >> 10);
+#ifndef FRONTEND
+void take_back(int from_level) {
+  for (Sha256Context &context : sha256_contexts)
+    if (context.level >= from_level)
+      context.open = false;
+  for (HmacContext &context : hmac_contexts)
+    if (context.level >= from_level)
+      context.open = false;
 }
 
-// SHA-256 reads and writes words big-endian whatever the host order is;
-// assembling bytes by shifting keeps that portable.
-std::uint32_t load_be32(const std::uint8_t *p) noexcept {
-  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) |
-         (std::uint32_t{p[2]} << 8) | std::uint32_t{p[3]};
+// No hash is open when a transaction ends: one still marked open was
+// interrupted by an error.
+void at_transaction_end(XactEvent event, void *) {
+  if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+      event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+      event == XACT_EVENT_PREPARE)
+    take_back(0);
 }
 
-void store_be32(std::uint32_t v, std::uint8_t *p) noexcept {
-  for (int i = 3; i >= 0; --i) {
-    p[i] = static_cast<std::uint8_t>(v);
-    v >>= 8;
+// A subtransaction aborts after an error that interrupted the hashes taken
+// in it (at its nesting level or deeper); one taken before it began is
+// still going on.
+void at_subtransaction_end(SubXactEvent event, SubTransactionId,
+                           SubTransactionId, void *) {
+  if (event == SUBXACT_EVENT_ABORT_SUB)
+    take_back(GetCurrentTransactionNestLevel());
+}
+#endif
+
+// Marks the first free context of a kind open.
+template <typename Context>
+Context &take(Context (&contexts)[contexts_per_kind], const char *what) {
+#ifndef FRONTEND
+  static bool callbacks_registered = false;
+  if (!callbacks_registered) {
+    RegisterXactCallback(at_transaction_end, nullptr);
+    RegisterSubXactCallback(at_subtransaction_end, nullptr);
+    callbacks_registered = true;
   }
+#endif
+  for (Context &context : contexts)
+    if (!context.open) {
+      context.open = true;
+#ifdef FRONTEND
+      context.level = 0;
+#else
+      context.level = GetCurrentTransactionNestLevel();
+#endif
+      return context;
+    }
+  hashing_failed(what, "too many hashes open at once");
 }
 
-void store_be64(std::uint64_t v, std::uint8_t *p) noexcept {
-  for (int i = 7; i >= 0; --i) {
-    p[i] = static_cast<std::uint8_t>(v);
-    v >>= 8;
-  }
+#ifdef IDEMPOTENCY_HASH_WITH_EVP
+
+// The reason of OpenSSL's latest error; empties its error queue.
+[[noreturn]] void openssl_failed(const char *what) {
+  unsigned long code = ERR_get_error();
+  const char *reason = code == 0 ? nullptr : ERR_reason_error_string(code);
+  ERR_clear_error();
+  hashing_failed(what, reason != nullptr ? reason : "OpenSSL failure");
 }
+
+// Fetched once per backend, from the default library context.
+EVP_MD *sha256_algorithm() {
+  static EVP_MD *algorithm = nullptr;
+  if (algorithm == nullptr) {
+    algorithm = EVP_MD_fetch(nullptr, "SHA2-256", nullptr);
+    if (algorithm == nullptr)
+      openssl_failed("SHA-256");
+  }
+  return algorithm;
+}
+
+Sha256Context *open_sha256(const PrefixState *from = nullptr) {
+  EVP_MD *algorithm = sha256_algorithm();
+  Sha256Context &context = take(sha256_contexts, "SHA-256");
+  if (context.evp == nullptr) {
+    context.evp = EVP_MD_CTX_new();
+    if (context.evp == nullptr)
+      openssl_failed("SHA-256");
+  }
+  int done = from != nullptr
+                 ? EVP_MD_CTX_copy_ex(context.evp, from->evp)
+                 : EVP_DigestInit_ex2(context.evp, algorithm, nullptr);
+  if (done != 1)
+    openssl_failed("SHA-256");
+  return &context;
+}
+
+void sha256_update(Sha256Context &context, const void *data, std::size_t size) {
+  if (EVP_DigestUpdate(context.evp, data, size) != 1)
+    openssl_failed("SHA-256");
+}
+
+void sha256_final(Sha256Context &context,
+                  std::uint8_t (&digest)[Sha256::digest_size]) {
+  if (EVP_DigestFinal_ex(context.evp, digest, nullptr) != 1)
+    openssl_failed("SHA-256");
+}
+
+// HMAC keyed with the keys of the latest messages, kept for the backend's
+// life: claims all use the cluster's secret, so it is keyed once. Each
+// message hashes in a copy of it (EVP_MAC_CTX_dup), which keeps the key. Two
+// are kept, so that a backend that alternates two keys - claims with the
+// cluster's secret, idempotency.derived_key with the database's - keys
+// neither again; a third key takes the place of the one used less recently.
+struct KeyedHmac {
+  EVP_MAC_CTX *evp;
+  bool keyed;
+  std::size_t key_size;
+  std::uint8_t key[HmacSha256::block_size];
+};
+constexpr int kept_keys = 2;
+KeyedHmac keyed_hmacs[kept_keys];
+int latest_keyed = 0; // the one used last
+
+bool has_key(const KeyedHmac &kept, const std::uint8_t *key,
+             std::size_t key_size) {
+  return kept.keyed && kept.key_size == key_size &&
+         std::memcmp(kept.key, key, key_size) == 0;
+}
+
+EVP_MAC_CTX *keyed_with(const std::uint8_t *key, std::size_t key_size) {
+  // The one used last first: a backend that uses one key finds it there.
+  if (has_key(keyed_hmacs[latest_keyed], key, key_size))
+    return keyed_hmacs[latest_keyed].evp;
+  latest_keyed = (latest_keyed + 1) % kept_keys;
+  KeyedHmac &keyed_hmac = keyed_hmacs[latest_keyed];
+  if (has_key(keyed_hmac, key, key_size))
+    return keyed_hmac.evp;
+  if (keyed_hmac.evp == nullptr) {
+    static EVP_MAC *algorithm = nullptr;
+    if (algorithm == nullptr) {
+      algorithm = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+      if (algorithm == nullptr)
+        openssl_failed("HMAC-SHA256");
+    }
+    EVP_MAC_CTX *evp = EVP_MAC_CTX_new(algorithm);
+    if (evp == nullptr)
+      openssl_failed("HMAC-SHA256");
+    char digest[] = "SHA2-256";
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+        OSSL_PARAM_construct_end()};
+    if (EVP_MAC_CTX_set_params(evp, params) != 1) {
+      EVP_MAC_CTX_free(evp);
+      openssl_failed("HMAC-SHA256");
+    }
+    keyed_hmac.evp = evp;
+  }
+  keyed_hmac.keyed = false;
+  // A NULL key would mean "the key set before".
+  if (EVP_MAC_init(keyed_hmac.evp, key, key_size, nullptr) != 1)
+    openssl_failed("HMAC-SHA256");
+  std::memcpy(keyed_hmac.key, key, key_size);
+  keyed_hmac.key_size = key_size;
+  keyed_hmac.keyed = true;
+  return keyed_hmac.evp;
+}
+
+HmacContext *open_hmac(const std::uint8_t *key, std::size_t key_size) {
+  EVP_MAC_CTX *keyed = keyed_with(key, key_size);
+  HmacContext &context = take(hmac_contexts, "HMAC-SHA256");
+  EVP_MAC_CTX_free(context.evp);
+  context.evp = EVP_MAC_CTX_dup(keyed);
+  if (context.evp == nullptr)
+    openssl_failed("HMAC-SHA256");
+  return &context;
+}
+
+void hmac_update(HmacContext &context, const void *data, std::size_t size) {
+  if (EVP_MAC_update(context.evp, static_cast<const unsigned char *>(data),
+                     size) != 1)
+    openssl_failed("HMAC-SHA256");
+}
+
+void hmac_final(HmacContext &context,
+                std::uint8_t (&mac)[HmacSha256::mac_size]) {
+  std::size_t written = 0;
+  if (EVP_MAC_final(context.evp, mac, &written, sizeof mac) != 1)
+    openssl_failed("HMAC-SHA256");
+  if (written != sizeof mac)
+    hashing_failed("HMAC-SHA256", "unexpected MAC size");
+  EVP_MAC_CTX_free(context.evp);
+  context.evp = nullptr;
+}
+
+#ifndef FRONTEND
+void free_prefix_state(void *state) {
+  EVP_MD_CTX_free(static_cast<PrefixState *>(state)->evp);
+}
+#endif
+
+#else // PostgreSQL's pg_cryptohash and pg_hmac
+
+// pg_cryptohash_create and pg_hmac_create allocate in the current memory
+// context (PostgreSQL's own implementation) or register an OpenSSL context
+// with the current resource owner: the kept contexts are made in
+// TopMemoryContext, for a resource owner of their own that no transaction
+// releases.
+template <typename Create> auto create_kept(Create create, const char *what) {
+#ifdef FRONTEND
+  auto *context = create(PG_SHA256);
+#else
+  static ResourceOwner kept_owner = nullptr;
+  if (kept_owner == nullptr)
+    kept_owner = ResourceOwnerCreate(nullptr, "idempotency hashing");
+  // An error leaves both set; error recovery resets them.
+  ResourceOwner owner = CurrentResourceOwner;
+  MemoryContext memory = MemoryContextSwitchTo(TopMemoryContext);
+  CurrentResourceOwner = kept_owner;
+  auto *context = create(PG_SHA256);
+  CurrentResourceOwner = owner;
+  MemoryContextSwitchTo(memory);
+#endif
+  if (context == nullptr)
+    hashing_failed(what, "out of memory");
+  return context;
+}
+
+Sha256Context *open_sha256() {
+  Sha256Context &context = take(sha256_contexts, "SHA-256");
+  if (context.pg == nullptr)
+    context.pg = create_kept(pg_cryptohash_create, "SHA-256");
+  if (pg_cryptohash_init(context.pg) < 0)
+    hashing_failed("SHA-256", pg_cryptohash_error(context.pg));
+  return &context;
+}
+
+void sha256_update(Sha256Context &context, const void *data, std::size_t size) {
+  if (pg_cryptohash_update(context.pg, static_cast<const uint8 *>(data), size) <
+      0)
+    hashing_failed("SHA-256", pg_cryptohash_error(context.pg));
+}
+
+void sha256_final(Sha256Context &context,
+                  std::uint8_t (&digest)[Sha256::digest_size]) {
+  if (pg_cryptohash_final(context.pg, digest, sizeof digest) < 0)
+    hashing_failed("SHA-256", pg_cryptohash_error(context.pg));
+}
+
+HmacContext *open_hmac(const std::uint8_t *key, std::size_t key_size) {
+  HmacContext &context = take(hmac_contexts, "HMAC-SHA256");
+  if (context.pg == nullptr)
+    context.pg = create_kept(pg_hmac_create, "HMAC-SHA256");
+  if (pg_hmac_init(context.pg, key, key_size) < 0)
+    hashing_failed("HMAC-SHA256", pg_hmac_error(context.pg));
+  return &context;
+}
+
+void hmac_update(HmacContext &context, const void *data, std::size_t size) {
+  if (pg_hmac_update(context.pg, static_cast<const uint8 *>(data), size) < 0)
+    hashing_failed("HMAC-SHA256", pg_hmac_error(context.pg));
+}
+
+void hmac_final(HmacContext &context,
+                std::uint8_t (&mac)[HmacSha256::mac_size]) {
+  if (pg_hmac_final(context.pg, mac, sizeof mac) < 0)
+    hashing_failed("HMAC-SHA256", pg_hmac_error(context.pg));
+}
+
+#endif
 
 // Frame lengths are little-endian (a choice of this encoding, not of
 // SHA-256); fixed width so a length can never run into the bytes after it.
@@ -103,128 +394,66 @@ void store_le64(std::uint64_t v, std::uint8_t *p) noexcept {
 
 } // namespace
 
-Sha256::Sha256() noexcept : state_{}, total_bytes_(0), buffer_{}, buffered_(0) {
-  std::memcpy(state_, initial_state, sizeof state_);
-}
-
-// FIPS 180-4 section 6.2.2: one 512-bit block into the running state.
-void Sha256::compress(const std::uint8_t *block) noexcept {
-  std::uint32_t w[64];
-  for (int t = 0; t < 16; ++t)
-    w[t] = load_be32(block + 4 * t);
-  for (int t = 16; t < 64; ++t)
-    w[t] =
-        small_sigma1(w[t - 2]) + w[t - 7] + small_sigma0(w[t - 15]) + w[t - 16];
-
-  std::uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
-  std::uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
-  for (int t = 0; t < 64; ++t) {
-    const std::uint32_t t1 =
-        h + big_sigma1(e) + ch(e, f, g) + round_constants[t] + w[t];
-    const std::uint32_t t2 = big_sigma0(a) + maj(a, b, c);
-    h = g;
-    g = f;
-    f = e;
-    e = d + t1;
-    d = c;
-    c = b;
-    b = a;
-    a = t1 + t2;
-  }
-  state_[0] += a;
-  state_[1] += b;
-  state_[2] += c;
-  state_[3] += d;
-  state_[4] += e;
-  state_[5] += f;
-  state_[6] += g;
-  state_[7] += h;
-}
-
 void Sha256::update(const void *data, std::size_t size) noexcept {
+  if (context_ == nullptr)
+    context_ = open_sha256();
   // A zero-length update may come with a null pointer (an empty value).
   if (size == 0)
     return;
-  auto *in = static_cast<const std::uint8_t *>(data);
-  total_bytes_ += size;
-
-  // Top up a partially filled block first.
-  if (buffered_ > 0) {
-    const std::size_t take =
-        size < block_size - buffered_ ? size : block_size - buffered_;
-    std::memcpy(buffer_ + buffered_, in, take);
-    buffered_ += take;
-    in += take;
-    size -= take;
-    if (buffered_ < block_size)
-      return;
-    compress(buffer_);
-    buffered_ = 0;
-  }
-
-  // Whole blocks straight from the input, without copying.
-  for (; size >= block_size; in += block_size, size -= block_size)
-    compress(in);
-
-  if (size > 0) {
-    std::memcpy(buffer_, in, size);
-    buffered_ = size;
-  }
+  sha256_update(*context_, data, size);
 }
 
-// FIPS 180-4 section 5.1.1: append a 1 bit, zeros up to 56 mod 64 bytes,
-// then the message length in bits as a big-endian 64-bit integer.
 void Sha256::finish(std::uint8_t (&digest)[digest_size]) noexcept {
-  const std::uint64_t bit_length = total_bytes_ * 8;
-
-  buffer_[buffered_++] = 0x80;
-  // No room for the length in this block: pad it out and start another.
-  if (buffered_ > block_size - 8) {
-    std::memset(buffer_ + buffered_, 0, block_size - buffered_);
-    compress(buffer_);
-    buffered_ = 0;
-  }
-  std::memset(buffer_ + buffered_, 0, block_size - 8 - buffered_);
-  store_be64(bit_length, buffer_ + block_size - 8);
-  compress(buffer_);
-  buffered_ = 0;
-
-  for (int i = 0; i < 8; ++i)
-    store_be32(state_[i], digest + 4 * i);
+  if (context_ == nullptr)
+    context_ = open_sha256();
+  sha256_final(*context_, digest);
+  context_->open = false;
+  context_ = nullptr;
 }
 
-// RFC 2104: H((K ^ opad) || H((K ^ ipad) || message)), where K is the key
-// zero-padded to one block, or its digest when it is longer than a block.
-HmacSha256::HmacSha256(const void *key, std::size_t key_size) noexcept {
-  std::uint8_t padded[block_size] = {};
+// RFC 2104: a key longer than a block is replaced by its digest.
+HmacSha256::HmacSha256(const void *key, std::size_t key_size) noexcept
+    : key_{}, key_size_(0) {
   if (key_size > block_size) {
     Sha256 long_key;
     long_key.update(key, key_size);
     std::uint8_t digest[Sha256::digest_size];
     long_key.finish(digest);
-    std::memcpy(padded, digest, sizeof digest);
+    std::memcpy(key_, digest, sizeof digest);
+    key_size_ = sizeof digest;
   } else if (key_size > 0) {
-    std::memcpy(padded, key, key_size);
+    std::memcpy(key_, key, key_size);
+    key_size_ = key_size;
   }
-  std::uint8_t pad[block_size];
-  for (std::size_t i = 0; i < block_size; ++i)
-    pad[i] = padded[i] ^ 0x36;
-  inner_.update(pad, block_size);
-  for (std::size_t i = 0; i < block_size; ++i)
-    pad[i] = padded[i] ^ 0x5c;
-  outer_.update(pad, block_size);
 }
 
 void HmacSha256::update(const void *data, std::size_t size) noexcept {
-  inner_.update(data, size);
+  if (context_ == nullptr)
+    context_ = open_hmac(key_, key_size_);
+  if (size == 0)
+    return;
+  hmac_update(*context_, data, size);
 }
 
 void HmacSha256::finish(std::uint8_t (&mac)[mac_size]) noexcept {
-  std::uint8_t inner_digest[Sha256::digest_size];
-  inner_.finish(inner_digest);
-  outer_.update(inner_digest, sizeof inner_digest);
-  outer_.finish(mac);
+  if (context_ == nullptr)
+    context_ = open_hmac(key_, key_size_);
+  hmac_final(*context_, mac);
+  context_->open = false;
+  context_ = nullptr;
 }
+
+// The encoded prefix: `used` bytes, of `capacity`, follow the header. Every
+// object that shares it owns its first prefix_size_ bytes; an object whose
+// part ends where the bytes end may append in place, any other copies first.
+struct RequestFingerprint::Prefix {
+  std::size_t used;
+  std::size_t capacity;
+
+  std::uint8_t *bytes() noexcept {
+    return reinterpret_cast<std::uint8_t *>(this + 1);
+  }
+};
 
 namespace {
 
@@ -245,6 +474,11 @@ void write_frame_header(std::uint8_t tag, std::uint64_t size,
   store_le64(size, out + 1);
 }
 
+// Fields that belong to the prefix: the ones before the values.
+bool in_prefix(std::uint8_t tag) noexcept {
+  return tag == tag_function || tag == tag_claim_api || tag == tag_type_name;
+}
+
 } // namespace
 
 RequestFingerprint::RequestFingerprint(const char *fn,
@@ -263,10 +497,37 @@ void RequestFingerprint::add_client_hash(const char *hash,
   add_field(tag_client_hash, hash, hash_size);
 }
 
+void RequestFingerprint::append_to_prefix(const void *data,
+                                          std::size_t size) noexcept {
+  prefix_state_ = nullptr;
+  if (prefix_ == nullptr || prefix_->used != prefix_size_ ||
+      prefix_->capacity - prefix_size_ < size) {
+    std::size_t capacity = 2 * (prefix_size_ + size);
+    if (capacity < 128)
+      capacity = 128;
+    auto *copy = static_cast<Prefix *>(palloc(sizeof(Prefix) + capacity));
+    copy->capacity = capacity;
+    if (prefix_ != nullptr && prefix_size_ > 0)
+      std::memcpy(copy->bytes(), prefix_->bytes(), prefix_size_);
+    prefix_ = copy;
+  }
+  if (size > 0)
+    std::memcpy(prefix_->bytes() + prefix_size_, data, size);
+  prefix_size_ += size;
+  prefix_->used = prefix_size_;
+}
+
 void RequestFingerprint::add_field(std::uint8_t tag, const void *data,
                                    std::size_t size) noexcept {
   std::uint8_t header[frame_header_size];
   write_frame_header(tag, size, header);
+  if (!started_ && in_prefix(tag)) {
+    append_to_prefix(header, sizeof header);
+    append_to_prefix(data, size);
+    return;
+  }
+  if (!started_)
+    start();
   hash_.update(header, sizeof header);
   hash_.update(data, size);
 }
@@ -285,7 +546,47 @@ void RequestFingerprint::add_null() noexcept {
   add_field(tag_null_value, nullptr, 0);
 }
 
+void RequestFingerprint::keep_prefix_state() noexcept {
+#ifdef IDEMPOTENCY_HASH_WITH_EVP
+  if (started_)
+    return;
+  // Everything that may fail before the context exists, then the context
+  // belongs to the memory context before anything else may fail.
+  EVP_MD *algorithm = sha256_algorithm();
+  auto *state = static_cast<PrefixState *>(palloc(sizeof(PrefixState)));
+  state->evp = EVP_MD_CTX_new();
+  if (state->evp == nullptr)
+    openssl_failed("SHA-256");
+#ifndef FRONTEND
+  state->freed_with_context.func = free_prefix_state;
+  state->freed_with_context.arg = state;
+  MemoryContextRegisterResetCallback(CurrentMemoryContext,
+                                     &state->freed_with_context);
+#endif
+  if (EVP_DigestInit_ex2(state->evp, algorithm, nullptr) != 1 ||
+      (prefix_size_ > 0 &&
+       EVP_DigestUpdate(state->evp, prefix_->bytes(), prefix_size_) != 1))
+    openssl_failed("SHA-256");
+  prefix_state_ = state;
+#endif
+}
+
+// The prefix's kept state, or its bytes, start the hash.
+void RequestFingerprint::start() noexcept {
+#ifdef IDEMPOTENCY_HASH_WITH_EVP
+  if (prefix_state_ != nullptr) {
+    hash_.context_ = open_sha256(prefix_state_);
+    started_ = true;
+    return;
+  }
+#endif
+  hash_.update(prefix_ == nullptr ? nullptr : prefix_->bytes(), prefix_size_);
+  started_ = true;
+}
+
 void RequestFingerprint::finish(Fingerprint &out) noexcept {
+  if (!started_)
+    start();
   hash_.finish(out);
 }
 
@@ -344,10 +645,13 @@ bool is_uuid7_text(const char *key, std::size_t key_size) noexcept {
 // The 48-bit timestamp of a UUIDv7's text, big-endian.
 void put_uuid7_timestamp(const char *key, std::uint8_t *out) noexcept {
   constexpr int timestamp_digits[12] = {0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12};
-  for (int i = 0; i < 6; i++)
+  // NOLINTBEGIN(clang-analyzer-core.UndefinedBinaryOperatorResult): the key
+  // passed is_uuid7, so every digit is hex and hex_digit never returns -1.
+  for (std::size_t i = 0; i < 6; i++)
     out[i] =
         static_cast<std::uint8_t>(hex_digit(key[timestamp_digits[2 * i]]) << 4 |
                                   hex_digit(key[timestamp_digits[2 * i + 1]]));
+  // NOLINTEND(clang-analyzer-core.UndefinedBinaryOperatorResult)
 }
 
 void put_sha256_prefix(Sha256 &hash, std::uint8_t *out,
@@ -384,20 +688,18 @@ std::size_t trailing_digits(const char *key, std::size_t key_size) noexcept {
 
 } // namespace
 
-void key_digests(const char *key, std::size_t key_size,
-                 KeyDigests &out) noexcept {
+void ordered_key_digest(const char *key, std::size_t key_size,
+                        OrderedKeyDigest &out) noexcept {
   constexpr std::size_t hash_bytes = 8;
-  std::uint8_t key_hash[Sha256::digest_size];
-  Sha256 hash;
-  hash.update(key, key_size);
-  hash.finish(key_hash);
-  std::memcpy(out.unordered, key_hash, key_digest_size);
-
   if (is_uuid7_text(key, key_size)) {
     constexpr std::size_t timestamp_bytes = 6;
-    put_uuid7_timestamp(key, out.ordered);
-    std::memcpy(out.ordered + timestamp_bytes, key_hash, hash_bytes);
-    out.ordered_size = timestamp_bytes + hash_bytes;
+    std::uint8_t key_hash[Sha256::digest_size];
+    Sha256 hash;
+    hash.update(key, key_size);
+    hash.finish(key_hash);
+    put_uuid7_timestamp(key, out.bytes);
+    std::memcpy(out.bytes + timestamp_bytes, key_hash, hash_bytes);
+    out.size = timestamp_bytes + hash_bytes;
     return;
   }
   std::size_t digits = trailing_digits(key, key_size);
@@ -409,53 +711,20 @@ void key_digests(const char *key, std::size_t key_size,
     Sha256 prefix_hash;
     prefix_hash.update(key, prefix_size);
     prefix_hash.update(&digit_count, 1);
-    put_sha256_prefix(prefix_hash, out.ordered, hash_bytes);
+    put_sha256_prefix(prefix_hash, out.bytes, hash_bytes);
     std::uint64_t number = 0;
     for (std::size_t i = prefix_size; i < key_size; i++)
       number = number * 10 + static_cast<std::uint64_t>(key[i] - '0');
     for (std::size_t i = 0; i < 8; i++)
-      out.ordered[hash_bytes + i] =
+      out.bytes[hash_bytes + i] =
           static_cast<std::uint8_t>(number >> (56 - 8 * i));
-    out.ordered_size = hash_bytes + 8;
+    out.size = hash_bytes + 8;
     return;
   }
-  std::memcpy(out.ordered, key_hash, key_digest_size);
-  out.ordered_size = key_digest_size;
-}
-
-namespace {
-
-int hex_value(char c) noexcept {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  return -1;
-}
-
-bool decode_lower_hex(const char *text, std::size_t size,
-                      Fingerprint &out) noexcept {
-  if (size != 2 * fingerprint_size)
-    return false;
-  for (std::size_t i = 0; i < fingerprint_size; ++i) {
-    int high = hex_value(text[2 * i]);
-    int low = hex_value(text[2 * i + 1]);
-    if (high < 0 || low < 0)
-      return false;
-    out[i] = static_cast<std::uint8_t>(high << 4 | low);
-  }
-  return true;
-}
-
-} // namespace
-
-void legacy_fingerprint(const char *client_hash, std::size_t size,
-                        Fingerprint &out) noexcept {
-  if (decode_lower_hex(client_hash, size, out))
-    return;
-  Sha256 hash;
-  hash.update(client_hash, size);
-  hash.finish(out);
+  std::uint8_t plain[key_digest_size];
+  key_digest(key, key_size, plain);
+  std::memcpy(out.bytes, plain, key_digest_size);
+  out.size = key_digest_size;
 }
 
 } // namespace idempotency::fingerprint

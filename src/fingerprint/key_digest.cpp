@@ -56,10 +56,12 @@ bytea *as_bytea(const uint8 *digest_bytes, Size size) {
   return digest;
 }
 
-// The key's UTF-8 form, or nullptr when it has none; `owned` says whether
-// it was converted into palloc'd memory.
-const char *utf8_form(const char *bytes, Size size, bool *owned) {
+} // namespace
+
+const char *utf8_form(const char *bytes, Size size, bool *owned,
+                      Size *utf8_size) {
   *owned = false;
+  *utf8_size = size;
   if (bytes_are_canonical(bytes, size))
     return bytes;
   Oid proc = conversion_to_utf8();
@@ -82,63 +84,54 @@ const char *utf8_form(const char *bytes, Size size, bool *owned) {
     return nullptr;
   }
   *owned = true;
+  *utf8_size = strlen(reinterpret_cast<const char *>(utf8));
   return reinterpret_cast<const char *>(utf8);
 }
 
-// The digest of a key as 0.4 to 0.6 store it: over its UTF-8 form, or, for
-// a key that has none, over its own bytes, marked
+namespace {
+
+// The digest of a tenant key: over its UTF-8 form, or, for a
+// key that has none, over its own bytes, marked
 // (fingerprint::unconverted_key_digest).
-void unordered_digest(const char *bytes, Size size,
-                      uint8 (&out)[key_digest_size]) {
+void tenant_digest(const char *bytes, Size size,
+                   uint8 (&out)[key_digest_size]) {
   bool owned;
-  const char *utf8 = utf8_form(bytes, size, &owned);
+  Size utf8_size;
+  const char *utf8 = utf8_form(bytes, size, &owned, &utf8_size);
   if (utf8 == nullptr) {
     unconverted_key_digest(bytes, size, out);
     return;
   }
-  key_digest(utf8, owned ? strlen(utf8) : size, out);
+  key_digest(utf8, utf8_size, out);
   if (owned)
     pfree(const_cast<char *>(utf8));
 }
 
 } // namespace
 
-bytea *digest_of_key(const text *key, bytea **unordered) {
+bytea *digest_of_key(const text *key) {
   const char *bytes = VARDATA_ANY(key);
   Size size = VARSIZE_ANY_EXHDR(key);
-  if (unordered != nullptr)
-    *unordered = nullptr;
   bool owned;
-  const char *utf8 = utf8_form(bytes, size, &owned);
+  Size utf8_size;
+  const char *utf8 = utf8_form(bytes, size, &owned, &utf8_size);
   if (utf8 == nullptr) {
     uint8 digest_bytes[key_digest_size];
     unconverted_key_digest(bytes, size, digest_bytes);
     return as_bytea(digest_bytes, key_digest_size);
   }
-  KeyDigests digests;
-  key_digests(utf8, owned ? strlen(utf8) : size, digests);
+  OrderedKeyDigest digest;
+  ordered_key_digest(utf8, utf8_size, digest);
   if (owned)
     pfree(const_cast<char *>(utf8));
-  if (unordered != nullptr && digests.differ())
-    *unordered = as_bytea(digests.unordered, key_digest_size);
-  return as_bytea(digests.ordered, digests.ordered_size);
+  return as_bytea(digest.bytes, digest.size);
 }
 
-bytea *unordered_digest_of_key(const text *key) {
+bytea *tenant_digest_of_key(const text *key) {
   const char *bytes = VARDATA_ANY(key);
   Size size = VARSIZE_ANY_EXHDR(key);
   uint8 digest_bytes[key_digest_size];
-  unordered_digest(bytes, size, digest_bytes);
-  return as_bytea(digest_bytes, key_digest_size);
-}
-
-bytea *legacy_digest_of_key(const text *key) {
-  const char *bytes = VARDATA_ANY(key);
-  Size size = VARSIZE_ANY_EXHDR(key);
-  if (bytes_are_canonical(bytes, size))
-    return nullptr;
-  uint8 digest_bytes[key_digest_size];
-  key_digest(bytes, size, digest_bytes);
+  tenant_digest(bytes, size, digest_bytes);
   return as_bytea(digest_bytes, key_digest_size);
 }
 

@@ -13,21 +13,29 @@ namespace idempotency::fingerprint {
 
 namespace {
 
+// Text in the database encoding is already in its UTF-8 form: a UTF8 or
+// SQL_ASCII database.
+bool database_text_is_utf8() {
+  int encoding = GetDatabaseEncoding();
+  return encoding == PG_UTF8 || encoding == PG_SQL_ASCII;
+}
+
 struct Bytes {
   const char *data;
   std::size_t size;
 };
 static_assert(std::is_trivially_destructible_v<Bytes>);
 
-Bytes in_form(const char *data, std::size_t size, TextForm form) {
-  if (form == TextForm::database || text_forms_agree())
+// Text in its UTF-8 form, whatever the database encoding.
+Bytes utf8_form(const char *data, std::size_t size) {
+  if (database_text_is_utf8())
     return {data, size};
   char *converted = pg_server_to_any(data, (int)size, PG_UTF8);
   return {converted, converted == data ? size : strlen(converted)};
 }
 
-Bytes in_form(const text *value, TextForm form) {
-  return in_form(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value), form);
+Bytes utf8_form(const text *value) {
+  return utf8_form(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));
 }
 
 Bytes encode(const ValueEncoder &encoder, Datum value) {
@@ -52,24 +60,19 @@ void hash_values(RequestFingerprint fingerprint, const ValueEncoder *encoders,
   fingerprint.finish(out);
 }
 
-int encoding_of(TextForm form) {
-  return form == TextForm::utf8 ? PG_UTF8 : GetDatabaseEncoding();
-}
-
 // Send functions of text-like types convert to the client encoding; hashing
-// with the client encoding set to the form's keeps a request's fingerprint
-// the same whatever client_encoding the retry arrives with.
-template <typename Body> void with_client_encoding(int encoding, Body body) {
+// with the client encoding set to UTF8 keeps a request's fingerprint the
+// same whatever client_encoding the retry arrives with.
+template <typename Body> void with_utf8_client_encoding(Body body) {
   int client_encoding = pg_get_client_encoding();
-  if (client_encoding == encoding ||
-      (encoding == PG_UTF8 && text_forms_agree() &&
-       client_encoding == GetDatabaseEncoding())) {
+  if (client_encoding == PG_UTF8 ||
+      (database_text_is_utf8() && client_encoding == GetDatabaseEncoding())) {
     body();
     return;
   }
-  if (PrepareClientEncoding(encoding) < 0 || SetClientEncoding(encoding) < 0)
+  if (PrepareClientEncoding(PG_UTF8) < 0 || SetClientEncoding(PG_UTF8) < 0)
     elog(ERROR, "cannot convert the database encoding to %s",
-         pg_encoding_to_char(encoding));
+         pg_encoding_to_char(PG_UTF8));
   PG_TRY();
   { body(); }
   PG_FINALLY();
@@ -77,28 +80,22 @@ template <typename Body> void with_client_encoding(int encoding, Body body) {
   PG_END_TRY();
 }
 
-bytea *framed_client_text(RequestFingerprint framed, const text *client_hash,
-                          TextForm form) {
-  Bytes hash = in_form(client_hash, form);
+bytea *framed_client_text(RequestFingerprint framed, const text *client_hash) {
+  Bytes hash = utf8_form(client_hash);
   framed.add_client_hash(hash.data, hash.size);
   Fingerprint digest;
   framed.finish(digest);
   return as_bytea(digest);
 }
 
-RequestFingerprint framing(text *fn, TextForm form) {
+RequestFingerprint framing(text *fn) {
   if (fn == nullptr)
     return RequestFingerprint::for_claim();
-  Bytes sql = in_form(fn, form);
+  Bytes sql = utf8_form(fn);
   return RequestFingerprint(sql.data, sql.size);
 }
 
 } // namespace
-
-bool text_forms_agree() {
-  int encoding = GetDatabaseEncoding();
-  return encoding == PG_UTF8 || encoding == PG_SQL_ASCII;
-}
 
 ValueEncoder encoder_for(Oid type) {
   HeapTuple tuple = SearchSysCache1(TYPEOID, ObjectIdGetDatum(type));
@@ -114,23 +111,21 @@ ValueEncoder encoder_for(Oid type) {
   return {output, false};
 }
 
-RequestFingerprint prefix_for(text *fn, int nargs, const Oid *types,
-                              TextForm form) {
-  RequestFingerprint prefix = framing(fn, form);
+RequestFingerprint prefix_for(text *fn, int nargs, const Oid *types) {
+  RequestFingerprint prefix = framing(fn);
   for (int i = 0; i < nargs; i++) {
     const char *type_name = format_type_be_qualified(types[i]);
-    Bytes name = in_form(type_name, strlen(type_name), form);
+    Bytes name = utf8_form(type_name, strlen(type_name));
     prefix.add_type(name.data, name.size);
   }
   return prefix;
 }
 
 bytea *request_hash(const RequestFingerprint &prefix,
-                    const ValueEncoder *encoders, const FnArgs &args,
-                    TextForm form) {
+                    const ValueEncoder *encoders, const FnArgs &args) {
   Fingerprint digest;
-  with_client_encoding(encoding_of(form),
-                       [&] { hash_values(prefix, encoders, args, digest); });
+  with_utf8_client_encoding(
+      [&] { hash_values(prefix, encoders, args, digest); });
   return as_bytea(digest);
 }
 
@@ -141,22 +136,8 @@ bytea *as_bytea(const Fingerprint &fingerprint) {
   return value;
 }
 
-ClientFingerprints client_fingerprints(text *fn, text *client_hash) {
-  ClientFingerprints fingerprints{
-      framed_client_text(framing(fn, TextForm::utf8), client_hash,
-                         TextForm::utf8),
-      nullptr};
-  if (!text_forms_agree())
-    fingerprints.earlier = framed_client_text(framing(fn, TextForm::database),
-                                              client_hash, TextForm::database);
-  return fingerprints;
-}
-
-bytea *legacy_client_fingerprint(const text *client_hash) {
-  Fingerprint digest;
-  legacy_fingerprint(VARDATA_ANY(client_hash), VARSIZE_ANY_EXHDR(client_hash),
-                     digest);
-  return as_bytea(digest);
+bytea *client_fingerprint(text *fn, text *client_hash) {
+  return framed_client_text(framing(fn), client_hash);
 }
 
 } // namespace idempotency::fingerprint

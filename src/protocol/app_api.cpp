@@ -1,6 +1,10 @@
 #include "idempotency/fingerprint/request_hash.hpp"
 
+#include <algorithm>
+
 #include "idempotency/protocol/app_api.hpp"
+#include "idempotency/boundary/sqlstates.hpp"
+#include "idempotency/boundary/subtransaction.hpp"
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/protocol/claim_lock.hpp"
 #include "idempotency/protocol/response_limit.hpp"
@@ -99,10 +103,6 @@ storage::KeyRef copy_key(const storage::KeyRef &key) {
   storage::KeyRef copy = key;
   copy.key = copy_text(key.key);
   copy.digest = copy_text(key.digest);
-  if (key.legacy_digest != nullptr)
-    copy.legacy_digest = copy_text(key.legacy_digest);
-  if (key.unordered_digest != nullptr)
-    copy.unordered_digest = copy_text(key.unordered_digest);
   if (key.has_tenant) {
     TypeLayout layout = tenant_layout(key);
     copy.tenant = datumCopy(key.tenant, layout.by_value, layout.length);
@@ -129,18 +129,15 @@ void hold(const storage::KeyRef &key, bytea *fingerprint,
 
 // A claim() request's fingerprint: the claim marker and the client's text
 // (or NULL), so a claim never matches an idempotent_call of the same key.
-RequestMatch claim_fingerprint(text *client_hash) {
-  if (client_hash != nullptr) {
-    fingerprint::ClientFingerprints client =
-        fingerprint::client_fingerprints(nullptr, client_hash);
-    return RequestMatch{client.current, {client.earlier, nullptr}, {}};
-  }
+bytea *claim_fingerprint(text *client_hash) {
+  if (client_hash != nullptr)
+    return fingerprint::client_fingerprint(nullptr, client_hash);
   fingerprint::RequestFingerprint framed =
       fingerprint::RequestFingerprint::for_claim();
   framed.add_null();
   fingerprint::Fingerprint digest;
   framed.finish(digest);
-  return RequestMatch{fingerprint::as_bytea(digest), {nullptr, nullptr}, {}};
+  return fingerprint::as_bytea(digest);
 }
 
 [[noreturn]] void report_not_claimed(const storage::KeyRef &key,
@@ -243,10 +240,10 @@ void on_subtransaction_event(SubXactEvent event, SubTransactionId aborted,
 } // namespace
 
 ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
-  RequestMatch request = claim_fingerprint(client_hash);
+  bytea *fingerprint = claim_fingerprint(client_hash);
   storage::KeyStore store = storage::key_store_for(key);
   TakenKey taken = take_key(
-      store, key, request, GetCurrentTransactionStartTimestamp(),
+      store, key, fingerprint, GetCurrentTransactionStartTimestamp(),
       key.has_tenant ? "idempotency.tenant_claim" : "idempotency.claim",
       TopTransactionResourceOwner);
   if (taken.replay) {
@@ -258,7 +255,7 @@ ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
     return ClaimRow{true, stored.response,   stored.response_is_null,
                     true, stored.created_at, stored.expires_at};
   }
-  hold(key, request.fingerprint, taken);
+  hold(key, fingerprint, taken);
   record_last_call(Outcome::ran);
   return ClaimRow{false, (Datum)0, true, false, 0, 0};
 }
@@ -268,10 +265,10 @@ void complete_key(const storage::KeyRef &key, Datum response,
   HeldKey &held = claimed_key(key, "idempotency.complete()");
   check_response_size(key, response, response_is_null);
   storage::KeyStore store = storage::key_store_for(key);
-  store.store(
-      key,
-      storage::NewRow{held.fingerprint, response, response_is_null, held.ttl,
-                      held.replaces_expired_row ? &held.expired_row : nullptr});
+  store.store(key, storage::NewRow{
+                       held.fingerprint, response, response_is_null, held.ttl,
+                       held.replaces_expired_row ? &held.expired_row : nullptr,
+                       GetCurrentTransactionStartTimestamp()});
   held.completed = true;
   held.completed_in = GetCurrentSubTransactionId();
   stats::count(stats::Event::ran);
@@ -304,6 +301,10 @@ LookupRow lookup_key(const storage::KeyRef &key) {
     break;
   case storage::KeyState::in_progress:
     row.state = LookupState::in_progress;
+    break;
+  case storage::KeyState::gone:
+    row.state = LookupState::gone;
+    row.has_times = true;
     break;
   case storage::KeyState::expired:
   case storage::KeyState::absent:
@@ -345,6 +346,7 @@ bool forget_key(const storage::KeyRef &key) {
       store.probe(key, GetCurrentTransactionStartTimestamp());
   switch (stored.state) {
   case storage::KeyState::done:
+  case storage::KeyState::gone:
     return store.remove(key, stored);
   case storage::KeyState::in_progress:
     report_in_progress(key);
@@ -357,6 +359,51 @@ bool forget_key(const storage::KeyRef &key) {
   pg_unreachable();
 }
 
+namespace {
+
+int compare_bytes(const varlena *a, const varlena *b) {
+  Size a_size = VARSIZE_ANY_EXHDR(a);
+  Size b_size = VARSIZE_ANY_EXHDR(b);
+  int order = memcmp(VARDATA_ANY(a), VARDATA_ANY(b), Min(a_size, b_size));
+  if (order != 0)
+    return order;
+  return a_size < b_size ? -1 : (a_size > b_size ? 1 : 0);
+}
+
+} // namespace
+
+void claim_batch(const storage::KeyRef *keys, text *const *client_hashes,
+                 int count, BatchAnswer *answers) {
+  clear_last_call();
+  int *order = static_cast<int *>(palloc(sizeof(int) * Max(count, 1)));
+  for (int i = 0; i < count; i++)
+    order[i] = i;
+  std::sort(order, order + count, [keys](int a, int b) {
+    int by_digest = compare_bytes(keys[a].digest, keys[b].digest);
+    return by_digest != 0 ? by_digest < 0 : a < b;
+  });
+  for (int n = 0; n < count; n++) {
+    int i = order[n];
+    BatchAnswer *answer = &answers[i];
+    run_in_subtransaction(
+        [answer, key = &keys[i], hash = client_hashes[i]] {
+          answer->row = claim_key(*key, hash);
+          answer->outcome = answer->row.replayed ? BatchOutcome::replayed
+                                                 : BatchOutcome::claimed;
+        },
+        [answer](const ErrorData *error) {
+          if (!is_key_answer(error->sqlerrcode))
+            return false;
+          answer->outcome = BatchOutcome::refused;
+          answer->sqlerrcode = error->sqlerrcode;
+          answer->message = pstrdup(error->message);
+          return true;
+        });
+  }
+  pfree(order);
+  clear_last_call();
+}
+
 const char *lookup_state_name(LookupState state) {
   switch (state) {
   case LookupState::absent:
@@ -367,6 +414,8 @@ const char *lookup_state_name(LookupState state) {
     return "done";
   case LookupState::expired:
     return "expired";
+  case LookupState::gone:
+    return "gone";
   }
   return nullptr;
 }

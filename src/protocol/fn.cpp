@@ -57,7 +57,7 @@ Datum result_to_jsonb(SPITupleTable *table, uint64 rows, bool *is_null) {
   *is_null = false;
   int columns = table == nullptr ? 0 : table->tupdesc->natts;
   ResultShape shape = result_shape(rows, columns);
-  if (shape == ResultShape::no_response) {
+  if (table == nullptr || shape == ResultShape::no_response) {
     *is_null = true;
     return (Datum)0;
   }

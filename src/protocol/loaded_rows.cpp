@@ -5,6 +5,7 @@
 #include "idempotency/storage/role_marks.hpp"
 
 extern "C" {
+#include "access/detoast.h"
 #include "executor/spi.h"
 }
 
@@ -28,33 +29,24 @@ TriggerData *row_trigger_data(FunctionCallInfo fcinfo) {
   return trigger;
 }
 
-// The new row's values, changed column by column.
-struct Changes {
-  static constexpr int max_changes = 3;
-  int count;
-  int columns[max_changes];
-  Datum values[max_changes];
-  bool nulls[max_changes];
+// Rows of dumps made before 0.4 hold request_hash as text (the hex of the
+// fingerprint, or before 0.3 the client's own text) and, before 0.3, a
+// status of 'done': neither can be read as a fingerprint.
+[[noreturn]] void report_row_before_0_4() {
+  ereport(ERROR,
+          (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+           errmsg("row of idempotency.keys from a version before 0.4 cannot "
+                  "be loaded"),
+           errdetail("Its request_hash is not a fingerprint of %d bytes, or "
+                     "it has a status.",
+                     (int)fingerprint::fingerprint_size),
+           errhint("Restore the dump into a database with version 0.7 of the "
+                   "extension, then dump that database again.")));
+  pg_unreachable();
+}
 
-  void add(int column, Datum value, bool isnull) {
-    columns[count] = column;
-    values[count] = value;
-    nulls[count] = isnull;
-    count++;
-  }
-};
-
-// A request_hash stored before 0.4, read from its text: the fingerprint
-// the update to 0.4 made of it.
-bytea *fingerprint_of_text_hash(const bytea *text_hash) {
-  fingerprint::Fingerprint bytes;
-  fingerprint::legacy_fingerprint(VARDATA_ANY(text_hash),
-                                  VARSIZE_ANY_EXHDR(text_hash), bytes);
-  bytea *result =
-      static_cast<bytea *>(palloc(VARHDRSZ + fingerprint::fingerprint_size));
-  SET_VARSIZE(result, VARHDRSZ + fingerprint::fingerprint_size);
-  memcpy(VARDATA(result), bytes, fingerprint::fingerprint_size);
-  return result;
+bool is_fingerprint(Datum hash) {
+  return toast_raw_datum_size(hash) - VARHDRSZ == fingerprint::fingerprint_size;
 }
 
 // A loaded key's role gets its mark, as when the role stores a key: the
@@ -70,11 +62,21 @@ void mark_role_of(Relation keys, HeapTuple row) {
     storage::role_marks::ensure(keys, scope_column, DatumGetObjectId(scope));
 }
 
+// A tombstone (expired_at set, from 1.0 on) keeps no key text to compute a
+// digest from: its digest is loaded as it was dumped, in the form 1.0
+// computes.
+bool is_tombstone(TupleDesc desc, HeapTuple row) {
+  int expired_at_column = SPI_fnumber(desc, "expired_at");
+  if (expired_at_column <= 0)
+    return false;
+  bool isnull = true;
+  (void)heap_getattr(row, expired_at_column, desc, &isnull);
+  return !isnull;
+}
+
 } // namespace
 
-namespace {
-
-Datum fix_loaded_row(FunctionCallInfo fcinfo, bool ordered) {
+Datum keys_loaded_body(FunctionCallInfo fcinfo) {
   TriggerData *trigger = row_trigger_data(fcinfo);
   HeapTuple row = trigger->tg_trigtuple;
   TupleDesc desc = RelationGetDescr(trigger->tg_relation);
@@ -84,43 +86,24 @@ Datum fix_loaded_row(FunctionCallInfo fcinfo, bool ordered) {
   int status_column = SPI_fnumber(desc, "status");
   if (key_column <= 0 || digest_column <= 0 || hash_column <= 0)
     return PointerGetDatum(row); // not the table this trigger is for
-  mark_role_of(trigger->tg_relation, row);
 
-  Changes changes{};
-  bool key_isnull, digest_isnull, hash_isnull;
+  // NULLs are refused by NOT NULL after this trigger.
+  bool key_isnull, hash_isnull, status_isnull = true;
   Datum key = heap_getattr(row, key_column, desc, &key_isnull);
-  (void)heap_getattr(row, digest_column, desc, &digest_isnull);
   Datum hash = heap_getattr(row, hash_column, desc, &hash_isnull);
-  // A NULL key is refused by NOT NULL after this trigger.
-  if (!key_isnull)
-    changes.add(digest_column,
-                PointerGetDatum(
-                    ordered ? fingerprint::digest_of_key(DatumGetTextPP(key))
-                            : fingerprint::unordered_digest_of_key(
-                                  DatumGetTextPP(key))),
-                false);
-  if (digest_isnull && !hash_isnull)
-    changes.add(
-        hash_column,
-        PointerGetDatum(fingerprint_of_text_hash(DatumGetByteaPP(hash))),
-        false);
   if (status_column > 0)
-    changes.add(status_column, (Datum)0, true);
-  if (changes.count == 0)
+    (void)heap_getattr(row, status_column, desc, &status_isnull);
+  if ((!hash_isnull && !is_fingerprint(hash)) || !status_isnull)
+    report_row_before_0_4();
+  mark_role_of(trigger->tg_relation, row);
+  if (key_isnull || is_tombstone(desc, row))
     return PointerGetDatum(row);
-  return PointerGetDatum(
-      heap_modify_tuple_by_cols(row, desc, changes.count, changes.columns,
-                                changes.values, changes.nulls));
-}
-
-} // namespace
-
-Datum keys_loaded_body(FunctionCallInfo fcinfo) {
-  return fix_loaded_row(fcinfo, true);
-}
-
-Datum unordered_keys_loaded_body(FunctionCallInfo fcinfo) {
-  return fix_loaded_row(fcinfo, false);
+  int column = digest_column;
+  Datum digest =
+      PointerGetDatum(fingerprint::digest_of_key(DatumGetTextPP(key)));
+  bool digest_isnull = false;
+  return PointerGetDatum(heap_modify_tuple_by_cols(row, desc, 1, &column,
+                                                   &digest, &digest_isnull));
 }
 
 } // namespace idempotency::protocol

@@ -43,22 +43,13 @@ bool same_types(const Oid *a, const Oid *b, int count) {
   return memcmp(a, b, sizeof(Oid) * count) == 0;
 }
 
-// Fills the fingerprint prefixes and encoders from the statement's types.
+// Fills the fingerprint prefix and encoders from the statement's types.
 void fingerprint_types(Statement &statement, text *fn) {
   for (int i = 0; i < statement.nargs; i++)
     statement.encoders[i] = fingerprint::encoder_for(statement.types[i]);
-  statement.fingerprint_prefix = fingerprint::prefix_for(
-      fn, statement.nargs, statement.types, fingerprint::TextForm::utf8);
-  statement.earlier_differs =
-      statement.converts || !fingerprint::text_forms_agree();
-  if (!statement.earlier_differs)
-    return;
-  for (int i = 0; i < statement.nargs; i++)
-    statement.earlier_encoders[i] =
-        fingerprint::encoder_for(statement.given_types[i]);
-  statement.earlier_prefix =
-      fingerprint::prefix_for(fn, statement.nargs, statement.given_types,
-                              fingerprint::TextForm::database);
+  statement.fingerprint_prefix =
+      fingerprint::prefix_for(fn, statement.nargs, statement.types);
+  statement.fingerprint_prefix.keep_prefix_state();
 }
 
 // Works out, in a new memory context under `parent`, what fn receives and
@@ -85,8 +76,6 @@ void describe(Statement &statement, text *fn, const Oid *types,
       described.converts |= described.conversions[i].expression != nullptr;
     }
     described.encoders =
-        allocate<fingerprint::ValueEncoder>(context, statement.nargs);
-    described.earlier_encoders =
         allocate<fingerprint::ValueEncoder>(context, statement.nargs);
     fingerprint_types(described, fn);
   }
@@ -124,7 +113,10 @@ void refresh(Statement &statement, text *fn) {
     statement.plan = nullptr;
     return;
   }
+  // The prefixes' bytes and kept states live with the statement.
+  MemoryContext caller = MemoryContextSwitchTo(statement.context);
   fingerprint_types(statement, fn);
+  MemoryContextSwitchTo(caller);
   statement.catalog_generation = generation;
 }
 
@@ -139,9 +131,9 @@ Statement build(uint64 hash, text *fn, const FnArgs &args, bool kept,
   // describe() fills in everything after given_types.
   fingerprint::RequestFingerprint unset =
       fingerprint::RequestFingerprint::for_claim();
-  Statement statement{
-      hash,  sql,     args.count, given_types, nullptr, nullptr, nullptr, false,
-      unset, nullptr, false,      unset,       nullptr, nullptr, kept,    0};
+  Statement statement{hash,    sql,     args.count, given_types, nullptr,
+                      nullptr, nullptr, false,      unset,       nullptr,
+                      nullptr, kept,    0};
   describe(statement, fn, inferred_types(statement), context);
   return statement;
 }

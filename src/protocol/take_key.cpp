@@ -1,5 +1,3 @@
-#include "idempotency/fingerprint/request_hash.hpp"
-
 #include "idempotency/boundary/sqlstates.hpp"
 #include "idempotency/protocol/claim_lock.hpp"
 #include "idempotency/protocol/message_key.hpp"
@@ -9,6 +7,7 @@
 
 extern "C" {
 #include "miscadmin.h"
+#include "utils/timestamp.h"
 }
 
 namespace idempotency::protocol {
@@ -18,23 +17,6 @@ namespace {
 bool same_bytes(const varlena *a, const varlena *b) {
   return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
          memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
-}
-
-bool matches(const RequestMatch &request, const storage::KeyProbe &row) {
-  // A table not yet updated to 0.4 holds fingerprints as text: the hex of
-  // the 32 bytes, or a client's text from before 0.3, which the legacy form
-  // turns into what the update would store.
-  const bytea *stored =
-      row.request_hash_is_hex
-          ? fingerprint::legacy_client_fingerprint(row.request_hash)
-          : row.request_hash;
-  if (same_bytes(stored, request.fingerprint))
-    return true;
-  for (const bytea *earlier : request.earlier)
-    if (earlier != nullptr && same_bytes(stored, earlier))
-      return true;
-  return request.deferred.compute != nullptr &&
-         same_bytes(stored, request.deferred.compute(request.deferred.context));
 }
 
 [[noreturn]] void report_reused(const storage::KeyRef &key) {
@@ -64,6 +46,28 @@ bool matches(const RequestMatch &request, const storage::KeyProbe &row) {
   pg_unreachable();
 }
 
+// A retry of a key whose response is no longer kept: it ran, and must not
+// run again while its tombstone lasts.
+[[noreturn]] void report_gone(const storage::KeyRef &key,
+                              const storage::KeyProbe &stored) {
+  const char *shown = key_text(key);
+  const char *ran_at = pstrdup(timestamptz_to_str(stored.created_at));
+  const char *expired_at =
+      pstrdup(timestamptz_to_str(stored.response_expired_at));
+  const char *forgotten_at = pstrdup(timestamptz_to_str(stored.expires_at));
+  ereport(ERROR,
+          (errcode(errcode_key_gone),
+           errmsg("idempotency key \"%s\" already ran at %s; its response is "
+                  "no longer kept",
+                  shown, ran_at),
+           errdetail("Its response expired at %s; the key is remembered, and "
+                     "a retry of the same request refused, until %s.",
+                     expired_at, forgotten_at),
+           errhint("The request must not run again. Use a new idempotency "
+                   "key only for a new request.")));
+  pg_unreachable();
+}
+
 TimestampTz wait_deadline() {
   int wait_ms = settings::wait_timeout_ms();
   if (wait_ms == 0)
@@ -85,7 +89,7 @@ void report_in_progress(const storage::KeyRef &key) {
 }
 
 TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
-                  const RequestMatch &request, TimestampTz now,
+                  const bytea *fingerprint, TimestampTz now,
                   const char *command, ResourceOwner owner) {
   TimestampTz deadline = wait_deadline();
   // The claim's tag is derived only when the key must be claimed: a replay,
@@ -99,10 +103,16 @@ TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
     storage::KeyProbe stored = store.probe(key, now);
     if (stored.state == storage::KeyState::done) {
       release(claim);
-      if (!matches(request, stored))
+      if (!same_bytes(stored.request_hash, fingerprint))
         report_reused(key);
       stats::count(stats::Event::replayed);
       return TakenKey{true, stored, claim};
+    }
+    if (stored.state == storage::KeyState::gone) {
+      release(claim);
+      if (!same_bytes(stored.request_hash, fingerprint))
+        report_reused(key);
+      report_gone(key, stored);
     }
 
     PreventCommandIfReadOnly(command);

@@ -26,10 +26,9 @@ constexpr int default_batch_size = 1000;
 // must stay short whatever is configured.
 constexpr int max_batch_size = 100000;
 
-// Flat out, the worker deletes over 300k keys a second and takes a whole
-// core from the callers; at 100k a second it takes about a third of one and
-// still clears a backlog of a million keys in ten seconds, many times what
-// callers can add in that time (see docs/expiry.md).
+// Flat out, the worker takes a core from the callers; at the default rate
+// it leaves them most of one and still deletes keys many times faster than
+// callers add them (figures: docs/benchmark.md, docs/expiry.md).
 constexpr int default_rate = 100000;
 
 int interval_seconds = default_interval_seconds;
@@ -117,12 +116,14 @@ enum class CallSetting {
   ttl,
   wait_timeout,
   max_response_size,
-  store_errors
+  store_errors,
+  remember
 };
 constexpr const char *call_setting_names[] = {
-    "idempotency.max_ttl", "idempotency.ttl", "idempotency.wait_timeout",
-    "idempotency.max_response_size", "idempotency.store_errors"};
-constexpr int call_setting_count = 5;
+    "idempotency.max_ttl",      "idempotency.ttl",
+    "idempotency.wait_timeout", "idempotency.max_response_size",
+    "idempotency.store_errors", "idempotency.remember"};
+constexpr int call_setting_count = 6;
 
 // A value a call setting did not take, with where it came from.
 struct RefusedValue {
@@ -259,6 +260,15 @@ void raise_if_value_refused() {
   any_refused = false;
 }
 
+// The refusal of one setting only: for expiry, which reads
+// idempotency.remember and none of the call's other settings, and must not
+// stop because a role's or database's ttl was refused.
+void raise_if_refused(CallSetting setting) {
+  int i = static_cast<int>(setting);
+  if (any_refused && refused_values[i].refused)
+    report_refused(i);
+}
+
 } // namespace
 
 // The call's settings (idempotency.ttl, idempotency.wait_timeout).
@@ -271,6 +281,9 @@ Interval max_ttl_value;
 Interval key_ttl_value;
 int wait_timeout = 0;
 int max_response_size = 0;
+char *remember_text = nullptr;
+Interval remember_value;
+bool remembers = false;
 
 // 10MB, in bytes (GUC_UNIT_BYTE).
 constexpr int default_max_response_size = 10 * 1024 * 1024;
@@ -285,7 +298,7 @@ bool parse_interval(const char *text, Interval *out) {
   char copy[MAXDATELEN + 1];
   if (strlen(text) > MAXDATELEN)
     return false;
-  strcpy(copy, text);
+  strlcpy(copy, text, sizeof copy);
 
   char workbuf[256];
   char *fields[MAXDATEFIELDS];
@@ -300,7 +313,7 @@ bool parse_interval(const char *text, Interval *out) {
     status = DecodeInterval(fields, field_types, nfields, INTERVAL_FULL_RANGE,
                             &dtype, &itm);
   if (status == DTERR_BAD_FORMAT) {
-    strcpy(copy, text);
+    strlcpy(copy, text, sizeof copy);
     status = DecodeISO8601Interval(copy, &dtype, &itm);
   }
   if (status != 0 || dtype != DTK_DELTA)
@@ -411,6 +424,36 @@ void assign_max_ttl(const char *, void *extra) {
   forget_refusal(CallSetting::max_ttl);
 }
 
+// The longest idempotency.remember: a year of tombstones, as intervals
+// compare (a month is 30 days).
+constexpr long double longest_remember_usecs = 365.0L * USECS_PER_DAY;
+
+// idempotency.remember: 0 (tombstones off), or a span as check_span() wants
+// one, at most a year.
+bool check_remember(char **newval, void **extra, GucSource source) {
+  Interval parsed;
+  if (*newval != nullptr && parse_interval(*newval, &parsed) &&
+      parsed.month == 0 && parsed.day == 0 && parsed.time == 0)
+    return keep_parsed(parsed, extra);
+  if (!check_span("idempotency.remember", *newval, &parsed)) {
+    note_check_refusal(CallSetting::remember, *newval, source);
+    return false;
+  }
+  if (comparable_usecs(parsed) > longest_remember_usecs) {
+    GUC_check_errdetail("idempotency.remember must be at most 365 days.");
+    note_check_refusal(CallSetting::remember, *newval, source);
+    return false;
+  }
+  return keep_parsed(parsed, extra);
+}
+
+void assign_remember(const char *, void *extra) {
+  remember_value = *static_cast<Interval *>(extra);
+  remembers = remember_value.month != 0 || remember_value.day != 0 ||
+              remember_value.time != 0;
+  forget_refusal(CallSetting::remember);
+}
+
 const char *sqlstate_list_problem(SqlstateListCheck check) {
   switch (check) {
   case SqlstateListCheck::ok:
@@ -489,6 +532,15 @@ void define() {
       "a key past its TTL is treated as absent.",
       &ttl_text, "24h", PGC_USERSET, 0, check_ttl, assign_ttl, nullptr);
 
+  DefineCustomStringVariable(
+      "idempotency.remember",
+      "How long a key is remembered after its response expired.",
+      "Within this span a retry of the same request gets IK410 instead of "
+      "running again, another request with the key IK422; 0 turns "
+      "tombstones off. At most 365 days.",
+      &remember_text, "7 days", PGC_SUSET, 0, check_remember, assign_remember,
+      nullptr);
+
   DefineCustomIntVariable(
       "idempotency.wait_timeout",
       "How long a call waits for another transaction holding the same key.",
@@ -537,6 +589,23 @@ TimestampTz key_expiry(TimestampTz created_at, const Interval &ttl) {
   raise_if_value_refused();
   return Min(plus_interval(created_at, ttl),
              plus_interval(created_at, max_ttl_value));
+}
+
+bool remember_keys() {
+  raise_if_refused(CallSetting::remember);
+  return remembers;
+}
+
+const Interval &remember() {
+  raise_if_refused(CallSetting::remember);
+  return remember_value;
+}
+
+TimestampTz forgotten_at(TimestampTz response_expired_at) {
+  raise_if_refused(CallSetting::remember);
+  if (!remembers)
+    return response_expired_at;
+  return plus_interval(response_expired_at, remember_value);
 }
 
 int wait_timeout_ms() {

@@ -3,6 +3,7 @@
 #include "idempotency/storage/citus.hpp"
 
 #include "idempotency/storage/columns.hpp"
+#include "idempotency/storage/table_owner.hpp"
 
 extern "C" {
 #include "access/genam.h"
@@ -523,17 +524,65 @@ void lock_shard_placement(uint64 shard, Oid owner) {
     Datum shard_datum = Int64GetDatum(static_cast<int64>(shard));
     ArrayType *shards_array = construct_array(
         &shard_datum, 1, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE);
-    Oid saved_user;
-    int saved_context;
-    GetUserIdAndSecContext(&saved_user, &saved_context);
-    SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
+    table_owner::Saved saved = table_owner::become(owner);
     OidFunctionCall2(function, Int32GetDatum(ShareLock),
                      PointerGetDatum(shards_array));
-    SetUserIdAndSecContext(saved_user, saved_context);
+    table_owner::restore(saved);
   }
   // Citus takes the lock as an advisory lock, which, unlike a relation's,
   // does not take in the invalidations of the transactions it waited for.
   AcceptInvalidationMessages();
+}
+
+int32 local_group() { return local_group_from_catalog(); }
+
+Oid shard_relation(Oid relid, uint64 shard) {
+  char name[NAMEDATALEN];
+  snprintf(name, sizeof name, "%s_" UINT64_FORMAT, get_rel_name(relid), shard);
+  return get_relname_relid(name, get_rel_namespace(relid));
+}
+
+ShardRelations local_shard_relations(Oid relid) {
+  ShardRelations found{0, nullptr};
+  Oid shard_oid = get_relname_relid("pg_dist_shard", PG_CATALOG_NAMESPACE);
+  if (!OidIsValid(shard_oid))
+    return found;
+  Relation shards = table_open(shard_oid, AccessShareLock);
+  TupleDesc desc = RelationGetDescr(shards);
+  AttrNumber logicalrelid = column_named(desc, "logicalrelid");
+  AttrNumber shardid = column_named(desc, "shardid");
+  if (logicalrelid == InvalidAttrNumber || shardid == InvalidAttrNumber)
+    elog(ERROR, "pg_dist_shard has no column logicalrelid or shardid");
+  Oid index = get_relname_relid("pg_dist_shard_logical_relid_index",
+                                PG_CATALOG_NAMESPACE);
+  ScanKeyData key;
+  ScanKeyInit(&key, logicalrelid, BTEqualStrategyNumber, F_OIDEQ,
+              ObjectIdGetDatum(relid));
+  SysScanDesc scan =
+      systable_beginscan(shards, index, OidIsValid(index), nullptr, 1, &key);
+  int allocated = 0;
+  for (HeapTuple tuple = systable_getnext(scan); tuple != nullptr;
+       tuple = systable_getnext(scan)) {
+    bool isnull = true;
+    Datum shard = heap_getattr(tuple, shardid, desc, &isnull);
+    if (isnull)
+      continue;
+    Oid shard_relid =
+        shard_relation(relid, static_cast<uint64>(DatumGetInt64(shard)));
+    if (!OidIsValid(shard_relid))
+      continue;
+    if (found.count == allocated) {
+      allocated = allocated == 0 ? 16 : allocated * 2;
+      found.relids = static_cast<Oid *>(
+          found.relids == nullptr
+              ? palloc(sizeof(Oid) * allocated)
+              : repalloc(found.relids, sizeof(Oid) * allocated));
+    }
+    found.relids[found.count++] = shard_relid;
+  }
+  systable_endscan(scan);
+  table_close(shards, AccessShareLock);
+  return found;
 }
 
 ShardPlacements shard_placements(uint64 shard) {
@@ -585,7 +634,10 @@ bool may_write_local_shard() {
 }
 
 void note_local_shard_write() {
-  shards().set_local_execution_status(local_execution_required);
+  const ShardFunctions &citus = shards();
+  if (citus.set_local_execution_status == nullptr)
+    elog(ERROR, "note_local_shard_write without may_write_local_shard");
+  citus.set_local_execution_status(local_execution_required);
   note_key_write();
 }
 

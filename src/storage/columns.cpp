@@ -1,5 +1,7 @@
 #include "idempotency/storage/columns.hpp"
 
+#include "idempotency/storage/schema.hpp"
+
 extern "C" {
 #include "access/htup_details.h"
 #include "catalog/namespace.h"
@@ -28,7 +30,7 @@ bool fits_scope(Oid type) {
     return false;
   Form_pg_type form = reinterpret_cast<Form_pg_type>(GETSTRUCT(tuple));
   bool fits = form->typlen == 4 && form->typbyval &&
-              form->typnamespace == get_namespace_oid("idempotency", true);
+              form->typnamespace == schema::oid(true);
   ReleaseSysCache(tuple);
   return fits;
 }

@@ -11,12 +11,17 @@ KeyStore key_store_for(const KeyRef &key) {
   return KeyStore(local_keys, key_table());
 }
 
+const KeyBackend &key_backend(int index) {
+  static const KeyBackend *const backends[key_backend_count] = {
+      &local_keys, &tenant_keys::backend};
+  Assert(index >= 0 && index < key_backend_count);
+  return *backends[index];
+}
+
 // Expiry finds its tables itself, in each of its transactions: a round runs
 // in many, and DROP EXTENSION may commit between two of them.
 KeyStore expiry_store(int index) {
-  if (index == 0)
-    return KeyStore(local_keys, KeyTable{InvalidOid, InvalidOid, InvalidOid});
-  return KeyStore(tenant_keys::backend,
+  return KeyStore(key_backend(index),
                   KeyTable{InvalidOid, InvalidOid, InvalidOid});
 }
 

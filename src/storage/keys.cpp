@@ -5,6 +5,7 @@
 #include "idempotency/storage/commit_guard.hpp"
 #include "idempotency/storage/role_marks.hpp"
 #include "idempotency/storage/row_insert.hpp"
+#include "idempotency/storage/schema.hpp"
 
 #include "idempotency/settings/settings.hpp"
 
@@ -18,10 +19,9 @@ extern "C" {
 #include "storage/bufmgr.h"
 #include "utils/rel.h"
 #include "catalog/pg_collation.h"
-#include "catalog/pg_extension.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
-#include "mb/pg_wchar.h"
 #include "optimizer/optimizer.h"
 #include "parser/parse_func.h"
 #include "rewrite/rewriteHandler.h"
@@ -65,7 +65,7 @@ struct TableCache {
   KeyColumns columns;
   int default_count;
   DefaultColumn *defaults;
-  Oid loader_function;   // idempotency.keys_loaded(), InvalidOid before 0.6
+  Oid loader_function;   // idempotency.keys_loaded()
   MemoryContext context; // owns `defaults` and their expressions
 };
 
@@ -95,8 +95,7 @@ void watch_invalidations() {
 }
 
 Oid keys_table_oid() {
-  Oid schema = get_namespace_oid("idempotency", false);
-  Oid table = get_relname_relid("keys", schema);
+  Oid table = schema::relation("keys");
   if (!OidIsValid(table))
     report_missing_table();
   return table;
@@ -120,66 +119,66 @@ constexpr ExpectedColumn expected_columns[] = {
     {"expires_at", TIMESTAMPTZOID, &KeyColumns::expires_at},
 };
 
-// The version of the extension in this database, as pg_extension records
-// it; nullptr when there is none.
-char *installed_version() {
-  Relation extensions = table_open(ExtensionRelationId, AccessShareLock);
-  ScanKeyData name;
-  ScanKeyInit(&name, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
-              CStringGetDatum("idempotency"));
-  SysScanDesc scan = systable_beginscan(extensions, ExtensionNameIndexId, true,
-                                        nullptr, 1, &name);
-  char *version = nullptr;
-  HeapTuple tuple = systable_getnext(scan);
-  if (HeapTupleIsValid(tuple)) {
-    bool isnull;
-    Datum value = heap_getattr(tuple, Anum_pg_extension_extversion,
-                               RelationGetDescr(extensions), &isnull);
-    if (!isnull)
-      version = text_to_cstring(DatumGetTextPP(value));
-  }
-  systable_endscan(scan);
-  table_close(extensions, AccessShareLock);
-  return version;
+// The C function of the trigger keys_loaded (protocol/loaded_rows.hpp),
+// which fixes rows that COPY or INSERT load; InvalidOid when there is none.
+Oid loader_function() {
+  List *name = list_make2(makeString(pstrdup("idempotency")),
+                          makeString(pstrdup("keys_loaded")));
+  return LookupFuncName(name, 0, nullptr, true);
 }
 
-// Whether key_digest still holds digests over the database encoding: 0.4
-// and 0.5 stored them so, and the update to 0.6 recomputes them (then
-// alters the table, which makes every backend locate the columns again).
-bool digests_in_database_encoding() {
-  int encoding = GetDatabaseEncoding();
-  if (encoding == PG_UTF8 || encoding == PG_SQL_ASCII)
+// The C function of keys_loaded() from 0.7 on (entry/functions.cpp): it
+// computes the digests 0.7 and later store.
+constexpr const char *current_loader_symbol = "idempotency_ordered_keys_loaded";
+
+// The library serves the table as 0.7 and later make it. Before 0.7 the
+// primary key held other digests: none before 0.4 (it was on the key's
+// text, and request_hash was hex text), then every key's unordered digest
+// (over the database encoding in 0.4 and 0.5). Those tables are told apart
+// by what they have: a key_digest column, and a loader trigger whose C
+// function computes the digests 0.7 stores.
+bool holds_current_digests(TupleDesc desc, Oid loader) {
+  if (find_column(desc, "key_digest") == nullptr || !OidIsValid(loader))
     return false;
-  char *version = installed_version();
-  return version != nullptr &&
-         (strcmp(version, "0.4") == 0 || strcmp(version, "0.5") == 0);
+  HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(loader));
+  if (!HeapTupleIsValid(proc))
+    return false;
+  bool isnull;
+  Datum symbol = SysCacheGetAttr(PROCOID, proc, Anum_pg_proc_prosrc, &isnull);
+  bool current = !isnull && strcmp(TextDatumGetCString(symbol),
+                                   current_loader_symbol) == 0;
+  ReleaseSysCache(proc);
+  return current;
 }
 
-// Whether key_digest still holds every key's unordered digest, as 0.4 to
-// 0.6 stored it; the update to 0.7 recomputes them (and alters the table,
-// which makes every backend locate the columns again).
-bool digests_unordered() {
-  char *version = installed_version();
-  return version != nullptr &&
-         (strcmp(version, "0.4") == 0 || strcmp(version, "0.5") == 0 ||
-          strcmp(version, "0.6") == 0);
+// expired_at, which 1.0 added: the table of 0.7, before its update, has
+// none and keeps no tombstones.
+AttrNumber locate_expired_at(TupleDesc desc) {
+  Form_pg_attribute attribute = find_column(desc, "expired_at");
+  if (attribute == nullptr)
+    return InvalidAttrNumber;
+  if (attribute->atttypid != TIMESTAMPTZOID || attribute->attgenerated != '\0')
+    ereport(ERROR,
+            (errcode(ERRCODE_DATATYPE_MISMATCH),
+             errmsg("column \"expired_at\" of idempotency.keys has type %s, "
+                    "which idempotent_call cannot store",
+                    format_type_be(attribute->atttypid)),
+             errdetail("idempotent_call stores timestamp with time zone in "
+                       "this column, unchanged and not generated."),
+             errhint("Change the column back with ALTER TABLE "
+                     "idempotency.keys ALTER COLUMN expired_at TYPE "
+                     "timestamptz.")));
+  return attribute->attnum;
 }
 
 // Refuses a table whose columns the extension could not read or write
 // correctly: a value stored under another type would be misread later.
-//
-// A table without key_digest has the row of versions before 0.4 (primary
-// key on the key's text, request_hash as hex text): the library serves it
-// until ALTER EXTENSION UPDATE changes it.
-KeyColumns locate_columns(Relation rel) {
+KeyColumns locate_columns(Relation rel, Oid loader) {
   TupleDesc desc = RelationGetDescr(rel);
+  if (!holds_current_digests(desc, loader))
+    report_schema_before_0_7();
   KeyColumns columns{};
-  columns.text_layout = find_column(desc, "key_digest") == nullptr;
   for (ExpectedColumn expected : expected_columns) {
-    if (columns.text_layout && expected.field == &KeyColumns::key_digest)
-      continue;
-    if (columns.text_layout && expected.field == &KeyColumns::request_hash)
-      expected.type = TEXTOID;
     Form_pg_attribute attribute = find_column(desc, expected.name);
     if (attribute == nullptr)
       ereport(ERROR,
@@ -208,29 +207,21 @@ KeyColumns locate_columns(Relation rel) {
                                                             : REGROLEOID))));
     columns.*expected.field = attribute->attnum;
   }
-  columns.legacy_digest =
-      !columns.text_layout && digests_in_database_encoding();
-  columns.unordered_digest = !columns.text_layout && digests_unordered();
+  columns.expired_at = locate_expired_at(desc);
   return columns;
 }
 
 bool is_ours(const KeyColumns &columns, AttrNumber attnum) {
+  if (attnum == InvalidAttrNumber)
+    return false;
   for (const ExpectedColumn &expected : expected_columns)
-    if (columns.*expected.field == attnum && attnum != InvalidAttrNumber)
+    if (columns.*expected.field == attnum)
       return true;
-  return false;
+  return columns.expired_at == attnum;
 }
 
 bool is_ours_column(const void *columns, AttrNumber attnum) {
   return is_ours(*static_cast<const KeyColumns *>(columns), attnum);
-}
-
-// The function of the trigger keys_loaded (protocol/loaded_rows.hpp), which
-// fixes rows that COPY or INSERT load; InvalidOid before version 0.6.
-Oid loader_function() {
-  List *name = list_make2(makeString(pstrdup("idempotency")),
-                          makeString(pstrdup("keys_loaded")));
-  return LookupFuncName(name, 0, nullptr, true);
 }
 
 // Replaces the cached columns. The old memory context may still be in use
@@ -240,7 +231,8 @@ Oid loader_function() {
 // was built serves this call and the next one looks again.
 void remember_columns(Relation rel) {
   uint64 invalidations = cache.invalidations;
-  KeyColumns columns = locate_columns(rel);
+  Oid loader = loader_function();
+  KeyColumns columns = locate_columns(rel, loader);
   if (cache.context != nullptr)
     MemoryContextSetParent(cache.context, TopTransactionContext);
   cache.context = AllocSetContextCreate(
@@ -249,7 +241,7 @@ void remember_columns(Relation rel) {
   cache.default_count =
       plan_defaults(rel, is_ours_column, &columns, &cache.defaults);
   MemoryContextSwitchTo(previous);
-  cache.loader_function = loader_function();
+  cache.loader_function = loader;
   cache.columns = columns;
   if (cache.relid != RelationGetRelid(rel))
     cache.citus_known = false;
@@ -287,6 +279,41 @@ void refuse_citus_table() {
 
 } // namespace
 
+RowLife row_life(bool tombstone, bool keeps_tombstones, TimestampTz expires_at,
+                 TimestampTz expired_at, TimestampTz now) {
+  RowLife life{};
+  if (tombstone) {
+    life.response_expired_at = expired_at;
+    life.forgotten_at = expires_at;
+  } else {
+    if (expires_at > now) {
+      life.age = RowAge::live; // the common case: no more to compute
+      return life;
+    }
+    life.response_expired_at = expires_at;
+    life.forgotten_at =
+        keeps_tombstones ? settings::forgotten_at(expires_at) : expires_at;
+  }
+  life.age = life.forgotten_at <= now ? RowAge::forgotten : RowAge::gone;
+  return life;
+}
+
+void report_schema_before_0_7() {
+  ereport(ERROR,
+          (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+           errmsg("the idempotency extension in this database is older than "
+                  "0.7, which this library no longer serves"),
+           errdetail("The library of version %s serves the schemas of "
+                     "versions 0.7 and later; older versions stored keys in "
+                     "another layout.",
+                     IDEMPOTENCY_VERSION),
+           errhint("Update the extension to 0.7 with the library of 0.7 "
+                   "(ALTER EXTENSION idempotency UPDATE TO '0.7'), then "
+                   "install this library and run ALTER EXTENSION "
+                   "idempotency UPDATE.")));
+  pg_unreachable();
+}
+
 KeyTable key_table() {
   watch_invalidations();
   if (!cache.relid_known)
@@ -298,9 +325,7 @@ KeyTable key_table() {
 citus::TableKind key_table_citus_kind() {
   watch_invalidations();
   if (!cache.relid_known) {
-    Oid schema = get_namespace_oid("idempotency", true);
-    Oid relid =
-        OidIsValid(schema) ? get_relname_relid("keys", schema) : InvalidOid;
+    Oid relid = schema::relation("keys");
     if (!OidIsValid(relid))
       return citus::TableKind::not_citus;
     remember_relid(relid);
@@ -349,11 +374,26 @@ void check_visible_to_snapshot(Relation rel, SysScanDesc scan,
                        "committed after this transaction's snapshot.")));
 }
 
-bool is_expired(Relation rel, const KeyColumns &columns, HeapTuple tuple,
-                TimestampTz now) {
+bool is_tombstone(Relation rel, const KeyColumns &columns, HeapTuple tuple) {
+  if (columns.expired_at == InvalidAttrNumber)
+    return false;
+  bool isnull = true;
+  (void)heap_getattr(tuple, columns.expired_at, RelationGetDescr(rel), &isnull);
+  return !isnull;
+}
+
+RowLife row_times(Relation rel, const KeyColumns &columns, HeapTuple tuple,
+                  bool tombstone, TimestampTz now) {
+  TupleDesc desc = RelationGetDescr(rel);
   bool isnull = false;
-  return DatumGetTimestampTz(heap_getattr(
-             tuple, columns.expires_at, RelationGetDescr(rel), &isnull)) <= now;
+  TimestampTz expires_at = DatumGetTimestampTz(
+      heap_getattr(tuple, columns.expires_at, desc, &isnull));
+  TimestampTz expired_at =
+      tombstone ? DatumGetTimestampTz(
+                      heap_getattr(tuple, columns.expired_at, desc, &isnull))
+                : 0;
+  return row_life(tombstone, columns.expired_at != InvalidAttrNumber,
+                  expires_at, expired_at, now);
 }
 
 void read_times(Relation rel, const KeyColumns &columns, HeapTuple tuple,
@@ -389,9 +429,30 @@ KeyProbe done_row(Relation rel, const KeyColumns &columns, SysScanDesc scan,
   read_times(rel, columns, tuple, result);
   result.request_hash = reinterpret_cast<bytea *>(DatumGetPointer(
       copy_varlena(tuple, columns.request_hash, desc, &isnull)));
-  result.request_hash_is_hex = columns.text_layout;
   result.response =
       copy_varlena(tuple, columns.response, desc, &result.response_is_null);
+  return result;
+}
+
+// The fingerprint is kept until the key is forgotten, and its retry is
+// refused by times alone: a tombstone that expiry is writing (or a row it
+// is turning into one) answers as the committed one will, and under
+// REPEATABLE READ the tombstone written after the snapshot stands for the
+// live row the snapshot saw.
+KeyProbe gone_row(Relation rel, const KeyColumns &columns, HeapTuple tuple,
+                  const RowLife &times) {
+  KeyProbe result{};
+  TupleDesc desc = RelationGetDescr(rel);
+  bool isnull = false;
+  result.state = KeyState::gone;
+  result.row = row_version(tuple);
+  result.created_at = DatumGetTimestampTz(
+      heap_getattr(tuple, columns.created_at, desc, &isnull));
+  result.expires_at = times.forgotten_at;
+  result.response_expired_at = times.response_expired_at;
+  result.request_hash = reinterpret_cast<bytea *>(DatumGetPointer(
+      copy_varlena(tuple, columns.request_hash, desc, &isnull)));
+  result.response_is_null = true;
   return result;
 }
 
@@ -416,19 +477,6 @@ bool same_key(Relation rel, const KeyColumns &columns, HeapTuple tuple,
 
 } // namespace
 
-namespace {
-
-// The digest that the table's rows hold for `key`.
-Datum stored_digest(const KeyColumns &columns, const KeyRef &key) {
-  if (columns.legacy_digest && key.legacy_digest != nullptr)
-    return PointerGetDatum(key.legacy_digest);
-  if (columns.unordered_digest && key.unordered_digest != nullptr)
-    return PointerGetDatum(key.unordered_digest);
-  return PointerGetDatum(key.digest);
-}
-
-} // namespace
-
 const LocalKeys local_keys{};
 
 KeyProbe LocalKeys::probe(const KeyTable &table, const KeyRef &key,
@@ -440,14 +488,8 @@ KeyProbe LocalKeys::probe(const KeyTable &table, const KeyRef &key,
   ScanKeyData scan_keys[2];
   ScanKeyInit(&scan_keys[0], columns.scope, BTEqualStrategyNumber, F_OIDEQ,
               ObjectIdGetDatum(key.scope));
-  if (columns.text_layout) {
-    ScanKeyInit(&scan_keys[1], columns.key, BTEqualStrategyNumber, F_TEXTEQ,
-                PointerGetDatum(key.key));
-    scan_keys[1].sk_collation = C_COLLATION_OID;
-  } else {
-    ScanKeyInit(&scan_keys[1], columns.key_digest, BTEqualStrategyNumber,
-                F_BYTEAEQ, stored_digest(columns, key));
-  }
+  ScanKeyInit(&scan_keys[1], columns.key_digest, BTEqualStrategyNumber,
+              F_BYTEAEQ, PointerGetDatum(key.digest));
 
   SnapshotData dirty;
   InitDirtySnapshot(dirty);
@@ -459,27 +501,36 @@ KeyProbe LocalKeys::probe(const KeyTable &table, const KeyRef &key,
   result.state = KeyState::absent;
   HeapTuple tuple;
   while ((tuple = systable_getnext(scan)) != nullptr) {
-    if (!same_key(rel, columns, tuple, key.key))
+    // A tombstone keeps no key text: the digest is the key.
+    bool tombstone = is_tombstone(rel, columns, tuple);
+    if (!tombstone && !same_key(rel, columns, tuple, key.key))
       report_shared_digest();
     // The dirty snapshot reports an open inserter in xmin and an open
-    // deleter in xmax. A row being inserted means another transaction holds
-    // the key right now.
-    if (TransactionIdIsValid(dirty.xmin)) {
+    // deleter in xmax. A live row being inserted means another transaction
+    // holds the key right now; a tombstone being inserted is expiry's (or a
+    // restore's), and is judged by its times.
+    if (TransactionIdIsValid(dirty.xmin) && !tombstone) {
       result = in_progress(dirty.xmin);
       break;
     }
-    bool expired = is_expired(rel, columns, tuple, now);
-    // An expired row being deleted - by the expiry worker, or by a caller
-    // replacing it (who holds the key's claim and shows its new row) - is
-    // as absent as any expired row; store() waits for that delete to end.
-    // A live row being deleted is another transaction's business: wait.
-    if (TransactionIdIsValid(dirty.xmax) && !expired) {
+    RowLife times = row_times(rel, columns, tuple, tombstone, now);
+    // A row whose response expired being deleted - by expiry (which may be
+    // writing its tombstone), or by a caller replacing it (who holds the
+    // key's claim and shows its new row) - is judged by its times; store()
+    // waits for that delete to end. A live row being deleted is another
+    // transaction's business: wait.
+    if (TransactionIdIsValid(dirty.xmax) && times.age == RowAge::live) {
       result = in_progress(dirty.xmax);
       break;
     }
-    if (expired) {
+    if (times.age == RowAge::forgotten) {
       result = expired_row(rel, columns, tuple);
+      result.expires_at = times.forgotten_at;
       continue; // the key's new row, if any, may come next
+    }
+    if (times.age == RowAge::gone) {
+      result = gone_row(rel, columns, tuple, times);
+      break;
     }
     result = done_row(rel, columns, scan, tuple);
     break;
@@ -495,9 +546,8 @@ KeyProbe LocalKeys::probe(const KeyTable &table, const KeyRef &key,
 namespace {
 
 // Whether `tuple` is a row of `key`: its scope and digest (the probe that
-// found the row compared the key's text), or the key's text in the layout
-// without digests. Reads only values kept in the row, never out of line:
-// the caller holds the page's lock.
+// found the row compared the key's text). Reads only values kept in the
+// row, never out of line: the caller holds the page's lock.
 bool is_key_row(Relation rel, const KeyColumns &columns, HeapTuple tuple,
                 const KeyRef &key) {
   TupleDesc desc = RelationGetDescr(rel);
@@ -505,14 +555,11 @@ bool is_key_row(Relation rel, const KeyColumns &columns, HeapTuple tuple,
   Datum scope = heap_getattr(tuple, columns.scope, desc, &isnull);
   if (isnull || DatumGetObjectId(scope) != key.scope)
     return false;
-  AttrNumber identity = columns.text_layout ? columns.key : columns.key_digest;
-  Datum expected = columns.text_layout ? PointerGetDatum(key.key)
-                                       : stored_digest(columns, key);
-  Datum stored = heap_getattr(tuple, identity, desc, &isnull);
+  Datum stored = heap_getattr(tuple, columns.key_digest, desc, &isnull);
   if (isnull || VARATT_IS_EXTERNAL(DatumGetPointer(stored)) ||
       VARATT_IS_COMPRESSED(DatumGetPointer(stored)))
-    return false; // never so for a key's text or digest
-  return datum_image_eq(stored, expected, false, -1);
+    return false; // never so for a digest
+  return datum_image_eq(stored, PointerGetDatum(key.digest), false, -1);
 }
 
 // Pins the page of `version` if it still holds that row version of `key`;
@@ -574,17 +621,35 @@ RowDeleted delete_row_version(Relation rel, const KeyColumns &columns,
   }
 }
 
-// Removes the expired row the new one replaces. The expiry worker may have
-// deleted it meanwhile (then there is nothing to do); no one else changes a
-// row whose key this transaction has claimed.
-void delete_expired_row(Relation rel, const KeyColumns &columns,
-                        const KeyRef &key, const RowVersion &version) {
-  if (delete_row_version(rel, columns, key, version) != RowDeleted::changed)
-    return;
+[[noreturn]] void report_replaced_row_changed() {
   ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
                   errmsg("could not serialize access due to concurrent update"),
                   errdetail("An expired idempotency key was changed while "
                             "being replaced.")));
+  pg_unreachable();
+}
+
+// Removes the expired row the new one replaces. No caller changes a row
+// whose key this transaction has claimed, but expiry may have deleted it
+// meanwhile (then there is nothing to do) or turned it into a tombstone:
+// that one is removed too when its window has passed by `now`, the instant
+// the claim judged the key by; one whose window had not (its
+// idempotency.remember differed) makes the call fail with 40001, and the
+// retry gets IK410.
+void delete_expired_row(const KeyTable &table, Relation rel,
+                        const KeyColumns &columns, const KeyRef &key,
+                        const RowVersion &version, TimestampTz now) {
+  RowDeleted result = delete_row_version(rel, columns, key, version);
+  if (result == RowDeleted::deleted)
+    return;
+  if (result == RowDeleted::changed)
+    report_replaced_row_changed();
+  KeyProbe later = local_keys.probe(table, key, now);
+  if (later.state == KeyState::absent)
+    return;
+  if (later.state != KeyState::expired ||
+      delete_row_version(rel, columns, key, later.row) != RowDeleted::deleted)
+    report_replaced_row_changed();
 }
 
 struct RowValues {
@@ -594,23 +659,8 @@ struct RowValues {
   bool response_is_null;
   TimestampTz created_at;
   TimestampTz expires_at;
+  TimestampTz expired_at; // a tombstone's; DT_NOBEGIN (NULL) for a live row
 };
-
-// A fingerprint as versions before 0.4 stored it: lower-case hex text.
-text *as_hex(const bytea *fingerprint) {
-  static constexpr char digits[] = "0123456789abcdef";
-  Size size = VARSIZE_ANY_EXHDR(fingerprint);
-  const uint8 *bytes =
-      reinterpret_cast<const uint8 *>(VARDATA_ANY(fingerprint));
-  text *hex = static_cast<text *>(palloc(VARHDRSZ + 2 * size));
-  SET_VARSIZE(hex, VARHDRSZ + 2 * size);
-  char *out = VARDATA(hex);
-  for (Size i = 0; i < size; i++) {
-    out[2 * i] = digits[bytes[i] >> 4];
-    out[2 * i + 1] = digits[bytes[i] & 0x0f];
-  }
-  return hex;
-}
 
 // Our columns get the call's values, the others their defaults.
 void fill_row(const RowInsert &insert, const KeyColumns &columns,
@@ -623,15 +673,14 @@ void fill_row(const RowInsert &insert, const KeyColumns &columns,
   };
   set(columns.scope, ObjectIdGetDatum(row.key->scope), false);
   set(columns.key, PointerGetDatum(row.key->key), false);
-  if (columns.text_layout) {
-    set(columns.request_hash, PointerGetDatum(as_hex(row.request_hash)), false);
-  } else {
-    set(columns.key_digest, stored_digest(columns, *row.key), false);
-    set(columns.request_hash, PointerGetDatum(row.request_hash), false);
-  }
+  set(columns.key_digest, PointerGetDatum(row.key->digest), false);
+  set(columns.request_hash, PointerGetDatum(row.request_hash), false);
   set(columns.response, row.response, row.response_is_null);
   set(columns.created_at, TimestampTzGetDatum(row.created_at), false);
   set(columns.expires_at, TimestampTzGetDatum(row.expires_at), false);
+  if (columns.expired_at != InvalidAttrNumber)
+    set(columns.expired_at, TimestampTzGetDatum(row.expired_at),
+        row.expired_at == DT_NOBEGIN);
 
   evaluate_defaults(insert, cache.defaults, cache.default_count);
   ExecStoreVirtualTuple(slot);
@@ -642,8 +691,7 @@ void fill_row(const RowInsert &insert, const KeyColumns &columns,
 void insert_row(const RowInsert &insert, const KeyColumns &columns,
                 const KeyRef &key) {
   const AttrNumber fixed[] = {columns.scope, columns.key, columns.key_digest};
-  int fixed_count = columns.text_layout ? 2 : 3; // no key_digest before 0.4
-  check_key_row_kept(fire_before_row_triggers(insert, fixed, fixed_count),
+  check_key_row_kept(fire_before_row_triggers(insert, fixed, lengthof(fixed)),
                      "idempotency.keys", "scope, key or key_digest", key.key);
   write_row(insert);
 }
@@ -664,12 +712,14 @@ StoredRow LocalKeys::store(const KeyTable &table, const KeyRef &key,
   KeyColumns columns = key_columns(rel);
   role_marks::ensure(rel, columns.scope, key.scope);
   if (row.replaces != nullptr)
-    delete_expired_row(rel, columns, key, row.replaces->row);
+    delete_expired_row(table, rel, columns, key, row.replaces->row,
+                       row.judged_at);
 
   // The TTL counts from the write, not from the transaction's start: fn
   // may have run for a long time.
   RowValues values{
-      &key, row.request_hash, row.response, row.response_is_null, 0, 0};
+      &key, row.request_hash, row.response, row.response_is_null, 0,
+      0,    DT_NOBEGIN};
   values.created_at = GetCurrentTimestamp();
   values.expires_at = settings::key_expiry(values.created_at, row.ttl);
 
@@ -686,6 +736,41 @@ StoredRow LocalKeys::store(const KeyTable &table, const KeyRef &key,
   commit_guard::note_key_written(stored.expires_at);
   citus::note_key_write();
   return stored;
+}
+
+TombstoneWriter begin_tombstones(Relation rel) {
+  TombstoneWriter writer{};
+  (void)key_columns(rel);
+  writer.insert = begin_row_insert(rel, cache.loader_function);
+  writer.empty_key = cstring_to_text("");
+  writer.row_context = AllocSetContextCreate(
+      CurrentMemoryContext, "idempotency tombstone", ALLOCSET_SMALL_SIZES);
+  return writer;
+}
+
+void write_tombstone(TombstoneWriter &writer, Relation rel,
+                     const Tombstone &tombstone) {
+  const KeyColumns &columns = key_columns(rel);
+  MemoryContext caller = MemoryContextSwitchTo(writer.row_context);
+  KeyRef key{tombstone.scope, writer.empty_key, tombstone.digest,
+             false,           InvalidOid,       (Datum)0};
+  RowValues values{&key,
+                   tombstone.request_hash,
+                   (Datum)0,
+                   true,
+                   tombstone.created_at,
+                   tombstone.forgotten_at,
+                   tombstone.response_expired_at};
+  fill_row(writer.insert, columns, values);
+  insert_row(writer.insert, columns, key);
+  MemoryContextSwitchTo(caller);
+  MemoryContextReset(writer.row_context);
+}
+
+void end_tombstones(TombstoneWriter &writer) {
+  end_row_insert(writer.insert);
+  MemoryContextDelete(writer.row_context);
+  pfree(writer.empty_key);
 }
 
 bool LocalKeys::remove(const KeyTable &table, const KeyRef &key,
@@ -708,6 +793,24 @@ bool LocalKeys::remove(const KeyTable &table, const KeyRef &key,
                   errdetail("The idempotency key was changed while being "
                             "forgotten.")));
   pg_unreachable();
+}
+
+Oid LocalKeys::relation() const { return schema::relation("keys"); }
+
+role_keys::Roles LocalKeys::roles_with_keys(Oid relid,
+                                            AttrNumber scope_column) const {
+  Relation rel = table_open(relid, NoLock); // locked by the caller
+  role_keys::Roles roles = role_keys::in_keys(rel, scope_column);
+  table_close(rel, NoLock);
+  return roles;
+}
+
+uint64 LocalKeys::delete_keys_of(Oid relid, AttrNumber scope_column,
+                                 Oid role) const {
+  Relation rel = table_open(relid, NoLock); // locked by the caller
+  uint64 deleted = role_keys::delete_in_keys(rel, scope_column, role);
+  table_close(rel, NoLock);
+  return deleted;
 }
 
 } // namespace idempotency::storage

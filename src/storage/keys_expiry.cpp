@@ -4,6 +4,10 @@
 
 #include "idempotency/storage/keys.hpp"
 
+#include "idempotency/storage/schema.hpp"
+
+#include "idempotency/settings/settings.hpp"
+
 #include "idempotency/compat.hpp"
 
 extern "C" {
@@ -83,8 +87,7 @@ bool orders_by_expiry_family(Relation index, Oid schema) {
 }
 
 Relation open_expires_at_index(Relation table) {
-  Oid schema = get_namespace_oid("idempotency", false);
-  Oid index = get_relname_relid(expires_at_index, schema);
+  Oid index = schema::relation(expires_at_index);
   if (!OidIsValid(index))
     report_missing_index();
   Relation rel = index_open(index, AccessShareLock);
@@ -92,7 +95,7 @@ Relation open_expires_at_index(Relation table) {
   if (form->indrelid != table->rd_id ||
       form->indkey.values[0] != key_columns(table).expires_at ||
       rel->rd_rel->relam != BTREE_AM_OID ||
-      !orders_by_expiry_family(rel, schema))
+      !orders_by_expiry_family(rel, get_rel_namespace(index)))
     report_missing_index();
   return rel;
 }
@@ -133,12 +136,42 @@ TimestampTz expires_at_of(Relation table, TupleTableSlot *slot) {
       slot_getattr(slot, key_columns(table).expires_at, &isnull));
 }
 
+// The tombstone of the live key in `slot` whose response expired at
+// `expires_at`, with its values copied out of the slot, or none (false)
+// when the key is not to be remembered past `cutoff`: idempotency.remember
+// is 0, the table has no expired_at (0.7's), or its window has passed too.
+bool tombstone_of(Relation table, TupleTableSlot *slot, TimestampTz expires_at,
+                  TimestampTz cutoff, Tombstone *tombstone) {
+  const KeyColumns &columns = key_columns(table);
+  if (columns.expired_at == InvalidAttrNumber || !settings::remember_keys())
+    return false;
+  bool isnull = false;
+  (void)slot_getattr(slot, columns.expired_at, &isnull);
+  if (!isnull)
+    return false; // a tombstone past its window
+  TimestampTz forgotten_at = settings::forgotten_at(expires_at);
+  if (forgotten_at <= cutoff)
+    return false;
+  auto copy = [slot](AttrNumber attnum) {
+    bool value_isnull = false;
+    Datum value = slot_getattr(slot, attnum, &value_isnull);
+    return DatumGetByteaPCopy(value);
+  };
+  tombstone->scope =
+      DatumGetObjectId(slot_getattr(slot, columns.scope, &isnull));
+  tombstone->digest = copy(columns.key_digest);
+  tombstone->request_hash = copy(columns.request_hash);
+  tombstone->created_at =
+      DatumGetTimestampTz(slot_getattr(slot, columns.created_at, &isnull));
+  tombstone->response_expired_at = expires_at;
+  tombstone->forgotten_at = forgotten_at;
+  return true;
+}
+
 } // namespace
 
 bool lock_key_table(LOCKMODE mode) {
-  Oid schema = get_namespace_oid("idempotency", true);
-  Oid table =
-      OidIsValid(schema) ? get_relname_relid("keys", schema) : InvalidOid;
+  Oid table = schema::relation("keys");
   if (!OidIsValid(table))
     return false;
   LockRelationOid(table, mode);
@@ -216,7 +249,10 @@ ExpiredKeys collect_expired(TimestampTz cutoff, int limit, ExpiryCursor *cursor,
 
 // Deletes, in the current transaction with the active snapshot, those of
 // the rows `tids` that are still expired and that no other transaction is
-// changing; returns how many it deleted.
+// changing; returns how many it deleted. A live key's row whose window under
+// idempotency.remember has not passed by `cutoff` is replaced by its
+// tombstone (storage/keys.hpp, write_tombstone); a tombstone past its window,
+// or a key not remembered, is deleted.
 int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
                      int count) {
   Relation table = table_open(key_table().relid, RowExclusiveLock);
@@ -227,6 +263,8 @@ int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
   BlockNumber blocks = RelationGetNumberOfBlocks(table);
 
   int64 deleted = 0;
+  bool writing_tombstones = false;
+  TombstoneWriter tombstones{};
   for (int i = 0; i < count; i++) {
     CHECK_FOR_INTERRUPTS();
     ItemPointerData tid = tids[i];
@@ -234,11 +272,28 @@ int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
         !table_tuple_fetch_row_version(table, &tid, snapshot, slot))
       continue;
     // Replaced by a caller, or a new row in a reused slot: not expired.
-    if (expires_at_of(table, slot) > cutoff)
+    TimestampTz expires_at = expires_at_of(table, slot);
+    if (expires_at > cutoff)
       continue;
-    if (delete_unless_busy(table, slot, snapshot))
+    Tombstone tombstone{};
+    bool remembered = tombstone_of(table, slot, expires_at, cutoff, &tombstone);
+    bool deleted_row = delete_unless_busy(table, slot, snapshot);
+    if (deleted_row)
       deleted++;
+    if (!remembered)
+      continue;
+    if (deleted_row) {
+      if (!writing_tombstones) {
+        tombstones = begin_tombstones(table);
+        writing_tombstones = true;
+      }
+      write_tombstone(tombstones, table, tombstone);
+    }
+    pfree(tombstone.digest);
+    pfree(tombstone.request_hash);
   }
+  if (writing_tombstones)
+    end_tombstones(tombstones);
 
   ExecDropSingleTupleTableSlot(slot);
   table_close(table, NoLock);

@@ -13,8 +13,7 @@
 // never the scope of a caller: its keys stay out of every role's reach
 // instead of passing, by OID, to whichever role holds that OID elsewhere.
 // For the same reason a number is read as no role, never as the role with
-// that OID: it is how regrole, the scope's type in 0.1 and 0.2, writes a
-// role that no longer exists, so their dumps hold dropped roles' keys so.
+// that OID: it is how regrole writes a role that no longer exists.
 #include "idempotency/storage/role_scope.hpp"
 
 #include "idempotency/compat.hpp"

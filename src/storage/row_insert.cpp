@@ -44,12 +44,13 @@ void leave_out(ResultRelInfo *target, Oid function) {
 
 // The row to write, without its trailing NULL columns: a heap tuple whose
 // null bitmap covers eight columns or fewer fits it in the header's
-// padding (24 bytes), nine take 32. idempotency.keys has nine (the column
-// that version 0.3 dropped, and status, which only rows loaded from dumps
-// of 0.1 and 0.2 name: always NULL), and a call writes status NULL, so each
-// key would take 8 bytes more than it needs. A column missing from a tuple
-// reads as NULL, as after ADD COLUMN; a column with a missing value (ADD
-// COLUMN ... DEFAULT) must be kept, since it would read as that value.
+// padding (24 bytes), nine take 32. idempotency.keys has eight or nine
+// (with a dropped column in tables updated from the earliest versions),
+// the last of them status, which only dumps name (always NULL), so a call
+// writes status NULL and each key would take 8 bytes more than it needs. A
+// column missing from a tuple reads as NULL, as after ADD COLUMN; a column with
+// a missing value (ADD COLUMN ... DEFAULT) must be kept, since it would read as
+// that value.
 TupleTableSlot *without_trailing_nulls(const RowInsert &insert) {
   TupleTableSlot *slot = insert.slot;
   TupleDesc desc = slot->tts_tupleDescriptor;
@@ -64,7 +65,7 @@ TupleTableSlot *without_trailing_nulls(const RowInsert &insert) {
   if (header_size(stored) == header_size(desc->natts))
     return slot;
   TupleDesc narrow = CreateTemplateTupleDesc(stored);
-  for (AttrNumber attnum = 1; attnum <= stored; attnum++)
+  for (int attnum = 1; attnum <= stored; attnum++)
     TupleDescCopyEntry(narrow, attnum, desc, attnum);
   HeapTuple tuple = heap_form_tuple(narrow, slot->tts_values, slot->tts_isnull);
   TupleTableSlot *heap_slot =

@@ -2,8 +2,11 @@
 
 #include "idempotency/storage/citus.hpp"
 #include "idempotency/storage/columns.hpp"
+#include "idempotency/storage/keys.hpp"
 #include "idempotency/storage/role_marks.hpp"
 #include "idempotency/storage/row_insert.hpp"
+#include "idempotency/storage/schema.hpp"
+#include "idempotency/storage/table_owner.hpp"
 
 #include "idempotency/boundary/sqlstates.hpp"
 
@@ -23,6 +26,7 @@ extern "C" {
 #include "executor/tuptable.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "pgtime.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
@@ -32,6 +36,7 @@ extern "C" {
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
+#include "utils/timestamp.h"
 #include "utils/typcache.h"
 }
 
@@ -41,20 +46,7 @@ namespace {
 
 constexpr const char *table_name = "tenant_keys";
 
-Oid tenant_keys_oid() {
-  Oid schema = get_namespace_oid("idempotency", true);
-  return OidIsValid(schema) ? get_relname_relid(table_name, schema)
-                            : InvalidOid;
-}
-
-Oid table_owner(Oid relid) {
-  HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-  if (!HeapTupleIsValid(tuple))
-    elog(ERROR, "cache lookup failed for relation %u", relid);
-  Oid owner = ((Form_pg_class)GETSTRUCT(tuple))->relowner;
-  ReleaseSysCache(tuple);
-  return owner;
-}
+Oid tenant_keys_oid() { return schema::relation(table_name); }
 
 // The statements of this file (writes that go through Citus, deletes, and
 // expiry), each run through SPI as the table's owner (callers have no
@@ -79,20 +71,11 @@ bool needs_preparing(const KeptPlan &kept, Oid tenant_type) {
 
 class OwnerSpi {
 public:
-  explicit OwnerSpi(Oid owner) {
-    GetUserIdAndSecContext(&saved_user_, &saved_context_);
-    SetUserIdAndSecContext(owner,
-                           saved_context_ | SECURITY_LOCAL_USERID_CHANGE);
-    if (SPI_connect() != SPI_OK_CONNECT)
-      elog(ERROR, "SPI_connect failed");
-  }
+  explicit OwnerSpi(Oid owner) : saved_(table_owner::begin_spi(owner)) {}
   // Not a destructor: frames that call PostgreSQL hold only trivially
   // destructible values. On an error, the (sub)transaction's abort restores
   // the user and closes SPI.
-  void finish() {
-    SPI_finish();
-    SetUserIdAndSecContext(saved_user_, saved_context_);
-  }
+  void finish() { table_owner::finish_spi(saved_); }
   int run(const char *sql, int nargs, Oid *types, Datum *values,
           const char *nulls, bool read_only, int expected) {
     int rc =
@@ -133,8 +116,7 @@ public:
   }
 
 private:
-  Oid saved_user_;
-  int saved_context_;
+  table_owner::Saved saved_;
 };
 static_assert(std::is_trivially_destructible_v<OwnerSpi>);
 
@@ -183,22 +165,10 @@ void check_tenant_type(Oid relid, const KeyRef &key) {
 uint64 shard_of(Oid relid, Oid owner, const KeyRef &key) {
   // As the table's owner: Citus checks that its caller may read the table,
   // and callers have no rights on it.
-  Oid saved_user;
-  int saved_context;
-  GetUserIdAndSecContext(&saved_user, &saved_context);
-  SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
+  table_owner::Saved saved = table_owner::become(owner);
   uint64 shard = citus::shard_for_value(relid, key.tenant_type, key.tenant);
-  SetUserIdAndSecContext(saved_user, saved_context);
+  table_owner::restore(saved);
   return shard;
-}
-
-// The shard's relation on this node, InvalidOid when there is none. Citus
-// names a shard after its table and shard id, in the table's schema
-// ("tenant_keys_102008": short enough that Citus never shortens it).
-Oid shard_relation(Oid relid, uint64 shard) {
-  char name[NAMEDATALEN];
-  snprintf(name, sizeof name, "%s_" UINT64_FORMAT, table_name, shard);
-  return get_relname_relid(name, get_rel_namespace(relid));
 }
 
 // The last placement table_for() checked, and where: while the transaction
@@ -284,6 +254,9 @@ struct ShardColumns {
   AttrNumber response;
   AttrNumber created_at;
   AttrNumber expires_at;
+  // InvalidAttrNumber: the table of 0.7, before its update, has none and
+  // keeps no tombstones.
+  AttrNumber expired_at;
 };
 static_assert(std::is_trivially_destructible_v<ShardColumns>);
 
@@ -329,6 +302,16 @@ ShardColumns shard_columns(Relation shard) {
                       expected.name, format_type_be(found->atttypid))));
     columns.*expected.field = found->attnum;
   }
+  Form_pg_attribute expired_at = find_column(desc, "expired_at");
+  if (expired_at != nullptr && (expired_at->atttypid != TIMESTAMPTZOID ||
+                                expired_at->attgenerated != '\0'))
+    ereport(ERROR,
+            (errcode(ERRCODE_DATATYPE_MISMATCH),
+             errmsg("column \"expired_at\" of idempotency.tenant_keys has type "
+                    "%s, which the tenant_* functions cannot store",
+                    format_type_be(expired_at->atttypid))));
+  columns.expired_at =
+      expired_at != nullptr ? expired_at->attnum : InvalidAttrNumber;
   return columns;
 }
 
@@ -337,7 +320,7 @@ bool is_key_column(const void *context, AttrNumber attnum) {
   for (const ShardColumn &expected : shard_columns_expected)
     if (columns.*expected.field == attnum)
       return true;
-  return false;
+  return columns.expired_at == attnum;
 }
 
 TimestampTz timestamp_in(TupleTableSlot *slot, AttrNumber attnum) {
@@ -357,11 +340,7 @@ StoredRow insert_into_shard(const KeyTable &table, const KeyRef &key,
                             TimestampTz expires_at) {
   Relation rel = table_open(table.local_shard, RowExclusiveLock);
   ShardColumns columns = shard_columns(rel);
-  Oid saved_user;
-  int saved_context;
-  GetUserIdAndSecContext(&saved_user, &saved_context);
-  SetUserIdAndSecContext(table.owner,
-                         saved_context | SECURITY_LOCAL_USERID_CHANGE);
+  table_owner::Saved saved = table_owner::become(table.owner);
 
   RowInsert insert = begin_row_insert(rel, InvalidOid);
   clear_row(insert);
@@ -378,6 +357,8 @@ StoredRow insert_into_shard(const KeyTable &table, const KeyRef &key,
   set(columns.response, row.response, row.response_is_null);
   set(columns.created_at, TimestampTzGetDatum(created_at), false);
   set(columns.expires_at, TimestampTzGetDatum(expires_at), false);
+  if (columns.expired_at != InvalidAttrNumber)
+    set(columns.expired_at, (Datum)0, true); // a live key
   DefaultColumn *defaults;
   int default_count = plan_defaults(rel, is_key_column, &columns, &defaults);
   evaluate_defaults(insert, defaults, default_count);
@@ -394,7 +375,7 @@ StoredRow insert_into_shard(const KeyTable &table, const KeyRef &key,
                    timestamp_in(insert.slot, columns.expires_at)};
   end_row_insert(insert);
 
-  SetUserIdAndSecContext(saved_user, saved_context);
+  table_owner::restore(saved);
   table_close(rel, NoLock);
   return stored;
 }
@@ -456,15 +437,15 @@ KeyTable table_for(const KeyRef &key) {
              errhint("Create it with idempotency.distribute_keys().")));
   citus::require_tested_citus();
   check_tenant_type(relid, key);
-  Oid owner = table_owner(relid);
+  Oid owner = table_owner::of(relid);
   uint64 shard = shard_of(relid, owner, key);
   // Whether a relation of the shard was on this node before the lock was
   // taken: a request that waited for a move that took the shard away still
   // knows it was sent here for it, should Citus drop the old placement
   // before the request looks again.
-  bool was_here = OidIsValid(shard_relation(relid, shard));
+  bool was_here = OidIsValid(citus::shard_relation(relid, shard));
   citus::lock_shard_placement(shard, owner);
-  Oid local_shard = shard_relation(relid, shard);
+  Oid local_shard = citus::shard_relation(relid, shard);
   citus::ShardPlacements placed = citus::shard_placements(shard);
   if (OidIsValid(local_shard) && placed.here) {
     remember_checked(local_shard, placed.count > 1);
@@ -538,22 +519,40 @@ KeyProbe Backend::probe(const KeyTable &table, const KeyRef &key,
   HeapTuple tuple = systable_getnext(scan);
   if (tuple != nullptr) {
     bool is_null = false;
+    // A tombstone keeps no key text: the digest is the key.
+    bool tombstone = false;
+    TimestampTz expired_at = 0;
+    if (columns.expired_at != InvalidAttrNumber) {
+      Datum value = heap_getattr(tuple, columns.expired_at, desc, &is_null);
+      tombstone = !is_null;
+      if (tombstone)
+        expired_at = DatumGetTimestampTz(value);
+    }
     Datum stored_key = heap_getattr(tuple, columns.key, desc, &is_null);
-    if (is_null ||
-        !datum_image_eq(stored_key, PointerGetDatum(key.key), false, -1))
+    if (!tombstone &&
+        (is_null ||
+         !datum_image_eq(stored_key, PointerGetDatum(key.key), false, -1)))
       report_shared_digest();
     result.created_at = DatumGetTimestampTz(
         heap_getattr(tuple, columns.created_at, desc, &is_null));
     result.expires_at = DatumGetTimestampTz(
         heap_getattr(tuple, columns.expires_at, desc, &is_null));
-    if (result.expires_at <= now) {
+    RowLife life = row_life(tombstone, columns.expired_at != InvalidAttrNumber,
+                            result.expires_at, expired_at, now);
+    if (life.age == RowAge::forgotten) {
       result.state = KeyState::expired;
+      result.expires_at = life.forgotten_at;
     } else {
-      result.state = KeyState::done;
+      result.state = life.age == RowAge::gone ? KeyState::gone : KeyState::done;
       result.request_hash = reinterpret_cast<bytea *>(DatumGetPointer(
           copy_varlena(tuple, columns.request_hash, desc, &is_null)));
-      result.response =
-          copy_varlena(tuple, columns.response, desc, &result.response_is_null);
+      if (life.age == RowAge::gone) {
+        result.expires_at = life.forgotten_at;
+        result.response_expired_at = life.response_expired_at;
+      } else {
+        result.response = copy_varlena(tuple, columns.response, desc,
+                                       &result.response_is_null);
+      }
     }
   }
   systable_endscan(scan);
@@ -694,13 +693,15 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
   return stored;
 }
 
-// The row probe() found, by its key and when it was written: a row the key
-// got since (after expiry deleted that one) is another request's.
+// The row probe() found, by its key (a tombstone's is empty) and when it
+// was written: a row the key got since (after expiry deleted that one) is
+// another request's.
 bool Backend::remove(const KeyTable &table, const KeyRef &key,
                      const KeyProbe &stored) const {
   return delete_key_rows(
              table, key,
-             "k.key OPERATOR(pg_catalog.=) $4 AND "
+             "(k.key OPERATOR(pg_catalog.=) $4 OR "
+             "k.key OPERATOR(pg_catalog.=) '') AND "
              "k.created_at OPERATOR(pg_catalog.=) $5",
              {{TEXTOID, PointerGetDatum(key.key)},
               {TIMESTAMPTZOID, TimestampTzGetDatum(stored.created_at)}}) > 0;
@@ -708,38 +709,71 @@ bool Backend::remove(const KeyTable &table, const KeyRef &key,
 
 namespace {
 
-// Deletes the tenant keys expired at `now`; returns how many.
+// Turns the tenant keys expired at `now` into tombstones, unless their
+// window (idempotency.remember) has passed by then too, and deletes those
+// and the tombstones past their window; returns how many rows it deleted
+// or turned into tombstones. The same rules as the local keys' expiry.
 int64 expire(TimestampTz now) {
   Oid relid = tenant_keys_oid();
   if (!OidIsValid(relid) ||
       citus::table_kind(relid) != citus::TableKind::distributed)
     return 0;
-  OwnerSpi spi(table_owner(relid));
-  spi.run("SELECT g.groupid FROM pg_catalog.pg_dist_local_group AS g", 0,
-          nullptr, nullptr, nullptr, true, SPI_OK_SELECT);
-  bool is_null = true;
-  bool coordinator =
-      SPI_processed > 0 &&
-      DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-                                  1, &is_null)) == 0 &&
-      !is_null;
-  int64 deleted = 0;
-  if (coordinator) {
-    Oid types[1] = {TIMESTAMPTZOID};
-    Datum values[1] = {TimestampTzGetDatum(now)};
+  // Citus runs the statements on every shard: once, from the coordinator.
+  if (citus::local_group() != 0)
+    return 0;
+  bool keeps_tombstones = get_attnum(relid, "expired_at") != InvalidAttrNumber;
+  bool remember = keeps_tombstones && settings::remember_keys();
+  OwnerSpi spi(table_owner::of(relid));
+  Oid types[4] = {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INTERVALOID};
+  Datum values[4] = {TimestampTzGetDatum(now), (Datum)0, (Datum)0, (Datum)0};
+  if (!remember) {
     spi.run("DELETE FROM idempotency.tenant_keys AS k"
             " WHERE k.expires_at OPERATOR(pg_catalog.<=) $1",
             1, types, values, nullptr, false, SPI_OK_DELETE);
-    deleted = (int64)SPI_processed;
+    int64 deleted = (int64)SPI_processed;
+    spi.finish();
+    return deleted;
   }
+  // When a key is forgotten: expires_at + idempotency.remember, as
+  // settings::forgotten_at() computes it (months and days in this
+  // session's time zone, then the time), in immutable functions only, which
+  // Citus accepts in an UPDATE and evaluates alike on every node.
+  const Interval &span = settings::remember();
+  Interval *calendar = static_cast<Interval *>(palloc0(sizeof(Interval)));
+  calendar->month = span.month;
+  calendar->day = span.day;
+  Interval *clock = static_cast<Interval *>(palloc0(sizeof(Interval)));
+  clock->time = span.time;
+  values[1] = CStringGetTextDatum(pg_get_timezone_name(session_timezone));
+  values[2] = IntervalPGetDatum(calendar);
+  values[3] = IntervalPGetDatum(clock);
+  const char *forgotten_at =
+      "pg_catalog.timezone('UTC', pg_catalog.timezone('UTC',"
+      " pg_catalog.timezone($2, pg_catalog.timezone($2, k.expires_at)"
+      " OPERATOR(pg_catalog.+) $3)) OPERATOR(pg_catalog.+) $4)";
+  spi.run(psprintf("DELETE FROM idempotency.tenant_keys AS k"
+                   " WHERE k.expires_at OPERATOR(pg_catalog.<=) $1"
+                   " AND (k.expired_at IS NOT NULL OR %s"
+                   " OPERATOR(pg_catalog.<=) $1)",
+                   forgotten_at),
+          4, types, values, nullptr, false, SPI_OK_DELETE);
+  int64 done = (int64)SPI_processed;
+  spi.run(psprintf("UPDATE idempotency.tenant_keys AS k"
+                   " SET key = '', response = NULL,"
+                   " expired_at = k.expires_at, expires_at = %s"
+                   " WHERE k.expired_at IS NULL"
+                   " AND k.expires_at OPERATOR(pg_catalog.<=) $1",
+                   forgotten_at),
+          4, types, values, nullptr, false, SPI_OK_UPDATE);
+  done += (int64)SPI_processed;
   spi.finish();
-  return deleted;
+  return done;
 }
 
 } // namespace
 
-// Nothing to collect: Citus finds the expired keys on every shard, in one
-// statement that each shard runs on its own, which expire_rate does not
+// Nothing to collect: Citus finds the expired keys on every shard, in
+// statements that each shard runs on its own, which expire_rate does not
 // pace.
 void Backend::collect_expired(ExpiryRound &round, int) const {
   round.has_batch = true;
@@ -751,6 +785,55 @@ ExpiryBatch Backend::expire_batch(ExpiryRound &round, int) const {
   int64 deleted = expire(round.cutoff);
   round.has_batch = false;
   return ExpiryBatch{deleted, deleted};
+}
+
+Oid Backend::relation() const {
+  Oid relid = tenant_keys_oid();
+  if (!OidIsValid(relid) ||
+      citus::table_kind(relid) != citus::TableKind::distributed)
+    return InvalidOid;
+  return relid;
+}
+
+// Each node holds the rows of the shards placed on it, under the OIDs its
+// own roles have there (roles do not have the same OID on every node), so
+// each node settles the roles of its own shards; a statement through Citus
+// would compare scopes with the coordinator's OIDs on every shard.
+role_keys::Roles Backend::roles_with_keys(Oid relid, AttrNumber) const {
+  Oid owner = table_owner::of(relid);
+  citus::ShardRelations shards = citus::local_shard_relations(relid);
+  // Each shard's roles, one after the other: a role with keys in several
+  // shards is listed (and marked, a remembered no-op) once per shard.
+  role_keys::Roles all{0, static_cast<Oid *>(palloc(sizeof(Oid)))};
+  for (int s = 0; s < shards.count; s++) {
+    role_keys::Roles roles = role_keys::in_shard(shards.relids[s], owner);
+    if (roles.count == 0)
+      continue;
+    all.oids = static_cast<Oid *>(
+        repalloc(all.oids, sizeof(Oid) * (all.count + roles.count)));
+    memcpy(all.oids + all.count, roles.oids, sizeof(Oid) * roles.count);
+    all.count += roles.count;
+  }
+  return all;
+}
+
+uint64 Backend::delete_keys_of(Oid relid, AttrNumber scope_column,
+                               Oid role) const {
+  Oid scope_type = get_atttype(relid, scope_column);
+  Oid owner = table_owner::of(relid);
+  citus::ShardRelations shards = citus::local_shard_relations(relid);
+  uint64 deleted = 0;
+  for (int s = 0; s < shards.count; s++)
+    deleted +=
+        role_keys::delete_in_shard(shards.relids[s], owner, scope_type, role);
+  return deleted;
+}
+
+Oid tenant_type() {
+  Oid table = tenant_keys_oid();
+  AttrNumber column =
+      OidIsValid(table) ? get_attnum(table, "tenant") : InvalidAttrNumber;
+  return column == InvalidAttrNumber ? TEXTOID : get_atttype(table, column);
 }
 
 } // namespace idempotency::storage::tenant_keys

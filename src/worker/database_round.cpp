@@ -90,7 +90,7 @@ bool must_leave() {
 
 // A round that falls behind its schedule (while it collects keys, or on a
 // busy machine) catches up on at most this much of it at full speed.
-constexpr int64 max_catch_up_usecs = 100 * 1000;
+constexpr int64 max_catch_up_usecs = USECS_PER_SEC / 10;
 // The longest the worker sleeps without looking whether its database is
 // wanted alone: DROP DATABASE and CREATE DATABASE ... TEMPLATE wait only a
 // few seconds for other connections, and do not wake them.
@@ -220,7 +220,7 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
 RoundEnd run_stores(TimestampTz cutoff, MemoryContext pass_context,
                     volatile int64 *deleted) {
   Pace pace = start_pace();
-  for (int i = 0; i < storage::expiry_store_count; i++) {
+  for (int i = 0; i < storage::key_backend_count; i++) {
     RoundEnd end = run_passes(storage::expiry_store(i), cutoff, pass_context,
                               &pace, deleted);
     MemoryContextReset(pass_context);

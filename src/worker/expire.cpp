@@ -73,7 +73,7 @@ int64 expire_now() {
   TimestampTz cutoff = expiry_cutoff(GetCurrentTransactionStartTimestamp());
   int batch_size = settings::expire_batch_size();
   int64 deleted = 0;
-  for (int i = 0; i < storage::expiry_store_count; i++) {
+  for (int i = 0; i < storage::key_backend_count; i++) {
     storage::KeyStore store = storage::expiry_store(i);
     MemoryContext context =
         AllocSetContextCreate(CurrentMemoryContext, "idempotency expiry pass",

@@ -16,6 +16,8 @@ $node->append_conf(
 	'postgresql.conf', q{
 shared_preload_libraries = 'idempotency'
 idempotency.expire_interval = '1s'
+# Expired keys are deleted, not kept as tombstones (213 has those).
+idempotency.remember = 0
 restart_after_crash = on
 });
 $node->start;

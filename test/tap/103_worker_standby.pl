@@ -17,6 +17,8 @@ $primary->append_conf(
 	'postgresql.conf', q{
 shared_preload_libraries = 'idempotency'
 idempotency.expire_interval = '1s'
+# Expired keys are deleted, not kept as tombstones (213 has those).
+idempotency.remember = 0
 });
 $primary->start;
 $primary->safe_psql('postgres', 'CREATE EXTENSION idempotency');

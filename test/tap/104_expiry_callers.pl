@@ -18,6 +18,8 @@ $node->append_conf(
 	'postgresql.conf', q{
 shared_preload_libraries = 'idempotency'
 idempotency.expire_interval = 0
+# Expired keys are replaced, not kept as tombstones (213 has those).
+idempotency.remember = 0
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION idempotency');

@@ -12,7 +12,7 @@ use lib $FindBin::RealBin;
 use IdempotencyTest;
 
 my $node = preloaded_node('worker_limits',
-	conf => "idempotency.expire_interval = '1s'\n");
+	conf => "idempotency.expire_interval = '1s'\nidempotency.remember = 0\n");
 $node->safe_psql('postgres', 'CREATE EXTENSION idempotency');
 
 # Expired keys, committed together so that one round finds them all.

@@ -16,7 +16,7 @@ use lib $FindBin::RealBin;
 use IdempotencyTest;
 
 my $ttl_ms = 300;
-my $node = preloaded_node('expiry_race_load', conf => "idempotency.expire_interval = 0\n");
+my $node = preloaded_node('expiry_race_load', conf => "idempotency.expire_interval = 0\nidempotency.remember = 0\n");
 $node->safe_psql(
 	'postgres', qq{
 CREATE EXTENSION idempotency;

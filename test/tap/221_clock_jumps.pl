@@ -42,7 +42,7 @@ my $node = PostgreSQL::Test::Cluster->new('clock_jumps');
 $node->init;
 # The expiry worker stays off: expire() is called where the test needs it.
 $node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'idempotency'\nidempotency.expire_interval = 0\n");
+	"shared_preload_libraries = 'idempotency'\nidempotency.expire_interval = 0\nidempotency.remember = 0\n");
 {
 	local $ENV{LD_PRELOAD} = $faketime;
 	local $ENV{FAKETIME_TIMESTAMP_FILE} = $offset_file;

@@ -16,7 +16,7 @@ use IdempotencyTest;
 # The expiry worker is off but while its own check runs, so that expire()
 # finds the keys it is to delete.
 my $node =
-  preloaded_node('tablespace', conf => "idempotency.expire_interval = 0\n");
+  preloaded_node('tablespace', conf => "idempotency.expire_interval = 0\nidempotency.remember = 0\n");
 my $location = $node->basedir . '/key_space';
 mkdir $location or die "mkdir $location: $!";
 

@@ -2,7 +2,8 @@
 # a retry replays instead of running fn again. Restored into another
 # cluster whose roles have other OIDs, or copied there with binary COPY,
 # every key stays with the role of the same name, and the key of a role
-# dropped before the dump belongs to no role there.
+# dropped before the dump belongs to no role there. A tombstone (a key whose
+# response expired) stays one: a retry of its request gets IK410.
 use strict;
 use warnings;
 
@@ -33,7 +34,12 @@ BEGIN;
 SET LOCAL idempotency.ttl = '7 days';
 SELECT idempotency.idempotent_call('kept-7d', NULL, 'INSERT INTO runs VALUES ($1) RETURNING n', 7);
 COMMIT;
+SELECT idempotency.idempotent_call('gone-1', NULL, 'INSERT INTO runs VALUES ($1) RETURNING n', 3);
 RESET ROLE;
+-- gone-1's response expired an hour ago: expiry keeps its tombstone.
+UPDATE idempotency.keys SET created_at = now() - interval '2 hours',
+       expires_at = now() - interval '1 hour' WHERE key = 'gone-1';
+SELECT idempotency.expire();
 SET ROLE regress_ghost;
 SELECT idempotency.idempotent_call('ghost-key', NULL, 'SELECT 1');
 });
@@ -46,8 +52,11 @@ $node->safe_psql('source', q{DELETE FROM pg_shdepend
   WHERE refobjid = 'regress_ghost'::regrole AND objid = 'idempotency.keys'::regclass});
 $node->safe_psql('postgres', 'DROP ROLE regress_ghost');
 
-my $keys_query = q{SELECT scope, key, request_hash, response,
-  expires_at - created_at FROM idempotency.keys ORDER BY key};
+my $keys_query = q{SELECT scope, key, key_digest, request_hash, response,
+  expires_at - created_at, expired_at FROM idempotency.keys ORDER BY key};
+is($node->safe_psql('source',
+	q{SELECT count(*) FROM idempotency.keys WHERE key = '' AND expired_at IS NOT NULL}),
+	'1', 'the source holds a tombstone');
 my $before = $node->safe_psql('source', $keys_query);
 
 my $dump = $node->basedir . '/source.dump';
@@ -65,7 +74,20 @@ SELECT idempotency.idempotent_call('kept-1', NULL, 'INSERT INTO runs VALUES ($1)
        idempotency.last_call_replayed()};
 is($node->safe_psql('target', $retry), '1|t', 'a retry after restore replays');
 is($node->safe_psql('target', 'SELECT count(*) FROM runs'),
-	'2', 'fn did not run again (two rows came with the dump)');
+	'3', 'fn did not run again (three rows came with the dump)');
+
+# A retry of the tombstone's request: IK410, nothing runs.
+sub gone_retry
+{
+	my ($cluster, $db) = @_;
+	my ($rc, $out, $err) = $cluster->psql($db,
+		q{SET ROLE regress_app;
+SELECT idempotency.idempotent_call('gone-1', NULL, 'INSERT INTO runs VALUES ($1) RETURNING n', 3)},
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	return $err =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : 'no error';
+}
+is(gone_retry($node, 'target'), 'IK410', 'a retry of the restored tombstone\'s request gets IK410');
+is($node->safe_psql('target', 'SELECT count(*) FROM runs'), '3', 'and does not run');
 
 my ($rc, $out, $err) = $node->psql('target',
 	q{SET ROLE regress_app; INSERT INTO idempotency.keys (scope, key, request_hash, created_at, expires_at)
@@ -79,7 +101,7 @@ $node->safe_psql('source',
 	"COPY idempotency.keys TO '$binary_copy' (FORMAT binary)");
 my $by_role = q{SELECT key, scope FROM idempotency.keys ORDER BY key};
 is( $node->safe_psql('source', $by_role),
-	"ghost-key|-\nkept-1|regress_app\nkept-7d|regress_app",
+	"|regress_app\nghost-key|-\nkept-1|regress_app\nkept-7d|regress_app",
 	'a dropped role\'s key shows as no role ("-")');
 
 # mallory gets the dropped role's OID there, and a bystander regress_app's.
@@ -112,7 +134,7 @@ COPY idempotency.keys FROM '$binary_copy' (FORMAT binary);
 for my $db ('restored', 'copied')
 {
 	is($other->safe_psql($db, $by_role),
-		"ghost-key|-\nkept-1|regress_app\nkept-7d|regress_app",
+		"|regress_app\nghost-key|-\nkept-1|regress_app\nkept-7d|regress_app",
 		"$db: each key belongs to the role of the same name");
 	is( $other->safe_psql(
 			$db,
@@ -121,6 +143,7 @@ SELECT idempotency.idempotent_call('kept-1', NULL, 'INSERT INTO runs VALUES ($1)
        idempotency.last_call_replayed()}),
 		'1|t',
 		"$db: regress_app's retry replays");
+	is(gone_retry($other, $db), 'IK410', "$db: regress_app's tombstone refuses its retry (IK410)");
 	for my $role ('regress_bystander', 'regress_mallory')
 	{
 		is( $other->safe_psql(

@@ -1,6 +1,8 @@
 # Operations: the idempotency.stats view (counters in shared memory,
-# visible to pg_monitor without exposing keys, reset by stats_reset) and the
-# upgrades from 0.1 through 0.5 keeping stored keys, each with its role.
+# visible to pg_monitor without exposing keys, reset by stats_reset), and
+# the update from 0.7 (a database whose keys the library of 0.7 stored,
+# reopened with the current library) keeping stored keys, each with its
+# role, and the counters.
 use strict;
 use warnings;
 
@@ -11,126 +13,95 @@ use FindBin;
 use lib $FindBin::RealBin;
 use IdempotencyTest;
 
-my $node = PostgreSQL::Test::Cluster->new('stats_upgrade');
-$node->init;
-$node->append_conf('postgresql.conf', q{
-shared_preload_libraries = 'idempotency'
-idempotency.expire_interval = 0
-});
-$node->start;
 
-# --- upgrade: keys stored under 0.1 replay under 0.2 ----------------------
-$node->safe_psql('postgres', q{
+# --- upgrade: keys stored by the 0.7 library replay under the current one ---
+# The cluster starts with the library of 0.7 (the release before this one,
+# test/old-release.sh); database upgraded gets its keys there, by two roles
+# using the same key texts, then the data directory is reopened with the
+# current library, which serves the 0.7 schema and then updates it.
+my $old = old_release_node('stats_upgrade_07', '0.7',
+	conf => "idempotency.expire_interval = 0\n");
+$old->safe_psql('postgres', q{
 CREATE DATABASE upgraded;
 CREATE ROLE regress_watcher LOGIN IN ROLE pg_monitor;
 CREATE ROLE regress_caller LOGIN;
 });
-$node->safe_psql('upgraded', q{
-CREATE EXTENSION idempotency VERSION '0.1';
-CREATE TABLE runs (n int);
-SELECT idempotency.idempotent_call('before-upgrade', NULL, 'INSERT INTO runs VALUES ($1) RETURNING n', 1);
+$old->safe_psql('upgraded', q{
+CREATE EXTENSION idempotency;
+CREATE TABLE runs (n int, who text);
+GRANT SELECT, INSERT ON runs TO PUBLIC;
 });
-is($node->safe_psql('upgraded',
+is($old->safe_psql('upgraded',
 	q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
-	'0.1', 'installed at 0.1');
-is($node->safe_psql('upgraded', q{SELECT to_regclass('idempotency.stats') IS NULL}),
-	't', '0.1 has no stats view');
+	'0.7', 'installed at 0.7 by the 0.7 release');
+my $role_call = q{SET ROLE %s;
+SELECT idempotency.idempotent_call('%s', NULL, 'INSERT INTO runs VALUES ($1, current_user) RETURNING who', %d),
+       idempotency.last_call_replayed()};
+# Each call's response names its role.
+my @calls = (
+	[ 'regress_caller', 'under-0.7', 1 ],
+	[ 'regress_other', 'under-0.7', 2 ],
+	[ 'regress_caller', 'order-000000123', 3 ],
+	[ 'regress_other', 'order-000000123', 4 ]);
+for my $call (@calls)
+{
+	my ($response) = split /\|/, $old->safe_psql('upgraded', sprintf($role_call, @$call));
+	push @$call, $response;
+}
+$old->stop;
+
+my $node = reopen_with_current_library($old, 'stats_upgrade');
+my $version = q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'};
+my $replays = q{SELECT replays, calls_ran FROM idempotency.stats WHERE datname = 'upgraded'};
+# Until ALTER EXTENSION UPDATE, this library serves the 0.7 schema as it is,
+# its statistics view included.
+for my $call (@calls)
+{
+	my ($role, $key, $n, $response) = @$call;
+	is( $node->safe_psql('upgraded', sprintf($role_call, $role, $key, $n)),
+		"$response|t", "${role}'s key $key replays under 0.7 with the current library");
+}
+is($node->safe_psql('upgraded', $replays),
+	'4|0', 'the 0.7 statistics view counts the replays');
 
 $node->safe_psql('upgraded', q{ALTER EXTENSION idempotency UPDATE});
 is($node->safe_psql('upgraded',
 	q{SELECT extversion = default_version FROM pg_extension, pg_available_extensions
 	   WHERE extname = 'idempotency' AND name = extname}),
 	't', 'ALTER EXTENSION UPDATE reaches the default version');
-is( $node->safe_psql(
-		'upgraded',
-		q{SELECT idempotency.idempotent_call('before-upgrade', NULL,
-		    'INSERT INTO runs VALUES ($1) RETURNING n', 1),
-		  idempotency.last_call_replayed(), (SELECT count(*) FROM runs)}),
-	'1|t|1',
-	'a key stored under 0.1 replays after the upgrade');
-
-# --- upgrades to 0.3 (the scope becomes a role_scope) and 0.4 (the primary
-# key holds a digest of the key); keys stored under 0.1, 0.2 and 0.3
-# by several roles replay for their own role only --------------------------
-$node->safe_psql('postgres', q{
-CREATE DATABASE upgraded_roles;
-CREATE ROLE regress_other LOGIN;
-});
-my $role_call = q{SET ROLE %s;
-SELECT idempotency.idempotent_call('%s', NULL, 'INSERT INTO runs VALUES ($1, current_user) RETURNING who', %d),
-       idempotency.last_call_replayed()};
-$node->safe_psql('upgraded_roles', q{
-CREATE EXTENSION idempotency VERSION '0.1';
-CREATE TABLE runs (n int, who text);
-GRANT SELECT, INSERT ON runs TO PUBLIC;
-});
-# Both roles use the same key texts; each call's response names its role.
-my @calls;
-sub store_calls
-{
-	for my $call (@_)
-	{
-		my ($response) = split /\|/,
-		  $node->safe_psql('upgraded_roles', sprintf($role_call, @$call));
-		push @calls, [ @$call, $response ];
-	}
-}
-store_calls([ 'regress_caller', 'under-0.1', 1 ], [ 'regress_other', 'under-0.1', 2 ]);
-$node->safe_psql('upgraded_roles', q{ALTER EXTENSION idempotency UPDATE TO '0.2'});
-store_calls([ 'regress_caller', 'under-0.2', 3 ], [ 'regress_other', 'under-0.2', 4 ]);
-$node->safe_psql('upgraded_roles', q{ALTER EXTENSION idempotency UPDATE TO '0.3'});
-store_calls([ 'regress_caller', 'under-0.3', 5 ], [ 'regress_other', 'under-0.3', 6 ]);
-# Until ALTER EXTENSION UPDATE, this library serves the 0.3 row as it is.
-is( $node->safe_psql('upgraded_roles', sprintf($role_call, @{ $calls[0] }[ 0 .. 2 ])),
-	"$calls[0][3]|t", 'a key replays from a 0.3 table before the update to 0.4');
-$node->safe_psql('upgraded_roles', q{ALTER EXTENSION idempotency UPDATE TO '0.4'});
-is( $node->safe_psql('upgraded_roles',
-		q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
-	'0.4', 'ALTER EXTENSION UPDATE reaches 0.4');
-is( $node->safe_psql('upgraded_roles',
+isnt($node->safe_psql('upgraded', $version), '0.7', '... past 0.7');
+is($node->safe_psql('upgraded', $replays),
+	'4|0', 'the counters survive the update');
+is( $node->safe_psql('upgraded',
 		q{SELECT string_agg(a.attname, ',' ORDER BY k.n)
 		    FROM pg_index AS i, unnest(i.indkey) WITH ORDINALITY AS k(attnum, n), pg_attribute AS a
 		   WHERE i.indexrelid = 'idempotency.keys_pkey'::regclass
 		     AND a.attrelid = i.indrelid AND a.attnum = k.attnum}),
-	'scope,key_digest', 'the primary key of 0.4 is (scope, key_digest)');
-is( $node->safe_psql('upgraded_roles',
+	'scope,key_digest', 'the primary key is (scope, key_digest)');
+is( $node->safe_psql('upgraded',
 		q{SELECT count(*) FILTER (WHERE key_digest = idempotency.key_digest(key)
 		                            AND octet_length(request_hash) = 32)
 		    FROM idempotency.keys}),
-	'6', 'every stored key has its digest and a 32-byte fingerprint');
-is( $node->safe_psql('upgraded_roles',
+	scalar(@calls), 'every stored key has its digest (ordered ones too) and a 32-byte fingerprint');
+is( $node->safe_psql('upgraded',
 		q{SELECT format_type(atttypid, atttypmod) FROM pg_attribute
 		   WHERE attrelid = 'idempotency.keys'::regclass AND attname = 'scope'}),
 	'idempotency.role_scope', 'the scope column is a role_scope');
-is( $node->safe_psql('upgraded_roles',
-		q{SELECT count(*) FROM pg_attribute WHERE attrelid = 'idempotency.keys'::regclass
-		   AND attname = 'status' AND NOT attisdropped}),
-	'0', 'no status column since 0.3');
 for my $call (@calls)
 {
 	my ($role, $key, $n, $response) = @$call;
-	is( $node->safe_psql('upgraded_roles', sprintf($role_call, $role, $key, $n)),
-		"$response|t", "${role}'s key $key replays under 0.4");
+	is( $node->safe_psql('upgraded', sprintf($role_call, $role, $key, $n)),
+		"$response|t", "${role}'s key $key replays after the update");
+	is(sqlstate_in($node, 'upgraded', sprintf($role_call, $role, $key, $n + 100)),
+		'IK422', "${role}'s key $key with another request is IK422");
 }
-is( $node->safe_psql('upgraded_roles',
+is( $node->safe_psql('upgraded',
 		'SET ROLE regress_other; SELECT key FROM idempotency.keys ORDER BY key'),
-	"under-0.1\nunder-0.2\nunder-0.3", 'each role sees only its own keys under 0.4');
-is($node->safe_psql('upgraded_roles', 'SELECT count(*) FROM runs'),
-	'6', 'fn ran once per role and key');
-
-# 0.5 adds tenant keys beside the table and leaves its rows alone.
-$node->safe_psql('upgraded_roles', q{ALTER EXTENSION idempotency UPDATE TO '0.5'});
-is( $node->safe_psql('upgraded_roles',
-		q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
-	'0.5', 'ALTER EXTENSION UPDATE reaches 0.5');
-for my $call (@calls)
-{
-	my ($role, $key, $n, $response) = @$call;
-	is( $node->safe_psql('upgraded_roles', sprintf($role_call, $role, $key, $n)),
-		"$response|t", "${role}'s key $key replays under 0.5");
-}
-is($node->safe_psql('upgraded_roles', 'SELECT count(*) FROM runs'),
-	'6', 'fn ran once per role and key under 0.5 too');
+	"order-000000123\nunder-0.7", 'each role sees only its own keys');
+is($node->safe_psql('upgraded', 'SELECT count(*) FROM runs'),
+	scalar(@calls), 'fn ran once per role and key');
+is($node->safe_psql('upgraded', $replays),
+	'8|0', 'the replays after the update are counted on');
 
 # A fresh install for the statistics below. That it makes the same objects
 # as the updates do is test/tap/308_install_matches_upgrades.pl's.
@@ -177,15 +148,15 @@ SELECT idempotency.idempotent_call('short-2', NULL, 'SELECT 2');
 is($node->safe_psql($db, 'SELECT idempotency.expire()'), '2', 'expire() deleted two keys');
 is($node->safe_psql($db,
 	q{SELECT keys_expired, keys FROM idempotency.stats WHERE datname = current_database()}),
-	'2|2', 'keys_expired counts them');
+	'2|4', 'keys_expired counts them; their tombstones stay keys');
 
 # Other databases' counters are listed too, without their key counts.
 $node->safe_psql('upgraded', sprintf($call, 'k-other', 5));
 is( $node->safe_psql(
 		$db,
-		q{SELECT calls_ran, keys IS NULL FROM idempotency.stats WHERE datname = 'upgraded'}),
-	'2|t',
-	'another database (before-upgrade and k-other ran there): counters yes, key count no');
+		q{SELECT calls_ran, replays, keys IS NULL FROM idempotency.stats WHERE datname = 'upgraded'}),
+	'1|8|t',
+	'another database (k-other ran there, the old keys replayed): counters yes, key count no');
 
 # pg_monitor members read the view; it has no key or response column.
 is($node->safe_psql($db, q{SELECT count(*) > 0 FROM idempotency.stats},
@@ -206,8 +177,8 @@ is($node->safe_psql($db, q{SELECT calls_ran, replays, conflicts, mismatches, key
   FROM idempotency.stats WHERE datname = current_database()}),
 	'0|0|0|0|0', 'stats_reset zeroes this database');
 is($node->safe_psql($db,
-	q{SELECT calls_ran FROM idempotency.stats WHERE datname = 'upgraded'}),
-	'2', 'and leaves other databases alone');
+	q{SELECT calls_ran, replays FROM idempotency.stats WHERE datname = 'upgraded'}),
+	'1|8', 'and leaves other databases alone');
 
 # Without preloading nothing is counted: the counters are NULL, the key
 # count is still there.
@@ -215,7 +186,7 @@ $node->append_conf('postgresql.conf', q{shared_preload_libraries = ''});
 $node->restart;
 is($node->safe_psql($db,
 	q{SELECT calls_ran IS NULL, keys FROM idempotency.stats}),
-	't|2', 'without preloading: no counters, keys still counted');
+	't|4', 'without preloading: no counters, keys still counted');
 
 $node->stop;
 done_testing();

@@ -18,8 +18,9 @@ use FindBin;
 use lib $FindBin::RealBin;
 use IdempotencyTest;
 
-# Expiry runs only when this test calls it.
-my $conf = "idempotency.expire_interval = 0\n";
+# Expiry runs only when this test calls it, and deletes expired keys
+# (no tombstones: remember = 0).
+my $conf = "idempotency.expire_interval = 0\nidempotency.remember = 0\n";
 my $schema = q{
 CREATE EXTENSION idempotency;
 CREATE TABLE runs (key text NOT NULL);

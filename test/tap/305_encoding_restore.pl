@@ -1,10 +1,11 @@
 # A key's identity does not depend on the database encoding: keys stored
 # with characters beyond ASCII in a LATIN1 database, dumped (custom and
 # plain format) and restored into a UTF8 database, replay there, fn does
-# not run again and each key keeps one row. A LATIN1 database whose keys
-# were stored under 0.5 (digests over the LATIN1 bytes) keeps replaying
-# them with the 0.6 library before and after ALTER EXTENSION UPDATE, which
-# recomputes the digests, and then moves to UTF8 the same way.
+# not run again and each key keeps one row. Keys the library of 0.7 wrote
+# in a UTF8, a LATIN1 and a WIN1252 database replay with the current
+# library on the same data directory, before and after ALTER EXTENSION
+# UPDATE. A database still at 0.6 is refused (55000) until it is updated
+# to 0.7 with the library of 0.7, after which its keys replay too.
 #
 # This file is UTF-8; its SQL sets client_encoding accordingly, so that the
 # server converts the keys into LATIN1.
@@ -131,81 +132,65 @@ SELECT idempotency.key_digest('Zürich ÿ') = '\x'::bytea || substr(sha256(conve
 	'key_digest is over the key\'s UTF-8 bytes in a LATIN1 database');
 dump_and_restore('latin', 'current version');
 
-# --- stored under 0.3, updated to 0.4, then to the current version ----------
-command_ok(
-	[
-		'createdb', '-h', $node->host, '-p', $node->port, '-E', 'LATIN1',
-		'-T', 'template0', '--locale=C', 'latin03'
-	],
-	'a LATIN1 database for 0.3');
-$node->safe_psql('latin03', q{
-CREATE EXTENSION idempotency VERSION '0.3';
-CREATE TABLE runs (n int);
-});
-store_keys('latin03');
-$node->safe_psql('latin03', q{ALTER EXTENSION idempotency UPDATE TO '0.4'});
-is( $node->safe_psql(
-		'latin03', q{SET client_encoding = 'UTF8';
-SELECT idempotency.idempotent_call('café-1', 'h1', 'INSERT INTO runs VALUES ($1) RETURNING n', 1),
-       idempotency.last_call_replayed()}),
-	'1|t',
-	'updated from 0.3 to 0.4 with this library, a key beyond ASCII replays');
-$node->safe_psql('latin03', 'ALTER EXTENSION idempotency UPDATE');
-check_replays('latin03', 'LATIN1 database updated from 0.3 through 0.4');
-
-# --- stored under 0.5, then updated -----------------------------------------
-command_ok(
-	[
-		'createdb', '-h', $node->host, '-p', $node->port, '-E', 'LATIN1',
-		'-T', 'template0', '--locale=C', 'latin05'
-	],
-	'a LATIN1 database for 0.5');
-$node->safe_psql('latin05', q{
-CREATE EXTENSION idempotency VERSION '0.5';
-CREATE TABLE runs (n int);
-});
-store_keys('latin05');
-is( $node->safe_psql(
-		'latin05', q{SET client_encoding = 'UTF8';
-SELECT key_digest = '\x'::bytea || substr(sha256(convert_to(key, 'LATIN1')), 1, 11)
-  FROM idempotency.keys WHERE key = 'café-1'}),
-	't',
-	'under 0.5, key_digest is over the LATIN1 bytes');
-$node->safe_psql('latin05', q{
-SET client_encoding = 'UTF8';
-SELECT idempotency.idempotent_call('café-1', 'h1', 'INSERT INTO runs VALUES ($1) RETURNING n', 1);
-SELECT idempotency.idempotent_call('Zürich ÿ', 'h2', 'INSERT INTO runs VALUES ($1) RETURNING n', 2);
-});
-is($node->safe_psql('latin05', 'SELECT count(*) FROM runs'),
-	scalar(@keys), 'under 0.5 with this library, the keys replay');
-$node->safe_psql('latin05', 'ALTER EXTENSION idempotency UPDATE');
-check_replays('latin05', 'LATIN1 database updated from 0.5');
-dump_and_restore('latin05', 'updated from 0.5');
-
 $node->stop;
 
-# --- written by the libraries of 0.6 and 0.3 --------------------------------
-# Keys the old library itself wrote (its fingerprints and digests, in its
-# layout) in a UTF8, a LATIN1 and a WIN1252 database, read by the current
-# library on the same data directory, then after ALTER EXTENSION UPDATE.
-for my $version ('0.6', '0.3')
+# --- written by the library of 0.7 -----------------------------------------
+# Keys the old library itself wrote (its fingerprints and digests) in a
+# UTF8, a LATIN1 and a WIN1252 database, read by the current library on the
+# same data directory, then after ALTER EXTENSION UPDATE.
+my $old = old_release_node('old07', '0.7', conf => "idempotency.expire_interval = 0\n");
+my @dbs = map { [ 'v07_' . lc($_), $_ ] } ('UTF8', 'LATIN1', 'WIN1252');
+for my $db (@dbs)
 {
-	(my $v = $version) =~ s/\.//;
-	my $old = old_release_node("old$v", $version,
-		conf => "idempotency.expire_interval = 0\n");
-	my @dbs = map { [ "v${v}_" . lc($_), $_ ] } ('UTF8', 'LATIN1', 'WIN1252');
-	for my $db (@dbs)
-	{
-		store_old_release_keys($old, @$db);
-		is( $old->safe_psql($db->[0],
-				q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
-			$version, "$db->[1]: the keys are stored by the $version library");
-		check_old_release_keys($old, $db->[0], "$version library, $db->[1]");
-	}
-	my $current = reopen_with_current_library($old, "current$v");
-	check_old_release_keys_through_update($current, $version,
-		'current library', @dbs);
-	$current->stop;
+	store_old_release_keys($old, @$db);
+	is( $old->safe_psql($db->[0],
+			q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
+		'0.7', "$db->[1]: the keys are stored by the 0.7 library");
+	check_old_release_keys($old, $db->[0], "0.7 library, $db->[1]");
 }
+my $current = reopen_with_current_library($old, 'current07');
+check_old_release_keys_through_update($current, '0.7', 'current library', @dbs);
+for my $db (@dbs)
+{
+	is( $current->safe_psql($db->[0],
+			q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
+		$current->safe_psql($db->[0],
+			q{SELECT default_version FROM pg_available_extensions WHERE name = 'idempotency'}),
+		"$db->[1]: updated to the current version");
+}
+$current->stop;
+
+# --- a database still at 0.6 -----------------------------------------------
+# The current library serves the schemas of 0.7 and later: a database at
+# 0.6 is refused until a DBA updates it to 0.7 with the library of 0.7, as
+# the refusal's hint says; then this library and ALTER EXTENSION UPDATE.
+$old = old_release_node('old06', '0.6', conf => "idempotency.expire_interval = 0\n");
+store_old_release_keys($old, 'v06', 'UTF8');
+check_old_release_keys($old, 'v06', '0.6 library, UTF8');
+my $version_query = q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'};
+my $keys_query = q{SELECT scope::text, key, key_digest, request_hash, response, created_at, expires_at
+  FROM idempotency.keys ORDER BY scope::text, key};
+my $keys_at_06 = $old->safe_psql('v06', $keys_query);
+
+$current = reopen_with_current_library($old, 'current06');
+check_refuses_schema_before_0_7($current, 'v06', '0.6 database, current library');
+my ($rc, $stdout, $stderr) = $current->psql('v06', 'ALTER EXTENSION idempotency UPDATE');
+isnt($rc, 0, '0.6 database, current library: ALTER EXTENSION UPDATE fails');
+like($stderr, qr/extension "idempotency" has no update path from version "0\.6" to version "/,
+	'... with PostgreSQL\'s "no update path" error');
+is($current->safe_psql('v06', $version_query), '0.6', '... and the extension stays at 0.6');
+is($current->safe_psql('v06', $keys_query), $keys_at_06, '... with every row as 0.6 stored it');
+
+# The way out: the library of 0.7 updates the database to 0.7 (its update
+# script recomputes the digests), then the current one updates it.
+my $at07 = reopen_with_release($current, 'release07', '0.7');
+$at07->safe_psql('v06', q{ALTER EXTENSION idempotency UPDATE TO '0.7'});
+is($at07->safe_psql('v06', $version_query), '0.7', 'the 0.7 library updates the database to 0.7');
+check_old_release_keys($at07, 'v06', '0.6 keys updated to 0.7 by the 0.7 library');
+$current = reopen_with_current_library($at07, 'current06to07');
+check_old_release_keys_through_update($current, '0.6', 'updated through 0.7', [ 'v06', 'UTF8' ]);
+isnt($current->safe_psql('v06', $version_query), '0.7',
+	'the current library updates it on from 0.7');
+$current->stop;
 
 done_testing();

@@ -23,8 +23,8 @@
 #   nothing ran twice; the move waits for requests in flight, requests that
 #   arrive during it get 40001 only, and their retries run once on the new
 #   node and replay the answer their client got.
-# - Expiry through the coordinator deletes expired tenant keys on every shard,
-#   also after the move; workers leave them alone; stats counts them.
+# - Expiry through the coordinator turns expired tenant keys into tombstones
+#   on every shard, also after the move; workers leave them alone; stats counts them.
 # - kill -9 during calls that clients retry, of a worker's backend and of the
 #   coordinator's (crash restarts), then of every process of the other worker
 #   and of the coordinator (power cuts), each counted only when it landed:
@@ -564,10 +564,13 @@ my $expired = $coordinator->safe_psql('postgres',
 is($workers[0]->safe_psql('postgres', 'SELECT idempotency.expire()'), '0',
 	'a worker leaves tenant keys to the coordinator');
 is($coordinator->safe_psql('postgres', 'SELECT idempotency.expire()'), $expired,
-	'the coordinator deletes every expired tenant key once, on every shard, the moved one too');
+	'the coordinator turns every expired tenant key into its tombstone once, on every shard, the moved one too');
 is( $coordinator->safe_psql('postgres',
 		q{SELECT count(*) FROM idempotency.tenant_keys WHERE key LIKE 'mv-%'}),
 	'0', 'no expired key is left');
+is( $coordinator->safe_psql('postgres',
+		q{SELECT count(*) FROM idempotency.tenant_keys WHERE expired_at IS NOT NULL AND response IS NULL AND key = ''}),
+	$expired, 'each left its tombstone');
 is( $coordinator->safe_psql('postgres', q{
 SELECT s.keys = (SELECT count(*) FROM idempotency.keys) + (SELECT count(*) FROM idempotency.tenant_keys)
   FROM idempotency.stats AS s WHERE s.datname = current_database()}),
@@ -576,8 +579,8 @@ $coordinator->safe_psql('postgres', q{
 UPDATE idempotency.tenant_keys SET created_at = now() - interval '2 hours', expires_at = now() - interval '1 hour' WHERE tenant = 2});
 $coordinator->safe_psql('postgres', q{ALTER SYSTEM SET idempotency.expire_interval = 1; SELECT pg_reload_conf()});
 ok( $coordinator->poll_query_until('postgres',
-		q{SELECT count(*) = 0 FROM idempotency.tenant_keys WHERE tenant = 2}),
-	"the coordinator's expiry worker deletes expired tenant keys");
+		q{SELECT count(*) > 0 AND count(*) = count(expired_at) FROM idempotency.tenant_keys WHERE tenant = 2}),
+	"the coordinator's expiry worker turns expired tenant keys into tombstones");
 
 # --- kill -9 during calls ------------------------------------------------------------
 # Three clients send keys one after another (storm-<client>-<n>, each for one

@@ -129,7 +129,7 @@ sub session_on
 }
 
 # The SQLSTATE of the statement's error in the session, or 'no error'.
-sub sqlstate_in
+sub session_sqlstate
 {
 	my ($session, $sql) = @_;
 	my ($output, $failed) = $session->query($sql);
@@ -149,7 +149,7 @@ my $ran = withdrawals();
 
 $coordinator->safe_psql('postgres', q{
 ALTER TABLE idempotency.tenant_keys ADD CONSTRAINT no_rejected CHECK (key <> 'rejected')});
-is(sqlstate_in($on_source, call_sql('rejected')), '23514',
+is(session_sqlstate($on_source, call_sql('rejected')), '23514',
 	"a CHECK constraint a DBA added refuses the key's row");
 is(stored('rejected') . '|' . withdrawals(), "0|$ran", 'and the request left nothing');
 $coordinator->safe_psql('postgres', q{
@@ -170,10 +170,10 @@ BEGIN
 END $$;
 CREATE TRIGGER skip_some BEFORE INSERT ON idempotency.tenant_keys
   FOR EACH ROW EXECUTE FUNCTION skip_some()});
-is(sqlstate_in($on_source, call_sql('skipped')), '09000',
+is(session_sqlstate($on_source, call_sql('skipped')), '09000',
 	'a BEFORE INSERT trigger that skips the row makes the request fail');
 is(stored('skipped') . '|' . withdrawals(), "0|$ran", 'and the request left nothing');
-is(sqlstate_in($on_source, call_sql('renamed')), '09000',
+is(session_sqlstate($on_source, call_sql('renamed')), '09000',
 	"a BEFORE INSERT trigger that moves the row to another key makes the request fail");
 is( stored('renamed') . '|' . stored('renamed-by-trigger') . '|' . withdrawals(),
 	"0|0|$ran", 'and the request left nothing');
@@ -247,7 +247,7 @@ is(stored('seen-later'), '1', 'which is stored once');
 my $before_move = $on_source->query_safe(call_sql('before-move'));
 like($before_move, qr/"balance"/, "a session on the shard's worker stores a key before the move");
 $ran++;
-is(sqlstate_in($on_target, call_sql('not-here')), '0A000',
+is(session_sqlstate($on_target, call_sql('not-here')), '0A000',
 	'a session on the other worker is refused the tenant');
 
 my $gate = $source->background_psql('postgres');
@@ -293,9 +293,9 @@ like($during->{err}, qr/ERROR:\s+40001:/, 'the request that arrived during the m
 is( $coordinator->safe_psql('postgres', "SELECT nodeport FROM citus_shards WHERE shardid = $shard"),
 	$target->port, 'the shard moved');
 
-is(sqlstate_in($on_source, call_sql('after-move')), '40001',
+is(session_sqlstate($on_source, call_sql('after-move')), '40001',
 	'a session that stored keys on the old node gets 40001 for a new key');
-is(sqlstate_in($on_source, call_sql('before-move')), '40001', 'and for a stored one');
+is(session_sqlstate($on_source, call_sql('before-move')), '40001', 'and for a stored one');
 
 # The old placement is still there: nothing was written into it after the
 # request in flight.
@@ -340,7 +340,7 @@ is(runs_for('in-flight') . '|' . runs_for('moved-back') . '|' . withdrawals(), "
 	'each request ran once');
 is($source->safe_psql('postgres', "SELECT count(*) FROM $old_shard WHERE key = 'moved-back'"),
 	'1', "the key is in the shard's new relation");
-is(sqlstate_in($on_target, call_sql('moved-back')), '40001',
+is(session_sqlstate($on_target, call_sql('moved-back')), '40001',
 	'and the session on the node it left gets 40001');
 
 $on_source->quit;

@@ -22,8 +22,10 @@ our @EXPORT =
   run_storm
   check_storm check_storm_controls landed_faults report_storm
   generic_plan_database generic_plan_run
-  old_release_node reopen_with_current_library store_old_release_keys
-  check_old_release_keys check_old_release_keys_through_update);
+  old_release_node old_release_install_path reopen_with_current_library
+  reopen_with_release store_old_release_keys
+  check_old_release_keys check_old_release_keys_through_update
+  check_refuses_schema_before_0_7 sqlstate_in);
 
 # A started node with shared_preload_libraries = 'idempotency', plus the
 # postgresql.conf lines in `conf` and the init options in `init`.
@@ -819,19 +821,28 @@ sub generic_plan_run
 
 # --- keys written by an earlier release's library ---------------------------
 
-# A started node whose server loads the library of release `version`, built
-# from the repository's history by test/old-release.sh (cached across runs;
-# a clone without that history fails here), with the roles the old keys
-# belong to.
-sub old_release_node
+# The installation (install_path) of the PostgreSQL under test with the
+# library of release `version` in place of the current one, built from the
+# repository's history by test/old-release.sh (cached across runs; a clone
+# without that history fails here).
+sub old_release_install_path
 {
-	my ($name, $version, %options) = @_;
+	my ($version) = @_;
 	my ($stdout, $stderr) = ('', '');
 	IPC::Run::run([ "$FindBin::RealBin/../old-release.sh", $version ],
 		'>', \$stdout, '2>', \$stderr)
 	  or die "cannot build release $version of the library:\n$stderr";
 	chomp $stdout;
-	my $node = PostgreSQL::Test::Cluster->new($name, install_path => $stdout);
+	return $stdout;
+}
+
+# A started node whose server loads the library of release `version`
+# (old_release_install_path), with the roles the old keys belong to.
+sub old_release_node
+{
+	my ($name, $version, %options) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name,
+		install_path => old_release_install_path($version));
 	$node->init;
 	$node->append_conf('postgresql.conf',
 		"shared_preload_libraries = 'idempotency'\n" . ($options{conf} // ''));
@@ -843,18 +854,35 @@ CREATE ROLE regress_other;
 	return $node;
 }
 
-# A node of the PostgreSQL under test (the current library) on the stopped
-# `old` node's data directory, started.
-sub reopen_with_current_library
+# A node of the installation `install_path` (undef: the PostgreSQL under
+# test) on the stopped `old` node's data directory, started.
+sub reopen_data_directory
 {
-	my ($old, $name) = @_;
+	my ($old, $name, $install_path) = @_;
 	$old->stop if defined $old->{_pid};
-	my $node = PostgreSQL::Test::Cluster->new($name);
+	my $node = PostgreSQL::Test::Cluster->new($name,
+		defined $install_path ? (install_path => $install_path) : ());
 	rename($old->data_dir, $node->data_dir)
 	  or die "cannot move " . $old->data_dir . ": $!";
 	$node->append_conf('postgresql.conf', 'port = ' . $node->port . "\n");
 	$node->start;
 	return $node;
+}
+
+# A node of the PostgreSQL under test (the current library) on the stopped
+# `old` node's data directory, started.
+sub reopen_with_current_library
+{
+	my ($old, $name) = @_;
+	return reopen_data_directory($old, $name);
+}
+
+# The same with the library of release `version` (old_release_install_path):
+# the way a DBA takes a database through an intermediate release.
+sub reopen_with_release
+{
+	my ($old, $name, $version) = @_;
+	return reopen_data_directory($old, $name, old_release_install_path($version));
 }
 
 # The keys the old library writes, beyond ASCII in their key, fn, text
@@ -934,14 +962,9 @@ GRANT SELECT, INSERT ON runs TO PUBLIC;
 # (at a version with claim), and after it: the rows, their role and their
 # key's UTF-8 bytes, byte for byte; each request replays its stored
 # response and fn runs for none again; another request answers IK422.
-# With `earlier_form_lost`, for keys 0.3 to 0.5 stored in a database of
-# another encoding than `db`'s, whose fingerprints hashed text beyond ASCII
-# in that encoding (docs/fingerprints.md): the same request answers IK422
-# too.
 sub check_old_release_keys
 {
-	my ($node, $db, $what, %options) = @_;
-	my $replays = !$options{earlier_form_lost};
+	my ($node, $db, $what) = @_;
 	my $expected = join("\n",
 		sort map { "$_->[0]|" . unpack('H*', $_->[1]) }
 		  ((map { [ $_->[1], $_->[2] ] } @old_calls), [ $old_claim[0], $old_claim[1] ]));
@@ -954,31 +977,15 @@ sub check_old_release_keys
 	{
 		my ($name, $role, $key, $hash, $arg, $other) = @{ $old_calls[$i] };
 		my $n = $i + 1;
-		if ($replays)
-		{
-			is(output_or_error($node, $db, old_call_sql($role, $key, $hash, $arg, $n)),
-				qq{"$arg «½»"|t}, "$what: the $name key '$key' of $role replays");
-		}
-		else
-		{
-			is(sqlstate_in($node, $db, old_call_sql($role, $key, $hash, $arg, $n)),
-				'IK422', "$what: the $name key '$key' of $role, the same request, is IK422");
-		}
+		is(output_or_error($node, $db, old_call_sql($role, $key, $hash, $arg, $n)),
+			qq{"$arg «½»"|t}, "$what: the $name key '$key' of $role replays");
 		my $other_hash = $hash eq 'NULL' ? 'NULL' : q{'another'};
 		is( sqlstate_in($node, $db, old_call_sql($role, $key, $other_hash, $other, $n)),
 			'IK422', "$what: the $name key '$key' with another request is IK422");
 	}
 	my ($role, $key, $hash, $response) = @old_claim;
-	if ($replays)
-	{
-		is( output_or_error($node, $db, old_claim_sql($hash)),
-			qq{t|$response}, "$what: the claimed key '$key' replays its response");
-	}
-	else
-	{
-		is(sqlstate_in($node, $db, old_claim_sql($hash)),
-			'IK422', "$what: the claimed key '$key', the same client hash, is IK422");
-	}
+	is( output_or_error($node, $db, old_claim_sql($hash)),
+		qq{t|$response}, "$what: the claimed key '$key' replays its response");
 	is(sqlstate_in($node, $db, old_claim_sql('body-e')),
 		'IK422', "$what: the claimed key with another client hash is IK422");
 	is($node->safe_psql($db, 'SELECT count(*) FROM runs'),
@@ -1003,5 +1010,44 @@ sub check_old_release_keys_through_update
 	return;
 }
 
-1;
+# A database whose extension is older than 0.7 (keys stored by
+# store_old_release_keys), served by the current library: every function
+# that opens the key table, and the C symbols only those schemas name
+# (key_digest() before 0.7), refuse with 55000 and the hint that says how
+# to update; nothing runs, nothing changes.
+sub check_refuses_schema_before_0_7
+{
+	my ($node, $db, $what) = @_;
+	my ($name, $role, $key, $hash, $arg) = @{ $old_calls[0] };
+	my $keys_before = $node->safe_psql($db, 'SELECT count(*) FROM idempotency.keys');
+	my $runs_before = $node->safe_psql($db, 'SELECT count(*) FROM runs');
+	for my $call (
+		[ 'idempotent_call', old_call_sql($role, $key, $hash, $arg, 1) ],
+		[ 'idempotent_call of a new key', old_call_sql($role, 'new-key', 'NULL', 'x', 9) ],
+		[ 'claim', old_claim_sql($old_claim[2]) ],
+		[ 'claim of a new key', "SET ROLE $role; SELECT * FROM idempotency.claim('new-claim', 'h')" ],
+		[ 'lookup', "SET ROLE $role; SELECT * FROM idempotency.lookup('$key')" ],
+		[ 'forget', "SET ROLE $role; SELECT idempotency.forget('$key')" ],
+		[ 'key_digest', q{SELECT idempotency.key_digest('x')} ])
+	{
+		my ($function, $sql) = @$call;
+		my ($rc, $stdout, $stderr) = $node->psql(
+			$db, "SET client_encoding = 'UTF8'; $sql",
+			on_error_stop => 0,
+			extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+		my $sqlstate = $stderr =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : 'no error';
+		is($sqlstate, '55000', "$what: $function refuses with 55000");
+		like(
+			$stderr,
+			qr/ERROR:  55000: the idempotency extension in this database is older than 0\.7, which this library no longer serves.*
+HINT:  Update the extension to 0\.7 with the library of 0\.7 \(ALTER EXTENSION idempotency UPDATE TO '0\.7'\), then install this library and run ALTER EXTENSION idempotency UPDATE\./s,
+			"$what: $function says so, with the hint to update through 0.7");
+	}
+	is($node->safe_psql($db, 'SELECT count(*) FROM idempotency.keys'),
+		$keys_before, "$what: every key is still there");
+	is($node->safe_psql($db, 'SELECT count(*) FROM runs'),
+		$runs_before, "$what: fn ran for no call");
+	return;
+}
 
+1;

@@ -19,9 +19,8 @@ using idempotency::fingerprint::Fingerprint;
 using idempotency::fingerprint::HmacSha256;
 using idempotency::fingerprint::key_digest;
 using idempotency::fingerprint::key_digest_size;
-using idempotency::fingerprint::key_digests;
-using idempotency::fingerprint::KeyDigests;
-using idempotency::fingerprint::legacy_fingerprint;
+using idempotency::fingerprint::ordered_key_digest;
+using idempotency::fingerprint::OrderedKeyDigest;
 using idempotency::fingerprint::RequestFingerprint;
 using idempotency::fingerprint::Sha256;
 using idempotency::fingerprint::unconverted_key_digest;
@@ -218,6 +217,29 @@ TEST(HmacSha256, CopyOfAKeyedObjectStartsAFreshMessage) {
   }
 }
 
+TEST(HmacSha256, KeysInTurnEachGetTheirOwnMac) {
+  // The backend keeps two keyed contexts (claims' secret, derived keys'):
+  // alternating two keys, or three, must never MAC under another's key.
+  const std::string case1 =
+      "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7";
+  const std::string case2 =
+      "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843";
+  const std::string case6 =
+      "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54";
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_EQ(hmac_hex(std::string(20, '\x0b'), "Hi There"), case1);
+    EXPECT_EQ(hmac_hex("Jefe", "what do ya want for nothing?"), case2);
+  }
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_EQ(hmac_hex(std::string(20, '\x0b'), "Hi There"), case1);
+    EXPECT_EQ(hmac_hex("Jefe", "what do ya want for nothing?"), case2);
+    EXPECT_EQ(
+        hmac_hex(std::string(131, '\xaa'),
+                 "Test Using Larger Than Block-Size Key - Hash Key First"),
+        case6);
+  }
+}
+
 // --- RequestFingerprint ----------------------------------------------------
 
 std::string hex_of(RequestFingerprint &fp) {
@@ -277,15 +299,15 @@ TEST(KeyDigest, UnconvertedKeyIsMarkedApartFromEveryUtf8Key) {
   EXPECT_NE(bytes_of(marked, sizeof marked), bytes_of(plain, sizeof plain));
 }
 
-KeyDigests digests_of(const std::string &key) {
-  KeyDigests out;
-  key_digests(key.data(), key.size(), out);
+OrderedKeyDigest digests_of(const std::string &key) {
+  OrderedKeyDigest out;
+  ordered_key_digest(key.data(), key.size(), out);
   return out;
 }
 
 std::string ordered(const std::string &key) {
-  KeyDigests digests = digests_of(key);
-  return bytes_of(digests.ordered, digests.ordered_size);
+  OrderedKeyDigest digests = digests_of(key);
+  return bytes_of(digests.bytes, digests.size);
 }
 
 TEST(OrderedKeyDigest, RandomKeyKeepsItsUnorderedDigest) {
@@ -296,30 +318,25 @@ TEST(OrderedKeyDigest, RandomKeyKeepsItsUnorderedDigest) {
            "4b2f9a8e-3c1d-4e5f-9a0b-123456789012",
            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff6123456789",
            "order-1234567890123456789", std::string(255, 'x')}) {
-    KeyDigests digests = digests_of(key);
+    OrderedKeyDigest digests = digests_of(key);
     std::uint8_t plain[key_digest_size];
     key_digest(key.data(), key.size(), plain);
-    EXPECT_FALSE(digests.differ()) << key;
+    EXPECT_EQ(digests.size, key_digest_size) << key;
     EXPECT_EQ(ordered(key), bytes_of(plain, sizeof plain)) << key;
-    EXPECT_EQ(bytes_of(digests.unordered, key_digest_size),
-              bytes_of(plain, sizeof plain))
-        << key;
   }
 }
 
 TEST(OrderedKeyDigest, Uuid7BeginsWithItsTimestamp) {
   const std::string key("0190a4b2-7c3d-7123-8456-0123456789ab");
-  KeyDigests digests = digests_of(key);
-  ASSERT_TRUE(digests.differ());
-  ASSERT_EQ(digests.ordered_size, 14u);
-  EXPECT_EQ(bytes_of(digests.ordered, 6),
+  OrderedKeyDigest digests = digests_of(key);
+  ASSERT_NE(digests.size, key_digest_size);
+  ASSERT_EQ(digests.size, 14u);
+  EXPECT_EQ(bytes_of(digests.bytes, 6),
             std::string("\x01\x90\xa4\xb2\x7c\x3d", 6));
   std::uint8_t plain[key_digest_size];
   key_digest(key.data(), key.size(), plain);
-  // Then SHA-256 of the key, whose first 11 bytes are the unordered digest.
-  EXPECT_EQ(bytes_of(digests.ordered + 6, 8), bytes_of(plain, 8));
-  EXPECT_EQ(bytes_of(digests.unordered, key_digest_size),
-            bytes_of(plain, sizeof plain));
+  // Then SHA-256 of the key, whose first 11 bytes are key_digest(key).
+  EXPECT_EQ(bytes_of(digests.bytes + 6, 8), bytes_of(plain, 8));
   // Upper-case hex digits are the same timestamp, another key.
   const std::string upper("0190A4B2-7C3D-7123-8456-0123456789AB");
   EXPECT_EQ(ordered(upper).substr(0, 6), ordered(key).substr(0, 6));
@@ -327,12 +344,12 @@ TEST(OrderedKeyDigest, Uuid7BeginsWithItsTimestamp) {
 }
 
 TEST(OrderedKeyDigest, OtherUuidVersionsAreRandomKeys) {
-  EXPECT_EQ(digests_of("0190a4b2-7c3d-4123-8456-0123456789ab").ordered_size,
+  EXPECT_EQ(digests_of("0190a4b2-7c3d-4123-8456-0123456789ab").size,
             key_digest_size);
   // The variant must be RFC 9562's (10xx).
-  EXPECT_EQ(digests_of("0190a4b2-7c3d-7123-c456-0123456789ab").ordered_size,
+  EXPECT_EQ(digests_of("0190a4b2-7c3d-7123-c456-0123456789ab").size,
             key_digest_size);
-  EXPECT_EQ(digests_of("0190a4b2-7c3d-7123-8456-0123456789a").ordered_size,
+  EXPECT_EQ(digests_of("0190a4b2-7c3d-7123-8456-0123456789a").size,
             key_digest_size);
 }
 
@@ -345,24 +362,24 @@ TEST(OrderedKeyDigest, LaterKeysOfASeriesSortAfter) {
 }
 
 TEST(OrderedKeyDigest, SequentialIdIsItsPrefixHashThenItsNumber) {
-  KeyDigests digests = digests_of("order-000000123");
-  ASSERT_TRUE(digests.differ());
-  ASSERT_EQ(digests.ordered_size, 16u);
-  EXPECT_EQ(bytes_of(digests.ordered + 8, 8),
+  OrderedKeyDigest digests = digests_of("order-000000123");
+  ASSERT_NE(digests.size, key_digest_size);
+  ASSERT_EQ(digests.size, 16u);
+  EXPECT_EQ(bytes_of(digests.bytes + 8, 8),
             std::string("\0\0\0\0\0\0\0\x7b", 8));
   // sha256("order-" 0x09), the prefix and the number of digits.
   Sha256 hash;
   hash.update("order-\x09", 7);
   std::uint8_t prefix_hash[Sha256::digest_size];
   hash.finish(prefix_hash);
-  EXPECT_EQ(bytes_of(digests.ordered, 8), bytes_of(prefix_hash, 8));
+  EXPECT_EQ(bytes_of(digests.bytes, 8), bytes_of(prefix_hash, 8));
 }
 
 TEST(OrderedKeyDigest, PlainNumbersAndNamedPrefixesAreSeries) {
-  EXPECT_EQ(digests_of("000000123456").ordered_size, 16u);
-  EXPECT_EQ(digests_of("ORD123456").ordered_size, 16u);
-  EXPECT_EQ(digests_of("inv-2026-000123").ordered_size, 16u);
-  EXPECT_EQ(digests_of("abc-123456").ordered_size, key_digest_size);
+  EXPECT_EQ(digests_of("000000123456").size, 16u);
+  EXPECT_EQ(digests_of("ORD123456").size, 16u);
+  EXPECT_EQ(digests_of("inv-2026-000123").size, 16u);
+  EXPECT_EQ(digests_of("abc-123456").size, key_digest_size);
 }
 
 TEST(OrderedKeyDigest, SameNumberUnderAnotherPrefixOrLengthIsAnotherKey) {
@@ -370,27 +387,6 @@ TEST(OrderedKeyDigest, SameNumberUnderAnotherPrefixOrLengthIsAnotherKey) {
   EXPECT_NE(ordered("order-000123"), ordered("refund-000123"));
   EXPECT_EQ(ordered("order-000123").substr(8),
             ordered("refund-000123").substr(8));
-}
-
-TEST(LegacyFingerprint, LowerCaseHexDigestIsTheBytesItSpells) {
-  const std::string text(
-      "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  Fingerprint out;
-  legacy_fingerprint(text.data(), text.size(), out);
-  EXPECT_EQ(to_hex(out), text);
-}
-
-TEST(LegacyFingerprint, AnyOtherTextIsItsSha256) {
-  // Upper case, a wrong length, and plain text are hashed, not decoded.
-  for (const std::string &text :
-       {std::string("abc"),
-        std::string("BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F"
-                    "20015AD"),
-        std::string(63, 'a'), std::string(65, 'a'), std::string(64, 'g')}) {
-    Fingerprint out;
-    legacy_fingerprint(text.data(), text.size(), out);
-    EXPECT_EQ(to_hex(out), sha256_hex(text)) << text;
-  }
 }
 
 TEST(RequestFingerprint, EncodingIsStable) {
@@ -492,6 +488,57 @@ TEST(RequestFingerprint, CopyOfThePrefixFinishesLikeAFreshBuild) {
   }
 }
 
+TEST(RequestFingerprint, KeptPrefixStateFinishesLikeAFreshBuild) {
+  // The statement cache keeps the prefix's hash state; every copy starts
+  // from it, and one that adds a type first drops it.
+  RequestFingerprint prefix("f", 1);
+  prefix.add_type("int4", 4);
+  prefix.keep_prefix_state();
+  for (const char *value : {"1", "22", "333"}) {
+    RequestFingerprint copy = prefix;
+    copy.add_value(value, std::strlen(value));
+    EXPECT_EQ(hex_of(copy), fingerprint("f", {{"int4", value}}));
+    RequestFingerprint longer = prefix;
+    longer.add_type("text", 4);
+    longer.add_value(value, std::strlen(value));
+    longer.add_null();
+    EXPECT_EQ(hex_of(longer),
+              fingerprint("f", {{"int4", value}, {"text", std::nullopt}}));
+  }
+  RequestFingerprint nothing_more = prefix;
+  RequestFingerprint fresh("f", 1);
+  fresh.add_type("int4", 4);
+  EXPECT_EQ(hex_of(nothing_more), hex_of(fresh));
+}
+
+TEST(Sha256, OverlappingHashesEachFinishRight) {
+  // Hashes open at once each hold a context of their own.
+  Sha256 outer;
+  outer.update("a", 1);
+  Sha256 inner;
+  inner.update("abc", 3);
+  outer.update("bc", 2);
+  std::uint8_t digest[Sha256::digest_size];
+  inner.finish(digest);
+  EXPECT_EQ(to_hex(digest),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  outer.finish(digest);
+  EXPECT_EQ(to_hex(digest),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  HmacSha256 first("Jefe", 4);
+  HmacSha256 second(std::string(20, '\x0b').data(), 20);
+  first.update("what do ya want ", 16);
+  second.update("Hi There", 8);
+  first.update("for nothing?", 12);
+  std::uint8_t mac[HmacSha256::mac_size];
+  second.finish(mac);
+  EXPECT_EQ(to_hex(mac),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  first.finish(mac);
+  EXPECT_EQ(to_hex(mac),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+
 // --- Client hashes ----------------------------------------------------------
 
 std::string client_fingerprint(const std::string &fn, const std::string &hash) {
@@ -539,3 +586,77 @@ TEST(ClientHash, ClaimsAreMarked) {
 }
 
 } // namespace
+
+// --- Pinned outputs ---------------------------------------------------------
+//
+// Every digest the extension stores or locks on, computed once by the
+// hand-written SHA-256 and HMAC of versions up to 1.0 and pinned here: rows
+// stored by those versions must be found again, byte for byte, whatever
+// implementation computes them now.
+
+std::string hex_bytes(const std::uint8_t *data, std::size_t size) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < size; ++i) {
+    out += digits[data[i] >> 4];
+    out += digits[data[i] & 0x0f];
+  }
+  return out;
+}
+
+TEST(Pinned, UnorderedKeyDigest) {
+  std::uint8_t out[key_digest_size];
+  key_digest("4b2f9a8e-3c1d-4e5f-9a0b-1c2d3e4f5a6b", 36, out);
+  EXPECT_EQ(hex_bytes(out, sizeof out), "ffb1f8110573980eda58a7");
+  unconverted_key_digest("caf\xe9", 4, out);
+  EXPECT_EQ(hex_bytes(out, sizeof out), "3a3b2136c3fdbadfaab3bf");
+}
+
+TEST(Pinned, OrderedOrderedKeyDigest) {
+  OrderedKeyDigest uuid7 = digests_of("0190a4b2-7c3d-7123-8456-0123456789ab");
+  EXPECT_EQ(hex_bytes(uuid7.bytes, uuid7.size), "0190a4b27c3d6fb9fd663c70b531");
+  std::uint8_t plain[key_digest_size];
+  key_digest("0190a4b2-7c3d-7123-8456-0123456789ab", 36, plain);
+  EXPECT_EQ(hex_bytes(plain, sizeof plain), "6fb9fd663c70b5317cd837");
+  OrderedKeyDigest series = digests_of("order-000000123");
+  EXPECT_EQ(hex_bytes(series.bytes, series.size),
+            "6189c143ed707b12000000000000007b");
+  key_digest("order-000000123", 15, plain);
+  EXPECT_EQ(hex_bytes(plain, sizeof plain), "aac5785ea0f67b26728ee2");
+  OrderedKeyDigest random = digests_of(std::string(200, 'k'));
+  EXPECT_EQ(hex_bytes(random.bytes, random.size), "6de3c28869103736196204");
+}
+
+TEST(Pinned, RequestFingerprints) {
+  // Several blocks: a long fn, qualified type names, a 1000-byte value.
+  const std::string fn =
+      "SELECT bench.withdraw($1, $2, $3) -- " + std::string(100, 'c');
+  EXPECT_EQ(fingerprint(fn, {{"pg_catalog.int4", std::string("\0\0\1\x2c", 4)},
+                             {"pg_catalog.text", std::string(1000, 'v')},
+                             {"pg_catalog.numeric", std::nullopt}}),
+            "c8b047aa6e343d214c9fb5cae9f7a54390fc62ed229def1a12ff662de159b211");
+  EXPECT_EQ(client_fingerprint("SELECT 1", "client-hash"),
+            "9614ec6e115aee7ae2aea1aedbd8e478f9d147ab52a9ed43a9adcf26400aa236");
+  EXPECT_EQ(claim_fingerprint(std::string("claim-hash")),
+            "5450ab74595361acff96faa1abc9a9c859b63964d86a35ab06445a9dcdb599dd");
+}
+
+TEST(Pinned, ClaimTagMac) {
+  // A claim's message under a 32-byte secret: database and role (8 bytes),
+  // the key, a separator, a tenant's bytes; fed in pieces as claim_for does.
+  std::uint8_t secret[32];
+  for (int i = 0; i < 32; ++i)
+    secret[i] = static_cast<std::uint8_t>(i * 7 + 1);
+  const HmacSha256 keyed(secret, sizeof secret);
+  HmacSha256 mac = keyed;
+  const std::uint8_t prefix[8] = {0, 0, 0x40, 0x01, 0, 0, 0x27, 0x10};
+  mac.update(prefix, sizeof prefix);
+  mac.update("order-000000123", 15);
+  const std::uint8_t separator = 0;
+  mac.update(&separator, 1);
+  mac.update("tenant-a", 8);
+  std::uint8_t digest[HmacSha256::mac_size];
+  mac.finish(digest);
+  EXPECT_EQ(to_hex(digest),
+            "7e047c6eaa0eaaf9410c16b1a29d9144433b9dda031a1951130f20ddf0f401d9");
+}

@@ -13,6 +13,10 @@ Datum release_body(FunctionCallInfo fcinfo);
 Datum last_call_body(FunctionCallInfo fcinfo);
 Datum lookup_body(FunctionCallInfo fcinfo);
 Datum forget_body(FunctionCallInfo fcinfo);
+// idempotency.claim_batch(keys, request_hashes), complete_batch(keys,
+// responses): the same for many keys in one statement.
+Datum claim_batch_body(FunctionCallInfo fcinfo);
+Datum complete_batch_body(FunctionCallInfo fcinfo);
 
 // The same for tenant keys: idempotency.tenant_claim ... tenant_forget, the
 // tenant first.

@@ -8,10 +8,6 @@
 
 namespace idempotency::entry {
 
-// The key argument `argno` of an SQL function: 22004 when NULL, 22023 when
-// empty or over max_key_bytes (checked before the value is read).
-storage::KeyRef key_argument(FunctionCallInfo fcinfo, int argno);
-
 // How an SQL function names its key: by key alone (idempotency.keys), or by
 // tenant and key, the tenant first (the tenant_* functions, whose keys live
 // in idempotency.tenant_keys). The arguments after the key shift by one.
@@ -21,9 +17,25 @@ constexpr int key_argno(Keying keying) {
   return keying == Keying::by_tenant ? 1 : 0;
 }
 
-// The key of a call, read as `keying` says: key_argument, and for tenant
-// keys the tenant (22004 when NULL, 42804 when its type is unknown).
+// The key of a call, read as `keying` says, with the digest its table
+// holds: 22004 when NULL, 22023 when empty or over max_key_bytes; for
+// tenant keys also the tenant (22004 when NULL, 42804 when its type is
+// unknown).
 storage::KeyRef request_key(FunctionCallInfo fcinfo, Keying keying);
+
+// A text value sized like a key: 22004 when is_null, 22023 when empty or
+// over max_key_bytes (checked before the value is read); `what` names it in
+// the messages.
+text *sized_text(Datum value, bool is_null, const char *what);
+
+// A role key given as a value (an element of claim_batch's keys), checked
+// as sized_text checks it, with the digest its table holds.
+storage::KeyRef role_key(Datum value, bool is_null);
+
+// Text argument `argno` sized like a key - a key, or derived_key's label:
+// 22004 when NULL, 22023 when empty or over max_key_bytes (checked before
+// the value is read); `what` names it in the messages ("idempotency key").
+text *sized_text_argument(FunctionCallInfo fcinfo, int argno, const char *what);
 
 // The arguments after the first `first` ones, as bound to $1 ... $n. Handles
 // both a spread VARIADIC "any" list and an explicit VARIADIC array; an

@@ -8,23 +8,23 @@
 namespace idempotency::fingerprint {
 
 // The digest of `key`, as a bytea in the current memory context: the
-// ordered digest (fingerprint::key_digests) of the key's UTF-8 form
+// ordered digest (fingerprint::ordered_key_digest) of the key's UTF-8 form
 // whatever the database encoding, so that a dump restored into a database
-// of another encoding finds every key again. With `unordered`, also sets
-// *unordered to the key's unordered digest where it is another (a key with
-// an order), else to nullptr.
-bytea *digest_of_key(const text *key, bytea **unordered = nullptr);
+// of another encoding finds every key again.
+bytea *digest_of_key(const text *key);
 
-// The digest versions 0.4 to 0.6 store in idempotency.keys, and tenant keys
-// in every version: the first 11 bytes of SHA-256 over the key's UTF-8 form
-// (fingerprint::key_digest), whatever the key's shape.
-bytea *unordered_digest_of_key(const text *key);
+// The digest idempotency.tenant_keys holds: the first 11 bytes of SHA-256
+// over the key's UTF-8 form (fingerprint::key_digest), whatever the key's
+// shape. Its rows live in Citus shards, which keep the digest they were
+// written with.
+bytea *tenant_digest_of_key(const text *key);
 
-// The digest versions 0.4 and 0.5 stored: over the key's bytes in the
-// database encoding, which such a database's rows hold until ALTER
-// EXTENSION UPDATE recomputes them. nullptr when it is digest_of_key's
-// (always, but for a key beyond ASCII in a database whose encoding is
-// neither UTF8 nor SQL_ASCII).
-bytea *legacy_digest_of_key(const text *key);
+// The UTF-8 form of `size` bytes of text in the database encoding: the
+// bytes themselves where they already are (a UTF8 or SQL_ASCII database, or
+// ASCII text), else a palloc'd conversion, `*owned` set and `*utf8_size`
+// its length; nullptr when the text has no UTF-8 form (a character of the
+// database encoding that Unicode lacks).
+const char *utf8_form(const char *bytes, Size size, bool *owned,
+                      Size *utf8_size);
 
 } // namespace idempotency::fingerprint

@@ -6,9 +6,6 @@
 // text. Text inside a fingerprint - fn, type names, text values, the client's
 // text - is hashed as UTF-8 whatever the database encoding, so a dump
 // restored into a database of another encoding keeps every fingerprint.
-// Rows stored before 0.6 hashed text in the database encoding (and the types
-// the caller sent, not the ones fn receives); the `earlier` forms below are
-// what such rows hold for the same request.
 //
 // The part that depends only on fn and the types (the prefix) is computed
 // once per statement and kept with it (protocol/statement_cache); a call
@@ -22,16 +19,6 @@
 
 namespace idempotency::fingerprint {
 
-// How text inside a fingerprint is encoded.
-enum class TextForm {
-  utf8,     // every fingerprint this version stores
-  database, // rows stored before 0.6
-};
-
-// Whether the two forms give the same bytes for every text: a UTF8 or
-// SQL_ASCII database.
-bool text_forms_agree();
-
 // How an argument's value is turned into bytes: the type's binary send
 // function where it has one (independent of DateStyle, extra_float_digits
 // and other settings), else its text output function.
@@ -44,24 +31,15 @@ static_assert(std::is_trivially_destructible_v<ValueEncoder>);
 ValueEncoder encoder_for(Oid type);
 
 // fn and the types, hashed.
-RequestFingerprint prefix_for(text *fn, int nargs, const Oid *types,
-                              TextForm form);
+RequestFingerprint prefix_for(text *fn, int nargs, const Oid *types);
 
 // The fingerprint of one call, from its statement's prefix and encoders.
 bytea *request_hash(const RequestFingerprint &prefix,
-                    const ValueEncoder *encoders, const FnArgs &args,
-                    TextForm form);
+                    const ValueEncoder *encoders, const FnArgs &args);
 
 // A request whose client passed its own hash, framed by fn (or, with fn
 // nullptr, by the claim marker of the application API).
-struct ClientFingerprints {
-  bytea *current;
-  bytea *earlier; // a row stored before 0.6; nullptr when it is `current`
-};
-ClientFingerprints client_fingerprints(text *fn, text *client_hash);
-
-// What a row stored before version 0.3 holds for the same client text.
-bytea *legacy_client_fingerprint(const text *client_hash);
+bytea *client_fingerprint(text *fn, text *client_hash);
 
 bytea *as_bytea(const Fingerprint &fingerprint);
 

@@ -8,6 +8,8 @@
 //   complete(key, response)   store the response of a key this transaction
 //                             claimed
 //   release(key)              let go of a claim without storing anything
+//   claim_batch(keys, hashes) claim() of many keys in one statement: each
+//                             key's answer, IK409/IK422/... as a row
 //   lookup(key), forget(key)  the caller's own keys, for support tooling
 //
 // The keys a transaction holds are kept per transaction. A transaction that
@@ -31,7 +33,7 @@ struct ClaimRow {
   TimestampTz expires_at;
 };
 
-enum class LookupState { absent, in_progress, done, expired };
+enum class LookupState { absent, in_progress, done, expired, gone };
 
 struct LookupRow {
   LookupState state;
@@ -54,6 +56,32 @@ LookupRow lookup_key(const storage::KeyRef &key);
 bool forget_key(const storage::KeyRef &key);
 
 const char *lookup_state_name(LookupState state);
+
+// One key's answer in claim_batch: claimed or replayed (row as claim_key
+// returns it), or refused with an error of class IK (IK409, IK422, IK508,
+// ...), whose SQLSTATE and message it keeps.
+enum class BatchOutcome { claimed, replayed, refused };
+
+struct BatchAnswer {
+  BatchOutcome outcome;
+  ClaimRow row;
+  int sqlerrcode;
+  const char *message;
+};
+static_assert(std::is_trivially_destructible_v<BatchAnswer>);
+
+// claim_key for keys[0 .. count-1] (role keys), with client_hashes[i]
+// (nullptr: none), each in a subtransaction of its own so that a key
+// refused with an IK error is an answer in answers[i] while the claims of
+// the others stand. Any other error ends the batch, unchanged. The keys are
+// taken in the order of their digests, then their positions, whatever the
+// order given: two batches that share keys take them in the same order and
+// so never wait on each other in a cycle. A key given twice is taken once;
+// its later occurrences get what a second claim() gets (IK508 while
+// claimed, the same replay or IK422 when done). last_call() has no row
+// after a batch.
+void claim_batch(const storage::KeyRef *keys, text *const *client_hashes,
+                 int count, BatchAnswer *answers);
 
 // Registers the transaction callbacks that enforce the rules above; once,
 // from _PG_init.

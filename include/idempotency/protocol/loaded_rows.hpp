@@ -1,17 +1,13 @@
 // Rows that reach idempotency.keys without idempotent_call: a restored
-// dump's COPY, or a superuser's INSERT. Every version's dump loads into the
-// current table: pg_restore creates the current version, then copies the
-// dumped version's columns.
+// dump's COPY, or a superuser's INSERT. pg_restore creates the current
+// version, then copies the dumped version's columns.
 //
-// - key_digest is computed from the key, whatever the row holds: dumps of
-//   0.4 and 0.5 from a database of another encoding than UTF8 hold digests
-//   over that encoding (fingerprint::legacy_digest_of_key).
-// - A row without key_digest is in the layout of versions before 0.4:
-//   request_hash arrived as the text those versions stored, read as bytea,
-//   and becomes the fingerprint the update to 0.4 makes of that text
-//   (fingerprint::legacy_fingerprint).
-// - status, the column of 0.1 and 0.2 that the table keeps so that their
-//   dumps load, is left NULL.
+// - key_digest is computed from the key, whatever the row holds: a dump of
+//   another version or of a database of another encoding may hold other
+//   digests (those of 0.4 to 0.6, for one).
+// - request_hash must be a fingerprint (32 bytes) and status NULL: rows of
+//   dumps made before 0.4 are refused (0A000), with a hint to restore them
+//   into 0.7 first.
 //
 // idempotent_call writes its rows itself, key_digest included; the store
 // leaves this trigger out of its result relation (storage::store), so a
@@ -25,10 +21,7 @@
 namespace idempotency::protocol {
 
 // idempotency.keys_loaded() RETURNS trigger: BEFORE INSERT FOR EACH ROW on
-// idempotency.keys. key_digest is the ordered digest since 0.7
-// (fingerprint::digest_of_key); unordered_keys_loaded_body is the function
-// of versions 0.4 to 0.6, whose tables hold unordered digests.
+// idempotency.keys (fingerprint::digest_of_key).
 Datum keys_loaded_body(FunctionCallInfo fcinfo);
-Datum unordered_keys_loaded_body(FunctionCallInfo fcinfo);
 
 } // namespace idempotency::protocol

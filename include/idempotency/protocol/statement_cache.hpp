@@ -35,12 +35,6 @@ struct Statement {
   bool converts; // some argument is converted
   fingerprint::RequestFingerprint fingerprint_prefix;
   fingerprint::ValueEncoder *encoders;
-  // The fingerprint rows stored before 0.6 hold for the same request: fn
-  // and the caller's types and values, text in the database encoding.
-  // Computed only where it can differ (earlier_differs).
-  bool earlier_differs;
-  fingerprint::RequestFingerprint earlier_prefix;
-  fingerprint::ValueEncoder *earlier_encoders;
   SPIPlanPtr plan;           // nullptr until fn first runs
   bool kept;                 // in the cache; false past its size limit
   uint64 catalog_generation; // when the parts above were worked out

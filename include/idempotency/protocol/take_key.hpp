@@ -9,25 +9,6 @@
 
 namespace idempotency::protocol {
 
-// The fingerprint a request is stored with (32 raw bytes), and those that a
-// row stored by an earlier version may carry for the same request (nullptr
-// where there is none): fingerprints of 0.3 to 0.5, which hashed text in the
-// database encoding and the types the caller sent, and the client's own
-// request_hash as rows from before 0.3 kept it.
-// An earlier form that costs a hash is `deferred`: computed only when a
-// stored row matches none of the others.
-struct DeferredFingerprint {
-  bytea *(*compute)(const void *context); // nullptr: none
-  const void *context;
-};
-static_assert(std::is_trivially_destructible_v<DeferredFingerprint>);
-
-struct RequestMatch {
-  bytea *fingerprint;
-  bytea *earlier[2];
-  DeferredFingerprint deferred;
-};
-
 // What taking a key found: a done row with the request's fingerprint
 // (replay), or the key claimed by this transaction (proceed), ready to store.
 struct TakenKey {
@@ -36,14 +17,16 @@ struct TakenKey {
   Claim claim;              // proceed: held
 };
 
-// Looks the key up and claims it, waiting up to idempotency.wait_timeout for
-// another transaction that holds it. Raises IK409 (held elsewhere), IK422
-// (done with another fingerprint), IK508 (held by this transaction), and
-// PostgreSQL's read-only error when the key must be written on a standby.
+// Looks the key up and claims it (`fingerprint`: the request's, 32 raw
+// bytes, as the key's row stores it), waiting up to idempotency.wait_timeout
+// for another transaction that holds it. Raises IK409 (held elsewhere), IK410
+// (gone: its response expired, its tombstone kept, same fingerprint), IK422
+// (done or gone with another fingerprint), IK508 (held by this transaction),
+// and PostgreSQL's read-only error when the key must be written on a standby.
 // `command` names the SQL function in those errors; `owner` is the claim
 // lock's resource owner (nullptr: the current one).
 TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
-                  const RequestMatch &request, TimestampTz now,
+                  const bytea *fingerprint, TimestampTz now,
                   const char *command, ResourceOwner owner);
 
 // IK409 for a key another transaction holds.

@@ -32,6 +32,20 @@ const Interval &ttl();
 // days under the default max_ttl, not 31; '1 year' under '361 days' is 361.
 TimestampTz key_expiry(TimestampTz created_at, const Interval &ttl);
 
+// idempotency.remember: whether keys are remembered, as tombstones, after
+// their responses expire (false when it is 0).
+bool remember_keys();
+
+// idempotency.remember as an interval, for statements that compute when
+// tombstones go (meaningful when remember_keys()).
+const Interval &remember();
+
+// When a key whose response expired at `response_expired_at` is forgotten:
+// response_expired_at + idempotency.remember (in the session's time zone,
+// as timestamptz arithmetic computes it); response_expired_at itself when
+// remember is 0.
+TimestampTz forgotten_at(TimestampTz response_expired_at);
+
 // idempotency.wait_timeout: how long a call waits for another transaction
 // that holds the same key, in milliseconds; 0 answers IK409 at once.
 int wait_timeout_ms();

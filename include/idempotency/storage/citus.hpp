@@ -115,6 +115,35 @@ bool may_write_local_shard();
 // the write, after may_write_local_shard() returned true.
 void note_local_shard_write();
 
+// --- Citus's metadata --------------------------------------------------------
+//
+// Read here only, with catalog scans (pg_dist_partition, pg_dist_shard,
+// pg_dist_placement, pg_dist_local_group), each with a new catalog
+// snapshot; none needs the Citus library loaded or any right on the
+// distributed table.
+
+// This node's group (0: the coordinator), as Citus's GetLocalGroupId()
+// reads pg_dist_local_group; an internal error where the database has no
+// such catalog.
+int32 local_group();
+
+// The relation on this node of shard `shard` of `relid`, InvalidOid when
+// there is none. Citus names a shard after its table and shard id, in the
+// table's schema ("tenant_keys_102008"): for a table whose name is short
+// enough that Citus never shortens it (idempotency.tenant_keys).
+Oid shard_relation(Oid relid, uint64 shard);
+
+// The relations on this node of the shards of `relid`, from pg_dist_shard:
+// those placed here, and those of a shard Citus is moving here or moved
+// away and has not dropped yet, whose rows are on this node too. palloc'd
+// in the current memory context.
+struct ShardRelations {
+  int count;
+  Oid *relids;
+};
+static_assert(std::is_trivially_destructible_v<ShardRelations>);
+ShardRelations local_shard_relations(Oid relid);
+
 // What Citus's metadata (pg_dist_partition) says about a table.
 enum class TableKind {
   not_citus,     // not in Citus's metadata, or Citus is not installed

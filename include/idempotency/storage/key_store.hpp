@@ -1,5 +1,5 @@
-// The key store: the one way the protocol and the expiry worker reach a key
-// table.
+// The key store: the one way the protocol, the expiry worker and the role
+// marks reach a key table.
 //
 // A call chooses its store once, from its key (key_store_for): the local
 // table idempotency.keys (storage/keys.hpp), or, for a tenant key,
@@ -10,6 +10,7 @@
 #pragma once
 
 #include "idempotency/pg.hpp"
+#include "idempotency/storage/role_keys.hpp"
 
 extern "C" {
 #include "datatype/timestamp.h"
@@ -20,19 +21,13 @@ namespace idempotency::storage {
 
 // A key in its scope (the role that calls), with the key's digest
 // (fingerprint/key_digest.hpp), which the primary key holds: the ordered
-// digest in idempotency.keys, the unordered one for tenant keys. Keys of
+// digest in idempotency.keys, the tenant digest for tenant keys. Keys of
 // idempotency.tenant_keys also belong to a tenant: a value of the type of
 // the business tables' distribution column (has_tenant).
 struct KeyRef {
   Oid scope;
   text *key;
   bytea *digest;
-  // The digest of versions 0.4 and 0.5, where it is another
-  // (fingerprint::legacy_digest_of_key), else nullptr.
-  bytea *legacy_digest;
-  // The unordered digest of versions 0.4 to 0.6 in idempotency.keys, where
-  // it is another (fingerprint::digest_of_key), else nullptr.
-  bytea *unordered_digest;
   bool has_tenant;
   Oid tenant_type;
   Datum tenant;
@@ -41,7 +36,11 @@ static_assert(std::is_trivially_destructible_v<KeyRef>);
 
 enum class KeyState {
   absent,      // no row, or only rows of rolled-back transactions
-  expired,     // a committed row past its TTL: absent for callers
+  expired,     // a committed row past its TTL and, if it has a tombstone
+               // window (idempotency.remember), past that: absent for callers
+  gone,        // a row whose response expired, within its tombstone window:
+               // a tombstone, or a row past its TTL expiry has not yet
+               // turned into one. A retry of its request gets IK410.
   in_progress, // a row written or being replaced by an open transaction
   done,        // a committed (or our own) row within its TTL
 };
@@ -57,13 +56,14 @@ struct RowVersion {
 struct KeyProbe {
   KeyState state;
   TransactionId holder; // in_progress: the transaction to wait for
-  RowVersion row;       // expired: the row a new call replaces; done: the row
-  bytea *request_hash;  // done: the stored fingerprint
-  bool request_hash_is_hex; // as text, in a table of a version before 0.4
-  Datum response;           // done: the stored response
+  RowVersion row;       // expired: the row a new call replaces; done, gone:
+                        // the row
+  bytea *request_hash;  // done, gone: the stored fingerprint
+  Datum response;       // done: the stored response
   bool response_is_null;
-  TimestampTz created_at; // done, expired: the row's times
-  TimestampTz expires_at;
+  TimestampTz created_at; // done, expired, gone: the row's times; gone:
+  TimestampTz expires_at; // expires_at is when the key is forgotten
+  TimestampTz response_expired_at; // gone: when its response expired
 };
 static_assert(std::is_trivially_destructible_v<KeyProbe>);
 
@@ -85,6 +85,8 @@ struct NewRow {
   // The expired row the new one replaces, as probe() found it; nullptr when
   // the key had none.
   const KeyProbe *replaces;
+  // The instant the call judged the key by (probe's `now`).
+  TimestampTz judged_at;
 };
 static_assert(std::is_trivially_destructible_v<NewRow>);
 
@@ -138,15 +140,29 @@ public:
   // row for one key can never commit.
   virtual StoredRow store(const KeyTable &table, const KeyRef &key,
                           const NewRow &row) const = 0;
-  // Deletes a done row of a key whose owner forgets it (`stored`, as probe()
-  // found it: that row version of this key only). Returns false when the
-  // row was deleted meanwhile (by expiry).
+  // Deletes a done or gone row of a key whose owner forgets it (`stored`, as
+  // probe() found it: that row version of this key only). Returns false when
+  // the row was deleted meanwhile (by expiry).
   virtual bool remove(const KeyTable &table, const KeyRef &key,
                       const KeyProbe &stored) const = 0;
   // Whether a stored row shows its key as in progress to other transactions
   // before it commits; if so a call lets go of its claim once the row is
   // written, else the claim covers the key until the transaction ends.
   virtual bool row_shows_in_progress() const = 0;
+
+  // This kind's key table in this database where it holds keys on this
+  // node: idempotency.keys; idempotency.tenant_keys where Citus distributes
+  // it. InvalidOid where there is none.
+  virtual Oid relation() const = 0;
+  // For the role marks and DROP OWNED (storage/role_marks.hpp), on the table
+  // `relid` (relation()) the caller has locked, whose scope column is
+  // `scope_column`: the roles that have keys in it on this node, and the
+  // deletion of one role's keys there with a snapshot taken now (returns
+  // how many).
+  virtual role_keys::Roles roles_with_keys(Oid relid,
+                                           AttrNumber scope_column) const = 0;
+  virtual uint64 delete_keys_of(Oid relid, AttrNumber scope_column,
+                                Oid role) const = 0;
 
   // Expiry, in two steps the caller runs in transactions of its own:
   // collect the next expired keys (read-only; the worker holds
@@ -198,10 +214,15 @@ static_assert(std::is_trivially_destructible_v<KeyStore>);
 // tenant_keys::table_for() raise when the table cannot serve the key.
 KeyStore key_store_for(const KeyRef &key);
 
-// The stores a round of expiry visits, in order: idempotency.keys, then
-// idempotency.tenant_keys (whose expiry is a no-op where it does not exist
-// or this node is not the Citus coordinator).
-constexpr int expiry_store_count = 2;
+// Every kind of key table, in the order expiry, the role marks and DROP
+// OWNED visit them: idempotency.keys (storage/keys.hpp), then
+// idempotency.tenant_keys (storage/tenant_keys.hpp).
+constexpr int key_backend_count = 2;
+const KeyBackend &key_backend(int index);
+
+// The store of key_backend(index) for a round of expiry, which finds its
+// table itself in each of its transactions (a no-op for tenant keys where
+// the table does not exist or this node is not the Citus coordinator).
 KeyStore expiry_store(int index);
 
 // 23505: a stored row has the key's scope and digest but another key text.

@@ -15,6 +15,7 @@
 #include "idempotency/pg.hpp"
 #include "idempotency/storage/citus.hpp"
 #include "idempotency/storage/key_store.hpp"
+#include "idempotency/storage/row_insert.hpp"
 
 extern "C" {
 #include "storage/lockdefs.h"
@@ -46,26 +47,18 @@ struct KeyColumns {
   AttrNumber response;
   AttrNumber created_at;
   AttrNumber expires_at;
-  // The row of versions before 0.4, until ALTER EXTENSION UPDATE: no
-  // key_digest (the primary key is on the key's text) and request_hash as
-  // hex text.
-  bool text_layout;
-  // Versions 0.4 and 0.5 in a database whose encoding is neither UTF8 nor
-  // SQL_ASCII, until ALTER EXTENSION UPDATE: key_digest holds the digest of
-  // the key's bytes in that encoding (fingerprint::legacy_digest_of_key),
-  // not of its UTF-8 form.
-  bool legacy_digest;
-  // Versions 0.4 to 0.6, until ALTER EXTENSION UPDATE: key_digest holds
-  // every key's unordered digest (fingerprint::unordered_digest_of_key),
-  // not the ordered one that KeyRef::digest is.
-  bool unordered_digest;
+  // When a tombstone's response expired; NULL in a live key's row.
+  // InvalidAttrNumber in the table of 0.7 before its update, which keeps
+  // no tombstones.
+  AttrNumber expired_at;
 };
 
 // The columns of `rel` (idempotency.keys, opened by the caller). Raises
-// 42703 when one of the extension's columns is missing and 42804 when its
-// type was changed. Cached per backend until the table's definition changes.
-// Raises 0A000, as key_table() does, when Citus has taken the table over:
-// checked again here, with the table locked.
+// 42703 when one of the extension's columns is missing, 42804 when its
+// type was changed, and 55000 (report_schema_before_0_7) for the table of
+// a version before 0.7. Cached per backend until the table's definition
+// changes. Raises 0A000, as key_table() does, when Citus has taken the table
+// over: checked again here, with the table locked.
 const KeyColumns &key_columns(Relation rel);
 
 // idempotency.keys as a KeyBackend (storage/key_store.hpp):
@@ -94,11 +87,71 @@ public:
   bool remove(const KeyTable &table, const KeyRef &key,
               const KeyProbe &stored) const override;
   bool row_shows_in_progress() const override { return true; }
+  Oid relation() const override;
+  role_keys::Roles roles_with_keys(Oid relid,
+                                   AttrNumber scope_column) const override;
+  uint64 delete_keys_of(Oid relid, AttrNumber scope_column,
+                        Oid role) const override;
   void collect_expired(ExpiryRound &round, int batch_size) const override;
   ExpiryBatch expire_batch(ExpiryRound &round, int batch_size) const override;
 };
 
 extern const LocalKeys local_keys;
+
+// A key whose response expired, as its tombstone keeps it: its scope and
+// digest, its request's fingerprint, when it ran, when its response expired
+// and when it is forgotten.
+struct Tombstone {
+  Oid scope;
+  bytea *digest;
+  bytea *request_hash;
+  TimestampTz created_at;
+  TimestampTz response_expired_at;
+  TimestampTz forgotten_at;
+};
+static_assert(std::is_trivially_destructible_v<Tombstone>);
+
+// Writes tombstones into idempotency.keys (`rel`, locked RowExclusiveLock)
+// for expiry, which has deleted each key's live row in this transaction:
+// begin_tombstones, write_tombstone for each, end_tombstones, as one INSERT
+// of many rows (statement triggers fire once). A row's key text is empty
+// and its response NULL; expired_at holds when the response expired,
+// expires_at when the tombstone goes.
+struct TombstoneWriter {
+  RowInsert insert;
+  text *empty_key;
+  MemoryContext row_context; // reset after each row
+};
+static_assert(std::is_trivially_destructible_v<TombstoneWriter>);
+
+TombstoneWriter begin_tombstones(Relation rel);
+void write_tombstone(TombstoneWriter &writer, Relation rel,
+                     const Tombstone &tombstone);
+void end_tombstones(TombstoneWriter &writer);
+
+// A stored row's life, as of `now`, by its times alone. A live key's row
+// has expired_at NULL and expires_at when its response expires; a tombstone
+// has expired_at set and expires_at when it is forgotten. A live row past
+// its TTL is judged as the tombstone expiry would make of it: gone until
+// expires_at + idempotency.remember, whether or not expiry has come by. A
+// table without expired_at (0.7's, before its update) keeps no tombstones.
+enum class RowAge { live, gone, forgotten };
+
+struct RowLife {
+  RowAge age;
+  TimestampTz response_expired_at; // gone, forgotten
+  TimestampTz forgotten_at;        // gone, forgotten
+};
+static_assert(std::is_trivially_destructible_v<RowLife>);
+
+// `expired_at` is read only for a tombstone; `keeps_tombstones`: whether
+// the table has the column expired_at.
+RowLife row_life(bool tombstone, bool keeps_tombstones, TimestampTz expires_at,
+                 TimestampTz expired_at, TimestampTz now);
+
+// 55000: the extension in this database is older than 0.7, whose schema
+// the library no longer serves; the hint says how to update.
+[[noreturn]] void report_schema_before_0_7();
 
 // Locks idempotency.keys in `mode` until the end of the transaction. False
 // when the table is gone: DROP EXTENSION may commit between two of an

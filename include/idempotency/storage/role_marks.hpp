@@ -14,9 +14,15 @@
 //
 // The mark is an ACL dependency on the scope column, which nothing else
 // records for a role that was never granted a privilege on that column:
-// DROP OWNED (even without the trigger) and REASSIGN OWNED leave such a
-// row alone, and a REVOKE removes it only from a role that had been granted
-// a privilege on keys.scope itself.
+// DROP OWNED (even without the trigger) only revokes the role's privileges
+// on the table, and REASSIGN OWNED leaves such a row alone. A GRANT or
+// REVOKE that changes the privileges of keys.scope deletes it, though:
+// PostgreSQL deletes the ACL dependencies of every role that leaves the
+// column's privileges (a REVOKE on the column, on the table, on all tables
+// of the schema, or one that CASCADE reaches), the mark with them. The
+// extension's second event trigger, at the end of each GRANT or REVOKE on
+// a key table, records the marks again (keep_marks_after_grant below;
+// docs/replication.md#dropped-roles tells why this design).
 //
 // Tenant keys on Citus (idempotency.tenant_keys) hold their roles the same
 // way, node by node: a row is written on the node that holds its tenant's
@@ -38,6 +44,7 @@
 #include "idempotency/pg.hpp"
 
 extern "C" {
+#include "nodes/parsenodes.h"
 #include "nodes/pg_list.h"
 #include "utils/relcache.h"
 }
@@ -69,6 +76,16 @@ int64 mark_key_roles();
 // Whether this database's extension records roles (0.7 and later): the
 // expiry worker leaves databases at older versions as they were.
 bool database_marks_roles();
+
+// Run at the end of a GRANT or REVOKE (the event trigger
+// idempotency_keep_role_marks, ddl_command_end): when `grant` names a key
+// table of this database (idempotency.keys, or this node's relation of a
+// distributed idempotency.tenant_keys) - itself, or all tables of its
+// schema - every role that has keys in it is marked again where its mark
+// is missing, at the cost of one primary-key probe and one pg_shdepend
+// lookup per role. Keys of roles that are gone are left to
+// mark_key_roles(). Any other GRANT or REVOKE costs a name lookup.
+void keep_marks_after_grant(const GrantStmt *grant);
 
 // What DROP OWNED does to keys, run by its event trigger before it:
 // deletes the keys of `roles` (a list of RoleSpec) in this database (with

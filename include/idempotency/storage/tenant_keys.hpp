@@ -1,8 +1,8 @@
 // Tenant keys: idempotency.tenant_keys, the key table Citus distributes with
 // the business tables, co-located with them by their distribution column.
 //
-// idempotency.distribute_keys('accounts') creates it (see the 0.5 install
-// script): the tenant column has the type of accounts' distribution column,
+// idempotency.distribute_keys('accounts') creates it (see idempotency.sql):
+// the tenant column has the type of accounts' distribution column,
 // and the primary key is (tenant, scope, key_digest), so that a tenant's keys
 // sit in the shard beside that tenant's rows. Calls of the tenant_* SQL
 // functions read and write it here.
@@ -48,6 +48,10 @@ namespace idempotency::storage::tenant_keys {
 // ends while the request runs.
 KeyTable table_for(const KeyRef &key);
 
+// The type of idempotency.tenant_keys's tenant column, which a tenant_*
+// call's untyped tenant gets; text where the table does not exist.
+Oid tenant_type();
+
 // idempotency.tenant_keys as a KeyBackend (storage/key_store.hpp):
 // - probe reads the tenant's shard on this node by its primary key, with the
 //   snapshot a statement would take (never in_progress: rows of open
@@ -80,6 +84,14 @@ public:
   // Read through Citus with an MVCC snapshot: the claim must cover the key
   // until the transaction ends.
   bool row_shows_in_progress() const override { return false; }
+  // Where Citus distributes it; on every node the table's local relation
+  // (the coordinator's table, a worker's shell), whose rows are in the
+  // shards: the roles and keys of the shards placed on this node.
+  Oid relation() const override;
+  role_keys::Roles roles_with_keys(Oid relid,
+                                   AttrNumber scope_column) const override;
+  uint64 delete_keys_of(Oid relid, AttrNumber scope_column,
+                        Oid role) const override;
   void collect_expired(ExpiryRound &round, int batch_size) const override;
   ExpiryBatch expire_batch(ExpiryRound &round, int batch_size) const override;
 };
