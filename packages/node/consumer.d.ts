@@ -37,7 +37,8 @@ export interface ConsumerEvent {
     | 'dead-lettered' | 'cancelled' | 'error';
   message: BrokerMessage | null;
   key?: string;
-  outcome?: ConsumerOutcome;
+  /** 'gone' (on acked): the message ran before and its answer is no longer kept (IK410); it was not run, nothing was replied. */
+  outcome?: ConsumerOutcome | 'gone';
   response?: unknown;
   redelivered?: boolean;
   attempts?: number;
@@ -69,6 +70,14 @@ export interface ConsumeOptions<Payload = any, Answer = any> {
   maxAttempts?: number;
   /** Milliseconds to wait before the attempt-th requeue or retry. */
   backoff?: (attempt: number) => number;
+  /**
+   * Messages per transaction (default 1: one transaction per message). Above 1, deliveries are
+   * gathered into batches, claimed with one idempotency.claim_batch and committed together; the
+   * channel's prefetch is set to twice it.
+   */
+  batchSize?: number;
+  /** In batch mode, how long a batch waits for more deliveries after its first (default 10 ms). */
+  batchWaitMs?: number;
   /** Called synchronously at each step of a delivery (for logs and metrics). */
   onEvent?: (event: ConsumerEvent) => void;
   consumerTag?: string;

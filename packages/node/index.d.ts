@@ -40,6 +40,10 @@ export type NextFunction = (error?: unknown) => void;
 export interface IdempotencyInfo {
   /** The key, or undefined for a key-less request on a route with required: false. */
   key?: string;
+  /** The request's scope as text (null on a SHARED_KEYS route or without a key). */
+  scope: string | null;
+  /** The key the database holds: scopedKey(scope, key), or key on a SHARED_KEYS route. */
+  databaseKey?: string;
   /** The request's fingerprint. */
   requestHash: string;
 }
@@ -54,6 +58,12 @@ export type Handler<Req extends RequestLike = RequestLike, Res extends ResponseL
 export interface IdempotentOptions {
   /** The node-postgres Pool the request's transaction is taken from. */
   pool: PoolLike;
+  /**
+   * The request's principal (user, API client, tenant): each principal's keys
+   * are its own. Required; SHARED_KEYS shares the route's keys between all
+   * clients. A request whose scope is null, undefined or '' gets 401.
+   */
+  scope: ((req: any) => Scope | null | undefined | Promise<Scope | null | undefined>) | typeof SHARED_KEYS;
   /** Answer 400 without an Idempotency-Key (default true). */
   required?: boolean;
   /** Response headers stored and replayed besides Content-Type (default ['Location', 'ETag']). */
@@ -125,6 +135,13 @@ export function canonicalJson(value: unknown): string;
 /** A body parser `verify` hook that keeps the raw bytes for the fingerprint. */
 export function keepRawBody(req: RequestLike, res: unknown, buffer: Uint8Array): void;
 
+/** A request's principal for scopedKey: a non-empty string or an integer. */
+export type Scope = string | number | bigint;
+/** The scope option of a route whose keys are shared by every client. */
+export const SHARED_KEYS: { readonly __sharedKeys?: never; toString(): string };
+/** The database key of a client's key within a scope (the shared rule of packages/shared/scope-vectors.json). */
+export function scopedKey(scope: Scope | typeof SHARED_KEYS, key: string): string;
+
 export function parseKey(value: string): { key: string; error?: undefined } | { key?: undefined; error: string };
 export function readKey(req: RequestLike): { key?: string; missing?: true; error?: string };
 export const MAX_KEY_BYTES: number;
@@ -149,6 +166,8 @@ export class IdempotencyError extends Error {
   status?: number;
 }
 export class KeyInProgressError extends IdempotencyError { status: 409; }
+/** IK410: the request already ran and its response is no longer kept; it must not run again. */
+export class KeyGoneError extends IdempotencyError { status: 410; }
 export class KeyReusedError extends IdempotencyError { status: 422; }
 export class InvalidKeyError extends IdempotencyError { status: 400; }
 export class SealedError extends IdempotencyError {}

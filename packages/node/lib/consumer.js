@@ -9,12 +9,22 @@
 // stored answer instead of running the handler again, and it is acked.
 //
 //   IK409 (another consumer holds the key right now)  -> requeued after a backoff
+//   IK410 (it ran; its answer is no longer kept)      -> acked without running, no reply
 //   IK422 (the key was used for another payload)      -> dead-lettered with the reason
 //   handler error listed by isStoredError             -> stored as the answer, acked
 //   other handler error                               -> retried maxAttempts times, then dead-lettered
 //   the database's transient errors (08, 40, 53, 57, 58 classes) -> requeued after a backoff
 //   a reply_to on the message                         -> the stored answer (jsonb's text) is published
 //                                                        to it with the message's correlation_id
+//
+// With batchSize > 1, deliveries are gathered into batches (up to batchSize,
+// or what arrived within batchWaitMs of the first) and each batch is one
+// transaction: one idempotency.claim_batch for every key, the handlers in
+// turn, one idempotency.complete_batch, COMMIT, then the replies and acks.
+// A handler that fails rolls the batch back; that message is settled as
+// above and the rest of the batch runs again without it (a stored error is
+// kept as its answer for that run), so one message never costs the others
+// their work, and a batch that commits carries no failed handler's writes.
 //
 // The channel is an amqplib Channel or ConfirmChannel (a ConfirmChannel
 // makes every reply, retry and dead letter wait for the broker's confirm
@@ -23,7 +33,7 @@
 
 const { createHash } = require('node:crypto');
 const { setWaitTimeout, sealable } = require('./pg');
-const { KeyInProgressError, KeyReusedError, fromClaimError } = require('./errors');
+const { KeyInProgressError, KeyGoneError, KeyReusedError, fromClaimError } = require('./errors');
 
 const ATTEMPTS_HEADER = 'x-idempotency-attempts';
 const REASON_HEADER = 'x-idempotency-reason';
@@ -135,6 +145,103 @@ async function applyOnce(pool, { key, requestHash, waitTimeout, isStoredError, b
   }
 }
 
+// The answers of claim_batch, one per key in the order given, with the
+// stored response as jsonb's text.
+async function claimBatchText(client, keys, requestHashes, waitTimeout) {
+  if (waitTimeout !== undefined)
+    await setWaitTimeout(client, waitTimeout);
+  const { rows } = await client.query(
+    'SELECT outcome, sqlstate, message, response::text AS text'
+    + ' FROM idempotency.claim_batch($1::text[], $2::text[]) ORDER BY ordinality',
+    [keys, requestHashes.map((hash) => hash ?? null)]);
+  return rows;
+}
+
+// Applies a batch of deliveries ({ key, requestHash, run(db) }) in one
+// transaction. Returns one settlement per item: { outcome, response, text }
+// for a committed or replayed answer, or { error } for one to settle like a
+// failed single message (a KeyInProgressError, KeyReusedError, other claim
+// error, HandlerFailure or transient error). A handler failure rolls the
+// whole transaction back and the batch runs again without that item; an
+// error of the database or the connection (claim_batch, complete_batch,
+// COMMIT) throws, and no item is settled.
+async function applyBatch(pool, { waitTimeout, isStoredError, beforeCommit }, items) {
+  const settled = new Array(items.length);
+  const storedErrors = new Map(); // index -> the error document, kept across runs
+  let pending = items.map((item, index) => index);
+  while (pending.length > 0) {
+    const client = await pool.connect();
+    let broken;
+    let failed = null; // { index, error } of the handler that ended this run
+    const answers = new Map();
+    try {
+      await client.query('BEGIN');
+      const rows = await claimBatchText(client, pending.map((i) => items[i].key),
+        pending.map((i) => items[i].requestHash), waitTimeout);
+      const completed = []; // [index, response, outcome]
+      for (const [n, index] of pending.entries()) {
+        const row = rows[n];
+        if (row.outcome === 'replayed') {
+          const response = row.text === null ? null : JSON.parse(row.text);
+          answers.set(index, { outcome: isErrorDocument(response) ? 'replayed_error' : 'replayed', response, text: row.text });
+        } else if (row.outcome === 'refused') {
+          answers.set(index, { error: fromClaimError(Object.assign(new Error(row.message), { code: row.sqlstate })) });
+        } else if (storedErrors.has(index)) {
+          completed.push([index, storedErrors.get(index), 'stored_error']);
+        } else {
+          const handle = sealable(client);
+          try {
+            completed.push([index, await items[index].run(handle.proxy), 'ran']);
+          } catch (error) {
+            failed = { index, error };
+            break;
+          } finally {
+            handle.seal(`the transaction of message key ${JSON.stringify(items[index].key)} has ended; `
+              + 'use the handle only inside the handler');
+          }
+        }
+      }
+      if (failed === null) {
+        const responses = completed.map(([, response]) => (response === undefined || response === null
+          ? null : JSON.stringify(response)));
+        // The answers as stored: jsonb's text (its key order, its spacing).
+        const { rows: [stored] } = await client.query(
+          'SELECT idempotency.complete_batch($1::text[], $2::jsonb[]) AS done,'
+          + ' ARRAY(SELECT r::text FROM unnest($2::jsonb[]) WITH ORDINALITY AS u(r, n) ORDER BY n) AS texts',
+          [completed.map(([index]) => items[index].key), responses]);
+        for (const [n, [index, , outcome]] of completed.entries()) {
+          const text = stored.texts[n];
+          answers.set(index, { outcome, response: text === null ? null : JSON.parse(text), text });
+        }
+        if (beforeCommit)
+          beforeCommit();
+        await client.query('COMMIT');
+      } else {
+        await client.query('ROLLBACK');
+      }
+    } catch (error) {
+      await client.query('ROLLBACK').catch((rollbackError) => { broken = rollbackError; });
+      throw error;
+    } finally {
+      client.release(broken);
+    }
+    if (failed === null) {
+      for (const [index, answer] of answers)
+        settled[index] = answer;
+      return settled;
+    }
+    // The failed handler's message is settled on its own; the others run again.
+    const { index, error } = failed;
+    if (!isTransient(error) && isStoredError && isStoredError(error)) {
+      storedErrors.set(index, errorDocument(error));
+      continue;
+    }
+    settled[index] = { error: isTransient(error) ? error : new HandlerFailure(error) };
+    pending = pending.filter((i) => i !== index);
+  }
+  return settled;
+}
+
 // Resolves once the broker confirmed what the channel published (at once on
 // a channel without confirms).
 async function confirmed(channel) {
@@ -151,6 +258,12 @@ function checkOptions(options) {
   const maxAttempts = options.maxAttempts ?? 5;
   if (!Number.isInteger(maxAttempts) || maxAttempts < 1)
     throw new RangeError(`maxAttempts must be a whole number >= 1, not ${maxAttempts}`);
+  const batchSize = options.batchSize ?? 1;
+  if (!Number.isInteger(batchSize) || batchSize < 1)
+    throw new RangeError(`batchSize must be a whole number >= 1, not ${batchSize}`);
+  const batchWaitMs = options.batchWaitMs ?? 10;
+  if (typeof batchWaitMs !== 'number' || !(batchWaitMs >= 0))
+    throw new RangeError(`batchWaitMs must be a number of milliseconds >= 0, not ${batchWaitMs}`);
   if (options.deadLetter && typeof options.deadLetter.routingKey !== 'string')
     throw new TypeError('deadLetter must be { exchange?, routingKey }');
 }
@@ -163,6 +276,7 @@ async function consume(options) {
     channel, queue, pool, handler, deadLetter = null, waitTimeout, isStoredError = null,
     key: keyOf = defaultKey, requestHash: requestHashOf = defaultRequestHash, parse = defaultParse,
     backoff = defaultBackoff, maxAttempts = 5, onEvent = () => {}, consumerTag,
+    batchSize = 1, batchWaitMs = 10,
   } = options;
   const inProgressAttempts = new Map(); // key -> IK409s met in a row, for the backoff
 
@@ -227,6 +341,38 @@ async function consume(options) {
     emit('requeued', message, { key, attempts, error });
   }
 
+  // The delivery's payload and key, or null when it was dead-lettered for
+  // having neither.
+  async function prepare(message) {
+    emit('delivered', message, { redelivered: message.fields.redelivered });
+    let payload;
+    let key;
+    try {
+      payload = parse(message.content, message);
+      key = keyOf(message, payload);
+    } catch (error) {
+      await deadLetterMessage(message, 'unparsable', `the payload could not be parsed: ${error.message}`);
+      return null;
+    }
+    if (typeof key !== 'string' || key === '') {
+      await deadLetterMessage(message, 'no-key', 'the message has no key (message id or business id)');
+      return null;
+    }
+    return {
+      message, key, requestHash: requestHashOf(message, payload),
+      run: (db) => handler(db, payload, message),
+    };
+  }
+
+  // After the commit: reply, then ack.
+  async function settleAnswer(message, key, { outcome, response, text }) {
+    inProgressAttempts.delete(key);
+    emit('committed', message, { key, outcome, response });
+    await reply(message, response, text, outcome);
+    channel.ack(message);
+    emit('acked', message, { key, outcome });
+  }
+
   async function onMessage(message) {
     if (message === null) { // the broker cancelled the consumer (queue deleted)
       emit('cancelled', null, {});
@@ -234,37 +380,96 @@ async function consume(options) {
     }
     let key;
     try {
-      emit('delivered', message, { redelivered: message.fields.redelivered });
-      let payload;
-      try {
-        payload = parse(message.content, message);
-        key = keyOf(message, payload);
-      } catch (error) {
-        await deadLetterMessage(message, 'unparsable', `the payload could not be parsed: ${error.message}`);
+      const item = await prepare(message);
+      if (item === null)
         return;
-      }
-      if (typeof key !== 'string' || key === '') {
-        await deadLetterMessage(message, 'no-key', 'the message has no key (message id or business id)');
-        return;
-      }
-      const { outcome, response, text } = await applyOnce(pool, {
-        key, requestHash: requestHashOf(message, payload), waitTimeout, isStoredError,
+      key = item.key;
+      const answer = await applyOnce(pool, {
+        key, requestHash: item.requestHash, waitTimeout, isStoredError,
         beforeCommit: () => emit('committing', message, { key }),
-      }, (db) => handler(db, payload, message));
-      inProgressAttempts.delete(key);
-      emit('committed', message, { key, outcome, response });
-      await reply(message, response, text, outcome);
-      channel.ack(message);
-      emit('acked', message, { key, outcome });
+      }, item.run);
+      await settleAnswer(message, key, answer);
     } catch (error) {
       await settleFailure(message, key, error);
     }
+  }
+
+  // Batch mode: deliveries gather in `gathered` until batchSize of them or
+  // batchWaitMs after the first; one batch runs at a time.
+  let gathered = [];
+  let timer = null;
+  let running = Promise.resolve();
+
+  async function runBatch(messages) {
+    const items = [];
+    for (const message of messages) {
+      try {
+        const item = await prepare(message);
+        if (item !== null)
+          items.push(item);
+      } catch (error) {
+        await settleFailure(message, undefined, error);
+      }
+    }
+    if (items.length === 0)
+      return;
+    let settled;
+    try {
+      settled = await applyBatch(pool, {
+        waitTimeout, isStoredError,
+        beforeCommit: () => { for (const { message, key } of items) emit('committing', message, { key }); },
+      }, items);
+    } catch (error) { // the database or the connection: every delivery comes back later
+      await Promise.all(items.map(({ message, key }) => settleFailure(message, key, error)));
+      return;
+    }
+    await Promise.all(items.map(async ({ message, key }, index) => {
+      try {
+        if (settled[index].error)
+          await settleFailure(message, key, settled[index].error);
+        else
+          await settleAnswer(message, key, settled[index]);
+      } catch (error) {
+        await settleFailure(message, key, error);
+      }
+    }));
+  }
+
+  function flush() {
+    clearTimeout(timer);
+    timer = null;
+    const messages = gathered;
+    gathered = [];
+    running = running.then(() => runBatch(messages))
+      .catch((error) => emit('error', null, { error }));
+  }
+
+  function onBatchMessage(message) {
+    if (message === null) {
+      emit('cancelled', null, {});
+      return;
+    }
+    gathered.push(message);
+    if (gathered.length >= batchSize)
+      flush();
+    else if (timer === null)
+      timer = setTimeout(flush, batchWaitMs);
+  }
+
+  // The message was applied before and its answer has expired (IK410): a
+  // duplicate, acked as done. No answer is kept, so none is replied.
+  function settleGone(message, key) {
+    inProgressAttempts.delete(key);
+    channel.ack(message);
+    emit('acked', message, { key, outcome: 'gone' });
   }
 
   async function settleFailure(message, key, error) {
     try {
       if (error instanceof KeyInProgressError)
         await requeueLater(message, key, error);
+      else if (error instanceof KeyGoneError)
+        settleGone(message, key);
       else if (error instanceof KeyReusedError)
         await deadLetterMessage(message, 'IK422', error.message);
       else if (error instanceof HandlerFailure)
@@ -278,7 +483,13 @@ async function consume(options) {
     }
   }
 
-  const { consumerTag: tag } = await channel.consume(queue, (message) => { onMessage(message); },
+  const batched = batchSize > 1;
+  // A batch can only fill when the broker may send that many unacked
+  // deliveries; twice that lets the next batch gather while one commits.
+  if (batched && typeof channel.prefetch === 'function')
+    await channel.prefetch(2 * batchSize);
+  const { consumerTag: tag } = await channel.consume(queue,
+    batched ? onBatchMessage : (message) => { onMessage(message); },
     { noAck: false, ...(consumerTag ? { consumerTag } : {}) });
   return {
     consumerTag: tag,
@@ -287,6 +498,6 @@ async function consume(options) {
 }
 
 module.exports = {
-  consume, applyOnce, errorDocument, isErrorDocument, defaultBackoff, HandlerFailure,
+  consume, applyOnce, applyBatch, errorDocument, isErrorDocument, defaultBackoff, HandlerFailure,
   ATTEMPTS_HEADER, REASON_HEADER, CODE_HEADER, REPLAYED_HEADER,
 };

@@ -20,6 +20,15 @@ class KeyInProgressError extends IdempotencyError {
   }
 }
 
+// The request already ran and its response is no longer kept (SQLSTATE
+// IK410): it must not run again.
+class KeyGoneError extends IdempotencyError {
+  constructor(message, cause) {
+    super(message, 'IK410', 410);
+    this.cause = cause;
+  }
+}
+
 // The key was used for another request (SQLSTATE IK422).
 class KeyReusedError extends IdempotencyError {
   constructor(message, cause) {
@@ -46,6 +55,7 @@ class SealedError extends IdempotencyError {
 // SQLSTATEs of the claim that map to the errors above.
 const CLAIM_ERRORS = {
   IK409: KeyInProgressError,
+  IK410: KeyGoneError,
   IK422: KeyReusedError,
   22023: InvalidKeyError, // empty, or longer than 255 bytes
   22004: InvalidKeyError, // NULL
@@ -59,5 +69,5 @@ function fromClaimError(error) {
 }
 
 module.exports = {
-  IdempotencyError, KeyInProgressError, KeyReusedError, InvalidKeyError, SealedError, fromClaimError,
+  IdempotencyError, KeyInProgressError, KeyGoneError, KeyReusedError, InvalidKeyError, SealedError, fromClaimError,
 };

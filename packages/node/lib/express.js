@@ -2,10 +2,16 @@
 // Express (or plain Node http) route wrapper: makes a handler safe to retry
 // with an Idempotency-Key header.
 //
-//   app.post('/charges', express.json(), idempotent({ pool }, async (req, res) => {
+//   app.post('/charges', express.json(), idempotent({ pool, scope: (req) => req.user.id }, async (req, res) => {
 //     await req.db.query('INSERT INTO charges ...');   // the request's transaction
 //     res.status(201).json(receipt);
 //   }));
+//
+// scope names the request's principal (the user, API client or tenant it
+// comes from): each principal's keys are its own (lib/scope.js). It is
+// required; scope: SHARED_KEYS makes the route's keys shared by every
+// client. A request whose scope is null, undefined or '' is refused with 401
+// principal-required.
 //
 // For a request with a key, the wrapper opens a transaction on a pool
 // client, claims the key, and runs the handler with the transaction as
@@ -22,7 +28,8 @@ const { requestFingerprint } = require('./fingerprint');
 const { isStored, DEFAULT_VALIDATION_STATUSES } = require('./policy');
 const { storedDocument, decodeBody } = require('./stored');
 const { claim, complete, sealable, setWaitTimeout } = require('./pg');
-const { KeyInProgressError, KeyReusedError, InvalidKeyError } = require('./errors');
+const { SHARED_KEYS, scopedKey, scopeText } = require('./scope');
+const { KeyInProgressError, KeyGoneError, KeyReusedError, InvalidKeyError } = require('./errors');
 
 const DEFAULTS = Object.freeze({
   required: true,
@@ -54,6 +61,11 @@ function answerClaimError(error, res, settings, next) {
       'A request with this Idempotency-Key is still being processed',
       `Retry the same request with the same key after ${settings.retryAfter} s.`,
       { 'Retry-After': String(settings.retryAfter) });
+  if (error instanceof KeyGoneError)
+    return sendProblem(res, settings, 410, 'request-already-ran',
+      'This request already ran; its response is no longer kept',
+      'A request with this Idempotency-Key was processed before and its response has expired; '
+      + 'it is not run again.');
   if (error instanceof KeyReusedError)
     return sendProblem(res, settings, 422, 'idempotency-key-reused',
       'Idempotency-Key reused with a different request',
@@ -229,6 +241,10 @@ function settingsOf(options) {
   const settings = { ...DEFAULTS, ...options };
   if (!settings.pool || typeof settings.pool.connect !== 'function')
     throw new TypeError('idempotent(options, handler): options.pool must be a pg.Pool');
+  if (settings.scope !== SHARED_KEYS && typeof settings.scope !== 'function')
+    throw new TypeError('idempotent(options, handler): options.scope must name the principal of a request, '
+      + 'as in scope: (req) => req.user.id, so that one client\'s keys never reach another\'s responses; '
+      + 'scope: SHARED_KEYS shares the route\'s keys between every client');
   if (settings.waitTimeout !== undefined)
     setWaitTimeout({ query() {} }, settings.waitTimeout); // validates it now, not at the first request
   settings.storedHeaderNames = new Set(['content-type', ...settings.replayHeaders.map((name) => name.toLowerCase())]);
@@ -252,6 +268,15 @@ async function handleRequest(settings, handler, req, res, next) {
     return sendProblem(res, settings, 400, 'missing-idempotency-key', 'Missing Idempotency-Key header',
       'Send a unique Idempotency-Key with this request and repeat it on retries.');
   const key = read.key;
+  let databaseKey = key;
+  let scope = null;
+  if (key !== undefined && settings.scope !== SHARED_KEYS) {
+    scope = scopeText(await settings.scope(req));
+    if (scope === null)
+      return sendProblem(res, settings, 401, 'principal-required', 'Request without a principal',
+        'This route keeps the Idempotency-Keys of each client apart and could not tell who sent this request.');
+    databaseKey = scopedKey(scope, key);
+  }
 
   if (bodyUnread(req)) {
     const body = await readBody(req, settings.maxRequestBytes);
@@ -267,7 +292,7 @@ async function handleRequest(settings, handler, req, res, next) {
   try {
     await transaction.client.query('BEGIN');
     if (key !== undefined) {
-      const claimed = await claim(transaction.client, key, requestHash, { waitTimeout: settings.waitTimeout });
+      const claimed = await claim(transaction.client, databaseKey, requestHash, { waitTimeout: settings.waitTimeout });
       if (claimed.replayed) {
         await transaction.end('COMMIT');
         return replay(res, claimed.response);
@@ -277,8 +302,8 @@ async function handleRequest(settings, handler, req, res, next) {
     await transaction.end('ROLLBACK');
     return answerClaimError(error, res, settings, next);
   }
-  req.idempotency = { key, requestHash };
-  runHandler(settings, handler, req, res, next, transaction, key);
+  req.idempotency = { key, scope, databaseKey, requestHash };
+  runHandler(settings, handler, req, res, next, transaction, databaseKey);
 }
 
 function runHandler(settings, handler, req, res, next, transaction, key) {

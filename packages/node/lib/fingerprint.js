@@ -52,6 +52,8 @@ function percentDecode(bytes) {
 
 // The body's part of the fingerprint: canonical JSON text for a JSON body
 // (given parsed, or as bytes that parse), else the bytes.
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
 function bodyPart(contentType, body) {
   if (body === undefined || body === null)
     return Buffer.alloc(0);
@@ -60,7 +62,10 @@ function bodyPart(contentType, body) {
     const bytes = typeof body === 'string' ? Buffer.from(body, 'utf8') : Buffer.from(body);
     if (json) {
       try {
-        return Buffer.from(canonicalJson(JSON.parse(bytes.toString('utf8').replace(/^\uFEFF/, ''))), 'utf8');
+        // JSON is UTF-8: a body that is not stays its bytes (decoding it with
+        // replacement characters would make two different bodies one).
+        const text = strictUtf8.decode(bytes).replace(/^\uFEFF/, '');
+        return Buffer.from(canonicalJson(JSON.parse(text)), 'utf8');
       } catch {
         // not JSON after all: the bytes
       }

@@ -5,6 +5,7 @@
 const { idempotent, replay } = require('./express');
 const { claim, complete, release, setWaitTimeout, withIdempotency } = require('./pg');
 const { fingerprint, requestFingerprint, canonicalJson, keepRawBody } = require('./fingerprint');
+const { SHARED_KEYS, scopedKey } = require('./scope');
 const { parseKey, readKey, MAX_KEY_BYTES } = require('./key');
 const { isStored, NEVER_STORED, DEFAULT_VALIDATION_STATUSES } = require('./policy');
 const { storedDocument, decodeBody } = require('./stored');
@@ -23,6 +24,8 @@ module.exports = {
   requestFingerprint,
   canonicalJson,
   keepRawBody,
+  SHARED_KEYS,
+  scopedKey,
   parseKey,
   readKey,
   MAX_KEY_BYTES,
@@ -36,6 +39,7 @@ module.exports = {
   errorDocument,
   IdempotencyError: errors.IdempotencyError,
   KeyInProgressError: errors.KeyInProgressError,
+  KeyGoneError: errors.KeyGoneError,
   KeyReusedError: errors.KeyReusedError,
   InvalidKeyError: errors.InvalidKeyError,
   SealedError: errors.SealedError,

@@ -3,9 +3,9 @@ import idempotencyPg from './index.js';
 
 export const {
   idempotent, replay, claim, complete, release, setWaitTimeout, withIdempotency, fingerprint,
-  requestFingerprint, canonicalJson, keepRawBody, parseKey, readKey, MAX_KEY_BYTES, isStored,
+  requestFingerprint, canonicalJson, keepRawBody, SHARED_KEYS, scopedKey, parseKey, readKey, MAX_KEY_BYTES, isStored,
   NEVER_STORED, DEFAULT_VALIDATION_STATUSES, storedDocument, decodeBody, IdempotencyError,
-  KeyInProgressError, KeyReusedError, InvalidKeyError, SealedError,
+  KeyInProgressError, KeyGoneError, KeyReusedError, InvalidKeyError, SealedError,
 } = idempotencyPg;
 export const { consume, applyOnce, errorDocument } = idempotencyPg;
 export default idempotencyPg;

@@ -27,7 +27,8 @@ async function setWaitTimeout(client, waitTimeout) {
 
 // Claims key in the client's open transaction. Returns { replayed,
 // response, createdAt, expiresAt }; throws KeyInProgressError (IK409),
-// KeyReusedError (IK422) or InvalidKeyError for the claim's own errors.
+// KeyGoneError (IK410), KeyReusedError (IK422) or InvalidKeyError for the
+// claim's own errors.
 async function claim(client, key, requestHash, { waitTimeout } = {}) {
   // Outside the try: a bad wait timeout's 22023 is not an invalid key.
   if (waitTimeout !== undefined)

@@ -9,7 +9,7 @@ const { test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const { randomUUID } = require('node:crypto');
 const { consume, claim } = require('..');
-const { createPool, waitFor } = require('./helpers');
+const { createPool, waitFor, shortTtlPool, waitUntilGone } = require('./helpers');
 
 let pool;
 let observer; // another connection, to see what is committed
@@ -157,6 +157,23 @@ test('IK422 without a dead-letter destination: rejected without requeue', async 
   assert.deepEqual(channel.log.at(-1), { op: 'nack', id, requeue: false });
 });
 
+test('IK410: a message that ran and whose answer expired is acked without running or a reply; another payload is IK422', async () => {
+  const channel = fakeChannel();
+  const { events, deliver } = await start(channel, { pool: shortTtlPool(pool) });
+  const id = randomUUID();
+  const first = message(id, { amount: 4 }, { replyTo: 'replies', correlationId: id });
+  await deliver(first);
+  await waitUntilGone(observer, id);
+  channel.log.length = 0;
+  await deliver({ ...first, fields: { deliveryTag: ++tag, redelivered: true } });
+  assert.deepEqual(channel.log.map((entry) => entry.op), ['ack'], 'acked, nothing replied or requeued');
+  assert.deepEqual(events.filter((e) => e.type === 'acked').map((e) => [e.key, e.outcome]), [[id, 'ran'], [id, 'gone']]);
+  assert.equal(await effects(id), 1, 'the handler did not run again');
+  await deliver(message(id, { amount: 5 }));
+  assert.equal(channel.log.find((entry) => entry.op === 'publish').options.headers['x-idempotency-code'], 'IK422');
+  assert.equal(await effects(id), 1);
+});
+
 test('IK409: a key held by another transaction is requeued after the backoff, not applied', async () => {
   const channel = fakeChannel();
   const { events, deliver } = await start(channel);
@@ -251,4 +268,142 @@ test('a transient database error in the handler requeues the message without cou
   await deliver(message(id, { amount: 1, serialization: true }));
   assert.deepEqual(channel.log, [{ op: 'nack', id, requeue: true }]);
   assert.equal(await effects(id), 0);
+});
+
+// Batch mode: the deliveries of one batch, settled together.
+async function startBatch(channel, options = {}) {
+  const started = await start(channel, { batchSize: 4, batchWaitMs: 20, ...options });
+  const settledCount = () => started.events.filter((e) => ['acked', 'dead-lettered', 'requeued', 'retried', 'error']
+    .includes(e.type)).length;
+  const deliverBatch = async (deliveries) => {
+    const before = settledCount();
+    for (const delivery of deliveries)
+      channel.onMessage(delivery);
+    await waitFor(() => settledCount() >= before + deliveries.length, 'the batch to settle');
+  };
+  return { ...started, deliverBatch };
+}
+
+const writers = async (ids) => (await observer.query(
+  'SELECT count(DISTINCT xmin::text)::int AS n FROM consumer_effects WHERE message_id = ANY($1)', [ids])).rows[0].n;
+
+test('batch: one transaction for the batch, acks after its commit; the batch redelivered replays every message', async () => {
+  const channel = fakeChannel();
+  channel.prefetch = async (count) => { channel.log.push({ op: 'prefetch', count }); };
+  channel.onAck = (delivery) => effects(delivery.properties.messageId);
+  const { events, deliverBatch } = await startBatch(channel);
+  assert.deepEqual(channel.log.shift(), { op: 'prefetch', count: 8 }, 'the next batch gathers while one commits');
+  const ids = [randomUUID(), randomUUID(), randomUUID(), randomUUID()];
+  const batch = ids.map((id, n) => message(id, { amount: n + 1 }, { replyTo: 'replies', correlationId: id }));
+  await deliverBatch(batch);
+  for (const id of ids)
+    assert.equal(await effects(id), 1);
+  assert.equal(await writers(ids), 1, 'one transaction wrote the whole batch');
+  const committing = events.findIndex((e) => e.type === 'committed');
+  assert.equal(events.slice(0, committing).filter((e) => e.type === 'committing').length, 4,
+    'every message of the batch reaches the commit before any is settled');
+  const acks = channel.log.filter((entry) => entry.op === 'ack');
+  assert.equal(acks.length, 4);
+  for (const ack of acks)
+    assert.equal(await ack.at, 1, 'at the ack the effect was already committed');
+  const firstReplies = channel.log.filter((entry) => entry.op === 'reply').map((entry) => entry.bytes);
+
+  channel.log.length = 0;
+  await deliverBatch(batch.map((delivery) => ({ ...delivery, fields: { deliveryTag: ++tag, redelivered: true } })));
+  for (const id of ids)
+    assert.equal(await effects(id), 1, 'a redelivered batch does not run again');
+  assert.deepEqual(events.filter((e) => e.type === 'acked').map((e) => e.outcome),
+    ['ran', 'ran', 'ran', 'ran', 'replayed', 'replayed', 'replayed', 'replayed']);
+  const replies = channel.log.filter((entry) => entry.op === 'reply');
+  assert.deepEqual(replies.map((entry) => entry.bytes).sort(), [...firstReplies].sort(),
+    'every replay replies its message\'s stored answer, byte for byte');
+  assert.ok(replies.every((entry) => entry.options.headers['x-idempotency-replayed'] === true));
+});
+
+test('batch: a failing handler is settled alone (retried); the rest of its batch commits once, without its writes', async () => {
+  const channel = fakeChannel();
+  const { events, deliverBatch } = await startBatch(channel);
+  const ids = [randomUUID(), randomUUID(), randomUUID()];
+  await deliverBatch([message(ids[0], { amount: 1 }), message(ids[1], { amount: 2, fail: true }),
+    message(ids[2], { amount: 3 })]);
+  assert.deepEqual([await effects(ids[0]), await effects(ids[1]), await effects(ids[2])], [1, 0, 1]);
+  assert.equal(await writers([ids[0], ids[2]]), 1);
+  const retry = channel.log.find((entry) => entry.op === 'publish');
+  assert.equal(retry.routingKey, 'jobs');
+  assert.equal(retry.options.messageId, ids[1]);
+  assert.equal(retry.options.headers['x-idempotency-attempts'], 1);
+  assert.deepEqual(events.filter((e) => e.type === 'acked').map((e) => [e.message.properties.messageId, e.outcome]).sort(),
+    [[ids[0], 'ran'], [ids[1], undefined], [ids[2], 'ran']].filter(([, o]) => o).sort());
+  assert.equal(channel.log.filter((entry) => entry.op === 'ack').length, 3, 'the retried delivery is acked after its copy');
+});
+
+test('batch: a stored error is its message\'s answer while the others commit; a transient error requeues only its message', async () => {
+  const channel = fakeChannel();
+  const { events, deliverBatch } = await startBatch(channel, { isStoredError: (error) => error.code === 'P0001' });
+  const ids = [randomUUID(), randomUUID(), randomUUID(), randomUUID()];
+  await deliverBatch([message(ids[0], { amount: 1 }), message(ids[1], { amount: 2, refuse: true }),
+    message(ids[2], { amount: 3, serialization: true }), message(ids[3], { amount: 4 })]);
+  assert.deepEqual([await effects(ids[0]), await effects(ids[1]), await effects(ids[2]), await effects(ids[3])],
+    [1, 0, 0, 1]);
+  const outcomes = Object.fromEntries(events.filter((e) => e.type === 'acked')
+    .map((e) => [e.message.properties.messageId, e.outcome]));
+  assert.deepEqual(outcomes, { [ids[0]]: 'ran', [ids[1]]: 'stored_error', [ids[3]]: 'ran' });
+  assert.deepEqual(channel.log.filter((entry) => entry.op === 'nack'), [{ op: 'nack', id: ids[2], requeue: true }]);
+  const { rows: [stored] } = await pool.query('SELECT response FROM idempotency.lookup($1)', [ids[1]]);
+  assert.equal(stored.response.error.sqlstate, 'P0001');
+});
+
+test('batch: IK409, IK422, a key twice and a poison message are each settled as alone; the others commit', async () => {
+  const channel = fakeChannel();
+  const { events, deliverBatch } = await startBatch(channel, { batchSize: 6 });
+  const [held, reused, twice, fine] = [randomUUID(), randomUUID(), randomUUID(), randomUUID()];
+  await deliverBatch([message(reused, { amount: 1 })]);
+  const holder = await pool.connect();
+  try {
+    await holder.query('BEGIN');
+    await claim(holder, held, null);
+    await deliverBatch([
+      message(held, { amount: 1 }), message(reused, { amount: 2 }), message(twice, { amount: 3 }),
+      message(twice, { amount: 3 }), { ...message(randomUUID(), {}), content: Buffer.from('{not json') },
+      message(fine, { amount: 4 }),
+    ]);
+  } finally {
+    await holder.query('ROLLBACK');
+    holder.release();
+  }
+  assert.deepEqual([await effects(held), await effects(reused), await effects(twice), await effects(fine)], [0, 1, 1, 1]);
+  const requeued = events.filter((e) => e.type === 'requeued').map((e) => [e.key, e.error.code]).sort();
+  assert.deepEqual(requeued, [[held, 'IK409'], [twice, 'IK508']].sort(),
+    'a held key, and a key\'s second delivery in the same batch, come back later');
+  const dead = channel.log.filter((entry) => entry.op === 'publish').map((entry) => entry.options.headers['x-idempotency-code']);
+  assert.deepEqual(dead.sort(), ['IK422', 'unparsable']);
+  assert.equal(events.filter((e) => e.type === 'acked' && e.outcome === 'ran').length, 3);
+});
+
+test('batch: a message that ran and whose answer expired (IK410) is acked without running; the rest of its batch runs', async () => {
+  const channel = fakeChannel();
+  const { events, deliverBatch } = await startBatch(channel, { pool: shortTtlPool(pool) });
+  const [gone, fresh] = [randomUUID(), randomUUID()];
+  await deliverBatch([message(gone, { amount: 4 })]);
+  await waitUntilGone(observer, gone);
+  await deliverBatch([message(gone, { amount: 4 }), message(fresh, { amount: 5 })]);
+  assert.deepEqual([await effects(gone), await effects(fresh)], [1, 1], 'the gone message did not run again');
+  assert.deepEqual(events.filter((e) => e.type === 'acked').map((e) => [e.key, e.outcome]),
+    [[gone, 'ran'], [gone, 'gone'], [fresh, 'ran']]);
+  assert.equal(channel.log.filter((entry) => entry.op === 'nack').length, 0, 'nothing requeued');
+});
+
+test('batch: a database error outside the handlers (here a wait_timeout the server refuses) ends the whole batch; every delivery is requeued, nothing applied', async () => {
+  const channel = fakeChannel();
+  const { events, deliverBatch } = await startBatch(channel, { waitTimeout: 'forever' });
+  const ids = [randomUUID(), randomUUID()];
+  await deliverBatch(ids.map((id) => message(id, { amount: 1 })));
+  assert.deepEqual([await effects(ids[0]), await effects(ids[1])], [0, 0]);
+  assert.deepEqual(channel.log.map((entry) => entry.op), ['nack', 'nack']);
+  assert.equal(events.filter((e) => e.type === 'requeued').length, 2);
+});
+
+test('batch: batchSize must be a whole number >= 1', async () => {
+  await assert.rejects(consume({ channel: fakeChannel(), queue: 'q', pool, handler: () => 1, batchSize: 0 }), RangeError);
+  await assert.rejects(consume({ channel: fakeChannel(), queue: 'q', pool, handler: () => 1, batchSize: 2.5 }), RangeError);
 });

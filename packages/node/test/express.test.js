@@ -8,8 +8,8 @@ const assert = require('node:assert/strict');
 const { randomUUID } = require('node:crypto');
 const { Readable } = require('node:stream');
 const express = require('express');
-const { idempotent, SealedError } = require('..');
-const { createPool, listen, rawRequest, postJson, waitFor, gate } = require('./helpers');
+const { idempotent, SealedError, SHARED_KEYS, scopedKey } = require('..');
+const { createPool, listen, rawRequest, postJson, waitFor, gate, shortTtlPool, waitUntilGone } = require('./helpers');
 
 let pool;
 let db;
@@ -40,7 +40,7 @@ function insertNote(req) {
 function createApp() {
   const app = express();
   app.set('env', 'test'); // Express's error page without a stack trace on stderr
-  const options = { pool, onLateError: (error) => lateErrors.push(error) };
+  const options = { pool, scope: SHARED_KEYS, onLateError: (error) => lateErrors.push(error) };
   const route = (path, handler, extra = {}) =>
     app.post(path, express.json(), idempotent({ ...options, ...extra }, handler));
 
@@ -141,6 +141,21 @@ function createApp() {
     await insertNote(req);
     res.status(201).json({ key: req.idempotency.key ?? null });
   }));
+  // Keys scoped to the API client that X-Client names (what an
+  // authentication middleware would set as req.user).
+  route('/client-notes', async (req, res) => {
+    const { rows: [note] } = await insertNote(req);
+    res.status(201).json({ id: Number(note.id), text: req.body.text, client: req.idempotency.scope });
+  }, { scope: (req) => req.get('X-Client') });
+  // Keys that expire at once (remembered after that), per client.
+  route('/short-lived-notes', async (req, res) => {
+    const { rows: [note] } = await insertNote(req);
+    res.status(201).json({ id: Number(note.id), text: req.body.text });
+  }, { pool: shortTtlPool(pool), scope: (req) => req.get('X-Client') });
+  route('/async-scope-notes', async (req, res) => {
+    await insertNote(req);
+    res.status(201).json({});
+  }, { scope: async (req) => Number(req.get('X-User')) || null });
   app.post('/raw', express.raw({ type: '*/*' }), idempotent(options, async (req, res) => {
     await req.db.query('INSERT INTO node_notes (text) VALUES ($1)', [req.body.toString('hex')]);
     res.status(201).send(req.body);
@@ -303,12 +318,12 @@ test('a sealed handle cannot reach another request\'s transaction through a shar
   let firstHandle;
   const app = express();
   const second = gate();
-  app.post('/one', express.json(), idempotent({ pool: single }, async (req, res) => {
+  app.post('/one', express.json(), idempotent({ pool: single, scope: SHARED_KEYS }, async (req, res) => {
     firstHandle = req.db;
     await insertNote(req);
     res.status(201).json({});
   }));
-  app.post('/two', express.json(), idempotent({ pool: single }, async (req, res) => {
+  app.post('/two', express.json(), idempotent({ pool: single, scope: SHARED_KEYS }, async (req, res) => {
     await insertNote(req);
     await second.promise;
     res.status(201).json({});
@@ -536,13 +551,102 @@ test('a duplicate while the first request runs is 409 with Retry-After; with wai
   }
 });
 
-for (const code of ['IK409', 'IK422', '22023']) {
+test('a retry after the response expired is 410 request-already-ran and runs nothing; another body is 422', async () => {
+  const key = randomUUID();
+  const text = `gone ${key}`;
+  const client = [['X-Client', 'alice']];
+  assert.equal((await postJson(port, '/short-lived-notes', key, { text }, client)).status, 201);
+  await waitUntilGone(db, scopedKey('alice', key));
+  const retry = await postJson(port, '/short-lived-notes', key, { text }, client);
+  assert.equal(retry.status, 410);
+  assert.equal(retry.header('Content-Type'), 'application/problem+json');
+  assert.equal(retry.header('Idempotent-Replayed'), undefined);
+  // The same document as the Python and Go packages'.
+  assert.deepEqual(JSON.parse(retry.text), {
+    type: 'https://idempotency.example/problems/request-already-ran',
+    title: 'This request already ran; its response is no longer kept',
+    status: 410,
+    detail: 'A request with this Idempotency-Key was processed before and its response has expired; '
+      + 'it is not run again.',
+  });
+  assert.equal(await rows(text), 1, 'the handler did not run again');
+  const other = await postJson(port, '/short-lived-notes', key, { text: `${text} other` }, client);
+  assert.equal(other.status, 422);
+  assert.equal(JSON.parse(other.text).type, 'https://idempotency.example/problems/idempotency-key-reused');
+  assert.equal(await rows(`${text} other`), 0);
+  // Another client's same key is another key: its request runs.
+  assert.equal((await postJson(port, '/short-lived-notes', key, { text }, [['X-Client', 'bob']])).status, 201);
+  assert.equal(await rows(text), 2);
+});
+
+for (const code of ['IK409', 'IK410', 'IK422', '22023']) {
   test(`the handler's own SQL error ${code} stays the handler's: no IK problem answer`, async () => {
     const answer = await postJson(port, '/handler-sql-error', randomUUID(), { code });
     assert.equal(answer.status, 500);
     assert.equal(JSON.parse(answer.text).code, code);
   });
 }
+
+test('the same key and body from another client runs for that client; the owner still replays', async () => {
+  const key = randomUUID();
+  const text = `alice and bob ${key}`;
+  const alice = await postJson(port, '/client-notes', key, { text }, [['X-Client', 'alice']]);
+  assert.equal(alice.status, 201);
+  const bob = await postJson(port, '/client-notes', key, { text }, [['X-Client', 'bob']]);
+  assert.equal(bob.status, 201);
+  assert.equal(bob.header('Idempotent-Replayed'), undefined);
+  assert.equal(JSON.parse(bob.text).client, 'bob');
+  assert.notEqual(JSON.parse(bob.text).id, JSON.parse(alice.text).id);
+  assert.equal(await rows(text), 2);
+  const retry = await postJson(port, '/client-notes', key, { text }, [['X-Client', 'alice']]);
+  assert.equal(retry.header('Idempotent-Replayed'), 'true');
+  assert.deepEqual(retry.body, alice.body);
+  // The database holds each client's key under its derived form only.
+  assert.equal((await storedResponse(scopedKey('alice', key))).body, alice.text);
+  assert.equal((await storedResponse(scopedKey('bob', key))).body, bob.text);
+  assert.equal(await keyState(key), 'absent');
+});
+
+test('another client\'s key with another body reveals nothing: no 422', async () => {
+  const key = randomUUID();
+  const text = `probe ${key}`;
+  assert.equal((await postJson(port, '/client-notes', key, { text }, [['X-Client', 'alice']])).status, 201);
+  const probe = await postJson(port, '/client-notes', key, { text: `${text} other` }, [['X-Client', 'mallory']]);
+  assert.equal(probe.status, 201);
+  assert.equal(await rows(`${text} other`), 1);
+  const reused = await postJson(port, '/client-notes', key, { text: `${text} other` }, [['X-Client', 'alice']]);
+  assert.equal(reused.status, 422);
+});
+
+test('a request whose scope is empty is refused with 401 and runs nothing; async scopes work', async () => {
+  const text = `nobody ${randomUUID()}`;
+  const answer = await postJson(port, '/client-notes', randomUUID(), { text });
+  assert.equal(answer.status, 401);
+  assert.equal(answer.header('Content-Type'), 'application/problem+json');
+  assert.equal(JSON.parse(answer.text).type, 'https://idempotency.example/problems/principal-required');
+  assert.equal((await postJson(port, '/async-scope-notes', randomUUID(), { text })).status, 401);
+  assert.equal(await rows(text), 0);
+  const key = randomUUID();
+  assert.equal((await postJson(port, '/async-scope-notes', key, { text }, [['X-User', '7']])).status, 201);
+  assert.equal(await keyState(scopedKey(7, key)), 'done');
+  assert.equal(await keyState(scopedKey('7', key)), 'done');
+});
+
+test('a 255-byte key within a scope is stored under its hashed form and replays', async () => {
+  const key = `${'L'.repeat(219)}${randomUUID()}`;
+  const text = `long ${randomUUID()}`;
+  assert.equal((await postJson(port, '/client-notes', key, { text }, [['X-Client', 'acme']])).status, 201);
+  const retry = await postJson(port, '/client-notes', key, { text }, [['X-Client', 'acme']]);
+  assert.equal(retry.header('Idempotent-Replayed'), 'true');
+  assert.match(scopedKey('acme', key), /^§[0-9a-f]{32}#[0-9a-f]{64}$/);
+  assert.equal(await keyState(scopedKey('acme', key)), 'done');
+});
+
+test('a route must name its scope, or share its keys with SHARED_KEYS', () => {
+  for (const scope of [undefined, null, 'alice', 42])
+    assert.throws(() => idempotent({ pool, scope }, () => {}), /options\.scope/, String(scope));
+  assert.doesNotThrow(() => idempotent({ pool, scope: SHARED_KEYS }, () => {}));
+});
 
 test('no late errors were reported by the tests above', () => {
   assert.deepEqual(lateErrors.map(String), []);

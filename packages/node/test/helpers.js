@@ -87,6 +87,41 @@ async function waitFor(condition, what, timeout = 15000) {
   }
 }
 
+// The TTL of keys a test retries after their response expired: past it,
+// within idempotency.remember, a retry of the same request gets IK410.
+const SHORT_TTL = '300 milliseconds';
+
+// A stand-in for pool whose transactions give the keys they claim
+// SHORT_TTL: SET LOCAL right after BEGIN, so that it holds through PgBouncer's
+// transaction pooling too.
+function shortTtlPool(pool) {
+  return {
+    async connect() {
+      const client = await pool.connect();
+      return new Proxy(client, {
+        get(target, property) {
+          const value = Reflect.get(target, property, target);
+          if (property !== 'query')
+            return typeof value === 'function' ? value.bind(target) : value;
+          return async (text, ...rest) => {
+            const result = await target.query(text, ...rest);
+            if (text === 'BEGIN')
+              await target.query("SELECT set_config('idempotency.ttl', $1, true)", [SHORT_TTL]);
+            return result;
+          };
+        },
+      });
+    },
+  };
+}
+
+// Waits until key's response has expired and the key is remembered
+// (lookup's state 'gone').
+function waitUntilGone(db, key) {
+  return waitFor(async () => (await db.query('SELECT state FROM idempotency.lookup($1)', [key])).rows[0].state === 'gone',
+    `key ${key} to be gone`);
+}
+
 // A promise with its resolve function: lets a test hold a handler.
 function gate() {
   let open;
@@ -94,4 +129,6 @@ function gate() {
   return { promise, open };
 }
 
-module.exports = { createPool, listen, rawRequest, postJson, waitFor, gate };
+module.exports = {
+  createPool, listen, rawRequest, postJson, waitFor, gate, SHORT_TTL, shortTtlPool, waitUntilGone,
+};

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs idempotency-pg the two ways an application does, into a new
-# application each, without network: `npm install <tarball>` of `npm pack`,
-# and `npm install <directory>`. Each application then requires it
+# application each, without network: the documented way, `npm pack` into
+# the application's vendor/ and `npm install ./vendor/<tarball>` (whose
+# package.json and lock then hold a path inside the application, so
+# `npm ci` works in any copy of it), and `npm install <directory>`. Each application then requires it
 # (CommonJS), imports it (ESM) and type-checks a TypeScript file against its
 # declarations, with TypeScript from the package's devDependencies.
 #
@@ -26,12 +28,17 @@ check_app() { # directory how
       process.exit(1);
     console.log('import: ok');")
   cat >"$app/check.cts" <<'TS'
-import { idempotent, withIdempotency, claim, type IdempotentOptions, type PoolLike, SealedError } from 'idempotency-pg';
+import { idempotent, withIdempotency, claim, scopedKey, SHARED_KEYS, type IdempotentOptions, type PoolLike, SealedError } from 'idempotency-pg';
 declare const pool: PoolLike;
-const options: IdempotentOptions = { pool, waitTimeout: '2s', storeValidationErrors: true, replayHeaders: ['Location'] };
+const options: IdempotentOptions = { pool, scope: (req) => req.user.id, waitTimeout: '2s', storeValidationErrors: true, replayHeaders: ['Location'] };
+const shared: IdempotentOptions = { pool, scope: SHARED_KEYS };
+const databaseKey: string = scopedKey('alice', 'k');
+void shared; void databaseKey;
 const route = idempotent(options, async (req, res) => {
   const { rows } = await req.db.query('SELECT 1');
   const key: string | undefined = req.idempotency.key;
+  const scope: string | null = req.idempotency.scope;
+  void scope;
   void rows; void key;
   res.statusCode = 201;
   res.end('{}');
@@ -53,8 +60,10 @@ TS
   echo "types: ok"
   # A wrong option must not type-check: the declarations are checked, not ignored.
   printf "import { idempotent } from 'idempotency-pg';\nidempotent({ pool: 1 }, () => {});\n" >"$app/wrong.cts"
-  printf "import { idempotent, PoolLike } from 'idempotency-pg';\ndeclare const pool: PoolLike;\nidempotent({ pool }, (req) => req.db.query(1));\n" >"$app/wrong2.cts"
-  for wrong in wrong.cts wrong2.cts; do
+  printf "import { idempotent, PoolLike } from 'idempotency-pg';\ndeclare const pool: PoolLike;\nidempotent({ pool, scope: () => 'a' }, (req) => req.db.query(1));\n" >"$app/wrong2.cts"
+  # A route without a scope does not type-check either.
+  printf "import { idempotent, PoolLike } from 'idempotency-pg';\ndeclare const pool: PoolLike;\nidempotent({ pool }, () => {});\n" >"$app/wrong3.cts"
+  for wrong in wrong.cts wrong2.cts wrong3.cts; do
     if (cd "$app" && "$tsc" --noEmit --strict --module node16 --moduleResolution node16 "$wrong" >/dev/null); then
       echo "$wrong type-checked ($how): the declarations are not checked" >&2
       exit 1
@@ -69,9 +78,11 @@ new_app() { # directory
   (cd "$1" && npm init -y >/dev/null)
 }
 
-tarball=$(cd "$scratch" && npm pack --silent "$package")
-test -f "$scratch/$tarball"
-listing=$(tar -tzf "$scratch/$tarball")
+new_app "$scratch/from-tarball"
+mkdir "$scratch/from-tarball/vendor"
+tarball=$(cd "$scratch/from-tarball" && npm pack --silent --pack-destination vendor "$package")
+test -f "$scratch/from-tarball/vendor/$tarball"
+listing=$(tar -tzf "$scratch/from-tarball/vendor/$tarball")
 for file in package/lib/index.js package/lib/index.mjs package/index.d.ts package/index.d.mts package/README.md \
   package/CHANGELOG.md; do
   grep -qx "$file" <<<"$listing" || { echo "$tarball lacks $file" >&2; exit 1; }
@@ -80,9 +91,21 @@ if grep -q '^package/test/' <<<"$listing"; then
   echo "$tarball ships the tests" >&2
   exit 1
 fi
-new_app "$scratch/from-tarball"
-(cd "$scratch/from-tarball" && npm install --offline --no-audit --no-fund --loglevel=error "$scratch/$tarball")
+(cd "$scratch/from-tarball" && npm install --offline --no-audit --no-fund --loglevel=error "./vendor/$tarball")
+dependency=$(cd "$scratch/from-tarball" && node -p "require('./package.json').dependencies['idempotency-pg']")
+if [ "$dependency" != "file:vendor/$tarball" ]; then
+  echo "package.json holds $dependency, not the application's file:vendor/$tarball" >&2
+  exit 1
+fi
 check_app "$scratch/from-tarball" "the npm pack tarball"
+# The application, moved elsewhere without node_modules, installs from its
+# own files.
+mkdir "$scratch/moved"
+(cd "$scratch/from-tarball" && tar --exclude=node_modules -cf - .) | (cd "$scratch/moved" && tar -xf -)
+(cd "$scratch/moved" && npm ci --offline --no-audit --no-fund --loglevel=error)
+(cd "$scratch/moved" && node -e "require('idempotency-pg').idempotent || process.exit(1)")
+passed=$((passed + 1))
+echo "npm ci of the application moved elsewhere: ok"
 
 new_app "$scratch/from-directory"
 (cd "$scratch/from-directory" && npm install --offline --no-audit --no-fund --loglevel=error "$package")

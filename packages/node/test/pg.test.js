@@ -6,9 +6,10 @@ const { test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const { randomUUID } = require('node:crypto');
 const {
-  claim, complete, release, withIdempotency, KeyInProgressError, KeyReusedError, InvalidKeyError, SealedError,
+  claim, complete, release, withIdempotency, KeyInProgressError, KeyGoneError, KeyReusedError, InvalidKeyError,
+  SealedError,
 } = require('..');
-const { createPool } = require('./helpers');
+const { createPool, SHORT_TTL, waitUntilGone } = require('./helpers');
 
 let pool;
 
@@ -103,6 +104,37 @@ test('claim errors: in progress, invalid key; waitTimeout waits for the holder',
     holder.release();
     other.release();
   }
+});
+
+test('a request that ran and whose response expired: claim throws KeyGoneError, withIdempotency runs nothing', async () => {
+  const key = randomUUID();
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query("SELECT set_config('idempotency.ttl', $1, true)", [SHORT_TTL]);
+    await claim(client, key, 'h');
+    await client.query('INSERT INTO node_jobs VALUES ($1)', [key]);
+    await complete(client, key, { done: key });
+    await client.query('COMMIT');
+    await waitUntilGone(pool, key);
+
+    await client.query('BEGIN');
+    const error = await claim(client, key, 'h').catch((e) => e);
+    assert.ok(error instanceof KeyGoneError);
+    assert.equal(error.status, 410);
+    assert.equal(error.code, 'IK410');
+    assert.equal(error.cause.code, 'IK410');
+    await client.query('ROLLBACK');
+    await client.query('BEGIN');
+    await assert.rejects(claim(client, key, 'another request'), KeyReusedError);
+    await client.query('ROLLBACK');
+  } finally {
+    client.release();
+  }
+  let runs = 0;
+  await assert.rejects(withIdempotency(pool, { key, requestHash: 'h' }, () => { runs += 1; }), KeyGoneError);
+  assert.equal(runs, 0);
+  assert.equal(await count(key), 1);
 });
 
 test('withIdempotency runs the work once, replays its result, and rolls back a throw', async () => {

@@ -9,15 +9,35 @@ const assert = require('node:assert/strict');
 const path = require('node:path');
 const fs = require('node:fs');
 const {
-  parseKey, fingerprint, canonicalJson, isStored, storedDocument, decodeBody,
+  parseKey, fingerprint, canonicalJson, isStored, storedDocument, decodeBody, scopedKey, SHARED_KEYS,
 } = require('..');
 
-function vectorsFile() {
+function vectorsFile(name = 'fingerprint-vectors.json') {
   // In the repository: packages/shared; the test runner may run a copy of
   // packages/node, which names the repository's file in SHARED_DIR.
   const dir = process.env.SHARED_DIR ?? path.join(__dirname, '..', '..', 'shared');
-  return path.join(dir, 'fingerprint-vectors.json');
+  return path.join(dir, name);
 }
+
+test('scopedKey matches the shared vectors', () => {
+  const vectors = JSON.parse(fs.readFileSync(vectorsFile('scope-vectors.json'), 'utf8'));
+  assert.ok(vectors.length >= 8);
+  for (const vector of vectors)
+    assert.equal(scopedKey(vector.scope, vector.key), vector.database_key, vector.name);
+});
+
+test('scopedKey: both forms stay within 255 bytes; refused scopes', () => {
+  for (const length of [1, 220, 221, 255]) {
+    const derived = scopedKey('alice', 'k'.repeat(length));
+    assert.ok(Buffer.byteLength(derived) <= 255);
+    assert.equal(derived[33], length <= 220 ? ':' : '#');
+  }
+  assert.notEqual(scopedKey('alice', 'k'), scopedKey('bob', 'k'));
+  assert.equal(scopedKey(7, 'k'), scopedKey('7', 'k'));
+  assert.equal(scopedKey(SHARED_KEYS, 'k'), 'k');
+  for (const scope of [null, undefined, '', 1.5, true, {}, Buffer.from('alice')])
+    assert.throws(() => scopedKey(scope, 'k'), TypeError, String(scope));
+});
 
 test('parseKey: bare and Structured Field String forms', () => {
   assert.deepEqual(parseKey('abc-123'), { key: 'abc-123' });

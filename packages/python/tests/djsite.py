@@ -2,6 +2,7 @@
 as `django-admin startproject` writes them (CSRF middleware included), on
 the database of PGHOST/PGPORT/PGDATABASE/PGUSER, and views behind
 @idempotent. `python djsite.py PORT` serves it on 127.0.0.1:PORT."""
+import functools
 import logging
 import os
 import sys
@@ -22,6 +23,7 @@ if not settings.configured:
             "django.middleware.common.CommonMiddleware",
             "django.middleware.csrf.CsrfViewMiddleware",
             "django.contrib.auth.middleware.AuthenticationMiddleware",
+            f"{__name__}.HeaderUser",  # tests only: X-Test-User authenticates
             "django.middleware.clickjacking.XFrameOptionsMiddleware",
         ],
         ROOT_URLCONF=__name__,
@@ -40,15 +42,43 @@ if not settings.configured:
     logging.getLogger("django.request").addHandler(logging.NullHandler())
     logging.getLogger("django.request").propagate = False
 
-from django.db import connection  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse  # noqa: E402
 from django.urls import path  # noqa: E402
 from django.views.decorators.csrf import csrf_exempt  # noqa: E402
 from django.views.decorators.http import require_POST  # noqa: E402
 
-from idempotency_pg.django import idempotent  # noqa: E402
+from expiring import SHORT_TTL  # noqa: E402
+from idempotency_pg.django import SHARED_KEYS, idempotent  # noqa: E402
 
 HELD = {}  # text -> threading.Event a view waits for
+
+
+class _TestUser:
+    is_authenticated = True
+
+    def __init__(self, pk):
+        self.pk = pk
+
+
+class HeaderUser:
+    """Tests only: a request with X-Test-User: <id> is that user's (what a
+    token authentication sets as request.user)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        user_id = request.headers.get("X-Test-User")
+        if user_id:
+            request.user = _TestUser(int(user_id))
+        return self.get_response(request)
+
+
+def by_client(request):
+    """The scope of the cross-package routes: the X-Client header, as the
+    Node service reads it."""
+    return request.headers.get("X-Client")
 
 
 def create_tables():
@@ -71,7 +101,7 @@ def body_of(request):
 
 @csrf_exempt
 @require_POST
-@idempotent
+@idempotent(scope=SHARED_KEYS)
 def notes(request):
     data = body_of(request)
     note_id = insert_note(data["text"])
@@ -84,7 +114,7 @@ def notes(request):
 
 
 @csrf_exempt
-@idempotent(wait_timeout="10s")
+@idempotent(scope=SHARED_KEYS, wait_timeout="10s")
 def notes_waiting(request):
     data = body_of(request)
     insert_note(data["text"])
@@ -92,7 +122,7 @@ def notes_waiting(request):
 
 
 @csrf_exempt
-@idempotent
+@idempotent(scope=SHARED_KEYS)
 def status(request):
     data = body_of(request)
     insert_note(data["text"])
@@ -100,7 +130,7 @@ def status(request):
 
 
 @csrf_exempt
-@idempotent(store_validation_errors=True)
+@idempotent(scope=SHARED_KEYS, store_validation_errors=True)
 def status_validation_stored(request):
     data = body_of(request)
     insert_note(data["text"])
@@ -112,7 +142,7 @@ class Declined(Exception):
 
 
 @csrf_exempt
-@idempotent
+@idempotent(scope=SHARED_KEYS)
 def throws(request):
     from django.http import Http404
     data = body_of(request)
@@ -123,7 +153,7 @@ def throws(request):
 
 
 @csrf_exempt
-@idempotent
+@idempotent(scope=SHARED_KEYS)
 def view_db_error(request):
     data = body_of(request)
     insert_note(data["text"])
@@ -133,7 +163,7 @@ def view_db_error(request):
 
 
 @csrf_exempt
-@idempotent
+@idempotent(scope=SHARED_KEYS)
 def body(request):
     import base64
     data = body_of(request)
@@ -142,7 +172,7 @@ def body(request):
 
 
 @csrf_exempt
-@idempotent(max_body_bytes=64 * 1024)
+@idempotent(scope=SHARED_KEYS, max_body_bytes=64 * 1024)
 def stream(request):
     data = body_of(request)
 
@@ -156,14 +186,14 @@ def stream(request):
 
 
 @require_POST
-@idempotent
+@idempotent(scope=SHARED_KEYS)
 def csrf_protected(request):
     insert_note(body_of(request)["text"])
     return JsonResponse({}, status=201)
 
 
 @csrf_exempt
-@idempotent(required=False)
+@idempotent(scope=SHARED_KEYS, required=False)
 def optional(request):
     insert_note(body_of(request)["text"])
     return JsonResponse({}, status=201)
@@ -171,7 +201,7 @@ def optional(request):
 
 @csrf_exempt
 @require_POST
-@idempotent
+@idempotent(scope=by_client)
 def cross_orders(request):
     """The Django side of the cross-package test: the same route as the
     Node service's."""
@@ -187,14 +217,61 @@ def cross_orders(request):
 
 @csrf_exempt
 @require_POST
-@idempotent
+@idempotent(scope=by_client)
 def cross_binary(request):
     with connection.cursor() as cursor:
         cursor.execute("INSERT INTO cross_orders (item, quantity) VALUES ('binary', 1)")
     return HttpResponse(bytes([0x25, 0x50, 0xFF, 0xFE, 0x00, 0x41]), content_type="application/octet-stream")
 
 
+@csrf_exempt
+@require_POST
+@idempotent
+def user_notes(request):
+    """Keys scoped by the default: request.user."""
+    data = body_of(request)
+    note_id = insert_note(data["text"])
+    return JsonResponse({"id": note_id, "text": data["text"], "user": request.user.pk}, status=201)
+
+
+@csrf_exempt
+@require_POST
+@idempotent(scope=by_client)
+def client_notes(request):
+    data = body_of(request)
+    note_id = insert_note(data["text"])
+    return JsonResponse({"id": note_id, "text": data["text"]}, status=201)
+
+
+def short_lived(view):
+    """Tests only: the keys the view claims get expiring.SHORT_TTL, set
+    LOCAL in a transaction around the decorator's (so that it holds through
+    PgBouncer's transaction pooling too)."""
+
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT set_config('idempotency.ttl', %s, true)", [SHORT_TTL])
+            return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+@csrf_exempt
+@require_POST
+@short_lived
+@idempotent(scope=by_client)
+def short_lived_notes(request):
+    data = body_of(request)
+    note_id = insert_note(data["text"])
+    return JsonResponse({"id": note_id, "text": data["text"]}, status=201)
+
+
 urlpatterns = [
+    path("short-lived-notes", short_lived_notes),
+    path("user-notes", user_notes),
+    path("client-notes", client_notes),
     path("notes", notes),
     path("notes-waiting", notes_waiting),
     path("status", status),

@@ -11,6 +11,7 @@ import uuid
 import psycopg
 import psycopg2
 
+from expiring import SHORT_TTL, wait_until_gone
 from idempotency_pg import claim
 from idempotency_pg.consumer import Consumer, Delivery
 
@@ -26,6 +27,11 @@ def effects(message_id):
     with psycopg.connect("") as conn:
         return conn.execute("SELECT count(*) FROM py_consumer_effects WHERE message_id = %s",
                             [message_id]).fetchone()[0]
+
+
+def key_state(key):
+    with psycopg.connect("") as conn:
+        return conn.execute("SELECT state FROM idempotency.lookup(%s)", [key]).fetchone()[0]
 
 
 class Properties(types.SimpleNamespace):
@@ -86,6 +92,13 @@ def handler(cursor, payload, message):
     return {"applied": message.properties.message_id, "amount": payload["amount"]}
 
 
+def give_short_ttl(conn):
+    """The keys conn's transactions claim from now on live SHORT_TTL."""
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT set_config('idempotency.ttl', %s, false)", [SHORT_TTL])
+    conn.commit()
+
+
 class ConsumerTests(unittest.TestCase):
     def each_driver(self):
         for name, connect in DRIVERS.items():
@@ -143,6 +156,27 @@ class ConsumerTests(unittest.TestCase):
             self.assertTrue(dead[4].headers["x-idempotency-reason"])
             self.assertEqual(json.loads(dead[3])["amount"], 2)
             self.assertEqual(channel.log[-1][0], "ack")
+
+    def test_ik410_a_message_whose_answer_expired_is_acked_without_running_another_payload_is_ik422(self):
+        for conn in self.each_driver():
+            give_short_ttl(conn)
+            channel = FakeChannel()
+            consumer, events = self.consumer(conn, channel)
+            message_id = str(uuid.uuid4())
+            first = delivery(message_id, {"amount": 4}, reply_to="replies", correlation_id=message_id)
+            consumer.on_message(first)
+            wait_until_gone(key_state, message_id)
+            del channel.log[:]
+            consumer.on_message(Delivery(types.SimpleNamespace(delivery_tag=next(tags), redelivered=True),
+                                         first.properties, first.body))
+            self.assertEqual([entry[0] for entry in channel.log], ["ack"], "acked, nothing replied or requeued")
+            self.assertEqual([(e["key"], e["outcome"]) for e in events if e["type"] == "acked"],
+                             [(message_id, "ran"), (message_id, "gone")])
+            self.assertEqual(effects(message_id), 1, "the handler did not run again")
+            consumer.on_message(delivery(message_id, {"amount": 5}))
+            dead = [entry for entry in channel.log if entry[0] == "publish"][0]
+            self.assertEqual(dead[4].headers["x-idempotency-code"], "IK422")
+            self.assertEqual(effects(message_id), 1)
 
     def test_ik409_is_requeued(self):
         for conn in self.each_driver():
@@ -224,6 +258,129 @@ class ConsumerTests(unittest.TestCase):
             consumer.on_message(message)
             self.assertEqual(channel.log, [("nack", message.method.delivery_tag, True)])
             self.assertEqual(effects(message_id), 0)
+
+
+def writers(message_ids):
+    """How many transactions wrote the effects of these messages."""
+    with psycopg.connect("") as conn:
+        return conn.execute("SELECT count(DISTINCT xmin::text) FROM py_consumer_effects WHERE message_id = ANY(%s)",
+                            [message_ids]).fetchone()[0]
+
+
+class BatchChannel(FakeChannel):
+    """A FakeChannel that records basic_qos, as consume() calls it in batch mode."""
+
+    def basic_qos(self, prefetch_count):
+        self.log.append(("qos", prefetch_count))
+
+    def basic_consume(self, queue, callback, auto_ack):
+        self.callback = callback
+        return "tag"
+
+
+class BatchConsumerTests(unittest.TestCase):
+    """Batch mode: one transaction per batch, each delivery settled as alone."""
+
+    each_driver = ConsumerTests.each_driver
+
+    def consumer(self, conn, channel, **options):
+        return ConsumerTests.consumer(self, conn, channel, batch_size=options.pop("batch_size", 4), **options)
+
+    def test_one_transaction_per_batch_and_a_redelivered_batch_replays(self):
+        for conn in self.each_driver():
+            channel = BatchChannel()
+            consumer, events = self.consumer(conn, channel)
+            consumer.consume()
+            self.assertEqual(channel.log.pop(0), ("qos", 8), "the next batch gathers while one commits")
+            ids = [str(uuid.uuid4()) for _ in range(4)]
+            channel.on_ack = lambda: [effects(i) for i in ids]
+            batch = [delivery(i, {"amount": n}, reply_to="replies", correlation_id=i) for n, i in enumerate(ids)]
+            for message in batch:  # the fourth fills the batch
+                channel.callback(channel, message.method, message.properties, message.body)
+            self.assertEqual([effects(i) for i in ids], [1, 1, 1, 1])
+            self.assertEqual(writers(ids), 1, "one transaction wrote the whole batch")
+            acks = [entry for entry in channel.log if entry[0] == "ack"]
+            self.assertEqual([ack[2] for ack in acks], [[1, 1, 1, 1]] * 4, "every effect was committed at each ack")
+            types_seen = [e["type"] for e in events]
+            self.assertLess(max(n for n, t in enumerate(types_seen) if t == "committing"), types_seen.index("committed"))
+            self.assertLess(max(n for n, t in enumerate(types_seen) if t == "committed"), types_seen.index("acked"),
+                            "the whole batch is committed before any of it is acked")
+            first = sorted(entry[3] for entry in channel.log if entry[0] == "publish")
+            channel.log.clear()
+            consumer.on_batch([Delivery(types.SimpleNamespace(delivery_tag=next(tags), redelivered=True),
+                                        m.properties, m.body) for m in batch])
+            self.assertEqual([effects(i) for i in ids], [1, 1, 1, 1], "a redelivered batch does not run again")
+            self.assertEqual(sorted(entry[3] for entry in channel.log if entry[0] == "publish"), first)
+            self.assertEqual([e["outcome"] for e in events if e["type"] == "acked"], ["ran"] * 4 + ["replayed"] * 4)
+
+    def test_a_failing_handler_is_settled_alone_and_the_rest_commits_without_its_writes(self):
+        for conn in self.each_driver():
+            channel = FakeChannel()
+            consumer, events = self.consumer(conn, channel)
+            ids = [str(uuid.uuid4()) for _ in range(4)]
+            consumer.on_batch([delivery(ids[0], {"amount": 1}), delivery(ids[1], {"amount": 2, "fail": True}),
+                               delivery(ids[2], {"amount": 3, "refuse": True}),
+                               delivery(ids[3], {"amount": 4, "serialization": True})])
+            self.assertEqual([effects(i) for i in ids], [1, 0, 0, 0])
+            retry = [entry for entry in channel.log if entry[0] == "publish" and entry[2] == "jobs"]
+            self.assertEqual([(r[4].message_id, r[4].headers["x-idempotency-attempts"]) for r in retry], [(ids[1], 1)])
+            self.assertEqual({e["delivery"].properties.message_id: e["outcome"] for e in events if e["type"] == "acked"
+                              and "outcome" in e}, {ids[0]: "ran", ids[2]: "stored_error"})
+            self.assertEqual([entry[1:] for entry in channel.log if entry[0] == "nack"],
+                             [(consumer_tag(events, ids[3]), True)])
+
+    def test_refusals_and_poison_in_a_batch_are_settled_as_alone(self):
+        for conn in self.each_driver():
+            channel = FakeChannel()
+            consumer, events = self.consumer(conn, channel)
+            held, reused, twice, fine = (str(uuid.uuid4()) for _ in range(4))
+            consumer.on_batch([delivery(reused, {"amount": 1})])
+            with psycopg.connect("") as holder:
+                claim(holder.cursor(), held, None)
+                consumer.on_batch([delivery(held, {"amount": 1}), delivery(reused, {"amount": 2}),
+                                   delivery(twice, {"amount": 3}), delivery(twice, {"amount": 3}),
+                                   delivery(str(uuid.uuid4()), None, body=b"{not json"),
+                                   delivery(fine, {"amount": 4})])
+                holder.rollback()
+            self.assertEqual([effects(i) for i in (held, reused, twice, fine)], [0, 1, 1, 1])
+            requeued = sorted((e["key"], e["error"].sqlstate if hasattr(e["error"], "sqlstate") else e["error"].code)
+                              for e in events if e["type"] == "requeued")
+            self.assertEqual(requeued, sorted([(held, "IK409"), (twice, "IK508")]))
+            codes = sorted(entry[4].headers["x-idempotency-code"] for entry in channel.log if entry[0] == "publish")
+            self.assertEqual(codes, ["IK422", "unparsable"])
+
+    def test_a_message_whose_answer_expired_is_acked_without_running_the_rest_of_its_batch_runs(self):
+        for conn in self.each_driver():
+            give_short_ttl(conn)
+            channel = FakeChannel()
+            consumer, events = self.consumer(conn, channel)
+            gone, fresh = str(uuid.uuid4()), str(uuid.uuid4())
+            consumer.on_batch([delivery(gone, {"amount": 4})])
+            wait_until_gone(key_state, gone)
+            consumer.on_batch([delivery(gone, {"amount": 4}), delivery(fresh, {"amount": 5})])
+            self.assertEqual([effects(gone), effects(fresh)], [1, 1], "the gone message did not run again")
+            self.assertEqual([(e["key"], e["outcome"]) for e in events if e["type"] == "acked"],
+                             [(gone, "ran"), (gone, "gone"), (fresh, "ran")])
+            self.assertEqual([entry for entry in channel.log if entry[0] == "nack"], [], "nothing requeued")
+
+    def test_a_database_error_requeues_the_whole_batch(self):
+        for conn in self.each_driver():
+            channel = FakeChannel()
+            consumer, _ = self.consumer(conn, channel, wait_timeout="forever")
+            ids = [str(uuid.uuid4()) for _ in range(2)]
+            consumer.on_batch([delivery(i, {"amount": 1}) for i in ids])
+            self.assertEqual([effects(i) for i in ids], [0, 0])
+            self.assertEqual([entry[0] for entry in channel.log], ["nack", "nack"])
+
+    def test_batch_size_must_be_a_whole_number(self):
+        for conn in self.each_driver():
+            with self.assertRaises(ValueError):
+                Consumer(conn, FakeChannel(), "jobs", handler, batch_size=0)
+
+
+def consumer_tag(events, message_id):
+    return next(e["delivery"].method.delivery_tag for e in events
+                if e["type"] == "delivered" and e["delivery"].properties.message_id == message_id)
 
 
 if __name__ == "__main__":

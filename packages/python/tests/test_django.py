@@ -11,8 +11,15 @@ import uuid
 import djsite
 from django.db import connection, connections
 from django.test import Client
+from expiring import wait_until_gone
+from idempotency_pg import scoped_key
 
 PROBLEM_BASE = "https://idempotency.example/problems/"
+# The same document as the Node and Go packages'.
+GONE_PROBLEM = {"type": PROBLEM_BASE + "request-already-ran",
+                "title": "This request already ran; its response is no longer kept", "status": 410,
+                "detail": "A request with this Idempotency-Key was processed before and its response has expired; "
+                          "it is not run again."}
 
 
 def latin1_of_utf8(text):
@@ -138,13 +145,31 @@ class DecoratorTests(unittest.TestCase):
             self.assertEqual(count(text), 1)
 
     def test_the_views_own_database_errors_stay_the_views(self):
-        for code in ("22023", "IK409", "IK422"):
+        for code in ("22023", "IK409", "IK410", "IK422"):
             key = str(uuid.uuid4())
             text = f"db error {code} {key}"
             answer = self.post("/view-db-error", key, {"text": text, "code": code})
             self.assertEqual(answer.status_code, 500, code)
             self.assertNotEqual(answer.get("Content-Type"), "application/problem+json")
             self.assertEqual(count(text), 0)
+
+    def test_a_retry_after_the_response_expired_is_410_and_runs_nothing_another_body_is_422(self):
+        key = str(uuid.uuid4())
+        text = f"gone {key}"
+        alice = {"HTTP_X_CLIENT": "alice"}
+        self.assertEqual(self.post("/short-lived-notes", key, {"text": text}, **alice).status_code, 201)
+        wait_until_gone(key_state, scoped_key("alice", key))
+        retry = self.post("/short-lived-notes", key, {"text": text}, **alice)
+        self.assert_problem(retry, 410, "request-already-ran")
+        self.assertEqual(retry.json(), GONE_PROBLEM)
+        self.assertFalse(retry.has_header("Idempotent-Replayed"))
+        self.assertEqual(count(text), 1, "the view did not run again")
+        other = self.post("/short-lived-notes", key, {"text": f"{text} other"}, **alice)
+        self.assert_problem(other, 422, "idempotency-key-reused")
+        self.assertEqual(count(f"{text} other"), 0)
+        # Another client's same key is another key: its request runs.
+        self.assertEqual(self.post("/short-lived-notes", key, {"text": text}, HTTP_X_CLIENT="bob").status_code, 201)
+        self.assertEqual(count(text), 2)
 
     def test_bodies_replay_byte_for_byte_with_their_content_type(self):
         cases = [

@@ -9,8 +9,10 @@ import uuid
 import psycopg
 import psycopg2
 
-from idempotency_pg import (InvalidKey, KeyInProgress, KeyReused, SealedError, claim, complete, release,
+from expiring import SHORT_TTL, wait_until_gone
+from idempotency_pg import (InvalidKey, KeyGone, KeyInProgress, KeyReused, SealedError, claim, complete, release,
                             with_idempotency)
+from idempotency_pg.errors import sqlstate_of
 
 DRIVERS = {"psycopg2": lambda: psycopg2.connect(""), "psycopg": lambda: psycopg.connect("")}
 
@@ -18,6 +20,11 @@ DRIVERS = {"psycopg2": lambda: psycopg2.connect(""), "psycopg": lambda: psycopg.
 def setUpModule():
     with psycopg.connect("", autocommit=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS py_jobs (text text NOT NULL)")
+
+
+def key_state(key):
+    with psycopg.connect("") as conn:
+        return conn.execute("SELECT state FROM idempotency.lookup(%s)", [key]).fetchone()[0]
 
 
 def count(text):
@@ -101,10 +108,36 @@ class HelperTests(unittest.TestCase):
             cursor = conn.cursor()
             cursor.execute("CREATE TEMP TABLE IF NOT EXISTS x (a int)")
             conn.commit()
-            with self.assertRaises(Exception) as raised:
-                with_idempotency(conn, str(uuid.uuid4()), lambda c: c.execute(
-                    "DO $$ BEGIN RAISE EXCEPTION 'own' USING ERRCODE = 'IK409'; END $$"))
-            self.assertNotIsInstance(raised.exception, KeyInProgress)
+            for code in ("IK409", "IK410"):
+                with self.assertRaises(Exception) as raised:
+                    with_idempotency(conn, str(uuid.uuid4()), lambda c: c.execute(
+                        f"DO $$ BEGIN RAISE EXCEPTION 'own' USING ERRCODE = '{code}'; END $$"))
+                self.assertNotIsInstance(raised.exception, (KeyInProgress, KeyGone), code)
+                self.assertEqual(sqlstate_of(raised.exception), code)
+
+    def test_a_request_whose_response_expired_is_key_gone_and_runs_nothing(self):
+        for conn in self.each_driver():
+            key = str(uuid.uuid4())
+            cursor = conn.cursor()
+            cursor.execute("SELECT set_config('idempotency.ttl', %s, true)", [SHORT_TTL])
+            claim(cursor, key, "h")
+            cursor.execute("INSERT INTO py_jobs VALUES (%s)", [key])
+            complete(cursor, key, {"done": key})
+            conn.commit()
+            wait_until_gone(key_state, key)
+            with self.assertRaises(KeyGone) as raised:
+                claim(cursor, key, "h")
+            self.assertEqual(raised.exception.status, 410)
+            self.assertEqual(sqlstate_of(raised.exception.__cause__), "IK410")
+            conn.rollback()
+            with self.assertRaises(KeyReused):
+                claim(cursor, key, "another request")
+            conn.rollback()
+            runs = []
+            with self.assertRaises(KeyGone):
+                with_idempotency(conn, key, runs.append, request_hash="h")
+            self.assertEqual(runs, [])
+            self.assertEqual(count(key), 1)
 
     def test_with_idempotency(self):
         for conn in self.each_driver():

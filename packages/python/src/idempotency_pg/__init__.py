@@ -1,18 +1,21 @@
 """idempotency_pg: retry-safe request handlers on PostgreSQL's idempotency
-extension, for psycopg 2/3 and Django (idempotency_pg.django)."""
+extension, for psycopg 2/3 and Django (idempotency_pg.django), and for
+asyncpg / psycopg 3 async with Starlette and FastAPI (idempotency_pg.aio,
+idempotency_pg.starlette)."""
 from .db import Claim, Sealable, claim, complete, release, set_wait_timeout, with_idempotency
-from .errors import IdempotencyError, InvalidKey, KeyInProgress, KeyReused, SealedError
+from .errors import IdempotencyError, InvalidKey, KeyGone, KeyInProgress, KeyReused, SealedError
 from .fingerprint import canonical_json, fingerprint, fingerprint_of_parts, wsgi_fingerprint
 from .key import MAX_KEY_BYTES, parse_key, read_key
+from .scope import SHARED_KEYS, scope_text, scoped_key
 from .policy import DEFAULT_VALIDATION_STATUSES, NEVER_STORED, is_stored
 from .stored import decode_body, stored_document
 
-__version__ = "0.6.0"
+__version__ = "1.0.0"
 
 __all__ = [
     "Claim", "Sealable", "claim", "complete", "release", "set_wait_timeout", "with_idempotency",
-    "IdempotencyError", "InvalidKey", "KeyInProgress", "KeyReused", "SealedError",
+    "IdempotencyError", "InvalidKey", "KeyGone", "KeyInProgress", "KeyReused", "SealedError",
     "canonical_json", "fingerprint", "fingerprint_of_parts", "wsgi_fingerprint",
-    "MAX_KEY_BYTES", "parse_key", "read_key", "DEFAULT_VALIDATION_STATUSES", "NEVER_STORED", "is_stored",
+    "SHARED_KEYS", "scope_text", "scoped_key", "MAX_KEY_BYTES", "parse_key", "read_key", "DEFAULT_VALIDATION_STATUSES", "NEVER_STORED", "is_stored",
     "decode_body", "stored_document", "__version__",
 ]

@@ -9,6 +9,7 @@ a crash, a closed channel or a broker restart); its claim replays the stored
 answer instead of running the handler again, and it is acked.
 
     IK409 (another consumer holds the key right now)  -> requeued after a backoff
+    IK410 (it ran; its answer is no longer kept)      -> acked without running, no reply
     IK422 (the key was used for another payload)      -> dead-lettered with the reason
     handler error chosen by is_stored_error           -> stored as the answer, acked
     other handler error                               -> retried max_attempts times, then dead-lettered
@@ -16,18 +17,28 @@ answer instead of running the handler again, and it is acked.
     a reply_to on the message                         -> the stored answer (jsonb's text) is published
                                                          to it with the message's correlation_id
 
+With batch_size > 1, deliveries are gathered into batches (up to
+batch_size, or what arrived within batch_wait seconds of the first) and each
+batch is one transaction: one idempotency.claim_batch for every key, the
+handlers in turn, one idempotency.complete_batch, COMMIT, then the replies
+and acks. A handler that fails rolls the batch back; that message is settled
+as above and the rest of the batch runs again without it (a stored error is
+kept as its answer for that run), so a batch that commits carries no failed
+handler's writes.
+
 The channel is a pika BlockingChannel; with confirm_delivery() on it, every
 reply, retry and dead letter is confirmed by the broker before the ack.
 pika itself is not a dependency: any object with its basic_consume,
 basic_ack, basic_nack and basic_publish methods works.
 """
+import contextlib
 import hashlib
 import json
 import random
 import time
 
 from .db import Sealable, set_wait_timeout
-from .errors import KeyInProgress, KeyReused, claim_error, sqlstate_of
+from .errors import KeyGone, KeyInProgress, KeyReused, claim_error, sqlstate_of
 
 ATTEMPTS_HEADER = "x-idempotency-attempts"
 REASON_HEADER = "x-idempotency-reason"
@@ -96,14 +107,34 @@ def _claim_text(cursor, key, request_hash, wait_timeout):
         raise mapped from error
 
 
+@contextlib.contextmanager
+def _transaction(conn):
+    """A cursor for one transaction on conn: any error (or exit) inside
+    rolls the transaction back before it propagates; the cursor is closed
+    either way."""
+    cursor = conn.cursor()
+    try:
+        yield cursor
+    except BaseException:
+        try:
+            conn.rollback()
+        except Exception:
+            pass
+        raise
+    finally:
+        try:
+            cursor.close()
+        except Exception:
+            pass
+
+
 def apply_once(conn, key, work, request_hash=None, wait_timeout=None, is_stored_error=None, before_commit=None):
     """Claims key, runs work(cursor) and stores its answer in one transaction
     on conn (psycopg2 or psycopg 3, not in autocommit). Returns (outcome,
     response, text): outcome one of 'ran', 'stored_error', 'replayed',
     'replayed_error'; the answer as stored, and its jsonb text. Raises KeyInProgress, KeyReused, HandlerFailure (the
     work's error, its cause) or the database's error, after ROLLBACK."""
-    cursor = conn.cursor()
-    try:
+    with _transaction(conn) as cursor:
         replayed, text = _claim_text(cursor, key, request_hash, wait_timeout)
         if replayed:
             conn.commit()
@@ -134,17 +165,93 @@ def apply_once(conn, key, work, request_hash=None, wait_timeout=None, is_stored_
             before_commit()
         conn.commit()
         return outcome, response, text
-    except BaseException:
-        try:
-            conn.rollback()
-        except Exception:
-            pass
-        raise
-    finally:
-        try:
-            cursor.close()
-        except Exception:
-            pass
+
+
+class KeyRefused(Exception):
+    """A key claim_batch refused, as the error claim() raises for it: its
+    SQLSTATE (IK409, IK422, IK508, ...) and message."""
+
+    def __init__(self, sqlstate, message):
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+def apply_batch(conn, items, wait_timeout=None, is_stored_error=None, before_commit=None):
+    """Applies items, a list of (key, request_hash, work), in one transaction
+    on conn: one idempotency.claim_batch, work(cursor) of each claimed key in
+    turn, one idempotency.complete_batch, COMMIT. Returns one result per item:
+    (outcome, response, text) as apply_once returns it, or the exception to
+    settle that item by as a single message (KeyInProgress, KeyReused,
+    KeyRefused, HandlerFailure, a transient error). A failing work rolls the
+    transaction back and the batch runs again without that item. The
+    database's own errors (claim_batch, complete_batch, COMMIT) are raised,
+    after ROLLBACK, with no item settled."""
+    results = [None] * len(items)
+    stored_errors = {}  # index -> error document, kept across runs
+    pending = list(range(len(items)))
+    while pending:
+        failed = None
+        answers = {}
+        with _transaction(conn) as cursor:
+            if wait_timeout is not None:
+                set_wait_timeout(cursor, wait_timeout)
+            cursor.execute(
+                "SELECT outcome, sqlstate, message, response::text"
+                " FROM idempotency.claim_batch(%s::text[], %s::text[]) ORDER BY ordinality",
+                [[items[i][0] for i in pending], [items[i][1] for i in pending]])
+            rows = cursor.fetchall()
+            completed = []  # (index, response, outcome)
+            for index, (outcome, sqlstate, message, text) in zip(pending, rows):
+                if outcome == "replayed":
+                    response = None if text is None else json.loads(text)
+                    answers[index] = ("replayed_error" if is_error_document(response) else "replayed", response, text)
+                elif outcome == "refused":
+                    refusal = KeyRefused(sqlstate, message)
+                    answers[index] = claim_error(refusal) or refusal
+                elif index in stored_errors:
+                    completed.append((index, stored_errors[index], "stored_error"))
+                else:
+                    key, _, work = items[index]
+                    handle = Sealable(cursor)
+                    try:
+                        completed.append((index, work(handle), "ran"))
+                    except Exception as error:  # noqa: BLE001 -- settled below, the others run again
+                        failed = (index, error)
+                        break
+                    finally:
+                        handle.seal(f"the transaction of message key {key!r} has ended; "
+                                    "use the cursor only inside the handler")
+            if failed is None:
+                given = [None if response is None else json.dumps(response) for _, response, _ in completed]
+                # The answers as stored: jsonb's text (its key order, its spacing).
+                cursor.execute(
+                    "SELECT idempotency.complete_batch(%s::text[], %s::jsonb[]),"
+                    " ARRAY(SELECT r::text FROM unnest(%s::jsonb[]) WITH ORDINALITY AS u(r, n) ORDER BY n)",
+                    [[items[index][0] for index, _, _ in completed], given, given])
+                texts = cursor.fetchone()[1]
+                for (index, _, outcome), text in zip(completed, texts):
+                    answers[index] = (outcome, None if text is None else json.loads(text), text)
+                if before_commit is not None:
+                    before_commit()
+                conn.commit()
+            else:
+                conn.rollback()
+        if failed is None:
+            for index, answer in answers.items():
+                results[index] = answer
+            return results
+        index, error = failed
+        if not is_transient(error) and is_stored_error is not None and is_stored_error(error):
+            stored_errors[index] = error_document(error)
+            continue
+        if is_transient(error):
+            results[index] = error
+        else:
+            failure = HandlerFailure(str(error))
+            failure.__cause__ = error
+            results[index] = failure
+        pending.remove(index)
+    return results
 
 
 class Consumer:
@@ -153,15 +260,23 @@ class Consumer:
     delivery yourself.
 
     handler(cursor, payload, delivery) returns the message's answer (a JSON
-    value); delivery has .method, .properties and .body (pika's)."""
+    value); delivery has .method, .properties and .body (pika's).
+
+    batch_size > 1 applies deliveries in batches, one transaction each
+    (consume() sets the channel's prefetch to twice it); a partial batch is
+    applied batch_wait seconds after its first delivery (through the pika
+    connection's call_later), or by flush()."""
 
     def __init__(self, conn, channel, queue, handler, *, key=None, request_hash=None, parse=None,
                  is_stored_error=None, dead_letter=None, wait_timeout=None, max_attempts=5,
-                 backoff=default_backoff, on_event=None, sleep=None, properties_class=None):
+                 backoff=default_backoff, on_event=None, sleep=None, properties_class=None,
+                 batch_size=1, batch_wait=0.01):
         if not callable(handler):
             raise TypeError("handler must be a function (cursor, payload, delivery) -> answer")
         if not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValueError(f"max_attempts must be a whole number >= 1, not {max_attempts!r}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a whole number >= 1, not {batch_size!r}")
         if dead_letter is not None and not isinstance(dead_letter.get("routing_key"), str):
             raise TypeError("dead_letter must be {'exchange': ..., 'routing_key': ...}")
         self.conn, self.channel, self.queue, self.handler = conn, channel, queue, handler
@@ -176,6 +291,9 @@ class Consumer:
         self.sleep = sleep or (connection.sleep if hasattr(connection, "sleep") else time.sleep)
         self.in_progress_attempts = {}
         self._properties_class = properties_class
+        self.batch_size, self.batch_wait = batch_size, batch_wait
+        self._gathered = []
+        self._timer = None
 
     def _properties(self, **fields):
         if self._properties_class is None:
@@ -184,10 +302,104 @@ class Consumer:
         return self._properties_class(**fields)
 
     def consume(self):
+        if self.batch_size > 1 and hasattr(self.channel, "basic_qos"):
+            # A batch can only fill when the broker may send that many unacked deliveries;
+            # twice that lets the next batch gather while one commits.
+            self.channel.basic_qos(prefetch_count=2 * self.batch_size)
         return self.channel.basic_consume(self.queue, self._callback, auto_ack=False)
 
     def _callback(self, channel, method, properties, body):
-        self.on_message(Delivery(method, properties, body))
+        delivery = Delivery(method, properties, body)
+        if self.batch_size > 1:
+            self.gather(delivery)
+        else:
+            self.on_message(delivery)
+
+    def gather(self, delivery):
+        """Batch mode: adds a delivery to the batch, applied when it is full."""
+        self._gathered.append(delivery)
+        if len(self._gathered) >= self.batch_size:
+            self.flush()
+        elif self._timer is None:
+            connection = getattr(self.channel, "connection", None)
+            if hasattr(connection, "call_later"):
+                self._timer = connection.call_later(self.batch_wait, self.flush)
+
+    def flush(self):
+        """Applies the deliveries gathered so far, as one batch."""
+        if self._timer is not None:
+            try:
+                self.channel.connection.remove_timeout(self._timer)
+            except Exception:  # noqa: BLE001 -- it fired already
+                pass
+            self._timer = None
+        deliveries, self._gathered = self._gathered, []
+        if deliveries:
+            self.on_batch(deliveries)
+
+    def _prepare(self, delivery):
+        """(key, payload) of a delivery, or None when it was dead-lettered for having neither."""
+        self._emit("delivered", delivery, redelivered=bool(delivery.method.redelivered))
+        try:
+            payload = self.parse(delivery.body, delivery)
+            key = self.key(delivery, payload) if self.key else delivery.properties.message_id
+        except Exception as error:  # noqa: BLE001
+            self._dead_letter(delivery, "unparsable", f"the payload could not be parsed: {error}")
+            return None
+        if not isinstance(key, str) or not key:
+            self._dead_letter(delivery, "no-key", "the message has no key (message id or business id)")
+            return None
+        return key, payload
+
+    def _settle_answer(self, delivery, key, outcome, response, text, told=False):
+        """After the commit: reply, then ack (told: the committed event is out already)."""
+        self.in_progress_attempts.pop(key, None)
+        if not told:
+            self._emit("committed", delivery, key=key, outcome=outcome, response=response)
+        self._reply(delivery, response, text, outcome)
+        self.channel.basic_ack(delivery.method.delivery_tag)
+        self._emit("acked", delivery, key=key, outcome=outcome)
+
+    def on_batch(self, deliveries):
+        """Applies deliveries in one transaction (apply_batch), then settles each."""
+        prepared = []
+        for delivery in deliveries:
+            try:
+                found = self._prepare(delivery)
+            except Exception as error:  # noqa: BLE001
+                self._settle_failure(delivery, None, error)
+                continue
+            if found is not None:
+                prepared.append((delivery, found[0], found[1]))
+        if not prepared:
+            return
+        items = [(key, self.request_hash(delivery, payload),
+                  (lambda d, p: lambda cursor: self.handler(cursor, p, d))(delivery, payload))
+                 for delivery, key, payload in prepared]
+
+        def before_commit():
+            for delivery, key, _ in prepared:
+                self._emit("committing", delivery, key=key)
+
+        try:
+            results = apply_batch(self.conn, items, wait_timeout=self.wait_timeout,
+                                  is_stored_error=self.is_stored_error, before_commit=before_commit)
+        except Exception as error:  # noqa: BLE001 -- the database: every delivery comes back later
+            for delivery, key, _ in prepared:
+                self._settle_failure(delivery, key, error)
+            return
+        # Every answer of the batch is committed before any is replied or acked.
+        for (delivery, key, _), result in zip(prepared, results):
+            if not isinstance(result, BaseException):
+                self._emit("committed", delivery, key=key, outcome=result[0], response=result[1])
+        for (delivery, key, _), result in zip(prepared, results):
+            if isinstance(result, BaseException):
+                self._settle_failure(delivery, key, result)
+                continue
+            try:
+                self._settle_answer(delivery, key, *result, told=True)
+            except Exception as error:  # noqa: BLE001
+                self._settle_failure(delivery, key, error)
 
     def _emit(self, kind, delivery, **extra):
         self.on_event(dict(type=kind, delivery=delivery, **extra))
@@ -245,33 +457,32 @@ class Consumer:
     def on_message(self, delivery):
         key = None
         try:
-            self._emit("delivered", delivery, redelivered=bool(delivery.method.redelivered))
-            try:
-                payload = self.parse(delivery.body, delivery)
-                key = self.key(delivery, payload) if self.key else delivery.properties.message_id
-            except Exception as error:
-                self._dead_letter(delivery, "unparsable", f"the payload could not be parsed: {error}")
+            found = self._prepare(delivery)
+            if found is None:
                 return
-            if not isinstance(key, str) or not key:
-                self._dead_letter(delivery, "no-key", "the message has no key (message id or business id)")
-                return
+            key, payload = found
             outcome, response, text = apply_once(
                 self.conn, key, lambda cursor: self.handler(cursor, payload, delivery),
                 request_hash=self.request_hash(delivery, payload), wait_timeout=self.wait_timeout,
                 is_stored_error=self.is_stored_error,
                 before_commit=lambda: self._emit("committing", delivery, key=key))
-            self.in_progress_attempts.pop(key, None)
-            self._emit("committed", delivery, key=key, outcome=outcome, response=response)
-            self._reply(delivery, response, text, outcome)
-            self.channel.basic_ack(delivery.method.delivery_tag)
-            self._emit("acked", delivery, key=key, outcome=outcome)
+            self._settle_answer(delivery, key, outcome, response, text)
         except Exception as error:  # noqa: BLE001 -- each kind is settled below
             self._settle_failure(delivery, key, error)
+
+    def _settle_gone(self, delivery, key):
+        """The message was applied before and its answer has expired (IK410):
+        a duplicate, acked as done. No answer is kept, so none is replied."""
+        self.in_progress_attempts.pop(key, None)
+        self.channel.basic_ack(delivery.method.delivery_tag)
+        self._emit("acked", delivery, key=key, outcome="gone")
 
     def _settle_failure(self, delivery, key, error):
         try:
             if isinstance(error, KeyInProgress):
                 self._requeue_later(delivery, key, error)
+            elif isinstance(error, KeyGone):
+                self._settle_gone(delivery, key)
             elif isinstance(error, KeyReused):
                 self._dead_letter(delivery, "IK422", str(error))
             elif isinstance(error, HandlerFailure):

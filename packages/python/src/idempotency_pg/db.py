@@ -31,8 +31,9 @@ def set_wait_timeout(cursor, wait_timeout):
 
 def claim(cursor, key, request_hash=None, wait_timeout=None):
     """Claims key in the cursor's open transaction. Returns Claim(replayed,
-    response, created_at, expires_at); raises KeyInProgress, KeyReused or
-    InvalidKey for the claim's own errors (any other error unchanged)."""
+    response, created_at, expires_at); raises KeyInProgress, KeyGone,
+    KeyReused or InvalidKey for the claim's own errors (any other error
+    unchanged)."""
     # Outside the try: a bad wait timeout's 22023 is not an invalid key.
     if wait_timeout is not None:
         set_wait_timeout(cursor, wait_timeout)

@@ -6,7 +6,7 @@ Idempotency-Key header.
 
     @csrf_exempt          # an API called with tokens, not a cookie-session form
     @require_POST
-    @idempotent
+    @idempotent           # each user's keys are their own (scope=user_scope)
     def create_payment(request):
         payment = Payment.objects.create(...)    # in the request's transaction
         return JsonResponse({"id": payment.pk}, status=201)
@@ -17,17 +17,26 @@ When the view returns, the response is stored with the key (if the storing
 policy says so) and the transaction commits; a response that is not stored,
 and any exception the view raises, roll it back. Only the claim's own errors
 become 409/422/400 answers: the view's errors, database errors included,
-stay the view's."""
+stay the view's.
+
+Keys are scoped to the request's principal (idempotency_pg.scope): by
+default request.user's primary key, so that one user's key never replays
+another's response; an anonymous request is refused with 401
+principal-required. scope=lambda request: ... names another principal (an
+API client, a tenant); scope=SHARED_KEYS shares the view's keys between
+every client."""
 import functools
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.http import HttpResponse, JsonResponse
 
 from .db import claim, complete, _wait_timeout_setting
-from .errors import IdempotencyError, InvalidKey, KeyInProgress, KeyReused
+from .errors import IdempotencyError, InvalidKey, KeyGone, KeyInProgress, KeyReused
 from .fingerprint import wsgi_fingerprint
 from .key import read_key
 from .policy import DEFAULT_VALIDATION_STATUSES, is_stored
+from .scope import SHARED_KEYS, scope_text, scoped_key
 from .stored import decode_body, stored_document
 
 PROBLEM_BASE = "https://idempotency.example/problems/"
@@ -55,6 +64,26 @@ def replay(document):
         response[name] = ", ".join(value) if isinstance(value, list) else value
     response["Idempotent-Replayed"] = "true"
     return response
+
+
+def user_scope(request):
+    """The default scope: the primary key of the authenticated request.user;
+    None (refused with 401) for an anonymous user."""
+    user = getattr(request, "user", None)
+    if user is None:
+        raise ImproperlyConfigured(
+            "@idempotent scopes keys to request.user by default, and this request has none: add "
+            "django.contrib.auth's AuthenticationMiddleware, or pass scope=lambda request: ... (the request's "
+            "principal), or scope=SHARED_KEYS to share the view's keys between every client")
+    if not user.is_authenticated:
+        return None
+    return user.pk if isinstance(user.pk, int) else str(user.pk)
+
+
+def principal_required(problem_base=PROBLEM_BASE):
+    return problem(401, "principal-required", "Request without a principal",
+                   "This route keeps the Idempotency-Keys of each client apart and could not tell who sent "
+                   "this request.", problem_base)
 
 
 class _TooLarge(Exception):
@@ -109,11 +138,16 @@ class _Refused(Exception):
         self.response = response
 
 
-def idempotent(view=None, *, required=True, replay_headers=REPLAY_HEADERS, retry_after=1,
+def idempotent(view=None, *, scope=user_scope, required=True, replay_headers=REPLAY_HEADERS, retry_after=1,
                store_validation_errors=False, validation_statuses=DEFAULT_VALIDATION_STATUSES,
                wait_timeout=None, max_body_bytes=MAX_BODY_BYTES, problem_base=PROBLEM_BASE, using=None):
     """Decorates a view; usable bare (@idempotent) or with options:
 
+    scope                    the request's principal: a function of the
+                             request returning a str or an int (default
+                             user_scope: request.user's primary key); None
+                             or '' refuses the request with 401.
+                             SHARED_KEYS shares the keys between clients
     required                 answer 400 without a key (default True); False
                              runs key-less requests in a plain transaction
                              under the same policy, storing nothing
@@ -130,11 +164,13 @@ def idempotent(view=None, *, required=True, replay_headers=REPLAY_HEADERS, retry
     problem_base             prefix of the problem documents' type URIs
     using                    the database alias (default 'default')
     """
-    options = dict(required=required, replay_headers=replay_headers, retry_after=retry_after,
+    options = dict(scope=scope, required=required, replay_headers=replay_headers, retry_after=retry_after,
                    store_validation_errors=store_validation_errors, validation_statuses=validation_statuses,
                    wait_timeout=wait_timeout, max_body_bytes=max_body_bytes, problem_base=problem_base, using=using)
     if view is None:
         return functools.partial(idempotent, **options)
+    if scope is not SHARED_KEYS and not callable(scope):
+        raise TypeError("scope must be a function of the request (its principal) or SHARED_KEYS")
     if wait_timeout is not None:
         _wait_timeout_setting(wait_timeout)  # a bad value fails at import, not at the first request
     wanted = {"content-type", *(name.lower() for name in replay_headers)}
@@ -145,6 +181,10 @@ def idempotent(view=None, *, required=True, replay_headers=REPLAY_HEADERS, retry
             return problem(409, "request-in-progress", "A request with this Idempotency-Key is still being processed",
                            f"Retry the same request with the same key after {retry_after} s.", problem_base,
                            {"Retry-After": str(retry_after)})
+        if isinstance(error, KeyGone):
+            return problem(410, "request-already-ran", "This request already ran; its response is no longer kept",
+                           "A request with this Idempotency-Key was processed before and its response has expired; "
+                           "it is not run again.", problem_base)
         if isinstance(error, KeyReused):
             return problem(422, "idempotency-key-reused", "Idempotency-Key reused with a different request",
                            "This key was used for another request; use a new key for a new request.", problem_base)
@@ -185,13 +225,20 @@ def idempotent(view=None, *, required=True, replay_headers=REPLAY_HEADERS, retry
         if header.missing and required:
             return problem(400, "missing-idempotency-key", "Missing Idempotency-Key header",
                            "Send a unique Idempotency-Key with this request and repeat it on retries.", problem_base)
+        key = header.key
+        if key is not None and scope is not SHARED_KEYS:
+            principal = scope_text(scope(request))
+            if principal is None:
+                return principal_required(problem_base)
+            key = scoped_key(principal, key)
         request_hash = wsgi_fingerprint(request.META, request.body)
         try:
-            return run(request, args, kwargs, header.key, request_hash)
+            return run(request, args, kwargs, key, request_hash)
         except _Refused as refused:
             return refused.response
 
     return wrapper
 
 
-__all__ = ["idempotent", "replay", "problem", "InvalidKey", "KeyInProgress", "KeyReused"]
+__all__ = ["idempotent", "replay", "problem", "user_scope", "principal_required", "SHARED_KEYS", "InvalidKey",
+           "KeyGone", "KeyInProgress", "KeyReused"]

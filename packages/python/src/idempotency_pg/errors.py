@@ -12,6 +12,12 @@ class KeyInProgress(IdempotencyError):
     code, status = "IK409", 409
 
 
+class KeyGone(IdempotencyError):
+    """The request already ran and its response is no longer kept (SQLSTATE
+    IK410): it must not run again."""
+    code, status = "IK410", 410
+
+
 class KeyReused(IdempotencyError):
     """The key was used for another request (SQLSTATE IK422)."""
     code, status = "IK422", 422
@@ -27,7 +33,8 @@ class SealedError(IdempotencyError):
     code = "sealed"
 
 
-_CLAIM_ERRORS = {"IK409": KeyInProgress, "IK422": KeyReused, "22023": InvalidKey, "22004": InvalidKey}
+_CLAIM_ERRORS = {"IK409": KeyInProgress, "IK410": KeyGone, "IK422": KeyReused,
+                 "22023": InvalidKey, "22004": InvalidKey}
 
 
 def sqlstate_of(error):
