@@ -40,7 +40,7 @@ check() {
 }
 
 missing=()
-for pkg in build-essential debhelper dpkg-dev postgresql-server-dev-all; do
+for pkg in build-essential debhelper dpkg-dev libssl-dev postgresql-server-dev-all; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
 if [ "${#missing[@]}" -ne 0 ]; then
@@ -60,8 +60,10 @@ fi
 echo "building the package (dpkg-buildpackage -b -us -uc) for PostgreSQL $PG_MAJOR"
 echo "$PG_MAJOR" >"$work/idempotency/debian/pgversions"
 # PG_SUPPORTED_VERSIONS: postgresql-common lists a major as supported only
-# once it is released (19 is a release candidate in experimental).
-if ! (cd "$work/idempotency" && export PG_SUPPORTED_VERSIONS=$PG_MAJOR &&
+# once it is released (19 is a release candidate in experimental). In CI
+# (CI=true) a warning fails the package's build too (pg_buildext passes
+# MAKEVARS to make).
+if ! (cd "$work/idempotency" && export PG_SUPPORTED_VERSIONS=$PG_MAJOR ${CI:+MAKEVARS=WERROR=1} &&
   pg_buildext updatecontrol >"$work/build.log" 2>&1 &&
   dpkg-buildpackage -b -us -uc >>"$work/build.log" 2>&1); then
   keep=true

@@ -11,17 +11,17 @@ export PG_CONFIG
 PG_MAJOR=$("$PG_CONFIG" --version 2>/dev/null | sed -n 's/^PostgreSQL \([0-9]*\).*/\1/p')
 PG_MAJOR=${PG_MAJOR:-15}
 
-# Debian packages the build and the suites need: pgbouncer for
+# Debian packages the build and the suites need: libssl-dev for the
+# OpenSSL headers the hashing includes (docs/architecture.md); pgbouncer for
 # test/tap/402_pgbouncer.pl; libfaketime for the TAP files that set the
-# server's clock (107, 221). On the host's PostgreSQL 15 also what only its
-# suites use: chromium for the examples' browser test; python3-django and
-# python3-psycopg2 (Django 3.2's PostgreSQL driver) for the Django example;
-# python3-matplotlib for bench/scale's plot (its smoke runs in CI);
-# clang-format for the format check.
-PREREQUISITES=("postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" libipc-run-perl make g++ cmake
-  libgtest-dev pgbouncer libfaketime)
-[ "$PG_MAJOR" = 15 ] && PREREQUISITES+=(chromium fonts-dejavu-core python3-django python3-psycopg2
-  python3-matplotlib clang-format debootstrap)
+# server's clock (107, 221). On the host's PostgreSQL 15 also what only the
+# host runs: python3-matplotlib for bench/scale's plot (its smoke runs in
+# CI); clang-format and clang-tidy for the format and lint checks;
+# debootstrap for test/pg-root. The examples, clients and packages install
+# their own wherever they run.
+PREREQUISITES=("postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" libssl-dev libipc-run-perl make g++
+  cmake libgtest-dev pgbouncer libfaketime)
+[ "$PG_MAJOR" = 15 ] && PREREQUISITES+=(python3-matplotlib clang-format clang-tidy debootstrap)
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Packaging checks: `make install` honours DESTDIR and PG_CONFIG, installs
-# every versioned script the control file needs, META.json agrees with the
-# control file, and the docs' relative links resolve (test/doc-links.py, whose
+# the install script of the default version and the update script from the
+# previous release (0.7, the one other version the library serves) and no
+# other version's script, every package's version agrees with the control
+# file's, and the docs' relative links resolve (test/doc-links.py, whose
 # own self-test, test/doc-links-test.py, runs first).
 set -euo pipefail
 
@@ -30,27 +32,54 @@ extdir=$stage$("$pg_config" --sharedir)/extension
 check "the library lands under DESTDIR" test -f "$libdir/idempotency.so"
 check "the control file lands under DESTDIR" test -f "$extdir/idempotency.control"
 default_version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$repo/idempotency.control")
-check "an install script for 0.1 is installed" test -f "$extdir/idempotency--0.1.sql"
 # The current version installs from its own script, built from idempotency.sql.
 check "the install script of $default_version is idempotency.sql" \
   cmp -s "$repo/idempotency.sql" "$extdir/idempotency--$default_version.sql"
-# Every version up to the default is reachable from 0.1 by update scripts.
-reachable() {
-  local version=0.1
-  while [ "$version" != "$default_version" ]; do
-    local next
-    next=$(cd "$extdir" && ls "idempotency--$version--"*.sql 2>/dev/null | head -n 1 |
-      sed "s/^idempotency--$version--\(.*\)\.sql$/\1/")
-    [ -n "$next" ] || return 1
-    version=$next
+# A database at 0.7 updates with idempotency--0.7--$default_version.sql.
+check "the update script from 0.7 is installed" test -f "$extdir/idempotency--0.7--$default_version.sql"
+# No other version's script: the library serves the schemas of 0.7 and
+# later, and an install script of 0.7 or older would make such a database.
+only_current_scripts() {
+  local script others=()
+  for script in "$extdir"/idempotency--*.sql; do
+    case $(basename "$script") in
+    "idempotency--$default_version.sql" | "idempotency--0.7--$default_version.sql") ;;
+    *) others+=("$(basename "$script")") ;;
+    esac
   done
+  [ "${#others[@]}" -eq 0 ] || { echo "other scripts installed: ${others[*]}"; return 1; }
 }
-check "default_version $default_version is reachable from 0.1" reachable
-# The version META.json's "provides" gives the extension (first "version"
-# after "provides").
-meta_version=$(awk '/"provides"/ { p = 1 } p && /"version"/ { gsub(/.*"version": *"|".*/, ""); print; exit }' "$repo/META.json")
-check "META.json provides version $meta_version for control version $default_version" \
-  test "$meta_version" = "$default_version.0"
+check "no script of another version is installed (no idempotency--0.*.sql but the update from 0.7)" \
+  only_current_scripts
+# The repository holds no other version's script either (make installs
+# every idempotency--*.sql there is).
+check "the repository holds no script of another version" \
+  test "$(cd "$repo" && ls idempotency--*.sql | grep -vx -e "idempotency--$default_version.sql" -e "idempotency--0.7--$default_version.sql" | wc -l)" -eq 0
+# The release's version agrees everywhere it is stated (test/versions.py):
+# META.json, debian/changelog, the npm, Python and Go packages carry the control
+# file's X.Y as X.Y.0. The checker first shows it flags each one changed
+# alone (a checker that finds nothing would pass any tree).
+check "test/versions.py: every version agrees with default_version $default_version" \
+  python3 "$repo/test/versions.py"
+versions_flags_each_change() {
+  local file copy=$stage/versions
+  for file in META.json debian/changelog packages/node/package.json packages/node/package-lock.json \
+    packages/python/pyproject.toml packages/python/src/idempotency_pg/__init__.py packages/go/idempotency/doc.go \
+    idempotency.control; do
+    rm -rf "$copy"
+    mkdir -p "$copy"
+    (cd "$repo" && cp --parents idempotency.control META.json debian/changelog packages/node/package.json \
+      packages/node/package-lock.json packages/python/pyproject.toml \
+      packages/python/src/idempotency_pg/__init__.py packages/go/idempotency/doc.go "$copy"/)
+    # The first mention of the version in the file, changed.
+    sed -i "0,/'$default_version'\|$default_version\.0/s//'9.9'/" "$copy/$file"
+    cmp -s "$repo/$file" "$copy/$file" && { echo "$file: the version was not changed"; return 1; }
+    python3 "$repo/test/versions.py" "$copy" >/dev/null &&
+      { echo "test/versions.py passed with the version changed in $file"; return 1; }
+  done
+  return 0
+}
+check "test/versions.py flags a version changed in any one of its files" versions_flags_each_change
 # The build must stop because of the missing pg_config itself, not fail for
 # any other reason (a broken tree would fail too).
 fails_for_missing_pg_config() {
