@@ -8,7 +8,7 @@
 const path = require('node:path');
 const express = require('express');
 const { Pool } = require('pg');
-const { idempotent } = require('idempotency-pg');
+const { idempotent, SHARED_KEYS } = require('idempotency-pg');
 
 // A test card number that the card network always declines.
 const DECLINED_CARD = '4000000000000002';
@@ -76,7 +76,11 @@ function createApp(pool) {
       return problem(res, 404, 'No such order');
     res.json({ id: Number(order.id), description: order.description, amount_cents: Number(order.amount_cents) });
   });
-  app.post('/api/charges', express.json(), idempotent({ pool }, charge));
+  // The demo has no accounts, so its keys are shared by every browser (the
+  // keys are random UUIDs). An application with users scopes them, so that
+  // one user's key never replays another's answer:
+  //   idempotent({ pool, scope: (req) => req.user.id }, charge)
+  app.post('/api/charges', express.json(), idempotent({ pool, scope: SHARED_KEYS }, charge));
   // Errors with a 4xx status (http-errors' convention) are answered with
   // their message; anything else is a 500. The idempotency wrapper has
   // rolled the request's transaction back before this runs.

@@ -12,7 +12,7 @@ const { randomUUID } = require('node:crypto');
 const express = require('express');
 const { Client, Pool } = require('pg');
 const { createApp, DECLINED_CARD } = require('./app');
-const { idempotent } = require('idempotency-pg');
+const { idempotent, SHARED_KEYS } = require('idempotency-pg');
 
 const CARD = '4242424242424242';
 const PROBLEM_BASE = 'https://idempotency.example/problems/';
@@ -29,7 +29,7 @@ let failNextNote = false;
 // when the test asks it to; key-less requests are allowed.
 function createNotesApp() {
   const app = express();
-  app.post('/notes', express.json(), idempotent({ pool, required: false }, async (req, res) => {
+  app.post('/notes', express.json(), idempotent({ pool, scope: SHARED_KEYS, required: false }, async (req, res) => {
     const { rows: [note] } = await req.db.query(
       'INSERT INTO notes (text) VALUES ($1) RETURNING id', [req.body.text]);
     if (failNextNote) {

@@ -3,10 +3,13 @@
 // once through idempotency-pg's consume() (claim, apply, store the answer,
 // COMMIT, then ack), with manual acks and a prefetch.
 //
-//   AMQP_URL=amqp://... PGHOST=... PGDATABASE=... PGUSER=... node consumer.js [--plain] [--prefetch N]
+//   AMQP_URL=amqp://... PGHOST=... PGDATABASE=... PGUSER=... node consumer.js [--plain] [--prefetch N] [--batch N]
 //
 // --plain: the same consumer without the extension (apply, COMMIT, reply,
 //          ack), for the benchmark only: a redelivery applies a message again.
+// --batch N (or STORM_BATCH=N): batch mode, N messages per transaction
+//          (consume()'s batchSize; with --plain, N applied in one transaction,
+//          then replied and acked), with a prefetch of 2N.
 // Prints one JSON line per event to stdout (written synchronously, so a line
 // is out before a SIGKILL that follows it). Exits 0 on SIGTERM once the
 // deliveries in flight are settled, 3 when the broker connection is lost.
@@ -26,7 +29,9 @@ const { QUEUE, DEAD_LETTERS, declareTopology } = require('./topology');
 const args = process.argv.slice(2);
 const plain = args.includes('--plain');
 const prefetchAt = args.indexOf('--prefetch');
-const prefetch = prefetchAt >= 0 ? Number(args[prefetchAt + 1]) : 16;
+const batchAt = args.indexOf('--batch');
+const batch = batchAt >= 0 ? Number(args[batchAt + 1]) : Number(process.env.STORM_BATCH || 1);
+const prefetch = prefetchAt >= 0 ? Number(args[prefetchAt + 1]) : (batch > 1 ? 2 * batch : 16);
 const killPoint = process.env.STORM_KILL_POINT || null;
 const killAt = Number(process.env.STORM_KILL_AT || 0);
 const closeChannelAt = Number(process.env.STORM_CLOSE_CHANNEL_AT || 0);
@@ -93,7 +98,58 @@ async function main() {
     }
   }
 
-  if (plain) {
+  // Without the extension, a batch: the messages applied in one transaction,
+  // then replied (confirmed) and acked; any error sends them all to the dead
+  // letters (the benchmark publishes none that fails).
+  async function applyPlainBatch(messages) {
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      const answers = [];
+      for (const message of messages)
+        answers.push(await applyTransfer(client, JSON.parse(message.content), message.properties.messageId));
+      await client.query('COMMIT');
+      for (const [n, message] of messages.entries())
+        if (message.properties.replyTo)
+          channel.sendToQueue(message.properties.replyTo, Buffer.from(JSON.stringify(answers[n])),
+            { correlationId: message.properties.correlationId, contentType: 'application/json', persistent: true });
+      await channel.waitForConfirms();
+      for (const [n, message] of messages.entries()) {
+        channel.ack(message);
+        log({ event: 'acked', id: message.properties.messageId, outcome: 'ran',
+          redelivered: message.fields.redelivered, answer: answers[n] });
+      }
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => {});
+      for (const message of messages) {
+        channel.nack(message, false, false);
+        log({ event: 'dead-lettered', id: message.properties.messageId, reason: error.message });
+      }
+    } finally {
+      client.release();
+      for (let n = 0; n < messages.length; n++) settled();
+    }
+  }
+
+  if (plain && batch > 1) {
+    let gathered = [];
+    let timer = null;
+    let running = Promise.resolve();
+    const flush = () => {
+      clearTimeout(timer);
+      timer = null;
+      const messages = gathered;
+      gathered = [];
+      running = running.then(() => applyPlainBatch(messages));
+    };
+    await channel.consume(QUEUE, (message) => {
+      if (!message) return;
+      delivered(message);
+      gathered.push(message);
+      if (gathered.length >= batch) flush();
+      else if (timer === null) timer = setTimeout(flush, 10);
+    }, { noAck: false });
+  } else if (plain) {
     await channel.consume(QUEUE, async (message) => {
       if (!message) return;
       delivered(message);
@@ -121,7 +177,7 @@ async function main() {
     }, { noAck: false });
   } else {
     await consume({
-      channel, queue: QUEUE, pool,
+      channel, queue: QUEUE, pool, batchSize: batch,
       deadLetter: { exchange: '', routingKey: DEAD_LETTERS },
       isStoredError: (error) => error.code === 'P0001', // refused transfers are answers
       maxAttempts: 3,
@@ -139,7 +195,8 @@ async function main() {
           maybeKill('after-commit', id);
           break;
         case 'acked':
-          log({ event: 'acked', id, outcome: event.outcome, redelivered: event.message.fields.redelivered });
+          log({ event: 'acked', id, outcome: event.outcome, redelivered: event.message.fields.redelivered,
+            ...(batch > 1 ? { batch } : {}) });
           settled();
           break;
         case 'dead-lettered':
@@ -160,7 +217,7 @@ async function main() {
       },
     });
   }
-  log({ event: 'consuming', plain, prefetch });
+  log({ event: 'consuming', plain, prefetch, batch });
   process.on('SIGTERM', () => {
     stopping = true;
     channel.close().catch(() => {}); // unacked deliveries go back to the queue

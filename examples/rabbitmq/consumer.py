@@ -3,7 +3,10 @@ consumer.js, through idempotency_pg.consumer with pika (python3-pika) and
 psycopg2: claim, apply, store the answer, COMMIT, reply, then ack.
 
     AMQP_URL=amqp://... PGHOST=... PGDATABASE=... PGUSER=... \\
-      PYTHONPATH=packages/python/src /usr/bin/python3 consumer.py [--prefetch N]
+      PYTHONPATH=packages/python/src /usr/bin/python3 consumer.py [--prefetch N] [--batch N]
+
+--batch N (or STORM_BATCH=N): batch mode, N messages per transaction
+(Consumer's batch_size), with a prefetch of 2N.
 
 Prints one JSON line per event, as consumer.js does. Exits 0 on SIGTERM
 once the delivery in hand is settled, 3 when the broker connection is lost.
@@ -26,6 +29,8 @@ from idempotency_pg.consumer import Consumer
 QUEUE, DEAD_LETTERS, REPLIES = "transfers", "transfers.dead", "transfers.replies"
 KILL_POINT = os.environ.get("STORM_KILL_POINT")
 KILL_AT = int(os.environ.get("STORM_KILL_AT") or 0)
+BATCH = int(sys.argv[sys.argv.index("--batch") + 1]) if "--batch" in sys.argv else int(
+    os.environ.get("STORM_BATCH") or 1)
 committed = 0  # deliveries committed, for STORM_KILL_AT
 
 
@@ -53,7 +58,7 @@ def on_event(event):
             os.kill(os.getpid(), signal.SIGKILL)
     elif kind == "acked":
         log(event="acked", id=message_id, outcome=event["outcome"], redelivered=bool(delivery.method.redelivered),
-            consumer="python")
+            consumer="python", **({"batch": BATCH} if BATCH > 1 else {}))
     elif kind == "dead-lettered":
         log(event="dead-lettered", id=message_id, code=event["code"], reason=event["reason"])
     elif kind in ("requeued", "retried"):
@@ -66,19 +71,22 @@ def on_event(event):
 def main():
     if KILL_POINT not in (None, "", "after-commit"):
         sys.exit(f"consumer.py: STORM_KILL_POINT={KILL_POINT} is not supported (after-commit only)")
-    prefetch = int(sys.argv[sys.argv.index("--prefetch") + 1]) if "--prefetch" in sys.argv else 16
+    batch = BATCH
+    prefetch = int(sys.argv[sys.argv.index("--prefetch") + 1]) if "--prefetch" in sys.argv else (
+        2 * batch if batch > 1 else 16)
     conn = psycopg2.connect("")
     connection = pika.BlockingConnection(pika.URLParameters(os.environ["AMQP_URL"]))
     channel = connection.channel()
     channel.confirm_delivery()  # replies, retries and dead letters are confirmed before the ack
     for queue in (QUEUE, DEAD_LETTERS, REPLIES):
         channel.queue_declare(queue, durable=True)
+    # Before consuming: a prefetch set afterwards does not apply to the consumer.
     channel.basic_qos(prefetch_count=prefetch)
     Consumer(conn, channel, QUEUE, apply_transfer, dead_letter={"exchange": "", "routing_key": DEAD_LETTERS},
              is_stored_error=lambda error: getattr(error, "pgcode", None) == "P0001", max_attempts=3,
-             on_event=on_event).consume()
+             on_event=on_event, batch_size=batch).consume()
     signal.signal(signal.SIGTERM, lambda *_: connection.add_callback_threadsafe(channel.stop_consuming))
-    log(event="consuming", prefetch=prefetch, consumer="python")
+    log(event="consuming", prefetch=prefetch, batch=batch, consumer="python")
     try:
         channel.start_consuming()
     except (pika.exceptions.AMQPConnectionError, pika.exceptions.AMQPChannelError) as error:

@@ -1,6 +1,7 @@
 'use strict';
 // The messages of a run, the same every time for a given count: transfers
-// t-0 ... t-(n-1) on 50 accounts, of which some are
+// t-0 ... t-(n-1) on 50 accounts (round robin; the benchmark may ask for
+// more), of which some are
 //   refused   (every 97th)  a withdrawal the balance cannot cover: the stored answer is an error
 //   poison    (every 499th) the handler always fails: dead-lettered after its attempts
 //   duplicate (every 53rd)  published twice, identical: the broker "honestly delivers again";
@@ -17,8 +18,8 @@ function kindOf(i) {
   return 'plain';
 }
 
-function payloadOf(i, kind) {
-  const account = 1 + (i % 50);
+function payloadOf(i, kind, accounts) {
+  const account = 1 + (i % accounts);
   if (kind === 'poison') return { account, amount: 1, poison: 'the handler refuses this message' };
   if (kind === 'refused') return { account, amount: -1000000000 };
   return { account, amount: 1 + (i % 7) };
@@ -26,13 +27,13 @@ function payloadOf(i, kind) {
 
 // [{ id, kind, payload }] in publishing order.
 // With { plainOnly: true }: count plain transfers, nothing else (the benchmark).
-function plan(count, { plainOnly = false } = {}) {
+function plan(count, { plainOnly = false, accounts = 50 } = {}) {
   const messages = [];
   const later = [];
   for (let i = 0; i < count; i++) {
     const kind = plainOnly ? 'plain' : kindOf(i);
     const id = `t-${i}`;
-    const payload = payloadOf(i, kind);
+    const payload = payloadOf(i, kind, accounts);
     messages.push({ id, kind, payload });
     if (kind === 'duplicate')
       later.push({ at: i % 2 === 0 ? i : i + 300, message: { id, kind, payload } });

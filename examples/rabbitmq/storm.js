@@ -1,9 +1,13 @@
 'use strict';
 // The fault storm: publishes STORM_MESSAGES (default 10000) transfers with
 // confirms, consumes them with STORM_CONSUMERS (default 3) competing
-// consumer processes while
+// consumer processes, per message and in batch mode (STORM_BATCH_SIZE
+// messages per transaction, default 8; every other pair of clean spawns, and
+// the faults marked batch), while
 //   - consumers SIGKILL themselves at chosen points (before processing,
-//     inside the transaction, after the commit before the ack),
+//     inside the transaction, after the commit before the ack; in batch
+//     mode inside a batch's transaction and after its commit before any of
+//     its acks, so that the whole batch is redelivered),
 //   - the storm SIGKILLs running consumers from outside at random moments,
 //   - one consumer closes its channel with deliveries in flight,
 //   - the broker is restarted once (STORM_RESTART_BROKER, a shell command),
@@ -36,6 +40,7 @@ const consumers = Number(process.env.STORM_CONSUMERS || 3);
 const deadlineMs = Number(process.env.STORM_DEADLINE_S || 400) * 1000;
 const random = (low, high) => low + Math.floor(Math.random() * (high - low + 1));
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+const batchSize = Number(process.env.STORM_BATCH_SIZE || 8);
 
 // The faults the spawned consumers carry, in spawn order; later spawns run
 // clean; a fault runs in consumer.js unless it names its language. A fault
@@ -49,6 +54,9 @@ const selfFaults = !faultsOn ? [] : [
   { language: 'python', STORM_KILL_POINT: 'after-commit', STORM_KILL_AT: random(100, 600) },
   { STORM_KILL_POINT: 'in-transaction', STORM_KILL_AT: random(100, 600) },
   { STORM_KILL_POINT: 'before-processing', STORM_KILL_AT: random(100, 600) },
+  { STORM_BATCH: batchSize, STORM_KILL_POINT: 'after-commit', STORM_KILL_AT: random(100, 600) },
+  { language: 'python', STORM_BATCH: batchSize, STORM_KILL_POINT: 'after-commit', STORM_KILL_AT: random(100, 600) },
+  { STORM_BATCH: batchSize, STORM_KILL_POINT: 'in-transaction', STORM_KILL_AT: random(100, 600) },
   { STORM_CLOSE_CHANNEL_AT: random(200, 800) },
   { STORM_KILL_POINT: 'after-commit', STORM_KILL_AT: random(100, 600) },
   { STORM_KILL_POINT: 'in-transaction', STORM_KILL_AT: random(100, 600) },
@@ -57,7 +65,10 @@ const selfFaults = !faultsOn ? [] : [
 const externalKills = faultsOn ? 2 : 0;
 
 const landed = { 'after-commit': 0, 'in-transaction': 0, 'before-processing': 0, 'python-after-commit': 0,
+  'batch-after-commit': 0, 'python-batch-after-commit': 0, 'batch-in-transaction': 0,
   'channel-close': 0, 'external-kill': 0, 'broker-restart': 0 };
+// The name a landed kill counts under: its point, in batch mode and in Python.
+const killKind = (entry, point) => `${entry.language === 'python' ? 'python-' : ''}${entry.batch ? 'batch-' : ''}${point}`;
 const missed = [];
 const children = new Set();
 let spawned = 0;
@@ -75,15 +86,24 @@ function readLog(file) {
 }
 
 // Consumers without a fault take turns in the languages of STORM_LANGUAGES
-// (default node,python: consumer.js and consumer.py compete for the queue);
-// a fault runs in the language it names, else in consumer.js.
+// (default node,python: consumer.js and consumer.py compete for the queue),
+// each language's turns alternating between per message and batch mode; a
+// fault runs in the language and mode it names, else in consumer.js, per
+// message.
 const languages = (process.env.STORM_LANGUAGES || 'node,python').split(',');
 let cleanSpawns = 0;
 function spawnConsumer() {
   const fault = selfFaults.shift() || {};
   const { language: faultLanguage, ...faultEnv } = fault;
-  const language = Object.keys(fault).length ? faultLanguage || 'node' : languages[cleanSpawns++ % languages.length];
-  const file = path.join(logDir, `consumer-${++spawned}-${language}.log`);
+  let language = faultLanguage || 'node';
+  if (!Object.keys(fault).length) {
+    language = languages[cleanSpawns % languages.length];
+    if (batchSize > 1 && Math.floor(cleanSpawns / languages.length) % 2 === 1)
+      faultEnv.STORM_BATCH = batchSize;
+    cleanSpawns++;
+  }
+  const batch = Number(faultEnv.STORM_BATCH || 1) > 1;
+  const file = path.join(logDir, `consumer-${++spawned}-${language}${batch ? '-batch' : ''}.log`);
   const out = fs.openSync(file, 'w');
   const [command, script] = language === 'python' ? ['/usr/bin/python3', 'consumer.py'] : [process.execPath, 'consumer.js'];
   const child = spawn(command, [path.join(__dirname, script)], {
@@ -92,7 +112,7 @@ function spawnConsumer() {
     stdio: ['ignore', out, out],
   });
   fs.closeSync(out);
-  const entry = { child, file, fault, language, externallyKilled: false, exited: null };
+  const entry = { child, file, fault, language, batch, externallyKilled: false, exited: null };
   child.on('exit', (code, signal) => { entry.exited = { code, signal }; });
   children.add(entry);
   return entry;
@@ -116,10 +136,10 @@ async function account(entry, db) {
     if (kill && signal === 'SIGKILL') {
       if (kill.point === 'after-commit') {
         const { rows: [row] } = await db.query('SELECT state FROM idempotency.lookup($1)', [kill.id]);
-        if (row.state === 'done') landed[entry.language === 'python' ? 'python-after-commit' : 'after-commit']++;
+        if (row.state === 'done') landed[killKind(entry, 'after-commit')]++;
         else missed.push(`after-commit kill of ${kill.id}: the key is ${row.state}`);
       } else {
-        landed[kill.point]++;
+        landed[killKind(entry, kill.point)]++;
       }
     } else {
       missed.push(`${entry.fault.STORM_KILL_POINT} kill in ${entry.file}: exit ${JSON.stringify(entry.exited)}`);
@@ -245,13 +265,20 @@ async function main() {
   const acked = allLines.filter((line) => line.event === 'acked');
   const ackedByPython = acked.filter((line) => line.consumer === 'python').length;
   const redelivered = acked.filter((line) => line.redelivered).length;
+  const ackedInBatches = acked.filter((line) => line.batch).length;
+  const replayedInBatches = acked.filter((line) => line.batch
+    && (line.outcome === 'replayed' || line.outcome === 'replayed_error')).length;
+  const redeliveredReplayedInBatches = acked.filter((line) => line.batch && line.redelivered
+    && (line.outcome === 'replayed' || line.outcome === 'replayed_error')).length;
   const replayed = acked.filter((line) => line.outcome === 'replayed' || line.outcome === 'replayed_error').length;
   const requeued = allLines.filter((line) => line.event === 'requeued').length;
   const requeuedIK409 = allLines.filter((line) => line.event === 'requeued' && line.code === 'IK409').length;
   const { rows: [{ effects }] } = await db.query('SELECT count(*)::int AS effects FROM public.ledger');
   await db.end();
 
-  say(`consumers spawned: ${spawned}; settled after ${consumeMs} ms; deliveries acked by Python consumers: ${ackedByPython}`);
+  say(`consumers spawned: ${spawned}; settled after ${consumeMs} ms; deliveries acked by Python consumers: ${ackedByPython}; `
+    + `in batches of ${batchSize}: ${ackedInBatches} (replayed ${replayedInBatches}, of them redelivered `
+    + `${redeliveredReplayedInBatches})`);
   if (faultsOn)
     say(`faults landed: ${Object.entries(landed).map(([k, v]) => `${k} ${v}`).join(', ')}`);
   for (const fault of selfFaults) say(`fault never reached: ${JSON.stringify(fault)}`);
@@ -266,6 +293,11 @@ async function main() {
   ];
   if (languages.includes('python'))
     checks.push(['a Python consumer acked deliveries', ackedByPython > 0]);
+  if (faultsOn && batchSize > 1) {
+    checks.push(['consumers in batch mode acked deliveries', ackedInBatches > 0]);
+    checks.push(['consumers in batch mode replayed deliveries (redeliveries, published duplicates)',
+      replayedInBatches > 0]);
+  }
   if (faultsOn) {
     for (const [kind, n] of Object.entries(landed))
       checks.push([`fault landed: ${kind}`, n > 0]);
@@ -275,7 +307,8 @@ async function main() {
     console.log(`${ok ? 'ok' : 'not ok'} - ${name}`);
   const failedChecks = checks.filter(([, ok]) => !ok).length;
   console.log(JSON.stringify({ [label]: { messages: messages.length, ids: count, violations: violations.length,
-    landed, redelivered, replayed, requeued, requeued_ik409: requeuedIK409, effects, replies: replies.length,
+    landed, redelivered, replayed, acked_in_batches: ackedInBatches, replayed_in_batches: replayedInBatches,
+    redelivered_replayed_in_batches: redeliveredReplayedInBatches, requeued, requeued_ik409: requeuedIK409, effects, replies: replies.length,
     dead_letters: deadLetters.length, consume_ms: consumeMs } }));
   console.log(`${label} checks: ${checks.length - failedChecks} passed, ${failedChecks} failed`);
   process.exit(failedChecks === 0 ? 0 : 1);

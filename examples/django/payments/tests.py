@@ -9,7 +9,6 @@ import time
 import uuid
 from unittest import mock
 
-import psycopg2
 from django.db import connection, connections
 from django.test import Client, TransactionTestCase
 
@@ -86,7 +85,9 @@ class IdempotentViewTests(TransactionTestCase):
         key = str(uuid.uuid4())
         # Holding the account's row lock keeps the first request inside the
         # view, after it claimed the key.
-        holder = psycopg2.connect(**connection.get_connection_params())
+        # A connection of the driver Django uses (psycopg2 or psycopg 3),
+        # outside Django's transaction handling.
+        holder = connection.get_new_connection(connection.get_connection_params())
         first = {}
 
         def first_request():

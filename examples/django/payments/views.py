@@ -3,7 +3,7 @@ import json
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
-from idempotency_pg.django import idempotent
+from idempotency_pg.django import SHARED_KEYS, idempotent
 
 from . import processor
 from .models import Account, Payment
@@ -35,7 +35,10 @@ def parse_payment(body):
 
 @csrf_exempt  # an API for token-authenticated clients, not a cookie-session form
 @require_POST
-@idempotent
+# The example has no user accounts, so its keys are shared by every client.
+# With users, the bare @idempotent scopes each user's keys to that user
+# (request.user), so that one user's key never replays another's answer.
+@idempotent(scope=SHARED_KEYS)
 def create_payment(request):
     """Pays amount_cents from an account. Insufficient funds is an answer
     too (402), kept with its declined payment and replayed to retries; an
