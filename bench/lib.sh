@@ -82,9 +82,7 @@ as_bench() { sql_as bench bench "$@"; }
 load_workload() {
   sql_as postgres postgres -c "CREATE ROLE bench LOGIN" \
     -c "CREATE DATABASE bench OWNER bench"
-  # BENCH_EXT_VERSION: an older version of the extension, to measure its
-  # row (the library serves each version's tables as that version wrote them).
-  admin -c "CREATE EXTENSION idempotency${BENCH_EXT_VERSION:+ VERSION '$BENCH_EXT_VERSION'}" \
+  admin -c "CREATE EXTENSION idempotency" \
     -c "CREATE EXTENSION pg_walinspect"
   as_bench -f "$repo/bench/workload.sql" >/dev/null
   as_bench -c "INSERT INTO bench.accounts SELECT id, 1000000000000000 FROM generate_series(1, $accounts) id"
