@@ -224,3 +224,105 @@ LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE SECURITY INVOKER;
 
 COMMENT ON FUNCTION idempotency.complete_batch(pg_catalog.text[], pg_catalog.jsonb[]) IS
     'store the responses of many keys this transaction claimed, responses[i] for keys[i]';
+
+-- Statistics: IK410 answers counted (late_retries); keys and oldest_key_age
+-- count live keys only, tombstones apart. A function's OUT columns change
+-- only by dropping it, and the view with it.
+DROP VIEW idempotency.stats;
+DROP FUNCTION idempotency.stats_counters();
+DROP FUNCTION idempotency.tenant_key_totals();
+
+-- Counters per database, from shared memory (needs the library preloaded;
+-- no rows otherwise).
+CREATE FUNCTION idempotency.stats_counters(
+    OUT datid pg_catalog.oid,
+    OUT calls_ran pg_catalog.int8,
+    OUT replays pg_catalog.int8,
+    OUT conflicts pg_catalog.int8,
+    OUT mismatches pg_catalog.int8,
+    OUT keys_expired pg_catalog.int8,
+    OUT stats_reset pg_catalog.timestamptz,
+    OUT late_retries pg_catalog.int8)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idempotency_stats_counters'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+-- The number of live tenant keys, the oldest one's creation and the number
+-- of tenant tombstones, read through Citus (every shard) as the table's
+-- owner; zeros and NULL without the table. For the stats view only.
+CREATE FUNCTION idempotency.tenant_key_totals(OUT keys pg_catalog.int8,
+                                              OUT oldest pg_catalog.timestamptz,
+                                              OUT tombstones pg_catalog.int8)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+  keys := 0;
+  tombstones := 0;
+  IF pg_catalog.to_regclass('idempotency.tenant_keys') IS NOT NULL THEN
+    -- CASE rather than FILTER: the aggregates Citus pushes to every shard.
+    SELECT pg_catalog.sum(CASE WHEN k.expired_at IS NULL THEN 1 ELSE 0 END),
+           pg_catalog.min(CASE WHEN k.expired_at IS NULL THEN k.created_at END),
+           pg_catalog.sum(CASE WHEN k.expired_at IS NULL THEN 0 ELSE 1 END)
+      INTO keys, oldest, tombstones
+      FROM idempotency.tenant_keys AS k;
+    keys := coalesce(keys, 0);
+    tombstones := coalesce(tombstones, 0);
+  END IF;
+END $$;
+
+-- One row per database with counters, and always one for this database.
+-- keys, oldest_key_age and tombstones are this database's (other
+-- databases' tables are out of reach), local and tenant keys together, and
+-- read the whole table: a scan, not a lookup. keys and oldest_key_age are
+-- the live keys', so that a tombstone kept for idempotency.remember never
+-- looks like expiry falling behind. The view runs with its owner's rights,
+-- so it counts every role's keys while showing no key or response.
+CREATE VIEW idempotency.stats AS
+    WITH tenant AS (SELECT * FROM idempotency.tenant_key_totals()),
+    local_keys AS (
+        SELECT pg_catalog.count(*) FILTER (WHERE k.expired_at IS NULL) AS keys,
+               pg_catalog.min(k.created_at) FILTER (WHERE k.expired_at IS NULL) AS oldest,
+               pg_catalog.count(*) FILTER (WHERE k.expired_at IS NOT NULL) AS tombstones
+          FROM idempotency.keys AS k),
+    here AS (
+        SELECT d.oid AS datid,
+               l.keys OPERATOR(pg_catalog.+) t.keys AS keys,
+               pg_catalog.now() OPERATOR(pg_catalog.-)
+                   LEAST(l.oldest, t.oldest) AS oldest_key_age,
+               l.tombstones OPERATOR(pg_catalog.+) t.tombstones AS tombstones
+          FROM pg_catalog.pg_database AS d, local_keys AS l, tenant AS t
+         WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+    SELECT coalesce(c.datid, h.datid) AS datid,
+           db.datname,
+           c.calls_ran, c.replays, c.conflicts, c.mismatches, c.late_retries,
+           c.keys_expired, h.keys, h.oldest_key_age, h.tombstones, c.stats_reset
+      FROM idempotency.stats_counters() AS c
+      FULL JOIN here AS h ON h.datid OPERATOR(pg_catalog.=) c.datid
+      LEFT JOIN pg_catalog.pg_database AS db
+        ON db.oid OPERATOR(pg_catalog.=) coalesce(c.datid, h.datid);
+
+COMMENT ON VIEW idempotency.stats IS
+    'idempotent_call outcomes per database (calls that ran fn, replays, IK409, IK422, IK410), keys deleted by expiry, and this database''s live keys, oldest live key age and tombstones';
+
+-- How many live keys and tombstones each role keeps and how many bytes
+-- their rows take (the row as stored, response included, compressed where
+-- PostgreSQL compressed it). It runs with its owner's rights, so it counts
+-- every role's keys while showing no key or response.
+CREATE OR REPLACE VIEW idempotency.key_usage AS
+    SELECT k.scope::pg_catalog.regrole AS role,
+           pg_catalog.count(*) FILTER (WHERE k.expired_at IS NULL) AS keys,
+           pg_catalog.sum(pg_catalog.pg_column_size(k.*))::pg_catalog.int8 AS bytes,
+           pg_catalog.count(*) FILTER (WHERE k.expired_at IS NOT NULL) AS tombstones
+      FROM idempotency.keys AS k
+     GROUP BY k.scope;
+
+COMMENT ON VIEW idempotency.key_usage IS
+    'live keys, bytes of all rows and tombstones per role in this database, without keys or responses';
+
+REVOKE ALL ON FUNCTION idempotency.stats_counters() FROM PUBLIC;
+REVOKE ALL ON FUNCTION idempotency.tenant_key_totals() FROM PUBLIC;
+REVOKE ALL ON idempotency.stats FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idempotency.stats_counters() TO pg_monitor;
+GRANT EXECUTE ON FUNCTION idempotency.tenant_key_totals() TO pg_monitor;
+GRANT SELECT ON idempotency.stats TO pg_monitor;

@@ -222,4 +222,32 @@ SELECT count(*) AS keys_left FROM idempotency.keys
  WHERE key_digest IN (idempotency.key_digest('shared'), idempotency.key_digest('loaded-1'));
 DROP ROLE tombstone_alice;
 DROP ROLE tombstone_bob;
+
+-- Statistics: an IK410 answer is a late retry; tombstones are counted apart
+-- from live keys, and the oldest live key's age ignores them.
+SELECT idempotency.expire() AS settled \gset
+SELECT keys AS live_before, tombstones AS tombstones_before
+  FROM idempotency.stats WHERE datname = current_database() \gset
+SELECT keys AS own_live_before, tombstones AS own_tombstones_before
+  FROM idempotency.key_usage WHERE role = current_user::regrole \gset
+SELECT idempotency.stats_reset();
+SELECT call('stats-1');
+SELECT keys - :live_before AS new_live_keys FROM idempotency.stats
+ WHERE datname = current_database();
+SELECT expire_response('stats-1');
+SELECT idempotency.expire() AS expired;
+UPDATE idempotency.keys SET created_at = now() - interval '30 days'
+ WHERE key_digest = idempotency.key_digest('stats-1');
+SELECT call('stats-1');
+SELECT call('stats-1');
+SELECT call('stats-1', 'SELECT 2');
+SELECT calls_ran, replays, conflicts, mismatches, late_retries, keys_expired,
+       keys - :live_before AS new_live_keys,
+       tombstones - :tombstones_before AS new_tombstones,
+       oldest_key_age < interval '1 day' AS oldest_is_live
+  FROM idempotency.stats WHERE datname = current_database();
+SELECT keys - :own_live_before AS new_live_keys,
+       tombstones - :own_tombstones_before AS new_tombstones
+  FROM idempotency.key_usage WHERE role = current_user::regrole;
+SELECT idempotency.forget('stats-1');
 DROP SCHEMA tombstones CASCADE;

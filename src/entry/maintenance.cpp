@@ -61,7 +61,9 @@ void put_status_row(ReturnSetInfo *rsinfo,
   tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
-constexpr int counter_columns = 7;
+// late_retries comes last: the 0.7 schema declares the first seven columns
+// only, and its tuple descriptor reads no further.
+constexpr int counter_columns = 8;
 
 void put_counter_row(ReturnSetInfo *rsinfo, const stats::CounterRow &row) {
   Datum values[counter_columns];
@@ -73,6 +75,7 @@ void put_counter_row(ReturnSetInfo *rsinfo, const stats::CounterRow &row) {
   values[4] = Int64GetDatum(row.mismatch);
   values[5] = Int64GetDatum(row.expired);
   values[6] = TimestampTzGetDatum(row.reset_at);
+  values[7] = Int64GetDatum(row.late_retry);
   tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 

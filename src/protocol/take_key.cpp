@@ -50,6 +50,7 @@ bool same_bytes(const varlena *a, const varlena *b) {
 // run again while its tombstone lasts.
 [[noreturn]] void report_gone(const storage::KeyRef &key,
                               const storage::KeyProbe &stored) {
+  stats::count(stats::Event::late_retry);
   const char *shown = key_text(key);
   const char *ran_at = pstrdup(timestamptz_to_str(stored.created_at));
   const char *expired_at =

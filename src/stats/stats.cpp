@@ -14,7 +14,7 @@ namespace idempotency::stats {
 namespace {
 
 constexpr int max_databases = max_counted_databases;
-constexpr int event_kinds = 4;
+constexpr int event_kinds = 5;
 
 struct DatabaseCounters {
   Oid database; // InvalidOid: free slot; written under SharedStats::mutex
@@ -140,7 +140,8 @@ CounterRow row_of(DatabaseCounters &slot) {
                     event(Event::conflict),
                     event(Event::mismatch),
                     static_cast<int64>(pg_atomic_read_u64(&slot.expired)),
-                    (TimestampTz)pg_atomic_read_u64(&slot.reset_at)};
+                    (TimestampTz)pg_atomic_read_u64(&slot.reset_at),
+                    event(Event::late_retry)};
 }
 
 } // namespace

@@ -73,6 +73,9 @@ isnt($node->safe_psql('upgraded', $version), '0.7', '... past 0.7');
 is($node->safe_psql('upgraded', $replays),
 	'4|0', 'the counters survive the update');
 is( $node->safe_psql('upgraded',
+		q{SELECT late_retries, keys, tombstones FROM idempotency.stats WHERE datname = 'upgraded'}),
+	'0|4|0', 'the updated view counts late retries, and live keys apart from tombstones');
+is( $node->safe_psql('upgraded',
 		q{SELECT string_agg(a.attname, ',' ORDER BY k.n)
 		    FROM pg_index AS i, unnest(i.indkey) WITH ORDINALITY AS k(attnum, n), pg_attribute AS a
 		   WHERE i.indexrelid = 'idempotency.keys_pkey'::regclass
@@ -147,8 +150,8 @@ SELECT idempotency.idempotent_call('short-2', NULL, 'SELECT 2');
 } . expire_keys_sql("key LIKE 'short-%'"));
 is($node->safe_psql($db, 'SELECT idempotency.expire()'), '2', 'expire() deleted two keys');
 is($node->safe_psql($db,
-	q{SELECT keys_expired, keys FROM idempotency.stats WHERE datname = current_database()}),
-	'2|4', 'keys_expired counts them; their tombstones stay keys');
+	q{SELECT keys_expired, keys, tombstones FROM idempotency.stats WHERE datname = current_database()}),
+	'2|2|2', 'keys_expired counts them; keys counts the live keys, tombstones theirs');
 
 # Other databases' counters are listed too, without their key counts.
 $node->safe_psql('upgraded', sprintf($call, 'k-other', 5));
@@ -173,9 +176,9 @@ like($err, qr/permission denied/, 'an ordinary role does not read the stats');
 like($err, qr/permission denied/, 'pg_monitor cannot reset them');
 
 $node->safe_psql($db, 'SELECT idempotency.stats_reset()');
-is($node->safe_psql($db, q{SELECT calls_ran, replays, conflicts, mismatches, keys_expired
+is($node->safe_psql($db, q{SELECT calls_ran, replays, conflicts, mismatches, late_retries, keys_expired
   FROM idempotency.stats WHERE datname = current_database()}),
-	'0|0|0|0|0', 'stats_reset zeroes this database');
+	'0|0|0|0|0|0', 'stats_reset zeroes this database');
 is($node->safe_psql($db,
 	q{SELECT calls_ran, replays FROM idempotency.stats WHERE datname = 'upgraded'}),
 	'1|8', 'and leaves other databases alone');
@@ -185,8 +188,8 @@ is($node->safe_psql($db,
 $node->append_conf('postgresql.conf', q{shared_preload_libraries = ''});
 $node->restart;
 is($node->safe_psql($db,
-	q{SELECT calls_ran IS NULL, keys FROM idempotency.stats}),
-	't|4', 'without preloading: no counters, keys still counted');
+	q{SELECT calls_ran IS NULL, keys, tombstones FROM idempotency.stats}),
+	't|2|2', 'without preloading: no counters, keys and tombstones still counted');
 
 $node->stop;
 done_testing();

@@ -572,9 +572,13 @@ is( $coordinator->safe_psql('postgres',
 		q{SELECT count(*) FROM idempotency.tenant_keys WHERE expired_at IS NOT NULL AND response IS NULL AND key = ''}),
 	$expired, 'each left its tombstone');
 is( $coordinator->safe_psql('postgres', q{
-SELECT s.keys = (SELECT count(*) FROM idempotency.keys) + (SELECT count(*) FROM idempotency.tenant_keys)
+SELECT s.keys = (SELECT count(*) FROM idempotency.keys WHERE expired_at IS NULL)
+                + (SELECT count(*) FROM idempotency.tenant_keys WHERE expired_at IS NULL)
+   AND s.tombstones = (SELECT count(*) FROM idempotency.keys WHERE expired_at IS NOT NULL)
+                    + (SELECT count(*) FROM idempotency.tenant_keys WHERE expired_at IS NOT NULL)
+   AND s.tombstones > 0
   FROM idempotency.stats AS s WHERE s.datname = current_database()}),
-	't', 'idempotency.stats counts tenant keys');
+	't', 'idempotency.stats counts live tenant keys and tenant tombstones apart');
 $coordinator->safe_psql('postgres', q{
 UPDATE idempotency.tenant_keys SET created_at = now() - interval '2 hours', expires_at = now() - interval '1 hour' WHERE tenant = 2});
 $coordinator->safe_psql('postgres', q{ALTER SYSTEM SET idempotency.expire_interval = 1; SELECT pg_reload_conf()});

@@ -1,5 +1,5 @@
 // Call statistics per database, in shared memory: how many calls ran fn,
-// replayed, met IK409 or IK422, and how many keys expiry deleted.
+// replayed, met IK409, IK410 or IK422, and how many keys expiry deleted.
 //
 // Counting is one atomic add on the hot path. The counters need the library
 // preloaded; without it nothing is counted and the stats view shows NULLs.
@@ -15,7 +15,7 @@ extern "C" {
 
 namespace idempotency::stats {
 
-enum class Event { ran, replayed, conflict, mismatch };
+enum class Event { ran, replayed, conflict, mismatch, late_retry };
 
 // shmem_request_hook and shmem_startup_hook duties, while preloading.
 void request_shared_memory();
@@ -40,6 +40,7 @@ struct CounterRow {
   int64 mismatch;
   int64 expired;
   TimestampTz reset_at;
+  int64 late_retry;
 };
 static_assert(std::is_trivially_destructible_v<CounterRow>);
 
