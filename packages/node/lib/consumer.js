@@ -32,8 +32,11 @@
 // object with its consume/ack/nack/publish/sendToQueue methods works.
 
 const { createHash } = require('node:crypto');
-const { setWaitTimeout, sealable } = require('./pg');
-const { KeyInProgressError, KeyGoneError, KeyReusedError, fromClaimError } = require('./errors');
+const { setWaitTimeout, waitTimeoutSetting, sealable } = require('./pg');
+const { MAX_KEY_BYTES } = require('./key');
+const {
+  KeyInProgressError, KeyGoneError, KeyReusedError, InvalidKeyError, fromClaimError,
+} = require('./errors');
 
 const ATTEMPTS_HEADER = 'x-idempotency-attempts';
 const REASON_HEADER = 'x-idempotency-reason';
@@ -80,19 +83,52 @@ const TRANSIENT_CLASSES = new Set(['08', '40', '53', '57', '58']);
 const isTransient = (error) => typeof error?.code === 'string' && error.code.length === 5
   && TRANSIENT_CLASSES.has(error.code.slice(0, 2));
 
-// The claim, with the stored response as jsonb's text: the reply is made of
-// that text, so the first reply and every replay, from any client, are the
-// same bytes.
-async function claimText(client, key, requestHash, waitTimeout) {
+// A message costs the round trips of a consumer without idempotency (BEGIN,
+// the handler's work, COMMIT): BEGIN goes with the claim (and the savepoint a
+// stored error needs) in one simple-query message, and the complete with
+// COMMIT in another. The simple-query protocol takes no parameters, so the
+// key, request hash and response go in as literals (escapeLiteral).
+const literal = (client, value) => (value === null || value === undefined ? 'NULL' : client.escapeLiteral(value));
+
+// BEGIN and the claim, with the stored response as jsonb's text: the reply
+// is made of that text, so the first reply and every replay, from any
+// client, are the same bytes.
+async function beginAndClaim(client, { key, requestHash, waitTimeout, isStoredError }) {
+  if (requestHash !== null && requestHash !== undefined && typeof requestHash !== 'string')
+    throw new TypeError(`requestHash must give a string, not ${typeof requestHash}`);
+  // A literal cannot carry a NUL character, and PostgreSQL's text cannot
+  // hold one.
+  if (key.includes('\0') || requestHash?.includes('\0'))
+    throw new InvalidKeyError('the key or request hash has a NUL character, which PostgreSQL text cannot hold');
+  let statements = ['BEGIN'];
+  if (waitTimeout !== undefined) {
+    // Apart from the claim: a wait timeout the server refuses (22023) is not
+    // an invalid key.
+    statements.push(`SELECT pg_catalog.set_config('idempotency.wait_timeout', ${
+      literal(client, waitTimeoutSetting(waitTimeout))}, true)`);
+    await client.query(statements.join('; '));
+    statements = [];
+  }
+  statements.push('SELECT replayed, response::text AS text'
+    + ` FROM idempotency.claim(${literal(client, key)}, ${literal(client, requestHash)})`);
+  if (isStoredError)
+    statements.push('SAVEPOINT idempotency_consumer_work');
   try {
-    if (waitTimeout !== undefined)
-      await setWaitTimeout(client, waitTimeout);
-    const { rows: [row] } = await client.query(
-      'SELECT replayed, response::text AS text FROM idempotency.claim($1, $2)', [key, requestHash ?? null]);
-    return row;
+    const results = [await client.query(statements.join('; '))].flat();
+    return results.find((result) => result.fields[0]?.name === 'replayed').rows[0];
   } catch (error) {
     throw fromClaimError(error);
   }
+}
+
+// Stores the answer and commits; returns the answer as stored: jsonb's text
+// (its key order, its spacing).
+async function completeAndCommit(client, key, response) {
+  const json = response === undefined || response === null ? null : JSON.stringify(response);
+  const [{ rows: [stored] }] = await client.query(
+    `SELECT idempotency.complete(${literal(client, key)}, answer.value), answer.value::text AS text`
+    + ` FROM (SELECT ${literal(client, json)}::jsonb AS value) AS answer; COMMIT`);
+  return stored.text;
 }
 
 // Claims key, runs work(db) and stores its answer in one transaction.
@@ -102,15 +138,12 @@ async function applyOnce(pool, { key, requestHash, waitTimeout, isStoredError, b
   const client = await pool.connect();
   let broken; // a client whose ROLLBACK failed is not given back for reuse
   try {
-    await client.query('BEGIN');
-    const claimed = await claimText(client, key, requestHash, waitTimeout);
+    const claimed = await beginAndClaim(client, { key, requestHash, waitTimeout, isStoredError });
     if (claimed.replayed) {
       await client.query('COMMIT');
       const response = claimed.text === null ? null : JSON.parse(claimed.text);
       return { outcome: isErrorDocument(response) ? 'replayed_error' : 'replayed', response, text: claimed.text };
     }
-    if (isStoredError)
-      await client.query('SAVEPOINT idempotency_consumer_work');
     const handle = sealable(client);
     let outcome = 'ran';
     let response;
@@ -129,14 +162,10 @@ async function applyOnce(pool, { key, requestHash, waitTimeout, isStoredError, b
       handle.seal(`the transaction of message key ${JSON.stringify(key)} has ended; `
         + 'use the handle only inside the handler');
     }
-    // The answer as stored: jsonb's text (its key order, its spacing).
-    const { rows: [stored] } = await client.query(
-      'SELECT idempotency.complete($1, $2::jsonb), $2::jsonb::text AS text',
-      [key, response === undefined || response === null ? null : JSON.stringify(response)]);
     if (beforeCommit)
       beforeCommit();
-    await client.query('COMMIT');
-    return { outcome, response: stored.text === null ? null : JSON.parse(stored.text), text: stored.text };
+    const text = await completeAndCommit(client, key, response);
+    return { outcome, response: text === null ? null : JSON.parse(text), text };
   } catch (error) {
     await client.query('ROLLBACK').catch((rollbackError) => { broken = rollbackError; });
     throw error;
@@ -342,7 +371,7 @@ async function consume(options) {
   }
 
   // The delivery's payload and key, or null when it was dead-lettered for
-  // having neither.
+  // having neither or a key no claim accepts.
   async function prepare(message) {
     emit('delivered', message, { redelivered: message.fields.redelivered });
     let payload;
@@ -356,6 +385,13 @@ async function consume(options) {
     }
     if (typeof key !== 'string' || key === '') {
       await deadLetterMessage(message, 'no-key', 'the message has no key (message id or business id)');
+      return null;
+    }
+    // What the claim would refuse, refused here: in a batch, a key the
+    // server refuses would end claim_batch for every message.
+    if (Buffer.byteLength(key, 'utf8') > MAX_KEY_BYTES || key.includes('\0')) {
+      await deadLetterMessage(message, 'invalid-key',
+        `the message key is longer than ${MAX_KEY_BYTES} bytes or has a NUL character`);
       return null;
     }
     return {
@@ -472,6 +508,8 @@ async function consume(options) {
         settleGone(message, key);
       else if (error instanceof KeyReusedError)
         await deadLetterMessage(message, 'IK422', error.message);
+      else if (error instanceof InvalidKeyError) // no redelivery makes the key valid
+        await deadLetterMessage(message, 'invalid-key', error.message);
       else if (error instanceof HandlerFailure)
         await retryLater(message, key, error.cause);
       else // the database or the channel: the delivery comes back later

@@ -113,4 +113,4 @@ async function withIdempotency(db, { key, requestHash = null, waitTimeout } = {}
   }
 }
 
-module.exports = { claim, complete, release, setWaitTimeout, withIdempotency, sealable };
+module.exports = { claim, complete, release, setWaitTimeout, waitTimeoutSetting, withIdempotency, sealable };

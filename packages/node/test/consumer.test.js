@@ -249,6 +249,80 @@ test('a message without a key or with a body that is not JSON is dead-lettered w
   assert.deepEqual(codes, ['no-key', 'unparsable']);
 });
 
+test('a key no claim accepts (over 255 bytes, a NUL character) is dead-lettered as invalid-key, never requeued', async () => {
+  const channel = fakeChannel();
+  const { events, deliver } = await start(channel);
+  const longest = randomUUID().padEnd(255, 'k');
+  const bad = ['k'.repeat(256), '\u00e9'.repeat(128), `a\u0000${randomUUID()}`]; // 256 bytes, 256 bytes as UTF-8, a NUL
+  for (const id of bad)
+    await deliver(message(id, { amount: 1 }));
+  await deliver(message(longest, { amount: 1 }));
+  const codes = channel.log.filter((entry) => entry.op === 'publish').map((entry) => entry.options.headers['x-idempotency-code']);
+  assert.deepEqual(codes, ['invalid-key', 'invalid-key', 'invalid-key']);
+  assert.equal(channel.log.filter((entry) => entry.op === 'nack').length, 0, 'nothing requeued');
+  assert.equal((await observer.query('SELECT count(*)::int AS n FROM consumer_effects WHERE message_id = ANY($1)',
+    [bad.map((id) => id.replace('\u0000', ''))])).rows[0].n, 0, 'no handler ran for them');
+  assert.deepEqual(events.filter((e) => e.type === 'acked').map((e) => [e.key, e.outcome]), [[longest, 'ran']],
+    'a key of 255 bytes runs');
+});
+
+test('a wait timeout the server refuses requeues the message: it is not an invalid key', async () => {
+  const channel = fakeChannel();
+  const { events, deliver } = await start(channel, { waitTimeout: 'forever' });
+  const id = randomUUID();
+  await deliver(message(id, { amount: 1 }));
+  assert.equal(await effects(id), 0);
+  assert.deepEqual(channel.log.map((entry) => entry.op), ['nack']);
+  assert.equal(events.find((e) => e.type === 'requeued').error.code, '22023');
+});
+
+// A pool whose clients record the text of every statement message they send.
+function recordingPool(target, sent) {
+  return {
+    connect: async () => {
+      const client = await target.connect();
+      const { query, release } = client;
+      client.query = function recorded(...args) {
+        sent.push(typeof args[0] === 'string' ? args[0] : args[0].text);
+        return query.apply(this, args);
+      };
+      client.release = (...args) => {
+        Object.assign(client, { query, release });
+        return release.apply(client, args);
+      };
+      return client;
+    },
+  };
+}
+
+test('a new message costs a plain consumer\'s round trips: BEGIN with the claim, the handler, complete with COMMIT', async () => {
+  const channel = fakeChannel();
+  const sent = [];
+  const { deliver } = await start(channel, { pool: recordingPool(pool, sent), isStoredError: (error) => error.code === 'P0001' });
+  const id = randomUUID();
+  await deliver(message(id, { amount: 2 }));
+  assert.equal(sent.length, 3, sent.join('\n'));
+  assert.match(sent[0], /^BEGIN; SELECT .* FROM idempotency\.claim\(.*\); SAVEPOINT /);
+  assert.match(sent[1], /INSERT INTO consumer_effects/);
+  assert.match(sent[2], /idempotency\.complete\(.*; COMMIT$/);
+  sent.length = 0;
+  await deliver({ ...message(id, { amount: 2 }), fields: { deliveryTag: ++tag, redelivered: true } });
+  assert.equal(sent.length, 2, 'a replay: BEGIN with the claim, then COMMIT');
+  assert.equal(await effects(id), 1);
+});
+
+test('a key and a response with quotes and backslashes go through the literals unchanged', async () => {
+  const channel = fakeChannel();
+  const id = `it's a \\ key \u00e9 ${randomUUID()}`;
+  const { events, deliver } = await start(channel, { handler: async () => ({ text: 'O\'Brien \\ "quoted" \u00e9' }) });
+  await deliver(message(id, { amount: 1 }));
+  await deliver({ ...message(id, { amount: 1 }), fields: { deliveryTag: ++tag, redelivered: true } });
+  const acked = events.filter((e) => e.type === 'acked');
+  assert.deepEqual(acked.map((e) => e.outcome), ['ran', 'replayed']);
+  const stored = (await observer.query('SELECT response FROM idempotency.keys WHERE key = $1', [id])).rows;
+  assert.deepEqual(stored, [{ response: { text: 'O\'Brien \\ "quoted" \u00e9' } }]);
+});
+
 test('a business id from the payload is the key', async () => {
   const channel = fakeChannel();
   const { events, deliver } = await start(channel, { key: (delivery, payload) => `order-${payload.order}` });
@@ -401,6 +475,16 @@ test('batch: a database error outside the handlers (here a wait_timeout the serv
   assert.deepEqual([await effects(ids[0]), await effects(ids[1])], [0, 0]);
   assert.deepEqual(channel.log.map((entry) => entry.op), ['nack', 'nack']);
   assert.equal(events.filter((e) => e.type === 'requeued').length, 2);
+});
+
+test('batch: a key no claim accepts is dead-lettered alone; the rest of its batch commits', async () => {
+  const channel = fakeChannel();
+  const { events, deliverBatch } = await startBatch(channel);
+  const ids = [randomUUID(), 'k'.repeat(256), randomUUID()];
+  await deliverBatch(ids.map((id) => message(id, { amount: 1 })));
+  assert.deepEqual([await effects(ids[0]), await effects(ids[2])], [1, 1]);
+  assert.deepEqual(events.filter((e) => e.type === 'dead-lettered').map((e) => e.code ?? e.reason), ['invalid-key']);
+  assert.equal(channel.log.filter((entry) => entry.op === 'nack').length, 0, 'nothing requeued');
 });
 
 test('batch: batchSize must be a whole number >= 1', async () => {

@@ -105,6 +105,11 @@ function shortTtlPool(pool) {
           if (property !== 'query')
             return typeof value === 'function' ? value.bind(target) : value;
           return async (text, ...rest) => {
+            // BEGIN sent with more statements (the consumer's BEGIN and claim):
+            // the setting goes right after it, in the same message.
+            if (typeof text === 'string' && text.startsWith('BEGIN; '))
+              return target.query(`BEGIN; SELECT pg_catalog.set_config('idempotency.ttl', '${SHORT_TTL}', true); ${
+                text.slice('BEGIN; '.length)}`, ...rest);
             const result = await target.query(text, ...rest);
             if (text === 'BEGIN')
               await target.query("SELECT set_config('idempotency.ttl', $1, true)", [SHORT_TTL]);

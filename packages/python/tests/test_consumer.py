@@ -249,6 +249,27 @@ class ConsumerTests(unittest.TestCase):
             codes = [entry[4].headers["x-idempotency-code"] for entry in channel.log if entry[0] == "publish"]
             self.assertEqual(codes, ["no-key", "unparsable"])
 
+    def test_a_key_no_claim_accepts_is_dead_lettered_never_requeued(self):
+        for conn in self.each_driver():
+            channel = FakeChannel()
+            consumer, events = self.consumer(conn, channel)
+            bad = ["k" * 256, "\u00e9" * 128, f"a\u0000{uuid.uuid4()}"]  # 256 bytes, 256 bytes as UTF-8, a NUL
+            for key in bad:
+                consumer.on_message(delivery(key, {"amount": 1}))
+            longest = str(uuid.uuid4()).ljust(255, "k")
+            consumer.on_message(delivery(longest, {"amount": 1}))
+            codes = [entry[4].headers["x-idempotency-code"] for entry in channel.log if entry[0] == "publish"]
+            self.assertEqual(codes, ["invalid-key"] * 3)
+            self.assertFalse([entry for entry in channel.log if entry[0] == "nack"], "nothing requeued")
+            self.assertEqual([(e["key"], e["outcome"]) for e in events if e["type"] == "acked"], [(longest, "ran")])
+            # In a batch: that message alone; the others commit.
+            fine = [str(uuid.uuid4()), str(uuid.uuid4())]
+            consumer.on_batch([delivery(fine[0], {"amount": 1}), delivery("k" * 256, {"amount": 1}),
+                               delivery(fine[1], {"amount": 1})])
+            self.assertEqual([effects(i) for i in fine], [1, 1])
+            codes = [entry[4].headers["x-idempotency-code"] for entry in channel.log if entry[0] == "publish"]
+            self.assertEqual(codes, ["invalid-key"] * 4)
+
     def test_transient_database_error_requeues_without_an_attempt(self):
         for conn in self.each_driver():
             channel = FakeChannel()

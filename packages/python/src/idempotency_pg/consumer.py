@@ -39,6 +39,7 @@ import time
 
 from .db import Sealable, set_wait_timeout
 from .errors import KeyGone, KeyInProgress, KeyReused, claim_error, sqlstate_of
+from .key import MAX_KEY_BYTES
 
 ATTEMPTS_HEADER = "x-idempotency-attempts"
 REASON_HEADER = "x-idempotency-reason"
@@ -338,7 +339,8 @@ class Consumer:
             self.on_batch(deliveries)
 
     def _prepare(self, delivery):
-        """(key, payload) of a delivery, or None when it was dead-lettered for having neither."""
+        """(key, payload) of a delivery, or None when it was dead-lettered for having neither or a key no
+        claim accepts."""
         self._emit("delivered", delivery, redelivered=bool(delivery.method.redelivered))
         try:
             payload = self.parse(delivery.body, delivery)
@@ -348,6 +350,12 @@ class Consumer:
             return None
         if not isinstance(key, str) or not key:
             self._dead_letter(delivery, "no-key", "the message has no key (message id or business id)")
+            return None
+        # What the claim would refuse, refused here: in a batch, a key the
+        # server refuses would end claim_batch for every message.
+        if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES or "\0" in key:
+            self._dead_letter(delivery, "invalid-key",
+                              f"the message key is longer than {MAX_KEY_BYTES} bytes or has a NUL character")
             return None
         return key, payload
 
