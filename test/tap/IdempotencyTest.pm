@@ -143,12 +143,14 @@ sub citus_missing
 
 # A started Citus node with the extension preloaded, reachable over TCP on
 # 127.0.0.1 (Citus connects to the other nodes by host and port), on `port`
-# or a free one. Automatic 2PC recovery is off: tests that look at prepared
+# or a free one, of the installation `install_path` (undef: the PostgreSQL
+# under test). Automatic 2PC recovery is off: tests that look at prepared
 # transactions run recover_prepared_transactions() themselves.
 sub citus_node
 {
-	my ($name, $port, $conf) = @_;
-	my $node = PostgreSQL::Test::Cluster->new($name, defined $port ? (port => $port) : ());
+	my ($name, $port, $conf, $install_path) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name, defined $port ? (port => $port) : (),
+		defined $install_path ? (install_path => $install_path) : ());
 	$node->init;
 	$node->append_conf(
 		'postgresql.conf', qq{
@@ -170,7 +172,8 @@ citus.recover_2pc_interval = -1
 # ports are picked. postgresql.conf lines: `conf` on every node,
 # `coordinator_conf` and `worker_conf` on those only; `shard_moves` gives
 # the workers the logical replication that moving a shard with
-# 'force_logical' (and the rebalancer) needs.
+# 'force_logical' (and the rebalancer) needs; `install_path` is the nodes'
+# installation (citus_node).
 sub citus_cluster
 {
 	my (%options) = @_;
@@ -182,9 +185,10 @@ sub citus_cluster
 	my $worker_conf = $conf . ($options{worker_conf} // '');
 	$worker_conf .= "wal_level = logical\nmax_wal_senders = 10\nmax_replication_slots = 10\n"
 	  if $options{shard_moves};
-	my $coordinator =
-	  citus_node('coordinator', $port->(0), $conf . ($options{coordinator_conf} // ''));
-	my @workers = map { citus_node("worker$_", $port->($_), $worker_conf) } (1, 2);
+	my $coordinator = citus_node('coordinator', $port->(0),
+		$conf . ($options{coordinator_conf} // ''), $options{install_path});
+	my @workers =
+	  map { citus_node("worker$_", $port->($_), $worker_conf, $options{install_path}) } (1, 2);
 	$coordinator->safe_psql('postgres',
 		"SELECT citus_set_coordinator_host('127.0.0.1', " . $coordinator->port . ')');
 	citus_add_workers($coordinator, @workers[ 0 .. ($options{added} // 2) - 1 ]);
