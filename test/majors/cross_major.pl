@@ -1,14 +1,14 @@
 # Keys survive a move to a newer PostgreSQL major: a PostgreSQL 15 cluster
 # (the installation IDEMPOTENCY_OLD_INSTALL names, with the extension built
 # for it) stores keys of two roles with the same key text, a key with its
-# own TTL, a handler key (claim/complete), a stored error and an expired
-# key; then
+# own TTL, a handler key (claim/complete), a stored error, an expired key
+# and a tombstone (a key whose response expired); then
 # - pg_dump of it restored with pg_restore into the major under test, and
 # - pg_upgrade of it into the major under test
 # each keep every key byte for byte for its role (response, created_at,
 # expires_at), replay it without running fn, leave another role's key of
-# the same text alone, expire only the expired key, and refuse DROP ROLE
-# for a role that has keys. test/run-majors runs it in each Debian root.
+# the same text alone, refuse a late retry of the tombstone's request (IK410),
+# expire only the expired key, and refuse DROP ROLE for a role that has keys. test/run-majors runs it in each Debian root.
 use strict;
 use warnings;
 
@@ -76,6 +76,15 @@ COMMIT;
 SET idempotency.store_errors = 'P0001';
 SELECT idempotency.idempotent_call('declined', NULL,
   $fn$DO $do$ BEGIN RAISE EXCEPTION 'card declined' USING HINT = 'try another card'; END $do$$fn$);
+SELECT idempotency.idempotent_call('late', NULL, 'SELECT 41');
+});
+# 'late' ran two days ago and its response expired an hour ago: expiry
+# leaves its tombstone, remembered for idempotency.remember (7 days).
+$old->safe_psql('app', q{UPDATE idempotency.keys
+   SET created_at = created_at - interval '2 days', expires_at = now() - interval '1 hour'
+ WHERE key = 'late'});
+is($old->safe_psql('app', 'SELECT idempotency.expire()'), '1', "PostgreSQL $old_major: 'late' expires");
+$old->safe_psql('app', q{SET ROLE regress_alice;
 SELECT idempotency.idempotent_call('stale', NULL, 'SELECT 42');
 });
 # 'stale' expired an hour ago.
@@ -84,11 +93,11 @@ $old->safe_psql('app', q{UPDATE idempotency.keys
  WHERE key = 'stale'});
 
 my $keys_query = q{SET client_encoding = 'UTF8';
-SELECT key, scope::text, request_hash, response, created_at, expires_at,
+SELECT key, scope::text, request_hash, response, created_at, expires_at, expired_at,
        key_digest = idempotency.key_digest(key)
-  FROM idempotency.keys ORDER BY key, scope::text};
+  FROM idempotency.keys ORDER BY key, scope::text, key_digest};
 my $before = $old->safe_psql('app', $keys_query);
-is(scalar(split /\n/, $before), 7, 'seven keys stored before the move');
+is(scalar(split /\n/, $before), 8, 'seven keys and a tombstone stored before the move');
 
 # Minor releases of PostgreSQL's older branches (Debian's 15.20, 17.12)
 # keep a version of each column in its attribute options (pg_attver); a
@@ -138,6 +147,14 @@ SELECT idempotency.idempotent_call('declined', NULL,
   $fn$DO $do$ BEGIN RAISE EXCEPTION 'card declined' USING HINT = 'try another card'; END $do$$fn$)->'error'->>'hint'}),
 		'try another card',
 		"$how: the stored error replays");
+	my ($late_rc, $late_out, $late_err) = $node->psql('app',
+		q{SET ROLE regress_alice; SELECT idempotency.idempotent_call('late', NULL, 'SELECT 41')});
+	like($late_err, qr/idempotency key "late" already ran at .*; its response is no longer kept/,
+		"$how: a late retry of the tombstone's request is refused (IK410)");
+	($late_rc, $late_out, $late_err) = $node->psql('app',
+		q{SET ROLE regress_alice; SELECT idempotency.idempotent_call('late', NULL, 'SELECT 43')});
+	like($late_err, qr/idempotency key "late" was already used with a different request/,
+		"$how: another request with the tombstone's key is refused (IK422)");
 	is($node->safe_psql('app', 'SELECT count(*) FROM runs'),
 		scalar @calls, "$how: fn ran again for no key");
 	is($node->safe_psql('app', 'SELECT idempotency.expire()'),
@@ -159,7 +176,7 @@ $restored->stop;
 
 SKIP:
 {
-	skip "pg_upgrade from PostgreSQL $old_major to $new_major: the old server's pg_attver options, which the new one refuses, stop it for every table (not the extension's doing)", 12
+	skip "pg_upgrade from PostgreSQL $old_major to $new_major: the old server's pg_attver options, which the new one refuses, stop it for every table (not the extension's doing)", 14
 	  if $attver_refused;
 	my $upgraded = PostgreSQL::Test::Cluster->new('upgraded');
 	# From PostgreSQL 18 on initdb turns data checksums on; pg_upgrade needs the
