@@ -1,7 +1,10 @@
 # Keys expiring while their retries arrive, with tombstones: clients retry
 # the same request of a few keys that live 200 ms, again and again, while
 # the expiry worker and a client calling expire() in a loop turn the
-# expired keys into tombstones. Every retry is answered by a run (the first
+# expired keys into tombstones. The keys of each second are new ones (the
+# second is part of the key), so that keys keep being born, replayed,
+# expired and turned into tombstones while the storm lasts, on a fast
+# machine or a slow one. Every retry is answered by a run (the first
 # one), a replay of that run while the response lives, or IK410 once it has
 # expired - never a second run: each key's request runs exactly once, in
 # the whole storm, whether a retry met the live row, the row past its TTL
@@ -74,7 +77,7 @@ CREATE TABLE expired (deleted bigint NOT NULL);
 my $dir = PostgreSQL::Test::Utils::tempdir();
 PostgreSQL::Test::Utils::append_to_file("$dir/retry.sql", qq{
 \\set k random(1, $keys)
-SELECT retry('storm-' || :k);
+SELECT retry('storm-' || :k || '-' || floor(extract(epoch FROM clock_timestamp()))::bigint);
 \\sleep 2 ms
 });
 PostgreSQL::Test::Utils::append_to_file("$dir/expire.sql", q{
