@@ -26,7 +26,6 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
-use POSIX ();
 use Time::HiRes qw(time);
 
 use FindBin;
@@ -110,25 +109,8 @@ my $done_flag = "$dir/handlers-done";
 sub start_client
 {
 	my ($name, $mode, $script, $more) = @_;
-	my $pid = fork // die "fork: $!";
-	return $pid if $pid;
-	my @errors;
-	while (time < $deadline && (my $batch = $more->()))
-	{
-		my ($out, $err) = ('', '');
-		IPC::Run::run(
-			[ $pgbench, '-n', '-M', $mode, '-c', '1', '-t', $batch, '--max-tries=100',
-				'-f', "$dir/$script", $node->connstr('postgres') ],
-			'>', \$out, '2>', \$err);
-		$more->($1) if $out =~ /number of transactions actually processed: (\d+)/;
-		push @errors, $1 while $err =~ /aborted in command .*?: ERROR:\s+(.*)/g;
-		push @errors, "$1 transactions failed after 100 tries"
-		  if $out =~ /number of failed transactions: ([1-9]\d*)/;
-	}
-	open my $file, '>', "$dir/$name.errors" or POSIX::_exit(1);
-	print $file map { "$_\n" } @errors;
-	close $file;
-	POSIX::_exit(0);
+	return pgbench_client(node => $node, db => 'postgres', dir => $dir, name => $name,
+		mode => $mode, script => $script, deadline => $deadline, more => $more);
 }
 my $until_done = sub { return -e $done_flag ? 0 : 20 };
 my %loops = (
@@ -141,12 +123,7 @@ for my $client (1 .. $clients)
 	push @clients, start_client("client$client", 'extended', 'storm.sql',
 		sub { $left -= $_[0] if @_; return $left > 50 ? 50 : $left });
 }
-my $errors_of = sub {
-	my ($name) = @_;
-	open my $file, '<', "$dir/$name.errors" or return ("$name left no record");
-	chomp(my @lines = <$file>);
-	return @lines;
-};
+my $errors_of = sub { return pgbench_client_errors($dir, $_[0]) };
 my @errors;
 for my $client (1 .. $clients)
 {

@@ -20,8 +20,6 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use IPC::Run;
-use POSIX ();
 use Time::HiRes qw(time);
 
 use FindBin;
@@ -85,8 +83,6 @@ INSERT INTO expired SELECT idempotency.expire();
 \sleep 5 ms
 });
 
-my $pgbench = $node->installed_command('pgbench');
-
 # One storm in database $db: $clients clients each making $quota retries
 # (pgbench retries 40001 and the like itself), and a client calling
 # expire() until they are done. Returns the errors the clients met.
@@ -97,25 +93,8 @@ sub storm
 	my $done_flag = "$dir/$db-done";
 	my $start = sub {
 		my ($name, $script, $more) = @_;
-		my $pid = fork // die "fork: $!";
-		return $pid if $pid;
-		my @errors;
-		while (time < $deadline && (my $batch = $more->()))
-		{
-			my ($out, $err) = ('', '');
-			IPC::Run::run(
-				[ $pgbench, '-n', '-M', 'extended', '-c', '1', '-t', $batch, '--max-tries=100',
-					'-f', "$dir/$script", $node->connstr($db) ],
-				'>', \$out, '2>', \$err);
-			$more->($1) if $out =~ /number of transactions actually processed: (\d+)/;
-			push @errors, $1 while $err =~ /aborted in command .*?: ERROR:\s+(.*)/g;
-			push @errors, "$1 transactions failed after 100 tries"
-			  if $out =~ /number of failed transactions: ([1-9]\d*)/;
-		}
-		open my $file, '>', "$dir/$db-$name.errors" or POSIX::_exit(1);
-		print $file map { "$_\n" } @errors;
-		close $file;
-		POSIX::_exit(0);
+		return pgbench_client(node => $node, db => $db, dir => $dir, name => "$db-$name",
+			mode => 'extended', script => $script, deadline => $deadline, more => $more);
 	};
 	my $expirer = $start->('expire', 'expire.sql', sub { -e $done_flag ? 0 : 20 });
 	my @pids;
@@ -132,9 +111,7 @@ sub storm
 	my @errors;
 	for my $name ('expire', map { "client$_" } 1 .. $clients)
 	{
-		open my $file, '<', "$dir/$db-$name.errors" or do { push @errors, "$name left no record"; next };
-		chomp(my @lines = <$file>);
-		push @errors, @lines;
+		push @errors, pgbench_client_errors($dir, "$db-$name");
 	}
 	return @errors;
 }

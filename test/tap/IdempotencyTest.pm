@@ -25,7 +25,7 @@ our @EXPORT =
   old_release_node old_release_install_path reopen_with_current_library
   reopen_with_release store_old_release_keys
   check_old_release_keys check_old_release_keys_through_update
-  check_refuses_schema_before_0_7 sqlstate_in);
+  check_refuses_schema_before_0_7 sqlstate_in pgbench_client pgbench_client_errors);
 
 # A started node with shared_preload_libraries = 'idempotency', plus the
 # postgresql.conf lines in `conf` and the init options in `init`.
@@ -139,6 +139,46 @@ sub citus_missing
 	return '' if -f "$pkglibdir/citus.so";
 	return "Citus is not installed ($pkglibdir/citus.so is missing); "
 	  . 'docs/scale-out.md says how to get it';
+}
+
+# A forked client of the storm files: runs pgbench on `db` of `node` with
+# `script` (in `dir`), a batch of transactions at a time, while `more`
+# gives a batch size (it is told how many the last batch processed) and
+# the `deadline` (epoch seconds) has not passed. pgbench retries 40001 and
+# the like itself; any other error ends a batch and is recorded in
+# DIR/NAME.errors (pgbench_client_errors). Returns the child's pid.
+sub pgbench_client
+{
+	my (%c) = @_;
+	my $pgbench = $c{node}->installed_command('pgbench');
+	my $pid = fork // die "fork: $!";
+	return $pid if $pid;
+	my @errors;
+	while (Time::HiRes::time() < $c{deadline} && (my $batch = $c{more}->()))
+	{
+		my ($out, $err) = ('', '');
+		IPC::Run::run(
+			[ $pgbench, '-n', '-M', $c{mode}, '-c', '1', '-t', $batch, '--max-tries=100',
+				'-f', "$c{dir}/$c{script}", $c{node}->connstr($c{db}) ],
+			'>', \$out, '2>', \$err);
+		$c{more}->($1) if $out =~ /number of transactions actually processed: (\d+)/;
+		push @errors, $1 while $err =~ /aborted in command .*?: ERROR:\s+(.*)/g;
+		push @errors, "$1 transactions failed after 100 tries"
+		  if $out =~ /number of failed transactions: ([1-9]\d*)/;
+	}
+	open my $file, '>', "$c{dir}/$c{name}.errors" or POSIX::_exit(1);
+	print $file map { "$_\n" } @errors;
+	close $file;
+	POSIX::_exit(0);
+}
+
+# The errors pgbench_client `name` recorded in `dir`, once it has ended.
+sub pgbench_client_errors
+{
+	my ($dir, $name) = @_;
+	open my $file, '<', "$dir/$name.errors" or return ("$name left no record");
+	chomp(my @lines = <$file>);
+	return @lines;
 }
 
 # A started Citus node with the extension preloaded, reachable over TCP on
