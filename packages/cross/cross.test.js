@@ -89,36 +89,34 @@ after(async () => {
   await pool?.end();
 });
 
-test('first handled by Node, retried against Django: replayed, with Node\'s answer', async () => {
+// A request handled first by the service on `firstPort` (which answers
+// `servedBy`), then retried with its JSON written differently against each of
+// `retryPorts`: every retry replays the first answer, status, body and
+// headers, and the order was placed once.
+async function firstThenRetries({ item, firstPort, servedBy, retryPorts, quantity = 2, retryQuantity = '2' }) {
   const key = randomUUID();
-  const item = `book ${key}`;
-  const first = await order(node.port, key, `{"item": "${item}", "quantity": 2}`);
+  const first = await order(firstPort, key, `{"item": "${item} ${key}", "quantity": ${quantity}}`);
   assert.equal(first.status, 201);
-  assert.equal(JSON.parse(first.text).served_by, 'node');
-  // The same request, its JSON written differently.
-  const retry = await order(djangoPort, key, `{"quantity":2,"item":"${item}"}`);
-  assert.equal(retry.status, 201);
-  assert.equal(retry.header('Idempotent-Replayed'), 'true');
-  assert.deepEqual(retry.body, first.body);
-  assert.equal(retry.header('Location'), first.header('Location'));
-  assert.ok(retry.rawHeaders.some(([name]) => name === 'Location'));
-  assert.equal(retry.header('Content-Type'), first.header('Content-Type'));
-  assert.equal(await orders(item), 1);
-});
+  assert.equal(first.header('Idempotent-Replayed'), undefined);
+  assert.equal(JSON.parse(first.text).served_by, servedBy);
+  for (const port of retryPorts) {
+    const retry = await order(port, key, `{"quantity": ${retryQuantity}, "item": "${item} ${key}"}`);
+    assert.equal(retry.status, 201, `port ${port}`);
+    assert.equal(retry.header('Idempotent-Replayed'), 'true');
+    assert.deepEqual(retry.body, first.body);
+    assert.equal(retry.header('Location'), first.header('Location'));
+    assert.ok(retry.rawHeaders.some(([name]) => name === 'Location'));
+    assert.equal(retry.header('Content-Type'), first.header('Content-Type'));
+  }
+  assert.equal(await orders(`${item} ${key}`), 1);
+}
 
-test('first handled by Django, retried against Node: replayed, with Django\'s answer', async () => {
-  const key = randomUUID();
-  const item = `lamp ${key}`;
-  const first = await order(djangoPort, key, `{"item": "${item}", "quantity": 1}`);
-  assert.equal(first.status, 201);
-  assert.equal(JSON.parse(first.text).served_by, 'django');
-  const retry = await order(node.port, key, `{"quantity": 1.0, "item": "${item}"}`);
-  assert.equal(retry.status, 201);
-  assert.equal(retry.header('Idempotent-Replayed'), 'true');
-  assert.deepEqual(retry.body, first.body);
-  assert.equal(retry.header('Location'), first.header('Location'));
-  assert.equal(await orders(item), 1);
-});
+test('first handled by Node, retried against Django: replayed, with Node\'s answer', () =>
+  firstThenRetries({ item: 'book', firstPort: node.port, servedBy: 'node', retryPorts: [djangoPort] }));
+
+test('first handled by Django, retried against Node: replayed, with Django\'s answer', () =>
+  firstThenRetries({ item: 'lamp', firstPort: djangoPort, servedBy: 'django', retryPorts: [node.port],
+    quantity: 1, retryQuantity: '1.0' }));
 
 test('another request with the key is 422 on either service', async () => {
   const key = randomUUID();
@@ -181,38 +179,12 @@ test('UTF-8 bytes in the key reach the WSGI service as latin1 and are refused, n
   assert.equal(await orders(item), 0);
 });
 
-test('first handled by Node, retried against Go: replayed, with Node\'s answer', async () => {
-  const key = randomUUID();
-  const item = `kettle ${key}`;
-  const first = await order(node.port, key, `{"item": "${item}", "quantity": 2}`);
-  assert.equal(first.status, 201);
-  assert.equal(JSON.parse(first.text).served_by, 'node');
-  const retry = await order(goPort, key, `{"quantity":2,"item":"${item}"}`);
-  assert.equal(retry.status, 201);
-  assert.equal(retry.header('Idempotent-Replayed'), 'true');
-  assert.deepEqual(retry.body, first.body);
-  assert.equal(retry.header('Location'), first.header('Location'));
-  assert.equal(retry.header('Content-Type'), first.header('Content-Type'));
-  assert.equal(await orders(item), 1);
-});
+test('first handled by Node, retried against Go: replayed, with Node\'s answer', () =>
+  firstThenRetries({ item: 'kettle', firstPort: node.port, servedBy: 'node', retryPorts: [goPort] }));
 
-test('first handled by Go, retried against Node and Django: replayed, with Go\'s answer', async () => {
-  const key = randomUUID();
-  const item = `chair ${key}`;
-  const first = await order(goPort, key, `{"item": "${item}", "quantity": 1}`);
-  assert.equal(first.status, 201);
-  assert.equal(first.header('Idempotent-Replayed'), undefined);
-  assert.equal(JSON.parse(first.text).served_by, 'go');
-  for (const port of [node.port, djangoPort]) {
-    const retry = await order(port, key, `{"quantity": 1.0, "item": "${item}"}`);
-    assert.equal(retry.status, 201, `port ${port}`);
-    assert.equal(retry.header('Idempotent-Replayed'), 'true');
-    assert.deepEqual(retry.body, first.body);
-    assert.equal(retry.header('Location'), first.header('Location'));
-    assert.equal(retry.header('Content-Type'), first.header('Content-Type'));
-  }
-  assert.equal(await orders(item), 1);
-});
+test('first handled by Go, retried against Node and Django: replayed, with Go\'s answer', () =>
+  firstThenRetries({ item: 'chair', firstPort: goPort, servedBy: 'go', retryPorts: [node.port, djangoPort],
+    quantity: 1, retryQuantity: '1.0' }));
 
 test('another request with a key stored by Go or by Node is 422 on the other', async () => {
   const key = randomUUID();
