@@ -334,14 +334,22 @@ async function consume(options) {
     emit('dead-lettered', message, { code, reason });
   }
 
-  async function reply(message, response, text, outcome) {
+  // Publishes the answer to the message's reply_to, if it has one; true
+  // when it did (the broker's confirm is still to come).
+  function publishReply(message, text, outcome) {
     const { replyTo, correlationId } = message.properties;
     if (!replyTo)
-      return;
+      return false;
     channel.sendToQueue(replyTo, Buffer.from(text ?? 'null'), {
       correlationId, contentType: 'application/json', persistent: true,
       headers: { [REPLAYED_HEADER]: outcome === 'replayed' || outcome === 'replayed_error' },
     });
+    return true;
+  }
+
+  async function reply(message, response, text, outcome) {
+    if (!publishReply(message, text, outcome))
+      return;
     await confirmed(channel);
     emit('replied', message, { response, outcome });
   }
@@ -409,6 +417,29 @@ async function consume(options) {
     emit('acked', message, { key, outcome });
   }
 
+  // The answers of a committed batch: every reply published, then one wait
+  // for the broker's confirms of them all, then the acks. (A wait per reply
+  // would make each wait again for the replies published before it.)
+  async function settleAnswers(answers) {
+    const replied = [];
+    for (const { message, key, answer } of answers) {
+      inProgressAttempts.delete(key);
+      emit('committed', message, { key, outcome: answer.outcome, response: answer.response });
+      if (publishReply(message, answer.text, answer.outcome))
+        replied.push({ message, answer });
+    }
+    if (replied.length > 0) {
+      await confirmed(channel);
+      for (const { message, answer } of replied)
+        emit('replied', message, { response: answer.response, outcome: answer.outcome });
+    }
+    for (const settling of answers) {
+      channel.ack(settling.message);
+      settling.acked = true;
+      emit('acked', settling.message, { key: settling.key, outcome: settling.answer.outcome });
+    }
+  }
+
   async function onMessage(message) {
     if (message === null) { // the broker cancelled the consumer (queue deleted)
       emit('cancelled', null, {});
@@ -459,16 +490,21 @@ async function consume(options) {
       await Promise.all(items.map(({ message, key }) => settleFailure(message, key, error)));
       return;
     }
-    await Promise.all(items.map(async ({ message, key }, index) => {
-      try {
-        if (settled[index].error)
-          await settleFailure(message, key, settled[index].error);
-        else
-          await settleAnswer(message, key, settled[index]);
-      } catch (error) {
-        await settleFailure(message, key, error);
-      }
-    }));
+    const answers = [];
+    const failures = [];
+    for (const [index, { message, key }] of items.entries()) {
+      if (settled[index].error)
+        failures.push(settleFailure(message, key, settled[index].error));
+      else
+        answers.push({ message, key, answer: settled[index] });
+    }
+    try {
+      await settleAnswers(answers);
+    } catch (error) { // the channel: those not acked come back, and replay
+      await Promise.all(answers.filter(({ acked }) => !acked)
+        .map(({ message, key }) => settleFailure(message, key, error)));
+    }
+    await Promise.all(failures);
   }
 
   function flush() {

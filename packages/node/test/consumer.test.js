@@ -380,6 +380,8 @@ test('batch: one transaction for the batch, acks after its commit; the batch red
   assert.equal(acks.length, 4);
   for (const ack of acks)
     assert.equal(await ack.at, 1, 'at the ack the effect was already committed');
+  assert.deepEqual(channel.log.map((entry) => entry.op), ['reply', 'reply', 'reply', 'reply', 'confirmed', 'ack', 'ack', 'ack', 'ack'],
+    'the batch\'s replies are published, confirmed by one wait, and only then acked');
   const firstReplies = channel.log.filter((entry) => entry.op === 'reply').map((entry) => entry.bytes);
 
   channel.log.length = 0;
