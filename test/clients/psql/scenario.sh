@@ -6,7 +6,7 @@ set -euo pipefail
 prefix="$CLIENTS_RUN-$CLIENTS_CONFIG-"
 account=$CLIENTS_ACCOUNT
 acc_first=$((account + 1)) acc_busy=$((account + 2)) acc_handler=$((account + 3))
-acc_prepared=$((account + 4)) acc_generic=$((account + 5))
+acc_prepared=$((account + 4)) acc_generic=$((account + 5)) acc_batch=$((account + 6))
 
 run_psql() { psql -X -qAt -v ON_ERROR_STOP=0 -v prefix="$prefix" "$@"; }
 
@@ -141,6 +141,42 @@ prepared() { # step plan_cache_mode account
 }
 prepared prepared auto $acc_prepared
 prepared prepared_generic force_generic_plan $acc_generic
+
+# claim_batch / complete_batch: three keys in one transaction, the second
+# with a NULL request hash; withdraw for each claimed key, its answer kept in
+# an array literal (psql's jsonb[]) for complete_batch. Then the same batch
+# again with the first key repeated under another hash: three replays and
+# one IK422 refusal.
+batch() {
+  local i keys="ARRAY['${prefix}batch-0', '${prefix}batch-1', '${prefix}batch-2']"
+  local hashes="ARRAY['hash-0', NULL, 'hash-2']"
+  {
+    echo "BEGIN;"
+    echo "SELECT o[1] AS outcome_0, o[2] AS outcome_1, o[3] AS outcome_2"
+    echo "  FROM (SELECT array_agg(outcome ORDER BY ordinality) AS o FROM idempotency.claim_batch($keys, $hashes)) b \\gset"
+    echo "\\set done_keys '{}'"
+    echo "\\set done_works '{}'"
+    for i in 0 1 2; do
+      echo "\\echo RESULT batch.$i outcome :outcome_$i"
+      echo "SELECT :'outcome_$i' = 'claimed' AS claimed \\gset"
+      echo "\\if :claimed"
+      echo "SELECT withdraw($((acc_batch + i)), $((10 * (i + 1))))::text AS work \\gset"
+      echo "\\echo RESULT batch.$i response :work"
+      echo "SELECT array_append(:'done_keys'::text[], '${prefix}batch-$i') AS done_keys,"
+      echo "       array_append(:'done_works'::jsonb[], :'work') AS done_works \\gset"
+      echo "\\endif"
+    done
+    echo "SELECT idempotency.complete_batch(:'done_keys', :'done_works') \\gset"
+    echo "COMMIT;"
+    echo "BEGIN;"
+    echo "SELECT 'RESULT batch_retry.' || (ordinality - 1) || ' ' || field || ' ' || value"
+    echo "  FROM idempotency.claim_batch($keys || '${prefix}batch-0'::text, $hashes || 'hash-0-other'::text),"
+    echo "       LATERAL (VALUES ('outcome', outcome), ('response', response::text), ('sqlstate', sqlstate)) f (field, value)"
+    echo "  WHERE value IS NOT NULL ORDER BY ordinality;"
+    echo "COMMIT;"
+  } | run_psql
+}
+batch
 
 # IK409: a second session holds the key in an open transaction.
 key="${prefix}busy"
