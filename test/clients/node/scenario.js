@@ -143,6 +143,47 @@ async function main() {
     result('release_again', 'replayed', again.rows[0].replayed);
   });
 
+  // Three keys, the second with a null request hash, in one transaction:
+  // withdraw for each claimed key, the answers as node-postgres's array of
+  // objects for jsonb[]. Then the batch again with the first key repeated
+  // under another hash.
+  const batchKeys = [0, 1, 2].map((i) => `${prefix}batch-${i}`);
+  const batchHashes = ['hash-0', null, 'hash-2'];
+  await step('batch', async () => {
+    await client.query('BEGIN');
+    try {
+      const claims = await db.query('SELECT key, outcome FROM idempotency.claim_batch($1, $2) ORDER BY ordinality',
+        [batchKeys, batchHashes]);
+      const keys = [];
+      const responses = [];
+      for (const [i, claim] of claims.rows.entries()) {
+        result(`batch.${i}`, 'outcome', claim.outcome);
+        if (claim.outcome !== 'claimed') continue;
+        const work = await db.query('SELECT withdraw($1, $2)::text AS response', [account + 6 + i, 10 * (i + 1)]);
+        result(`batch.${i}`, 'response', work.rows[0].response);
+        keys.push(claim.key);
+        responses.push(JSON.parse(work.rows[0].response));
+      }
+      await db.query('SELECT idempotency.complete_batch($1, $2)', [keys, responses]);
+      await client.query('COMMIT');
+    } catch (err) {
+      await client.query('ROLLBACK');
+      throw err;
+    }
+  });
+  await step('batch_retry', async () => {
+    await client.query('BEGIN');
+    const { rows } = await db.query(
+      'SELECT outcome, sqlstate, response::text AS response FROM idempotency.claim_batch($1, $2) ORDER BY ordinality',
+      [[...batchKeys, batchKeys[0]], [...batchHashes, 'hash-0-other']]);
+    await client.query('COMMIT');
+    for (const [i, row] of rows.entries()) {
+      result(`batch_retry.${i}`, 'outcome', row.outcome);
+      result(`batch_retry.${i}`, 'response', row.response);
+      result(`batch_retry.${i}`, 'sqlstate', row.sqlstate);
+    }
+  });
+
   for (const name of ['types', 'types_retry']) {
     const key = prefix + 'types';
     await reportCall(name, db, CALL_TYPES, [key, key, true, stamp, uuid, doc, '12.50']);
