@@ -135,6 +135,40 @@ async def main():
         result("release_again", "replayed", replayed)
     await step("release", release)
 
+    # Three keys, the second with a None request hash, in one transaction:
+    # withdraw for each claimed key, the answers (asyncpg's jsonb, text) as a
+    # list for jsonb[]. Then the batch again with the first key repeated
+    # under another hash.
+    batch_keys = [f"{prefix}batch-{i}" for i in range(3)]
+    batch_hashes = ["hash-0", None, "hash-2"]
+
+    async def batch():
+        async with conn.transaction():
+            claims = await conn.fetch("SELECT key, outcome FROM idempotency.claim_batch($1, $2) ORDER BY ordinality",
+                                      batch_keys, batch_hashes)
+            keys, responses = [], []
+            for i, claim in enumerate(claims):
+                result(f"batch.{i}", "outcome", claim["outcome"])
+                if claim["outcome"] != "claimed":
+                    continue
+                work = await conn.fetchval("SELECT withdraw($1, $2)", account + 6 + i, 10 * (i + 1))
+                result(f"batch.{i}", "response", work)
+                keys.append(claim["key"])
+                responses.append(work)
+            await conn.execute("SELECT idempotency.complete_batch($1, $2)", keys, responses)
+    await step("batch", batch)
+
+    async def batch_retry():
+        async with conn.transaction():
+            rows = await conn.fetch(
+                "SELECT outcome, sqlstate, response::text FROM idempotency.claim_batch($1, $2) ORDER BY ordinality",
+                batch_keys + batch_keys[:1], batch_hashes + ["hash-0-other"])
+        for i, row in enumerate(rows):
+            result(f"batch_retry.{i}", "outcome", row["outcome"])
+            result(f"batch_retry.{i}", "response", row["response"])
+            result(f"batch_retry.{i}", "sqlstate", row["sqlstate"])
+    await step("batch_retry", batch_retry)
+
     key = prefix + "types"
     for name in ("types", "types_retry"):
         await report_call(name, conn, CALL_TYPES, key, key, True, STAMP, UUID, DOC, Decimal("12.50"))

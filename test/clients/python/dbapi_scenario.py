@@ -52,8 +52,8 @@ class Driver:
 
     def transaction(self, conn):
         """A context manager around one transaction that commits; it gives
-        a function (text, values) that runs a statement in it and answers
-        its row."""
+        a function (text, values, every_row=False) that runs a statement in
+        it and answers its row (its rows with every_row)."""
         raise NotImplementedError
 
     def rolled_back(self, conn):
@@ -155,6 +155,40 @@ def run(driver):
             replayed, = execute("SELECT replayed FROM idempotency.claim(%s, %s)", (key, None))
         result("release_again", "replayed", replayed)
     step("release", release)
+
+    # Three keys, the second with a None request hash, in one transaction:
+    # withdraw for each claimed key, the answers as a list of the driver's
+    # jsonb values. psycopg2 sends that list as ARRAY['...', ...], a text[],
+    # hence the cast (psycopg sends a jsonb[] already). Then the batch again
+    # with the first key repeated under another hash.
+    batch_keys = [f"{prefix}batch-{i}" for i in range(3)]
+    batch_hashes = ["hash-0", None, "hash-2"]
+
+    def batch():
+        with driver.transaction(conn) as execute:
+            claims = execute("SELECT key, outcome FROM idempotency.claim_batch(%s, %s) ORDER BY ordinality",
+                             (batch_keys, batch_hashes), every_row=True)
+            keys, responses = [], []
+            for i, (key, outcome) in enumerate(claims):
+                result(f"batch.{i}", "outcome", outcome)
+                if outcome != "claimed":
+                    continue
+                work, = execute("SELECT withdraw(%s, %s)::text", (account + 6 + i, 10 * (i + 1)))
+                result(f"batch.{i}", "response", work)
+                keys.append(key)
+                responses.append(driver.jsonb(json.loads(work)))
+            execute("SELECT idempotency.complete_batch(%s, %s::jsonb[])", (keys, responses))
+    step("batch", batch)
+
+    def batch_retry():
+        with driver.transaction(conn) as execute:
+            rows = execute("SELECT outcome, sqlstate, response::text FROM idempotency.claim_batch(%s, %s) ORDER BY ordinality",
+                           (batch_keys + batch_keys[:1], batch_hashes + ["hash-0-other"]), every_row=True)
+        for i, (outcome, sqlstate, response) in enumerate(rows):
+            result(f"batch_retry.{i}", "outcome", outcome)
+            result(f"batch_retry.{i}", "response", response)
+            result(f"batch_retry.{i}", "sqlstate", sqlstate)
+    step("batch_retry", batch_retry)
 
     key = prefix + "types"
     for name in ("types", "types_retry"):

@@ -45,9 +45,9 @@ def fetch(conn, text, values=None):
 
 
 def executor(cur):
-    def execute(text, values):
+    def execute(text, values, every_row=False):
         cur.execute(text, values)
-        return cur.fetchone() if cur.description else None
+        return (cur.fetchall() if every_row else cur.fetchone()) if cur.description else None
     return execute
 
 

@@ -52,9 +52,9 @@ CALL_WITHDRAW = sql(CALL_WITHDRAW)
 
 
 def executor(conn):
-    def execute(text, values):
+    def execute(text, values, every_row=False):
         cur = conn.execute(sql(text), values)
-        return cur.fetchone() if cur.description else None
+        return (cur.fetchall() if every_row else cur.fetchone()) if cur.description else None
     return execute
 
 
