@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgconn"
+	"github.com/jackc/pgtype"
 	"github.com/jackc/pgx/v4"
 )
 
@@ -93,6 +94,14 @@ func reportCall(name string, conn *pgx.Conn, sql string, args ...interface{}) {
 		result(name, "replayed", replayed)
 		return nil
 	})
+}
+
+func textArray(values ...*string) pgtype.TextArray {
+	var array pgtype.TextArray
+	if err := array.Set(values); err != nil {
+		panic(err)
+	}
+	return array
 }
 
 func connect(simple bool, application string) *pgx.Conn {
@@ -220,6 +229,78 @@ func main() {
 		}
 		result("release_again", "replayed", replayed)
 		return nil
+	})
+
+	// Three keys, the second with a nil request hash, in one transaction:
+	// withdraw for each claimed key, the answers as a []string for jsonb[].
+	// Then the batch again with the first key repeated under another hash.
+	// The hashes go as a pgtype.TextArray: pgx's simple protocol cannot
+	// encode a []*string, the extended one takes either.
+	batchKeys := []string{prefix + "batch-0", prefix + "batch-1", prefix + "batch-2"}
+	hash0, hash2, hashOther := "hash-0", "hash-2", "hash-0-other"
+	batchHashes := textArray(&hash0, nil, &hash2)
+	step("batch", func() error {
+		return conn.BeginFunc(ctx, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, "SELECT outcome FROM idempotency.claim_batch($1, $2) ORDER BY ordinality",
+				batchKeys, batchHashes)
+			if err != nil {
+				return err
+			}
+			// The rows are read to the end before the connection runs withdraw.
+			var outcomes []string
+			for rows.Next() {
+				var outcome string
+				if err := rows.Scan(&outcome); err != nil {
+					return err
+				}
+				outcomes = append(outcomes, outcome)
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			var keys, responses []string
+			for i, outcome := range outcomes {
+				result(fmt.Sprintf("batch.%d", i), "outcome", outcome)
+				if outcome != "claimed" {
+					continue
+				}
+				var work string
+				if err := tx.QueryRow(ctx, "SELECT withdraw($1, $2)::text", account+6+i, 10*(i+1)).Scan(&work); err != nil {
+					return err
+				}
+				result(fmt.Sprintf("batch.%d", i), "response", work)
+				keys = append(keys, batchKeys[i])
+				responses = append(responses, work)
+			}
+			_, err = tx.Exec(ctx, "SELECT idempotency.complete_batch($1, $2)", keys, responses)
+			return err
+		})
+	})
+	step("batch_retry", func() error {
+		return conn.BeginFunc(ctx, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx,
+				"SELECT outcome, sqlstate, response::text FROM idempotency.claim_batch($1, $2) ORDER BY ordinality",
+				append(batchKeys, batchKeys[0]), textArray(&hash0, nil, &hash2, &hashOther))
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for i := 0; rows.Next(); i++ {
+				var outcome string
+				var state, response *string
+				if err := rows.Scan(&outcome, &state, &response); err != nil {
+					return err
+				}
+				result(fmt.Sprintf("batch_retry.%d", i), "outcome", outcome)
+				if response != nil {
+					result(fmt.Sprintf("batch_retry.%d", i), "response", *response)
+				}
+				if state != nil {
+					result(fmt.Sprintf("batch_retry.%d", i), "sqlstate", *state)
+				}
+			}
+			return rows.Err()
+		})
 	})
 
 	key := prefix + "types"
