@@ -543,6 +543,14 @@ KeyProbe LocalKeys::probe(const KeyTable &table, const KeyRef &key,
 
 // --- writing ----------------------------------------------------------------
 
+[[noreturn]] void report_replaced_row_changed() {
+  ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                  errmsg("could not serialize access due to concurrent update"),
+                  errdetail("An expired idempotency key was changed while "
+                            "being replaced.")));
+  pg_unreachable();
+}
+
 namespace {
 
 // Whether `tuple` is a row of `key`: its scope and digest (the probe that
@@ -619,14 +627,6 @@ RowDeleted delete_row_version(Relation rel, const KeyColumns &columns,
   default:
     return RowDeleted::changed;
   }
-}
-
-[[noreturn]] void report_replaced_row_changed() {
-  ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-                  errmsg("could not serialize access due to concurrent update"),
-                  errdetail("An expired idempotency key was changed while "
-                            "being replaced.")));
-  pg_unreachable();
 }
 
 // Removes the expired row the new one replaces. No caller changes a row

@@ -676,12 +676,17 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
   PG_CATCH();
   {
     // Another transaction stored the key first: the primary key refused
-    // this one. The transaction is aborting; say what it means.
+    // this one. The transaction is aborting; say what it means. When this
+    // row replaces an expired one, expiry turned that one into a tombstone
+    // whose window has not passed (its idempotency.remember is longer than
+    // the claim's): 40001, as for a role's key, and the retry gets IK410.
     MemoryContextSwitchTo(caller);
     ErrorData *error = CopyErrorData();
     if (error->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
       PG_RE_THROW();
     FlushErrorState();
+    if (row.replaces != nullptr)
+      report_replaced_row_changed();
     ereport(ERROR,
             (errcode(errcode_key_in_progress),
              errmsg("idempotency key was stored by another transaction first"),

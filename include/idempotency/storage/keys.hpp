@@ -153,6 +153,11 @@ RowLife row_life(bool tombstone, bool keeps_tombstones, TimestampTz expires_at,
 // the library no longer serves; the hint says how to update.
 [[noreturn]] void report_schema_before_0_7();
 
+// 40001: the expired row a new one replaces was changed meanwhile, in
+// practice turned by expiry into a tombstone whose window (expiry's
+// idempotency.remember) had not passed; the retry gets IK410.
+[[noreturn]] void report_replaced_row_changed();
+
 // Locks idempotency.keys in `mode` until the end of the transaction. False
 // when the table is gone: DROP EXTENSION may commit between two of an
 // expiry round's transactions.
