@@ -14,6 +14,8 @@ import java.sql.Statement;
 import java.sql.Types;
 import java.time.OffsetDateTime;
 import java.time.ZoneOffset;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.UUID;
 
 public class Scenario {
@@ -204,6 +206,68 @@ public class Scenario {
           rs.next();
           result("release_again", "replayed", rs.getBoolean(1));
         }
+      } finally {
+        conn.rollback();
+        conn.setAutoCommit(true);
+      }
+    });
+
+    // Three keys, the second with a null request hash, in one transaction:
+    // withdraw for each claimed key, the answers as createArrayOf("jsonb").
+    // Then the batch again with the first key repeated under another hash.
+    String[] batchKeys = {PREFIX + "batch-0", PREFIX + "batch-1", PREFIX + "batch-2"};
+    String[] batchHashes = {"hash-0", null, "hash-2"};
+    step("batch", () -> {
+      conn.setAutoCommit(false);
+      try (PreparedStatement claim = conn.prepareStatement(
+              "SELECT outcome FROM idempotency.claim_batch(?, ?) ORDER BY ordinality");
+          PreparedStatement work = conn.prepareStatement("SELECT withdraw(?, ?)::text");
+          PreparedStatement complete = conn.prepareStatement("SELECT idempotency.complete_batch(?, ?)")) {
+        claim.setArray(1, conn.createArrayOf("text", batchKeys));
+        claim.setArray(2, conn.createArrayOf("text", batchHashes));
+        List<String> outcomes = new ArrayList<>();
+        try (ResultSet rs = claim.executeQuery()) {
+          while (rs.next()) outcomes.add(rs.getString(1));
+        }
+        List<String> keys = new ArrayList<>();
+        List<String> responses = new ArrayList<>();
+        for (int i = 0; i < outcomes.size(); i++) {
+          result("batch." + i, "outcome", outcomes.get(i));
+          if (!outcomes.get(i).equals("claimed")) continue;
+          work.setInt(1, ACCOUNT + 6 + i);
+          work.setLong(2, 10 * (i + 1));
+          try (ResultSet rs = work.executeQuery()) {
+            rs.next();
+            result("batch." + i, "response", rs.getString(1));
+            keys.add(batchKeys[i]);
+            responses.add(rs.getString(1));
+          }
+        }
+        complete.setArray(1, conn.createArrayOf("text", keys.toArray()));
+        complete.setArray(2, conn.createArrayOf("jsonb", responses.toArray()));
+        complete.executeQuery().close();
+        conn.commit();
+      } finally {
+        conn.rollback();
+        conn.setAutoCommit(true);
+      }
+    });
+    step("batch_retry", () -> {
+      conn.setAutoCommit(false);
+      try (PreparedStatement claim = conn.prepareStatement(
+              "SELECT outcome, sqlstate, response::text FROM idempotency.claim_batch(?, ?) ORDER BY ordinality")) {
+        claim.setArray(1, conn.createArrayOf("text",
+            new String[] {batchKeys[0], batchKeys[1], batchKeys[2], batchKeys[0]}));
+        claim.setArray(2, conn.createArrayOf("text",
+            new String[] {batchHashes[0], batchHashes[1], batchHashes[2], "hash-0-other"}));
+        try (ResultSet rs = claim.executeQuery()) {
+          for (int i = 0; rs.next(); i++) {
+            result("batch_retry." + i, "outcome", rs.getString(1));
+            result("batch_retry." + i, "sqlstate", rs.getString(2));
+            result("batch_retry." + i, "response", rs.getString(3));
+          }
+        }
+        conn.commit();
       } finally {
         conn.rollback();
         conn.setAutoCommit(true);
