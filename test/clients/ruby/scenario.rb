@@ -1,7 +1,7 @@
 # The clients scenario from ruby-pg (see test/clients/run): bare
 # placeholders; `typed` passes Ruby values through a type map that gives each
 # parameter its type (Integer as int8, String as text, true as bool, Time as
-# timestamptz, Hash as jsonb); `untyped` passes
+# timestamptz, Hash as jsonb, Array as text[]); `untyped` passes
 # strings with no types, as exec_params does by default.
 #
 #   ruby scenario.rb typed|untyped
@@ -77,8 +77,12 @@ def connect(application)
   conn
 end
 
+TEXT_ARRAY = PG::TextEncoder::Array.new(elements_type: PG::TextEncoder::String.new, oid: 1009)
+JSONB_ARRAY = PG::TextEncoder::Array.new(elements_type: PG::TextEncoder::JSON.new, oid: 3807)
+
 def typed_parameters
   map = PG::TypeMapByClass.new
+  map[Array] = TEXT_ARRAY
   map[Integer] = PG::TextEncoder::Integer.new(oid: 20)
   map[String] = PG::TextEncoder::String.new(oid: 25)
   map[TrueClass] = map[FalseClass] = PG::TextEncoder::Boolean.new(oid: 16)
@@ -156,6 +160,54 @@ step('release') do
   replayed = conn.exec_params('SELECT replayed FROM idempotency.claim($1, $2)', [key, nil]).first['replayed']
   conn.exec('ROLLBACK')
   result('release_again', 'replayed', boolean(replayed))
+end
+
+# Three keys, the second with a nil request hash, in one transaction:
+# withdraw for each claimed key, then complete_batch with the answers. In
+# `typed` an Array goes as text[] (the type map) and the answers as Hashes
+# through a jsonb[] encoder; in `untyped` the arrays go as array literals,
+# untyped. Then the batch again with the first key repeated under another
+# hash.
+def batch_array(values)
+  TYPED ? values : PG::TextEncoder::Array.new.encode(values)
+end
+
+batch_keys = (0..2).map { |i| "#{PREFIX}batch-#{i}" }
+batch_hashes = ['hash-0', nil, 'hash-2']
+step('batch') do
+  conn.transaction do |tx|
+    claims = tx.exec_params('SELECT outcome FROM idempotency.claim_batch($1, $2) ORDER BY ordinality',
+                            [batch_array(batch_keys), batch_array(batch_hashes)]).column_values(0)
+    keys = []
+    responses = []
+    claims.each_with_index do |outcome, i|
+      result("batch.#{i}", 'outcome', outcome)
+      next unless outcome == 'claimed'
+
+      work = tx.exec_params('SELECT withdraw($1::int, $2)::text AS response', [ACCOUNT + 6 + i, 10 * (i + 1)])
+               .first['response']
+      result("batch.#{i}", 'response', work)
+      keys << batch_keys[i]
+      responses << (TYPED ? JSON.parse(work) : work)
+    end
+    if TYPED
+      tx.exec_params('SELECT idempotency.complete_batch($1, $2)', [keys, responses], 0,
+                     PG::TypeMapByColumn.new([TEXT_ARRAY, JSONB_ARRAY]))
+    else
+      tx.exec_params('SELECT idempotency.complete_batch($1, $2)', [batch_array(keys), batch_array(responses)])
+    end
+  end
+end
+step('batch_retry') do
+  rows = conn.transaction do |tx|
+    tx.exec_params('SELECT outcome, sqlstate, response::text FROM idempotency.claim_batch($1, $2) ORDER BY ordinality',
+                   [batch_array(batch_keys + batch_keys[0, 1]), batch_array(batch_hashes + ['hash-0-other'])]).to_a
+  end
+  rows.each_with_index do |row, i|
+    result("batch_retry.#{i}", 'outcome', row['outcome'])
+    result("batch_retry.#{i}", 'sqlstate', row['sqlstate'])
+    result("batch_retry.#{i}", 'response', row['response'])
+  end
 end
 
 key = "#{PREFIX}types"
