@@ -129,6 +129,29 @@ void prepared(PGconn *conn, const std::string &step, const char *mode,
   exec(conn, "RESET plan_cache_mode");
 }
 
+// An array literal of values, for a text[] or jsonb[] parameter: libpq has
+// no array type, so each element is double-quoted (with \ before " and \)
+// and a NULL element is the bare word NULL.
+Value array_literal(const std::vector<Value> &values) {
+  std::string text = "{";
+  for (const Value &value : values) {
+    if (text.size() > 1)
+      text += ',';
+    if (value.null) {
+      text += "NULL";
+      continue;
+    }
+    text += '"';
+    for (char c : value.text) {
+      if (c == '"' || c == '\\')
+        text += '\\';
+      text += c;
+    }
+    text += '"';
+  }
+  return Value{text + "}"};
+}
+
 } // namespace
 
 int main() {
@@ -214,6 +237,58 @@ int main() {
     exec(conn, "ROLLBACK");
     if (!report_error("release_again", again.get()))
       result("release_again", "replayed", replayed_text(again.get(), 0));
+  }
+
+  // Three keys, the second with a NULL request hash, in one transaction:
+  // withdraw for each claimed key, the answers as a jsonb[] literal. Then
+  // the batch again with the first key repeated under another hash.
+  {
+    std::vector<Value> keys, hashes{{"hash-0"}, null_value, {"hash-2"}};
+    for (int i = 0; i < 3; i++)
+      keys.push_back({prefix + "batch-" + std::to_string(i)});
+    exec(conn, "BEGIN");
+    Result claims = call(conn,
+                         "SELECT outcome FROM idempotency.claim_batch($1, $2)"
+                         " ORDER BY ordinality",
+                         {array_literal(keys), array_literal(hashes)});
+    if (!report_error("batch", claims.get())) {
+      std::vector<Value> claimed, responses;
+      for (int i = 0; i < PQntuples(claims.get()); i++) {
+        const std::string outcome = PQgetvalue(claims.get(), i, 0);
+        const std::string name = "batch." + std::to_string(i);
+        result(name, "outcome", outcome);
+        if (outcome != "claimed")
+          continue;
+        Result work = call(conn, "SELECT withdraw($1, $2)::text",
+                           {number(account + 6 + i), number(10 * (i + 1))});
+        if (report_error(name, work.get()))
+          continue;
+        result(name, "response", PQgetvalue(work.get(), 0, 0));
+        claimed.push_back(keys[i]);
+        responses.push_back({PQgetvalue(work.get(), 0, 0)});
+      }
+      Result complete =
+          call(conn, "SELECT idempotency.complete_batch($1, $2)",
+               {array_literal(claimed), array_literal(responses)});
+      report_error("batch", complete.get());
+    }
+    exec(conn, "COMMIT");
+    keys.push_back(keys[0]);
+    hashes.push_back({"hash-0-other"});
+    exec(conn, "BEGIN");
+    Result again = call(conn,
+                        "SELECT outcome, sqlstate, response::text"
+                        " FROM idempotency.claim_batch($1, $2) ORDER BY ordinality",
+                        {array_literal(keys), array_literal(hashes)});
+    exec(conn, "COMMIT");
+    if (!report_error("batch_retry", again.get())) {
+      for (int i = 0; i < PQntuples(again.get()); i++) {
+        const std::string name = "batch_retry." + std::to_string(i);
+        result(name, "outcome", PQgetvalue(again.get(), i, 0));
+        result(name, "sqlstate", PQgetvalue(again.get(), i, 1));
+        result(name, "response", PQgetvalue(again.get(), i, 2));
+      }
+    }
   }
 
   const std::string types = prefix + "types";
