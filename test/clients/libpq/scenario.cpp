@@ -276,10 +276,11 @@ int main() {
     keys.push_back(keys[0]);
     hashes.push_back({"hash-0-other"});
     exec(conn, "BEGIN");
-    Result again = call(conn,
-                        "SELECT outcome, sqlstate, response::text"
-                        " FROM idempotency.claim_batch($1, $2) ORDER BY ordinality",
-                        {array_literal(keys), array_literal(hashes)});
+    Result again =
+        call(conn,
+             "SELECT outcome, sqlstate, response::text"
+             " FROM idempotency.claim_batch($1, $2) ORDER BY ordinality",
+             {array_literal(keys), array_literal(hashes)});
     exec(conn, "COMMIT");
     if (!report_error("batch_retry", again.get())) {
       for (int i = 0; i < PQntuples(again.get()); i++) {
