@@ -169,6 +169,21 @@ def main():
             c.expect_document("handler_again", c.document("handler_work"))
             expect_count("withdraw's executions", ledger(account + 3), 1)
 
+        def claim_batch_complete_batch():
+            for i in range(3):
+                c.expect(f"batch.{i}", "outcome", "claimed")
+                c.expect_document(f"batch.{i}", {"account": account + 6 + i, "balance": 10000 - 10 * (i + 1)})
+                expect_count("withdraw's executions", ledger(account + 6 + i), 1)
+
+        def claim_batch_again_replays():
+            for i in range(3):
+                c.expect(f"batch_retry.{i}", "outcome", "replayed")
+                c.expect_same_text(f"batch_retry.{i}", f"batch.{i}")
+                expect_count("withdraw's executions", ledger(account + 6 + i), 1)
+            # The first key again, under another request hash.
+            c.expect("batch_retry.3", "outcome", "refused")
+            c.expect("batch_retry.3", "sqlstate", "ik422")
+
         def claim_release_in_a_transaction():
             c.expect("release_lookup", "state", "absent")
             c.expect("release_again", "replayed", "false")
@@ -209,6 +224,8 @@ def main():
             ("key held by another transaction: IK409 in < 2 s", held_key_is_ik409_at_once),
             ("claim, complete in the driver's transaction", claim_complete_in_a_transaction),
             ("claim, release in the driver's transaction", claim_release_in_a_transaction),
+            ("claim_batch, complete_batch in the driver's transaction", claim_batch_complete_batch),
+            ("claim_batch again: replays byte-identical, another hash IK422", claim_batch_again_replays),
             ("text, boolean, timestamptz, uuid, jsonb, numeric", typed_arguments("types", False)),
             ("NULL arguments", typed_arguments("types_null", True)),
             ("prepared statement, 20 keys", prepared_20_times("prepared", account + 4)),
