@@ -6,6 +6,20 @@
 # window, and with idempotency.remember = 0 deletes expired keys as before.
 # distribute_keys creates the column expired_at.
 #
+# Then a handler replaces a key whose response expired while the
+# coordinator's expiry, with its own idempotency.remember, turns the same
+# row into a tombstone (or deletes it) and commits first; the handler's
+# claim found the key free by its own, shorter window, and what its
+# complete finds decides, by the local keys' rules
+# (test/isolation/specs/tombstone_replace.spec):
+# - a tombstone still within its window (expiry remembers longer): complete
+#   fails with 40001, nothing of the handler's transaction stays, and a
+#   retry gets IK410, never a second run;
+# - a tombstone whose window has passed by the time of complete: it is
+#   deleted and the new row stored;
+# - a row expiry deleted without a tombstone (remember = 0): the key is
+#   free, the new row is stored.
+#
 # Needs Citus; without it the file says so and is skipped.
 use strict;
 use warnings;
@@ -72,13 +86,14 @@ sub row_of
 		  . " WHERE tenant = $tenant AND $where");
 }
 
-# The key's response expired an hour ago.
+# The key's response expired at `expired_at` (SQL; by default an hour ago).
 sub age
 {
-	my ($key) = @_;
+	my ($key, $expired_at) = @_;
+	$expired_at //= q{now() - interval '1 hour'};
 	$coordinator->safe_psql('postgres', qq{
-UPDATE idempotency.tenant_keys SET created_at = now() - interval '2 hours',
-       expires_at = now() - interval '1 hour' WHERE tenant = $tenant AND key = '$key'});
+UPDATE idempotency.tenant_keys SET created_at = ($expired_at) - interval '1 hour',
+       expires_at = $expired_at WHERE tenant = $tenant AND key = '$key'});
 }
 
 # --- a key whose response expired, before expiry comes by -------------------------
@@ -167,5 +182,95 @@ is($coordinator->safe_psql('postgres', "SELECT count(*) FROM idempotency.tenant_
 	'0', '... and writes no tombstone');
 is($coordinator->safe_psql('postgres', "SELECT count(*) FROM idempotency.tenant_keys WHERE expired_at IS NOT NULL"),
 	'0', 'no tombstone is left');
+
+# --- a handler replacing a key while expiry converts it ---------------------------
+
+# A key that ran, its response expired at `expired_at` (SQL).
+sub ran_and_expired
+{
+	my ($key, $expired_at) = @_;
+	like($home->safe_psql('postgres', call_sql($key, 1)), qr/"balance"/, "$key runs");
+	age($key, $expired_at);
+	return $coordinator->safe_psql('postgres',
+		"SELECT key_digest FROM idempotency.tenant_keys WHERE tenant = $tenant AND key = '$key'");
+}
+
+# A handler on the tenant's worker that remembers expired keys 30 minutes:
+# it claims the key (new for it), withdraws, and waits to complete.
+sub claiming_handler
+{
+	my ($key) = @_;
+	my $handler = $home->background_psql('postgres', on_error_stop => 0);
+	$handler->query_safe("\\set VERBOSITY verbose");
+	$handler->query_safe("SET idempotency.remember = '30 minutes'");
+	$handler->query_safe('BEGIN');
+	is($handler->query_safe("SELECT replayed FROM idempotency.tenant_claim(${tenant}::bigint, '$key', NULL)"),
+		'f', "$key: past the handler's window, the claim takes the key as new");
+	$handler->query_safe("SELECT withdraw(${tenant}::bigint, 1::bigint)");
+	return $handler;
+}
+
+# Completes and commits; returns the SQLSTATE of the first error, or ''.
+sub complete_and_commit
+{
+	my ($handler, $key) = @_;
+	$handler->{stderr} = '';
+	$handler->query(
+		"SELECT idempotency.tenant_complete(${tenant}::bigint, '$key', '\"new\"'::jsonb)");
+	$handler->query('COMMIT');
+	my ($sqlstate) = $handler->{stderr} =~ /ERROR:\s+([0-9A-Z]{5}):/;
+	$handler->quit;
+	return $sqlstate // '';
+}
+
+sub expire_with_remember
+{
+	my ($remember) = @_;
+	return $coordinator->safe_psql('postgres',
+		"SET idempotency.remember = '$remember';\nSELECT idempotency.expire()");
+}
+
+# Expiry remembers longer: the tombstone stands.
+$digest = ran_and_expired('kept', q{now() - interval '2 hours'});
+$ran = withdrawals();
+my $handler = claiming_handler('kept');
+is(expire_with_remember('7 days'), '1',
+	'kept: meanwhile expiry, remembering 7 days, turns the row into a tombstone and commits');
+is(complete_and_commit($handler, 'kept'), '40001',
+	'kept: the handler cannot store its row over the tombstone: complete fails with 40001');
+is(withdrawals(), $ran, '... its withdrawal is rolled back with it');
+is(row_of("key_digest = '$digest'"), '|f|t', '... and the tombstone is the only row');
+is( sqlstate_of($home, "SET idempotency.remember = '30 minutes';\n" . call_sql('kept', 1)),
+	'IK410', '... a retry gets IK410 by the tombstone\'s own window');
+is(withdrawals(), $ran, '... and runs nothing');
+
+# The tombstone's window ends before the handler completes: expiry
+# remembers an hour and the response expired an hour less 5 seconds ago, so
+# expiry keeps a tombstone whose window ends 5 seconds later.
+$digest = ran_and_expired('passed', q{now() - interval '1 hour' + interval '5 seconds'});
+$ran = withdrawals();
+$handler = claiming_handler('passed');
+is(expire_with_remember('1 hour'), '1', 'passed: expiry turns the row into a tombstone and commits');
+is(row_of("key_digest = '$digest'"), '|f|t', '... a tombstone');
+$coordinator->poll_query_until('postgres',
+	"SELECT bool_and(expires_at < now()) FROM idempotency.tenant_keys WHERE key_digest = '$digest'")
+  or die 'the tombstone\'s window did not end';
+is(complete_and_commit($handler, 'passed'), '',
+	'passed: once its window has passed, the handler\'s complete replaces the tombstone');
+is(withdrawals(), $ran + 1, '... the handler\'s withdrawal committed, once');
+is(row_of("key_digest = '$digest'"), 'passed|t|f', '... and its row is the only one');
+is( $home->safe_psql('postgres',
+		"SELECT replayed, response FROM idempotency.tenant_claim(${tenant}::bigint, 'passed', NULL)"),
+	't|"new"', '... which a retry replays');
+
+# Expiry deletes the row (remember = 0).
+$digest = ran_and_expired('freed', q{now() - interval '2 hours'});
+$ran = withdrawals();
+$handler = claiming_handler('freed');
+is(expire_with_remember('0'), '1', 'freed: expiry, remembering nothing, deletes the row and commits');
+is(row_of("key_digest = '$digest'"), '', '... no row is left');
+is(complete_and_commit($handler, 'freed'), '', 'freed: the handler stores its row');
+is(withdrawals(), $ran + 1, '... its withdrawal committed, once');
+is(row_of("key_digest = '$digest'"), 'freed|t|f', '... and its row is the only one');
 
 done_testing();
