@@ -15,7 +15,8 @@
 # the one this script is in; a shallow clone or a history without the
 # release fails, never skips. Builds are kept under
 # $IDEMPOTENCY_OLD_RELEASES (default /tmp/idempotency-old-releases-UID), keyed
-# by the commit and the PostgreSQL installation, so later runs reuse them.
+# by the commit, the PostgreSQL installation and the other extensions'
+# libraries in it, so later runs reuse them.
 set -euo pipefail
 
 version=${1:?usage: test/old-release.sh VERSION}
@@ -66,7 +67,10 @@ install_dir=$(dirname "$bindir")
 [ "$(basename "$bindir")" = bin ] || fail "$bindir is not named bin: PostgreSQL::Test::Cluster cannot run it"
 
 cache=${IDEMPOTENCY_OLD_RELEASES:-/tmp/idempotency-old-releases-$(id -u)}
-key=$version-$commit-$(printf '%s\n' "$("$PG_CONFIG" --version)" "$bindir" | sha1sum | cut -c1-12)
+# The libraries of other extensions (Citus) are in the key too: a copy made
+# before one was installed would lack it.
+others=$(cd "$pkglibdir" && find . -maxdepth 1 -name '*.so' ! -name 'idempotency*' | sort)
+key=$version-$commit-$(printf '%s\n' "$("$PG_CONFIG" --version)" "$bindir" "$others" | sha1sum | cut -c1-12)
 tree=$cache/$key
 result=$tree${install_dir#"$root"}
 if [ -f "$tree/.complete" ]; then
