@@ -347,13 +347,6 @@ async function consume(options) {
     return true;
   }
 
-  async function reply(message, response, text, outcome) {
-    if (!publishReply(message, text, outcome))
-      return;
-    await confirmed(channel);
-    emit('replied', message, { response, outcome });
-  }
-
   async function retryLater(message, key, error) {
     // The handler failed and rolled back: the message goes to the back of
     // the queue with its attempt counted, then this delivery is acked.
@@ -408,18 +401,10 @@ async function consume(options) {
     };
   }
 
-  // After the commit: reply, then ack.
-  async function settleAnswer(message, key, { outcome, response, text }) {
-    inProgressAttempts.delete(key);
-    emit('committed', message, { key, outcome, response });
-    await reply(message, response, text, outcome);
-    channel.ack(message);
-    emit('acked', message, { key, outcome });
-  }
-
-  // The answers of a committed batch: every reply published, then one wait
-  // for the broker's confirms of them all, then the acks. (A wait per reply
-  // would make each wait again for the replies published before it.)
+  // After the commit (of one message, or of a batch): every reply
+  // published, then one wait for the broker's confirms of them all, then
+  // the acks. (A wait per reply would make each wait again for the replies
+  // published before it.)
   async function settleAnswers(answers) {
     const replied = [];
     for (const { message, key, answer } of answers) {
@@ -455,7 +440,7 @@ async function consume(options) {
         key, requestHash: item.requestHash, waitTimeout, isStoredError,
         beforeCommit: () => emit('committing', message, { key }),
       }, item.run);
-      await settleAnswer(message, key, answer);
+      await settleAnswers([{ message, key, answer }]);
     } catch (error) {
       await settleFailure(message, key, error);
     }
