@@ -35,7 +35,7 @@ const count = Number(process.env.BENCH_MESSAGES || 5000);
 const consumers = Number(process.env.BENCH_CONSUMERS || 2);
 const batch = Number(process.env.BENCH_BATCH || 32);
 const accounts = Number(process.env.BENCH_ACCOUNTS || count);
-const rounds = Number(process.env.BENCH_RUNS || 2);
+const runs = Number(process.env.BENCH_RUNS || 2);
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const TICKS_PER_SECOND = 100; // USER_HZ, what /proc/PID/stat counts in on Linux
 
@@ -140,7 +140,7 @@ async function run(label, flags, database) {
   const seconds = (times[times.length - 1] - times[0]) / 1000;
   const rate = (events.length - 1) / seconds;
   const dead = events.filter((line) => line.event === 'dead-lettered').length;
-  const perMessage = (cpu) => `${((1000 * cpu) / events.length).toFixed(3)}`;
+  const perMessage = (cpu) => ((1000 * cpu) / events.length).toFixed(3);
   console.log(`${label.padEnd(26)} ${String(events.length).padStart(6)} messages  ${seconds.toFixed(2).padStart(7)} s  `
     + `${rate.toFixed(0).padStart(6)} msg/s  CPU ms/message: consumers ${perMessage(consumerSeconds)}, `
     + `postgres ${perMessage(after.postgres - before.postgres)}, broker ${perMessage(after.broker - before.broker)}`
@@ -168,7 +168,7 @@ async function main() {
     'plain batch/plain per message': ['plain_batch', 'plain'],
   };
   const ratios = [];
-  for (let round = 1; round <= rounds; round++) {
+  for (let round = 1; round <= runs; round++) {
     const rate = {};
     for (const [label, flags, name] of chosen)
       rate[name] = await run(`${label} run ${round}`, flags, `bench_${name}_${round}`);
