@@ -2,8 +2,8 @@
 --
 -- `make` copies this file to idempotency--<default_version>.sql (the
 -- control file's default_version), which CREATE EXTENSION runs for a fresh
--- install. A database at the previous version (0.7) reaches the same schema
--- through the update script idempotency--0.7--1.0.sql; the library serves
+-- install. A database at the previous version (1.0) reaches the same schema
+-- through the update script idempotency--1.0--1.1.sql; the library serves
 -- its own version's schema and the one before it
 -- (docs/operations.md#upgrading).
 --

@@ -243,4 +243,23 @@ like($updated, qr/^table idempotency\.keys column status: comment 'always NULL: 
 	'the update rewrites the comments 1.0 changed');
 $updater->stop;
 
+# A database at 1.0, made by the 1.0 release, updated by the current library.
+my $old10 = old_release_node('release10', '1.0', conf => "idempotency.expire_interval = 0\n");
+$old10->safe_psql('postgres', 'CREATE DATABASE from_1_0');
+$old10->safe_psql('from_1_0', 'CREATE EXTENSION idempotency');
+is( $old10->safe_psql(
+		'from_1_0', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
+	'1.0', 'the 1.0 release installs 1.0');
+my $updater10 = reopen_with_current_library($old10, 'updated10');
+$updater10->safe_psql('from_1_0', 'ALTER EXTENSION idempotency UPDATE');
+is( $updater10->safe_psql(
+		'from_1_0', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
+	$default, "1.0 updates to $default");
+my $updated10 = $updater10->safe_psql('from_1_0', $describe);
+PostgreSQL::Test::Utils::append_to_file("$workdir/from_1_0", "$updated10\n");
+my $same10 = $updated10 eq $fresh;
+ok($same10, 'updated from 1.0, the extension is the one a fresh install makes');
+diag(`diff -u "$workdir/fresh" "$workdir/from_1_0"`) unless $same10;
+$updater10->stop;
+
 done_testing();

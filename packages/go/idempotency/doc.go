@@ -24,4 +24,4 @@
 package idempotency
 
 // Version is the package's version, the extension's release.
-const Version = "1.0.0"
+const Version = "1.1.0"

@@ -10,7 +10,7 @@ from .scope import SHARED_KEYS, scope_text, scoped_key
 from .policy import DEFAULT_VALIDATION_STATUSES, NEVER_STORED, is_stored
 from .stored import decode_body, stored_document
 
-__version__ = "1.0.0"
+__version__ = "1.1.0"
 
 __all__ = [
     "Claim", "Sealable", "claim", "complete", "release", "set_wait_timeout", "with_idempotency",
