@@ -2,7 +2,10 @@
 """The self-test of test/doc-links.py: in a scratch directory, a file whose
 links all resolve passes, each file with one planted broken link of a kind
 fails and names that link's line, and a directory without Markdown files
-fails. Prints one line per check and "doc-links-test: N passed, M failed".
+fails. In a scratch repository whose docs/settings.md and docs/errors.md
+define a setting and an SQLSTATE, those definitions pass, each planted
+definition elsewhere (a table row, a heading) fails at its line, a page that
+only mentions or links them passes, and the words per page are reported. Prints one line per check and "doc-links-test: N passed, M failed".
 """
 import os
 import subprocess
@@ -42,6 +45,25 @@ BROKEN = {
     "collapsed-undefined": ("A [collapsed reference][] without a definition.\n", 1),
 }
 
+# The homes of a scratch repository, and pages that only mention them.
+HOMES = {
+    "docs/settings.md": "# Settings\n\n| setting | default |\n| --- | --- |\n| `idempotency.ttl` | `24h` |\n",
+    "docs/errors.md": "# Errors\n\n| SQLSTATE | meaning |\n| --- | --- |\n| `IK409`, `40001` | busy |\n\n## `2BP01`\n",
+    "docs/mentions.md": ("# Mentions\n\n`idempotency.ttl` ([settings](settings.md)) and `IK409`.\n\n"
+                         "| case | result |\n| --- | --- |\n| key held | `IK409` ([errors](errors.md)) |\n"
+                         "| `idempotency.ttl` set per role | kept |\n| `IK409` p99 | 1 ms |\n"),
+}
+
+# name: (text of docs/planted.md, the line doc-links.py must report)
+DUPLICATE = {
+    "setting-row": ("# Planted\n\n| setting | default |\n| --- | --- |\n| `idempotency.ttl` | `1h` |\n", 5),
+    "setting-heading": ("# Planted\n\n## `idempotency.ttl`\n", 3),
+    "sqlstate-row": ("# Planted\n\n| code | meaning |\n| --- | --- |\n| `IK409` | busy |\n", 5),
+    "sqlstate-list-row": ("# Planted\n\n| code | meaning |\n| --- | --- |\n| `55P03`, `40001` | busy |\n", 5),
+    "sqlstate-heading": ("# Planted\n\n## What IK409 means\n", 3),
+    "errors-own-code-heading": ("# Planted\n\nText.\n\n### `2BP01` for DBAs\n", 5),
+}
+
 results = []
 
 
@@ -79,6 +101,32 @@ with tempfile.TemporaryDirectory() as scratch:
     os.mkdir(empty)
     status, output = run(empty)
     check("no Markdown file to check fails", status != 0 and "0 files" in output, output)
+
+with tempfile.TemporaryDirectory() as scratch:
+    for name, text in HOMES.items():
+        os.makedirs(os.path.dirname(os.path.join(scratch, name)), exist_ok=True)
+        with open(os.path.join(scratch, name), "w", encoding="utf-8") as f:
+            f.write(text)
+    root = f"--root={scratch}"
+    status, output = run(root, scratch)
+    check("definitions in their homes, and mentions elsewhere, pass",
+          status == 0 and "0 definitions outside" in output, output)
+    check("the words of each page and their total are reported",
+          "docs/settings.md" in output and "doc-words:" in output and " total" in output, output)
+    for name, (text, line) in DUPLICATE.items():
+        path = os.path.join(scratch, "docs", "planted.md")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        status, output = run(root, scratch)
+        check(f"a planted duplicate definition ({name}) fails and is reported at its line",
+              status != 0 and f"planted.md:{line}:" in output and "1 definitions outside" in output, output)
+        os.remove(path)
+    path = os.path.join(scratch, "docs", "planted.md")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("# Planted\n\nSee [the settings](settings.md#no-such-heading).\n")
+    status, output = run(root, scratch)
+    check("a planted broken link in the scratch repository fails",
+          status != 0 and "planted.md:3:" in output and "1 broken" in output, output)
 
 passed = sum(results)
 print(f"doc-links-test: {passed} passed, {len(results) - passed} failed")

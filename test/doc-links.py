@@ -8,9 +8,19 @@ broken too. Links to other sites are not followed. Prints each broken link
 as file:line: target and exits non-zero if there is one, or if there was no
 file to check; run from anywhere in the repository.
 
+Each fact has one home: a setting (`idempotency.name`, as the library
+defines it or docs/settings.md lists it) is defined only in
+docs/settings.md, an SQLSTATE (the extension's IKnnn, or a code
+docs/errors.md defines) only in docs/errors.md. A definition is a table row
+whose first cell is the name (or a list of names), or a heading that
+names it; any
+other page that has one fails, reported as file:line. Last, the words of
+each page of README.md and docs/ are printed, and their total.
+
     test/doc-links.py            # every tracked *.md
     test/doc-links.py README.md  # some files
     test/doc-links.py docs       # every *.md under a directory
+    test/doc-links.py --root=DIR DIR   # DIR's docs/settings.md and docs/errors.md as the homes
 """
 import os
 import re
@@ -124,9 +134,104 @@ def broken_links(path):
 
 checked = [0]
 
+SETTINGS_HOME = os.path.join("docs", "settings.md")
+ERRORS_HOME = os.path.join("docs", "errors.md")
+SETTING = re.compile(r"idempotency\.[a-z_]+\b(?!\s*\()")
+IK_SQLSTATE = re.compile(r"\bIK[0-9A-Z]{3}\b")
+SQLSTATE = re.compile(r"\b(?=[0-9A-Z]*[0-9])[0-9A-Z]{5}\b")
+ROW = re.compile(r"^\s*\|([^|\n]*)\|")
+
+
+def first_cell(line):
+    """The text of a table row's first cell, markup dropped, or None when
+    the line is no table row (or its separator)."""
+    m = ROW.match(line)
+    if not m or re.fullmatch(r"[\s:-]*", m.group(1)):
+        return None
+    return m.group(1).replace("`", "").replace("*", "").strip()
+
+
+def definitions(path):
+    """(line, name, how) of every setting or SQLSTATE that a line of path
+    defines: a table row whose first cell starts with it, or a heading
+    naming it."""
+    for number, line in prose_lines(path):
+        heading = HEADING.match(line)
+        if heading:
+            text = heading.group(2).replace("`", "")
+            for m in SETTING.finditer(text):
+                yield number, m.group(0), "heading"
+            for m in SQLSTATE.finditer(text):
+                yield number, m.group(0), "heading"
+            continue
+        cell = first_cell(line)
+        if not cell:
+            continue
+        # A row introduces what its first cell is: one name, or a list of
+        # them ("`40001`, `40P01`"); a cell that says more about a name
+        # (a promise, a measurement) is no definition.
+        names = re.split(r"\s*(?:,|/|\band\b|\bor\b)\s*", cell)
+        if all(SETTING.fullmatch(n) or SQLSTATE.fullmatch(n) for n in names):
+            for n in names:
+                yield number, n, "table row"
+
+
+def source_settings(root):
+    """The settings the library defines (DefineCustom*Variable)."""
+    found = set()
+    src = os.path.join(root, "src")
+    for d, _, names in os.walk(src):
+        for name in names:
+            if name.endswith((".cpp", ".c")):
+                with open(os.path.join(d, name), encoding="utf-8", errors="replace") as f:
+                    found.update(re.findall(r"DefineCustom\w+Variable\(\s*\"(idempotency\.[a-z_]+)\"", f.read()))
+    return found
+
+
+def misplaced_definitions(root, files):
+    """(file, line, name, home) of each definition outside its home page.
+    A setting is a name the library defines or the settings page defines;
+    an SQLSTATE is an IK code, or a code the errors page defines."""
+    settings_home = os.path.join(root, SETTINGS_HOME)
+    errors_home = os.path.join(root, ERRORS_HOME)
+    settings = source_settings(root)
+    if os.path.exists(settings_home):
+        settings.update(n for _, n, how in definitions(settings_home) if SETTING.fullmatch(n))
+    sqlstates = set()
+    if os.path.exists(errors_home):
+        sqlstates.update(n for _, n, _ in definitions(errors_home) if SQLSTATE.fullmatch(n))
+    for path in files:
+        for number, name, how in definitions(path):
+            if name in settings and path != settings_home:
+                yield path, number, name, how, SETTINGS_HOME
+            elif (IK_SQLSTATE.fullmatch(name) or name in sqlstates) \
+                    and not SETTING.fullmatch(name) and path != errors_home:
+                yield path, number, name, how, ERRORS_HOME
+
+
+def words(path):
+    with open(path, encoding="utf-8") as f:
+        return len(f.read().split())
+
+
+def report_words(root, files):
+    """Words of README.md and every page under docs/, as wc -w counts them."""
+    pages = sorted(p for p in files if os.path.relpath(p, root) == "README.md"
+                   or os.path.relpath(p, root).startswith("docs" + os.sep))
+    total = 0
+    for path in pages:
+        n = words(path)
+        total += n
+        print(f"doc-words: {n:6d} {os.path.relpath(path, root)}")
+    if pages:
+        print(f"doc-words: {total:6d} total")
+
 
 def main(args):
     root = repo_root()
+    for arg in [a for a in args if a.startswith("--root=")]:
+        root = os.path.abspath(arg[len("--root="):])
+        args = [a for a in args if a != arg]
     if args:
         files = []
         for arg in args:
@@ -155,7 +260,14 @@ def main(args):
     if not files:
         print("doc-links: no Markdown file to check")
         return 1
-    return 1 if broken else 0
+    misplaced = 0
+    for path, number, name, how, home in misplaced_definitions(root, files):
+        print(f"{os.path.relpath(path, root)}:{number}: {name} defined here ({how}); "
+              f"its home is {home}: link to it instead")
+        misplaced += 1
+    print(f"doc-links: {misplaced} definitions outside their home page")
+    report_words(root, files)
+    return 1 if broken or misplaced else 0
 
 
 if __name__ == "__main__":

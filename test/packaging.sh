@@ -3,8 +3,9 @@
 # the install script of the default version and the update script from the
 # previous release (0.7, the one other version the library serves) and no
 # other version's script, every package's version agrees with the control
-# file's, and the docs' relative links resolve (test/doc-links.py, whose
-# own self-test, test/doc-links-test.py, runs first).
+# file's, and the docs' relative links resolve and each setting and SQLSTATE
+# is defined on its home page only (test/doc-links.py, whose own self-test,
+# test/doc-links-test.py, runs first).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -95,12 +96,13 @@ fails_for_missing_pg_config() {
 check "PG_CONFIG chooses the installation (a missing pg_config fails the build)" \
   fails_for_missing_pg_config
 
-# The link checker flags each kind of broken link (a checker that finds
-# nothing would pass any docs), then the docs' relative links name files and
-# headings that exist.
-check "test/doc-links.py flags every kind of broken link it checks (test/doc-links-test.py)" \
+# The link checker flags each kind of broken link and a definition outside
+# its home page (a checker that finds nothing would pass any docs), then the
+# docs' relative links name files and headings that exist, and settings and
+# SQLSTATEs are defined in docs/settings.md and docs/errors.md only.
+check "test/doc-links.py flags every kind of broken link and a duplicate definition (test/doc-links-test.py)" \
   python3 "$repo/test/doc-links-test.py"
-check "every relative link of the Markdown files resolves" python3 "$repo/test/doc-links.py"
+check "every relative link of the Markdown files resolves, each setting and SQLSTATE is defined once" python3 "$repo/test/doc-links.py"
 
 echo "packaging: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
