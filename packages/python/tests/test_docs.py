@@ -148,7 +148,8 @@ class DocSnippetTests(unittest.TestCase):
         self.assertEqual((first[0], json.loads(first[2])["balance"]), (201, 9_700))
         self.assertEqual((retry[0], retry[2], retry[1].get("idempotent-replayed")), (201, first[2], "true"))
         nobody = post(url + "/charges", {"amount": 300}, {"Idempotency-Key": str(uuid.uuid4())})
-        self.assertEqual((nobody[0], json.loads(nobody[2])["type"]), (401, "urn:idempotency:problem:principal-required"))
+        self.assertEqual((nobody[0], json.loads(nobody[2])["type"]),
+                         (401, "urn:idempotency:problem:principal-required"))
         self.assertEqual(account(user), (9_700, 1))
         self.assertEqual(kept_for(scoped_key(user, key)).days, 7)
 
