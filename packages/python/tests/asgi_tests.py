@@ -58,7 +58,7 @@ class Answer:
         return json.loads(self.body)
 
 
-async def call(app, path, key=None, data=None, headers=(), method="POST", body=None):
+async def call(app, path, key=None, data=None, headers=(), method="POST", body=None, extensions=None):
     """One request through the ASGI app, as a server makes it."""
     body = json.dumps(data).encode() if body is None else body
     target, _, query = path.partition("?")
@@ -72,6 +72,8 @@ async def call(app, path, key=None, data=None, headers=(), method="POST", body=N
              "headers": [(name.lower().encode("latin1"), value.encode("latin1")) for name, value in header_list],
              "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 80), "app": None}
     scope.pop("app")
+    if extensions is not None:
+        scope["extensions"] = extensions
     received = False
 
     async def receive():
@@ -517,6 +519,38 @@ class AsgiTests(unittest.IsolatedAsyncioTestCase):
         answer = await call(app, "/too-large", big_key, {"text": big})
         self.assertEqual((answer.status, answer.json()["type"]), (500, PROBLEM_BASE + "response-too-large"))
         self.assertEqual((await self.count(big), await self.state(big_key)), (0, "absent"))
+
+    async def test_a_response_run_into_the_buffer_sends_the_whole_body_as_messages(self):
+        class NewerFileResponse(FileResponse):
+            """As later Starlette versions serve a file: a 206 for Range, and
+            the path alone when the server offers http.response.pathsend."""
+
+            async def __call__(self, scope, receive, send):
+                if "http.response.pathsend" in scope.get("extensions", {}):
+                    await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+                    await send({"type": "http.response.pathsend", "path": str(self.path)})
+                elif any(name == b"range" for name, _ in scope["headers"]):
+                    await send({"type": "http.response.start", "status": 206, "headers": self.raw_headers})
+                    await send({"type": "http.response.body", "body": b"part"})
+                else:
+                    await super().__call__(scope, receive, send)
+
+        content = b"the whole file\n" * 100
+        with tempfile.NamedTemporaryFile(delete=False) as file:
+            file.write(content)
+        self.addCleanup(os.unlink, file.name)
+
+        @idempotent(db=self.pool, scope=SHARED_KEYS)
+        async def export(request):
+            return NewerFileResponse(file.name)
+
+        app = Starlette(routes=[Route("/export", export, methods=["POST"])])
+        for extensions, headers in (({"http.response.pathsend": {}}, ()), (None, [("Range", "bytes=0-3")])):
+            key = str(uuid.uuid4())
+            first = await call(app, "/export", key, {}, headers, extensions=extensions)
+            retry = await call(app, "/export", key, {})
+            self.assertEqual((first.status, first.body), (200, content), extensions or headers)
+            self.assertEqual((retry.status, retry.body, retry.header("Idempotent-Replayed")), (200, content, "true"))
 
     async def test_a_scope_that_raises_for_a_missing_principal_is_401(self):
         @idempotent(db=self.pool, scope=lambda request: request.user.identity)

@@ -193,6 +193,21 @@ async def _read_stream(response, limit):
     return b"".join(chunks)
 
 
+_BUFFER_FREE_EXTENSIONS = ("http.response.pathsend", "http.response.zerocopy")
+
+
+def _buffer_scope(scope):
+    """The request's scope for a response run into a buffer: without Range
+    (the whole representation is what a retry replays) and without the
+    server's extensions that send a body other than as
+    http.response.body messages."""
+    headers = [(name, value) for name, value in scope.get("headers") or ()
+               if name.lower() not in (b"range", b"if-range")]
+    extensions = {name: value for name, value in (scope.get("extensions") or {}).items()
+                  if name not in _BUFFER_FREE_EXTENSIONS}
+    return {**scope, "headers": headers, "extensions": extensions}
+
+
 async def _read_sent(response, request, limit):
     """A response without a body (FileResponse, a response class of its
     own): run as the ASGI app it is, into a buffer; its background tasks
@@ -216,7 +231,7 @@ async def _read_sent(response, request, limit):
 
     background, response.background = getattr(response, "background", None), None
     try:
-        await response(request.scope, receive, send)
+        await response(_buffer_scope(request.scope), receive, send)
     finally:
         response.background = background
     if "status" not in start:
