@@ -23,7 +23,8 @@ serialization all run inside the transaction):
 For a request with a key the adapter takes a connection from db, opens a
 transaction, claims the key and runs the endpoint with the connection as
 request.state.db. The response it returns is read to its end in the
-transaction (a StreamingResponse's iterator included, up to
+transaction (a StreamingResponse's iterator included, and a response
+without a body attribute, FileResponse say, run once into a buffer; up to
 max_body_bytes), stored when the policy says so, and committed; then it is
 sent, and its background tasks run after that, outside the transaction.
 request.state.db is sealed once the response is settled: a background task
@@ -360,9 +361,9 @@ async def _principal(scope, request):
 
 
 class _Pending:
-    """What the claim dependency of a FastAPI route needs: the connection,
-    the client's key and the request's fingerprint; key is the database
-    key once claimed."""
+    """A request's claim: the connection, the key (scoped already, or the
+    client's when a FastAPI dependency names the principal) and the
+    fingerprint; key is the database key once claimed."""
 
     def __init__(self, conn, client_key, request_hash):
         self.conn, self.client_key, self.request_hash, self.key = conn, client_key, request_hash, None
@@ -402,38 +403,36 @@ async def _handle(settings, handler, request):
         ended = False
         handle = Sealable(conn, "request.state.db")
         try:
+            pending = _Pending(conn, key, request_hash)
             if settings.scope_dependency:
-                pending = request.state.idempotency_pending = _Pending(conn, key, request_hash)
+                request.state.idempotency_pending = pending  # the claim dependency scopes and claims the key
             elif key is not None:
                 answer = await _claim(settings, conn, request, key, request_hash)
                 if answer is not None:
                     ended = True
                     return answer
+                pending.key = key
             request.state.db = handle
             try:
                 response = await handler(request)
+                status, raw_headers, body = await _read(response, request, settings.max_body_bytes)
             except _Answer as answer:
                 ended = True
                 return answer.response
-            except BaseException as error:
-                if settings.scope_dependency:
-                    key = pending.key
-                if key is not None:
-                    log_event(logging.INFO, "not-stored", method, path, key,
-                              reason=f"the endpoint raised {type(error).__name__}")
-                raise
-            if settings.scope_dependency:
-                key = pending.key
-            try:
-                status, raw_headers, body = await _read(response, request, settings.max_body_bytes)
             except _TooLarge:
                 await aio.rollback(conn)
                 ended = True
-                log_event(logging.WARNING, "not-stored", method, path, key, 500,
+                log_event(logging.WARNING, "not-stored", method, path, pending.key, 500,
                           f"the response is larger than max_body_bytes ({settings.max_body_bytes})")
                 return settings.problem(500, "response-too-large", "Response too large to store",
                                         f"The response is larger than {settings.max_body_bytes} bytes and cannot be "
                                         "stored for replay; nothing was committed.")
+            except BaseException as error:
+                if pending.key is not None:
+                    log_event(logging.INFO, "not-stored", method, path, pending.key,
+                              reason=f"the endpoint raised {type(error).__name__}")
+                raise
+            key = pending.key  # None: a request without a key (required=False)
             handle.seal(SEALED)
             if is_stored(status, settings.store_validation_errors, settings.validation_statuses):
                 if key is not None:
