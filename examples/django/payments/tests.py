@@ -15,7 +15,7 @@ from django.test import Client, TransactionTestCase
 from . import processor
 from .models import Account, Payment
 
-PROBLEM_BASE = "https://idempotency.example/problems/"
+PROBLEM_BASE = "urn:idempotency:problem:"
 
 
 def wait_for(condition, what, timeout=10):

@@ -3,33 +3,42 @@ real database, over asyncpg and psycopg 3's async connections, called
 in-process as an ASGI server calls them; and the async helpers."""
 import asyncio
 import base64
+import datetime
 import json
+import logging
 import os
+import tempfile
 import unittest
 import urllib.parse
 import uuid
+from contextlib import asynccontextmanager
 
 import asyncpg
 import psycopg
-from fastapi import APIRouter, Depends, FastAPI, HTTPException
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException
 from pydantic import BaseModel
 from starlette.applications import Starlette
+from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
 from starlette.background import BackgroundTask
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import FileResponse, JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from expiring import SHORT_TTL
-from idempotency_pg import SHARED_KEYS, SealedError, fingerprint, scoped_key
+from idempotency_pg import SHARED_KEYS, SealedError, fingerprint, key_ref, scoped_key
 from idempotency_pg import aio
 from idempotency_pg.starlette import idempotent, idempotent_route, request_fingerprint, transaction
 
-PROBLEM_BASE = "https://idempotency.example/problems/"
+PROBLEM_BASE = "urn:idempotency:problem:"  # the documented default (idempotency_pg.problems)
 # The same document as the Node and Go packages'.
 GONE_PROBLEM = {"type": PROBLEM_BASE + "request-already-ran",
                 "title": "This request already ran; its response is no longer kept", "status": 410,
                 "detail": "A request with this Idempotency-Key was processed before and its response has expired; "
                           "it is not run again."}
+# Refusals the tests cause on purpose are logged at WARNING; kept off stderr.
+logging.getLogger("idempotency_pg").addHandler(logging.NullHandler())
 SHARED = os.environ.get("SHARED_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
 
 
@@ -49,7 +58,7 @@ class Answer:
         return json.loads(self.body)
 
 
-async def call(app, path, key=None, data=None, headers=(), method="POST", body=None):
+async def call(app, path, key=None, data=None, headers=(), method="POST", body=None, extensions=None):
     """One request through the ASGI app, as a server makes it."""
     body = json.dumps(data).encode() if body is None else body
     target, _, query = path.partition("?")
@@ -63,6 +72,8 @@ async def call(app, path, key=None, data=None, headers=(), method="POST", body=N
              "headers": [(name.lower().encode("latin1"), value.encode("latin1")) for name, value in header_list],
              "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 80), "app": None}
     scope.pop("app")
+    if extensions is not None:
+        scope["extensions"] = extensions
     received = False
 
     async def receive():
@@ -85,6 +96,39 @@ async def call(app, path, key=None, data=None, headers=(), method="POST", body=N
     start = messages[0]
     return Answer(start["status"], [(k.decode("latin1"), v.decode("latin1")) for k, v in start["headers"]],
                   b"".join(message.get("body", b"") for message in messages[1:]))
+
+
+@asynccontextmanager
+async def lifespan_of(app):
+    """The app's lifespan, started and shut down as an ASGI server does."""
+    inbox, outbox = asyncio.Queue(), asyncio.Queue()
+    await inbox.put({"type": "lifespan.startup"})
+    task = asyncio.create_task(app({"type": "lifespan", "asgi": {"version": "3.0"}}, inbox.get, outbox.put))
+    started = await outbox.get()
+    assert started["type"] == "lifespan.startup.complete", started
+    try:
+        yield
+    finally:
+        await inbox.put({"type": "lifespan.shutdown"})
+        await outbox.get()
+        await task
+
+
+class BearerUser(AuthenticationBackend):
+    """Starlette's authentication: Authorization: Bearer <user>; without
+    it request.user is an UnauthenticatedUser, whose identity raises."""
+
+    async def authenticate(self, conn):
+        authorization = conn.headers.get("authorization", "")
+        if authorization.startswith("Bearer "):
+            return AuthCredentials(["authenticated"]), User(authorization[len("Bearer "):])
+        return None
+
+
+class User(SimpleUser):
+    @property
+    def identity(self):
+        return self.username
 
 
 class AsgiTests(unittest.IsolatedAsyncioTestCase):
@@ -345,6 +389,258 @@ class AsgiTests(unittest.IsolatedAsyncioTestCase):
         finally:
             await conn.close()
         self.assertEqual(len(runs), 2)
+
+    async def lookup(self, key):
+        return await self.pool.fetchrow("SELECT state, created_at, expires_at FROM idempotency.lookup($1)", key)
+
+    async def test_fastapi_with_a_pool_made_in_the_lifespan(self):
+        @asynccontextmanager
+        async def lifespan(app):
+            app.state.pool = await asyncpg.create_pool(min_size=1, max_size=2)
+            yield
+            await app.state.pool.close()
+
+        router = APIRouter(route_class=idempotent_route(db=lambda request: request.app.state.pool,
+                                                        scope=lambda request: request.headers["x-client"]))
+
+        @router.post("/notes", status_code=201)
+        async def create(request: Request, db=Depends(transaction)):
+            text = (await request.json())["text"]
+            return {"id": await db.fetchval("INSERT INTO asgi_notes (text) VALUES ($1) RETURNING id", text)}
+
+        app = FastAPI()
+        app.router.lifespan_context = lifespan
+        app.include_router(router)
+        key, text = str(uuid.uuid4()), f"lifespan {uuid.uuid4()}"
+        async with lifespan_of(app):
+            first = await call(app, "/notes", key, {"text": text}, [("X-Client", "alice")])
+            retry = await call(app, "/notes", key, {"text": text}, [("X-Client", "alice")])
+        self.assertEqual(first.status, 201, first.body)
+        self.assertEqual((retry.status, retry.body, retry.header("Idempotent-Replayed")), (201, first.body, "true"))
+        self.assertEqual(await self.count(text), 1)
+        before_startup = await call(app, "/notes", str(uuid.uuid4()), {"text": text}, [("X-Client", "alice")])
+        self.assertEqual(before_startup.status, 500, "no pool: db(request) returned None")
+        with self.assertRaises(TypeError):
+            idempotent_route(db=None, scope=SHARED_KEYS)
+        with self.assertRaises(TypeError):
+            idempotent_route(db="pool", scope=SHARED_KEYS)
+
+    async def test_a_routes_ttl_is_its_keys_ttl(self):
+        @idempotent(db=self.pool, scope=SHARED_KEYS, ttl="7 days")
+        async def week(request):
+            return JSONResponse({"kept": "a week"}, status_code=201)
+
+        @idempotent(db=self.pool, scope=SHARED_KEYS, ttl=datetime.timedelta(minutes=90))
+        async def ninety_minutes(request):
+            return JSONResponse({"kept": "90 minutes"}, status_code=201)
+
+        @idempotent(db=self.pool, scope=SHARED_KEYS)
+        async def default(request):
+            return JSONResponse({"kept": "the default"}, status_code=201)
+
+        app = Starlette(routes=[Route("/week", week, methods=["POST"]), Route("/default", default, methods=["POST"]),
+                                Route("/ninety", ninety_minutes, methods=["POST"])])
+        for path, ttl in (("/week", datetime.timedelta(days=7)), ("/ninety", datetime.timedelta(minutes=90)),
+                          ("/default", datetime.timedelta(hours=24))):
+            key = str(uuid.uuid4())
+            self.assertEqual((await call(app, path, key, {})).status, 201)
+            row = await self.lookup(key)
+            self.assertEqual((row["state"], row["expires_at"] - row["created_at"]), ("done", ttl), path)
+        for bad in (0, -1, "", True, [1]):
+            with self.assertRaises((TypeError, ValueError), msg=repr(bad)):
+                idempotent(default, db=self.pool, scope=SHARED_KEYS, ttl=bad)
+
+    async def test_every_outcome_is_logged_with_the_key_hashed(self):
+        alice = [("X-Client", "alice")]
+        key, text = f"raw-key-{uuid.uuid4()}", f"secret body {uuid.uuid4()}"
+        ref = key_ref(scoped_key("alice", key))
+        with self.assertLogs("idempotency_pg", logging.DEBUG) as logs:
+            await call(self.app, "/notes", key, {"text": text}, alice)
+            await call(self.app, "/notes", key, {"text": text}, alice)
+            await call(self.app, "/notes", key, {"text": text + " other"}, alice)
+            async with self.pool.acquire() as holder:
+                busy = str(uuid.uuid4())
+                await holder.execute("BEGIN")
+                await holder.execute("SELECT idempotency.claim($1, NULL)", scoped_key("alice", busy))
+                await call(self.app, "/notes", busy, {"text": text}, alice)
+                await holder.execute("ROLLBACK")
+            await call(self.app, "/notes", str(uuid.uuid4()), {"text": text, "status": 503}, alice)
+            await call(self.app, "/throws", str(uuid.uuid4()), {"text": text}, alice)
+            await call(self.app, "/notes", str(uuid.uuid4()), {"text": text})
+        events = [(record.idempotency_event, record.idempotency_status, record.levelname) for record in logs.records]
+        self.assertEqual(events, [("stored", 201, "DEBUG"), ("replayed", 201, "INFO"), ("mismatch", 422, "WARNING"),
+                                  ("conflict", 409, "INFO"), ("not-stored", 503, "INFO"),
+                                  ("not-stored", None, "INFO"), ("principal-required", 401, "INFO")])
+        self.assertEqual({record.idempotency_key_ref for record in logs.records[:3]}, {ref})
+        self.assertIn("5xx", logs.records[4].idempotency_reason)
+        self.assertIn("RuntimeError", logs.records[5].idempotency_reason)
+        self.assertIn(f"POST /notes key_ref={ref} status=201", logs.output[1])
+        for line in logs.output:
+            self.assertNotIn("raw-key", line)
+            self.assertNotIn("secret body", line)
+        gone = str(uuid.uuid4())
+        await call(self.app, "/short-lived-notes", gone, {"text": text}, alice)
+        while await self.state(scoped_key("alice", gone)) != "gone":
+            await asyncio.sleep(0.02)
+        with self.assertLogs("idempotency_pg", logging.INFO) as logs:
+            await call(self.app, "/short-lived-notes", gone, {"text": text}, alice)
+        self.assertEqual([(r.idempotency_event, r.idempotency_status) for r in logs.records], [("gone", 410)])
+
+    async def test_a_file_response_is_stored_and_replayed_byte_identical(self):
+        content = bytes(range(256)) * 300 + b"\x00 the end"
+        with tempfile.NamedTemporaryFile(suffix=".bin", delete=False) as file:
+            file.write(content)
+        self.addCleanup(os.unlink, file.name)
+        tasks = []
+
+        @idempotent(db=self.pool, scope=SHARED_KEYS, replay_headers=("ETag", "Content-Disposition"))
+        async def export(request):
+            await request.state.db.execute("INSERT INTO asgi_notes (text) VALUES ($1)", (await request.json())["text"])
+            return FileResponse(file.name, filename="export.bin", background=BackgroundTask(tasks.append, 1))
+
+        @idempotent(db=self.pool, scope=SHARED_KEYS, max_body_bytes=1000)
+        async def too_large(request):
+            await request.state.db.execute("INSERT INTO asgi_notes (text) VALUES ($1)", (await request.json())["text"])
+            return FileResponse(file.name)
+
+        app = Starlette(routes=[Route("/export", export, methods=["POST"]),
+                                Route("/too-large", too_large, methods=["POST"])])
+        key, text = str(uuid.uuid4()), f"file {uuid.uuid4()}"
+        first = await call(app, "/export", key, {"text": text})
+        self.assertEqual((first.status, first.body), (200, content))
+        self.assertEqual(tasks, [1], "the background task ran once, after the response")
+        retry = await call(app, "/export", key, {"text": text})
+        self.assertEqual((retry.status, retry.body, retry.header("Idempotent-Replayed")), (200, content, "true"))
+        for name in ("Content-Type", "ETag", "Content-Disposition", "Content-Length"):
+            self.assertEqual(retry.header(name), first.header(name), name)
+        self.assertEqual(first.header("Content-Disposition"), 'attachment; filename="export.bin"')
+        self.assertEqual(await self.count(text), 1)
+        big_key, big = str(uuid.uuid4()), f"big file {uuid.uuid4()}"
+        answer = await call(app, "/too-large", big_key, {"text": big})
+        self.assertEqual((answer.status, answer.json()["type"]), (500, PROBLEM_BASE + "response-too-large"))
+        self.assertEqual((await self.count(big), await self.state(big_key)), (0, "absent"))
+
+    async def test_a_response_run_into_the_buffer_sends_the_whole_body_as_messages(self):
+        class NewerFileResponse(FileResponse):
+            """As later Starlette versions serve a file: a 206 for Range, and
+            the path alone when the server offers http.response.pathsend."""
+
+            async def __call__(self, scope, receive, send):
+                if "http.response.pathsend" in scope.get("extensions", {}):
+                    await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+                    await send({"type": "http.response.pathsend", "path": str(self.path)})
+                elif any(name == b"range" for name, _ in scope["headers"]):
+                    await send({"type": "http.response.start", "status": 206, "headers": self.raw_headers})
+                    await send({"type": "http.response.body", "body": b"part"})
+                else:
+                    await super().__call__(scope, receive, send)
+
+        content = b"the whole file\n" * 100
+        with tempfile.NamedTemporaryFile(delete=False) as file:
+            file.write(content)
+        self.addCleanup(os.unlink, file.name)
+
+        @idempotent(db=self.pool, scope=SHARED_KEYS)
+        async def export(request):
+            return NewerFileResponse(file.name)
+
+        app = Starlette(routes=[Route("/export", export, methods=["POST"])])
+        for extensions, headers in (({"http.response.pathsend": {}}, ()), (None, [("Range", "bytes=0-3")])):
+            key = str(uuid.uuid4())
+            first = await call(app, "/export", key, {}, headers, extensions=extensions)
+            retry = await call(app, "/export", key, {})
+            self.assertEqual((first.status, first.body), (200, content), extensions or headers)
+            self.assertEqual((retry.status, retry.body, retry.header("Idempotent-Replayed")), (200, content, "true"))
+
+    async def test_a_scope_that_raises_for_a_missing_principal_is_401(self):
+        @idempotent(db=self.pool, scope=lambda request: request.user.identity)
+        async def by_user(request):
+            return JSONResponse({"user": request.user.identity}, status_code=201)
+
+        @idempotent(db=self.pool, scope=lambda request: request.headers["x-client"])
+        async def by_header(request):
+            return JSONResponse({}, status_code=201)
+
+        @idempotent(db=self.pool, scope=lambda request: request.state.client.id)
+        async def by_state(request):
+            return JSONResponse({}, status_code=201)
+
+        @idempotent(db=self.pool, scope=lambda request: int("not a number"))
+        async def broken(request):
+            return JSONResponse({}, status_code=201)
+
+        app = Starlette(routes=[Route(path, endpoint, methods=["POST"]) for path, endpoint in (
+            ("/by-user", by_user), ("/by-header", by_header), ("/by-state", by_state), ("/broken", broken))],
+            middleware=[Middleware(AuthenticationMiddleware, backend=BearerUser())])
+        for path in ("/by-user", "/by-header", "/by-state"):
+            nobody = await call(app, path, str(uuid.uuid4()), {})
+            self.assertEqual((nobody.status, nobody.header("Content-Type")), (401, "application/problem+json"), path)
+            self.assertEqual(nobody.json()["type"], PROBLEM_BASE + "principal-required")
+        alice = await call(app, "/by-user", str(uuid.uuid4()), {}, [("Authorization", "Bearer alice")])
+        self.assertEqual((alice.status, alice.json()), (201, {"user": "alice"}))
+        self.assertEqual((await call(app, "/broken", str(uuid.uuid4()), {})).status, 500, "a fault stays a fault")
+
+    def payments_app(self, calls):
+        class Note(BaseModel):
+            text: str
+
+        def current_user(authorization: str = Header(None)):
+            calls.append(authorization)
+            return authorization[len("Bearer "):] if authorization else None
+
+        router = APIRouter(route_class=idempotent_route(db=self.pool, scope=Depends(current_user)))
+
+        @router.post("/notes", status_code=201, responses={402: {"description": "declined"}})
+        async def create(note: Note, user=Depends(current_user), db=Depends(transaction)):
+            note_id = await db.fetchval("INSERT INTO asgi_notes (text) VALUES ($1) RETURNING id", note.text)
+            return {"id": note_id, "user": user}
+
+        app = FastAPI()
+        app.include_router(router)
+        return app
+
+    async def test_fastapi_scope_from_a_dependency_the_route_declares(self):
+        calls = []
+        app = self.payments_app(calls)
+        key, text = str(uuid.uuid4()), f"depends {uuid.uuid4()}"
+        alice = [("Authorization", "Bearer alice")]
+        first = await call(app, "/notes", key, {"text": text}, alice)
+        self.assertEqual((first.status, first.json()["user"]), (201, "alice"))
+        self.assertEqual(calls, ["Bearer alice"], "the dependency ran once")
+        retry = await call(app, "/notes", key, {"text": text}, alice)
+        self.assertEqual((retry.body, retry.header("Idempotent-Replayed")), (first.body, "true"))
+        self.assertEqual(await self.state(scoped_key("alice", key)), "done")
+        bob = await call(app, "/notes", key, {"text": text}, [("Authorization", "Bearer bob")])
+        self.assertEqual((bob.status, bob.json()["user"], bob.header("Idempotent-Replayed")), (201, "bob", None))
+        nobody = await call(app, "/notes", key, {"text": text})
+        self.assertEqual((nobody.status, nobody.json()["type"]), (401, PROBLEM_BASE + "principal-required"))
+        self.assertEqual(await self.count(text), 2)
+        with self.assertRaises(TypeError):
+            idempotent(lambda request: None, db=self.pool, scope=Depends(lambda: "x"))
+
+    async def test_fastapi_openapi_declares_the_header_and_the_problems(self):
+        operation = self.payments_app([]).openapi()["paths"]["/notes"]["post"]
+        header = [p for p in operation["parameters"] if p["name"] == "Idempotency-Key"]
+        self.assertEqual(len(header), 1)
+        self.assertEqual((header[0]["in"], header[0]["required"], header[0]["schema"]["maxLength"]),
+                         ("header", True, 255))
+        self.assertIn("authorization", [p["name"].lower() for p in operation["parameters"]])
+        for status in ("400", "401", "409", "410", "422"):
+            self.assertIn("application/problem+json", operation["responses"][status]["content"], status)
+        self.assertIn("Retry-After", operation["responses"]["409"]["headers"])
+        self.assertIn("application/json", operation["responses"]["422"]["content"], "FastAPI's validation error")
+        self.assertIn("402", operation["responses"])
+        shared = APIRouter(route_class=idempotent_route(db=self.pool, scope=SHARED_KEYS, required=False))
+
+        @shared.post("/shared")
+        async def shared_endpoint():
+            return {}
+
+        app = FastAPI()
+        app.include_router(shared)
+        operation = app.openapi()["paths"]["/shared"]["post"]
+        self.assertNotIn("401", operation["responses"])
+        self.assertEqual([(p["name"], p["required"]) for p in operation["parameters"]], [("Idempotency-Key", False)])
 
     def test_the_asgi_fingerprint_matches_the_shared_vectors(self):
         with open(os.path.join(SHARED, "fingerprint-vectors.json"), encoding="utf-8") as file:

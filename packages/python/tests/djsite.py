@@ -41,6 +41,7 @@ if not settings.configured:
     # Views that fail on purpose: their 500s are what the tests check.
     logging.getLogger("django.request").addHandler(logging.NullHandler())
     logging.getLogger("django.request").propagate = False
+    logging.getLogger("idempotency_pg").addHandler(logging.NullHandler())  # refusals the tests cause
 
 from django.db import connection, transaction  # noqa: E402
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse  # noqa: E402
@@ -268,7 +269,31 @@ def short_lived_notes(request):
     return JsonResponse({"id": note_id, "text": data["text"]}, status=201)
 
 
+@csrf_exempt
+@require_POST
+@idempotent(scope=SHARED_KEYS, ttl="7 days")
+def week_notes(request):
+    return JsonResponse({"id": insert_note(body_of(request)["text"])}, status=201)
+
+
+@csrf_exempt
+@require_POST
+@idempotent(scope=lambda request: request.META["HTTP_X_CLIENT"])
+def header_scoped_notes(request):
+    return JsonResponse({"id": insert_note(body_of(request)["text"])}, status=201)
+
+
+@csrf_exempt
+@require_POST
+@idempotent(scope=lambda request: request.auth.client_id)
+def auth_scoped_notes(request):
+    return JsonResponse({"id": insert_note(body_of(request)["text"])}, status=201)
+
+
 urlpatterns = [
+    path("week-notes", week_notes),
+    path("header-scoped-notes", header_scoped_notes),
+    path("auth-scoped-notes", auth_scoped_notes),
     path("short-lived-notes", short_lived_notes),
     path("user-notes", user_notes),
     path("client-notes", client_notes),

@@ -2,7 +2,9 @@
 Client and the middleware of a fresh project: every rule of the README, and
 each bug of the copied decorator it replaces as a regression test."""
 import base64
+import datetime
 import json
+import logging
 import threading
 import time
 import unittest
@@ -10,11 +12,12 @@ import uuid
 
 import djsite
 from django.db import connection, connections
-from django.test import Client
+from django.test import Client, override_settings
 from expiring import wait_until_gone
-from idempotency_pg import scoped_key
+from idempotency_pg import key_ref, scoped_key
+from idempotency_pg.django import idempotent
 
-PROBLEM_BASE = "https://idempotency.example/problems/"
+PROBLEM_BASE = "urn:idempotency:problem:"  # the documented default (idempotency_pg.problems)
 # The same document as the Node and Go packages'.
 GONE_PROBLEM = {"type": PROBLEM_BASE + "request-already-ran",
                 "title": "This request already ran; its response is no longer kept", "status": 410,
@@ -95,6 +98,54 @@ class DecoratorTests(unittest.TestCase):
         self.assertIn("Location", names)
         self.assertEqual(count(key), 1)
         self.assertEqual(sorted(stored_response(key)["headers"]), ["Content-Type", "ETag", "Location"])
+
+    def test_a_views_ttl_is_its_keys_ttl(self):
+        for path, ttl in (("/week-notes", datetime.timedelta(days=7)), ("/notes", datetime.timedelta(hours=24))):
+            key = str(uuid.uuid4())
+            self.assertEqual(self.post(path, key, {"text": key}).status_code, 201)
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT state, expires_at - created_at FROM idempotency.lookup(%s)", [key])
+                self.assertEqual(cursor.fetchone(), ("done", ttl), path)
+        for bad in (0, -5, "", True, [1]):
+            with self.assertRaises((TypeError, ValueError), msg=repr(bad)):
+                idempotent(lambda request: None, ttl=bad)
+
+    def test_a_scope_that_raises_for_a_missing_principal_is_401(self):
+        for path in ("/header-scoped-notes", "/auth-scoped-notes"):
+            text = f"no principal {uuid.uuid4()}"
+            self.assert_problem(self.post(path, str(uuid.uuid4()), {"text": text}), 401, "principal-required")
+            self.assertEqual(count(text), 0)
+        text = f"a principal {uuid.uuid4()}"
+        self.assertEqual(self.post("/header-scoped-notes", str(uuid.uuid4()), {"text": text},
+                                   HTTP_X_CLIENT="alice").status_code, 201)
+        self.assertEqual(count(text), 1)
+
+    def test_every_outcome_is_logged_with_the_key_hashed(self):
+        key, text = f"raw-key-{uuid.uuid4()}", f"secret body {uuid.uuid4()}"
+        with self.assertLogs("idempotency_pg", logging.DEBUG) as logs:
+            self.post("/notes", key, {"text": text})
+            self.post("/notes", key, {"text": text})
+            self.post("/notes", key, {"text": text + " other"})
+            self.post("/status", str(uuid.uuid4()), {"text": text, "status": 429})
+            self.post("/throws", str(uuid.uuid4()), {"text": text})
+            self.post("/notes", "caf\xc3\xa9", {"text": text})
+            self.post("/header-scoped-notes", str(uuid.uuid4()), {"text": text})
+        events = [(record.idempotency_event, record.idempotency_status, record.levelname) for record in logs.records]
+        self.assertEqual(events, [("stored", 201, "DEBUG"), ("replayed", 201, "INFO"), ("mismatch", 422, "WARNING"),
+                                  ("not-stored", 429, "INFO"), ("not-stored", None, "INFO"),
+                                  ("invalid-key", 400, "INFO"), ("principal-required", 401, "INFO")])
+        self.assertEqual({record.idempotency_key_ref for record in logs.records[:3]}, {key_ref(key)})
+        self.assertIn("Declined", logs.records[4].idempotency_reason)
+        self.assertIn("KeyError", logs.records[6].idempotency_reason)
+        for line in logs.output:
+            self.assertNotIn("raw-key", line)
+            self.assertNotIn("secret body", line)
+
+    def test_problem_types_default_to_the_documented_urn_and_follow_the_projects_setting(self):
+        self.assert_problem(self.post("/notes", None, {"text": "x"}), 400, "missing-idempotency-key")
+        with override_settings(IDEMPOTENCY_PROBLEM_BASE="https://api.example.com/problems/"):
+            answer = self.post("/notes", None, {"text": "x"})
+        self.assertEqual(answer.json()["type"], "https://api.example.com/problems/missing-idempotency-key")
 
     def test_an_exception_after_writing_commits_nothing(self):
         for kind in ("402", "404"):

@@ -1,6 +1,7 @@
 """The psycopg helpers against a real database, with psycopg2 and psycopg 3:
 claim, complete and release in the caller's transaction, with_idempotency,
 and the claim's errors (only the claim's) mapped."""
+import datetime
 import threading
 import time
 import unittest
@@ -60,6 +61,25 @@ class HelperTests(unittest.TestCase):
             self.assertEqual(raised.exception.status, 422)
             conn.rollback()
             self.assertEqual(count(key), 1)
+
+    def test_a_ttl_is_the_claimed_keys_ttl(self):
+        def kept_for(key):
+            with psycopg.connect("") as conn:
+                return conn.execute("SELECT expires_at - created_at FROM idempotency.lookup(%s)", [key]).fetchone()[0]
+
+        for conn in self.each_driver():
+            key = str(uuid.uuid4())
+            cursor = conn.cursor()
+            claim(cursor, key, "hash", wait_timeout=1, ttl="2 hours")
+            complete(cursor, key, {})
+            conn.commit()
+            self.assertEqual(kept_for(key), datetime.timedelta(hours=2))
+            key = str(uuid.uuid4())
+            with_idempotency(conn, key, lambda cursor: {}, ttl=datetime.timedelta(minutes=5))
+            self.assertEqual(kept_for(key), datetime.timedelta(minutes=5))
+            with self.assertRaises(ValueError):
+                claim(cursor, str(uuid.uuid4()), "hash", ttl=0)
+            conn.rollback()
 
     def test_release_commits_other_work(self):
         for conn in self.each_driver():

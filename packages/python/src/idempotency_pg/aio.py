@@ -11,7 +11,7 @@ The driver is told by the connection: asyncpg's take $1 placeholders,
 psycopg's %s."""
 import json
 
-from .db import Claim, Sealable, _wait_timeout_setting
+from .db import Claim, Sealable, _ttl_setting, _wait_timeout_setting, claim_settings
 from .errors import claim_error
 
 
@@ -63,12 +63,18 @@ async def set_wait_timeout(conn, wait_timeout):
                     [_wait_timeout_setting(wait_timeout)])
 
 
-async def claim(conn, key, request_hash=None, wait_timeout=None):
+async def set_ttl(conn, ttl):
+    await fetchrow(conn, "SELECT set_config('idempotency.ttl', %s, true)", [_ttl_setting(ttl)])
+
+
+async def claim(conn, key, request_hash=None, wait_timeout=None, ttl=None):
     """Claims key in the connection's open transaction. Returns Claim;
     raises KeyInProgress, KeyGone, KeyReused or InvalidKey for the claim's
-    own errors (any other error unchanged)."""
-    if wait_timeout is not None:
-        await set_wait_timeout(conn, wait_timeout)
+    own errors (any other error unchanged). wait_timeout and ttl are set
+    for the rest of the transaction (SET LOCAL) before the claim."""
+    settings = claim_settings(wait_timeout, ttl)
+    if settings is not None:
+        await fetchrow(conn, *settings)
     try:
         row = await fetchrow(conn, "SELECT replayed, response::text, created_at, expires_at"
                                     " FROM idempotency.claim(%s, %s)", [key, request_hash])
@@ -92,7 +98,7 @@ async def release(conn, key):
     await fetchrow(conn, "SELECT idempotency.release(%s)", [key])
 
 
-async def with_idempotency(conn, key, work, request_hash=None, wait_timeout=None):
+async def with_idempotency(conn, key, work, request_hash=None, wait_timeout=None, ttl=None):
     """Runs await work(handle) once for key, on an asyncpg connection or a
     psycopg AsyncConnection that is not in a transaction: in a transaction,
     after a claim; its result (a JSON value) is stored and committed with
@@ -101,7 +107,7 @@ async def with_idempotency(conn, key, work, request_hash=None, wait_timeout=None
     Returns (replayed, response)."""
     await begin(conn)
     try:
-        claimed = await claim(conn, key, request_hash, wait_timeout)
+        claimed = await claim(conn, key, request_hash, wait_timeout, ttl)
         if claimed.replayed:
             response = claimed.response
         else:

@@ -34,6 +34,16 @@ class _SharedKeys:
 SHARED_KEYS = _SharedKeys()
 
 
+# What a scope function raises when the request has no principal, answered
+# 401 principal-required like a None: AttributeError (request.state.user
+# unset, None.id), LookupError (a missing header or claim: KeyError,
+# IndexError) and NotImplementedError (Starlette's UnauthenticatedUser has
+# no identity). Anything else (TypeError, Starlette's AssertionError for a
+# missing AuthenticationMiddleware, Django's ImproperlyConfigured, an
+# HTTPException) is a fault or an answer of its own, and propagates.
+NO_PRINCIPAL_ERRORS = (AttributeError, LookupError, NotImplementedError)
+
+
 def _sha256hex(text):
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
