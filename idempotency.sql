@@ -24,6 +24,31 @@
 -- OPERATOR(pg_catalog.x), so objects planted in the caller's search_path
 -- cannot take their place.
 
+-- The database encoding -------------------------------------------------------
+--
+-- Keys, request fingerprints and derived keys are taken over text's UTF-8
+-- form, with the server's default conversion from pg_catalog. In a database
+-- whose encoding has none (MULE_INTERNAL) every call would fail: refuse to
+-- install there instead (docs/operations.md).
+DO $$
+DECLARE
+  encoding pg_catalog.name := pg_catalog.getdatabaseencoding();
+BEGIN
+  IF encoding OPERATOR(pg_catalog.<>) ALL (ARRAY['UTF8', 'SQL_ASCII']::pg_catalog.name[])
+     AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_conversion AS c
+                      WHERE c.connamespace OPERATOR(pg_catalog.=) 'pg_catalog'::pg_catalog.regnamespace
+                        AND c.condefault
+                        AND c.conforencoding OPERATOR(pg_catalog.=) pg_catalog.pg_char_to_encoding(encoding)
+                        AND c.contoencoding OPERATOR(pg_catalog.=) pg_catalog.pg_char_to_encoding('UTF8'))
+  THEN
+    RAISE EXCEPTION 'idempotency cannot be installed in a database encoded in %', encoding
+      USING ERRCODE = '0A000',
+            DETAIL = pg_catalog.format('Keys and request fingerprints are taken over text''s UTF-8 form, and PostgreSQL has no conversion from %s to UTF8.', encoding),
+            HINT = 'Use a database of another encoding, such as UTF8.';
+  END IF;
+END
+$$;
+
 -- The schema ----------------------------------------------------------------
 --
 -- Refuse a schema idempotency that someone else prepared: objects planted in

@@ -4,7 +4,8 @@
 # not run again and each key keeps one row. A key's limit counts its UTF-8
 # form in every encoding: a key of 255 bytes of UTF-8 (128 bytes in LATIN1)
 # is accepted in LATIN1 and replays in UTF8; one of 256 (128 in LATIN1) is
-# refused in both. Keys the library of 0.7 wrote
+# refused in both. A MULE_INTERNAL database, which has no conversion to
+# UTF-8, is refused at CREATE EXTENSION. Keys the library of 0.7 wrote
 # in a UTF8, a LATIN1 and a WIN1252 database replay with the current
 # library on the same data directory, before and after ALTER EXTENSION
 # UPDATE. A database still at 0.6 is refused (55000) until it is updated
@@ -160,6 +161,23 @@ SELECT idempotency.key_digest('Zürich ÿ') = '\x'::bytea || substr(sha256(conve
 	't',
 	'key_digest is over the key\'s UTF-8 bytes in a LATIN1 database');
 dump_and_restore('latin', 'current version');
+
+# --- an encoding with no conversion to UTF-8 ---------------------------------
+# Keys and fingerprints are taken over UTF-8: CREATE EXTENSION refuses a
+# MULE_INTERNAL database (0A000) and leaves nothing behind.
+$node->safe_psql('postgres',
+	"CREATE DATABASE mule ENCODING 'MULE_INTERNAL' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'");
+{
+	my ($rc, $stdout, $stderr) = $node->psql('mule', 'CREATE EXTENSION idempotency',
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like($stderr,
+		qr/ERROR:\s+0A000: idempotency cannot be installed in a database encoded in MULE_INTERNAL/,
+		'MULE_INTERNAL: CREATE EXTENSION is refused (0A000)');
+	like($stderr, qr/no conversion from MULE_INTERNAL to UTF8/, '... saying why');
+}
+is($node->safe_psql('mule',
+		q{SELECT count(*) FROM pg_namespace WHERE nspname = 'idempotency'}),
+	'0', '... and leaves no schema behind');
 
 $node->stop;
 
