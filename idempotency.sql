@@ -256,24 +256,33 @@ COMMENT ON FUNCTION idempotency.key_digest(pg_catalog.text) IS
 -- (only superusers may execute their functions). The order is timestamptz's
 -- (the same built-in functions), and the expiry worker scans the index
 -- directly with the built-in comparisons.
+--
+-- The functions are copies of the server's timestamp_* for their rights
+-- alone: EXECUTE on them is revoked from PUBLIC, which keeps every caller
+-- from the family's operators, and the built-in functions' rights cannot
+-- be revoked without taking timestamptz comparison from everyone. In
+-- everything else they are the server's functions, LEAKPROOF as those are
+-- (catalog checks such as PostgreSQL's opr_sanity compare every copy of an
+-- internal function with the server's). The operators have timestamptz's
+-- estimators, and the equality merge joins, as a B-tree family's must.
 CREATE FUNCTION idempotency.expiry_lt(pg_catalog.timestamptz, pg_catalog.timestamptz)
 RETURNS pg_catalog.bool AS 'timestamp_lt'
-LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
 CREATE FUNCTION idempotency.expiry_le(pg_catalog.timestamptz, pg_catalog.timestamptz)
 RETURNS pg_catalog.bool AS 'timestamp_le'
-LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
 CREATE FUNCTION idempotency.expiry_eq(pg_catalog.timestamptz, pg_catalog.timestamptz)
 RETURNS pg_catalog.bool AS 'timestamp_eq'
-LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
 CREATE FUNCTION idempotency.expiry_ge(pg_catalog.timestamptz, pg_catalog.timestamptz)
 RETURNS pg_catalog.bool AS 'timestamp_ge'
-LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
 CREATE FUNCTION idempotency.expiry_gt(pg_catalog.timestamptz, pg_catalog.timestamptz)
 RETURNS pg_catalog.bool AS 'timestamp_gt'
-LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
 CREATE FUNCTION idempotency.expiry_cmp(pg_catalog.timestamptz, pg_catalog.timestamptz)
 RETURNS pg_catalog.int4 AS 'timestamp_cmp'
-LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
 
 REVOKE ALL ON FUNCTION
     idempotency.expiry_lt(pg_catalog.timestamptz, pg_catalog.timestamptz),
@@ -288,19 +297,25 @@ REVOKE ALL ON FUNCTION
 -- this schema before pg_catalog must not turn callers' comparisons into these.
 CREATE OPERATOR idempotency.~<~ (
     LEFTARG = pg_catalog.timestamptz, RIGHTARG = pg_catalog.timestamptz,
-    FUNCTION = idempotency.expiry_lt);
+    FUNCTION = idempotency.expiry_lt,
+    RESTRICT = pg_catalog.scalarltsel, JOIN = pg_catalog.scalarltjoinsel);
 CREATE OPERATOR idempotency.~<=~ (
     LEFTARG = pg_catalog.timestamptz, RIGHTARG = pg_catalog.timestamptz,
-    FUNCTION = idempotency.expiry_le);
+    FUNCTION = idempotency.expiry_le,
+    RESTRICT = pg_catalog.scalarlesel, JOIN = pg_catalog.scalarlejoinsel);
 CREATE OPERATOR idempotency.~=~ (
     LEFTARG = pg_catalog.timestamptz, RIGHTARG = pg_catalog.timestamptz,
-    FUNCTION = idempotency.expiry_eq);
+    FUNCTION = idempotency.expiry_eq,
+    COMMUTATOR = OPERATOR(idempotency.~=~),
+    RESTRICT = pg_catalog.eqsel, JOIN = pg_catalog.eqjoinsel, MERGES);
 CREATE OPERATOR idempotency.~>=~ (
     LEFTARG = pg_catalog.timestamptz, RIGHTARG = pg_catalog.timestamptz,
-    FUNCTION = idempotency.expiry_ge);
+    FUNCTION = idempotency.expiry_ge,
+    RESTRICT = pg_catalog.scalargesel, JOIN = pg_catalog.scalargejoinsel);
 CREATE OPERATOR idempotency.~>~ (
     LEFTARG = pg_catalog.timestamptz, RIGHTARG = pg_catalog.timestamptz,
-    FUNCTION = idempotency.expiry_gt);
+    FUNCTION = idempotency.expiry_gt,
+    RESTRICT = pg_catalog.scalargtsel, JOIN = pg_catalog.scalargtjoinsel);
 
 -- Sort support and equal images are timestamptz's: fast index builds and
 -- B-tree deduplication, as with the default operator class.
