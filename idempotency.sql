@@ -340,8 +340,9 @@ COMMENT ON OPERATOR CLASS idempotency.expiry_ops USING btree IS
 -- to others when that transaction commits. While the claiming transaction
 -- is open, other callers see the key as in progress (IK409).
 -- idempotent_call and complete are the only writers and enforce the key's
--- size (1 to 255 bytes) themselves: rows are written straight to the heap
--- and its indexes, without CHECK constraints to evaluate on every call.
+-- size (1 to 255 bytes of UTF-8) themselves: rows are written straight to
+-- the heap and its indexes, without CHECK constraints to evaluate on every
+-- call.
 --
 -- request_hash is the request's fingerprint, 32 raw bytes. status is
 -- always NULL: dumps of 0.7 and 1.0 name it.
@@ -675,7 +676,7 @@ SELECT pg_catalog.pg_extension_config_dump('idempotency.derived_key_secret', '')
 
 -- STABLE: it depends on the current role and the secret. The key and the
 -- label are checked like a call's key: 22004 when NULL, 22023 when empty
--- or over 255 bytes.
+-- or over 255 bytes of UTF-8.
 CREATE FUNCTION idempotency.derived_key(key pg_catalog.text, label pg_catalog.text)
 RETURNS pg_catalog.text
 AS 'MODULE_PATHNAME', 'idempotency_derived_key'
