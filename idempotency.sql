@@ -24,6 +24,31 @@
 -- OPERATOR(pg_catalog.x), so objects planted in the caller's search_path
 -- cannot take their place.
 
+-- The database encoding -------------------------------------------------------
+--
+-- Keys, request fingerprints and derived keys are taken over text's UTF-8
+-- form, with the server's default conversion from pg_catalog. In a database
+-- whose encoding has none (MULE_INTERNAL) every call would fail: refuse to
+-- install there instead (docs/operations.md).
+DO $$
+DECLARE
+  encoding pg_catalog.name := pg_catalog.getdatabaseencoding();
+BEGIN
+  IF encoding OPERATOR(pg_catalog.<>) ALL (ARRAY['UTF8', 'SQL_ASCII']::pg_catalog.name[])
+     AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_conversion AS c
+                      WHERE c.connamespace OPERATOR(pg_catalog.=) 'pg_catalog'::pg_catalog.regnamespace
+                        AND c.condefault
+                        AND c.conforencoding OPERATOR(pg_catalog.=) pg_catalog.pg_char_to_encoding(encoding)
+                        AND c.contoencoding OPERATOR(pg_catalog.=) pg_catalog.pg_char_to_encoding('UTF8'))
+  THEN
+    RAISE EXCEPTION 'idempotency cannot be installed in a database encoded in %', encoding
+      USING ERRCODE = '0A000',
+            DETAIL = pg_catalog.format('Keys and request fingerprints are taken over text''s UTF-8 form, and PostgreSQL has no conversion from %s to UTF8.', encoding),
+            HINT = 'Use a database of another encoding, such as UTF8.';
+  END IF;
+END
+$$;
+
 -- The schema ----------------------------------------------------------------
 --
 -- Refuse a schema idempotency that someone else prepared: objects planted in
@@ -231,24 +256,33 @@ COMMENT ON FUNCTION idempotency.key_digest(pg_catalog.text) IS
 -- (only superusers may execute their functions). The order is timestamptz's
 -- (the same built-in functions), and the expiry worker scans the index
 -- directly with the built-in comparisons.
+--
+-- The functions are copies of the server's timestamp_* for their rights
+-- alone: EXECUTE on them is revoked from PUBLIC, which keeps every caller
+-- from the family's operators, and the built-in functions' rights cannot
+-- be revoked without taking timestamptz comparison from everyone. In
+-- everything else they are the server's functions, LEAKPROOF as those are
+-- (catalog checks such as PostgreSQL's opr_sanity compare every copy of an
+-- internal function with the server's). The operators have timestamptz's
+-- estimators, and the equality merge joins, as a B-tree family's must.
 CREATE FUNCTION idempotency.expiry_lt(pg_catalog.timestamptz, pg_catalog.timestamptz)
 RETURNS pg_catalog.bool AS 'timestamp_lt'
-LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
 CREATE FUNCTION idempotency.expiry_le(pg_catalog.timestamptz, pg_catalog.timestamptz)
 RETURNS pg_catalog.bool AS 'timestamp_le'
-LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
 CREATE FUNCTION idempotency.expiry_eq(pg_catalog.timestamptz, pg_catalog.timestamptz)
 RETURNS pg_catalog.bool AS 'timestamp_eq'
-LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
 CREATE FUNCTION idempotency.expiry_ge(pg_catalog.timestamptz, pg_catalog.timestamptz)
 RETURNS pg_catalog.bool AS 'timestamp_ge'
-LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
 CREATE FUNCTION idempotency.expiry_gt(pg_catalog.timestamptz, pg_catalog.timestamptz)
 RETURNS pg_catalog.bool AS 'timestamp_gt'
-LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
 CREATE FUNCTION idempotency.expiry_cmp(pg_catalog.timestamptz, pg_catalog.timestamptz)
 RETURNS pg_catalog.int4 AS 'timestamp_cmp'
-LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE;
+LANGUAGE internal IMMUTABLE STRICT LEAKPROOF PARALLEL SAFE;
 
 REVOKE ALL ON FUNCTION
     idempotency.expiry_lt(pg_catalog.timestamptz, pg_catalog.timestamptz),
@@ -263,19 +297,25 @@ REVOKE ALL ON FUNCTION
 -- this schema before pg_catalog must not turn callers' comparisons into these.
 CREATE OPERATOR idempotency.~<~ (
     LEFTARG = pg_catalog.timestamptz, RIGHTARG = pg_catalog.timestamptz,
-    FUNCTION = idempotency.expiry_lt);
+    FUNCTION = idempotency.expiry_lt,
+    RESTRICT = pg_catalog.scalarltsel, JOIN = pg_catalog.scalarltjoinsel);
 CREATE OPERATOR idempotency.~<=~ (
     LEFTARG = pg_catalog.timestamptz, RIGHTARG = pg_catalog.timestamptz,
-    FUNCTION = idempotency.expiry_le);
+    FUNCTION = idempotency.expiry_le,
+    RESTRICT = pg_catalog.scalarlesel, JOIN = pg_catalog.scalarlejoinsel);
 CREATE OPERATOR idempotency.~=~ (
     LEFTARG = pg_catalog.timestamptz, RIGHTARG = pg_catalog.timestamptz,
-    FUNCTION = idempotency.expiry_eq);
+    FUNCTION = idempotency.expiry_eq,
+    COMMUTATOR = OPERATOR(idempotency.~=~),
+    RESTRICT = pg_catalog.eqsel, JOIN = pg_catalog.eqjoinsel, MERGES);
 CREATE OPERATOR idempotency.~>=~ (
     LEFTARG = pg_catalog.timestamptz, RIGHTARG = pg_catalog.timestamptz,
-    FUNCTION = idempotency.expiry_ge);
+    FUNCTION = idempotency.expiry_ge,
+    RESTRICT = pg_catalog.scalargesel, JOIN = pg_catalog.scalargejoinsel);
 CREATE OPERATOR idempotency.~>~ (
     LEFTARG = pg_catalog.timestamptz, RIGHTARG = pg_catalog.timestamptz,
-    FUNCTION = idempotency.expiry_gt);
+    FUNCTION = idempotency.expiry_gt,
+    RESTRICT = pg_catalog.scalargtsel, JOIN = pg_catalog.scalargtjoinsel);
 
 -- Sort support and equal images are timestamptz's: fast index builds and
 -- B-tree deduplication, as with the default operator class.
@@ -300,8 +340,9 @@ COMMENT ON OPERATOR CLASS idempotency.expiry_ops USING btree IS
 -- to others when that transaction commits. While the claiming transaction
 -- is open, other callers see the key as in progress (IK409).
 -- idempotent_call and complete are the only writers and enforce the key's
--- size (1 to 255 bytes) themselves: rows are written straight to the heap
--- and its indexes, without CHECK constraints to evaluate on every call.
+-- size (1 to 255 bytes of UTF-8) themselves: rows are written straight to
+-- the heap and its indexes, without CHECK constraints to evaluate on every
+-- call.
 --
 -- request_hash is the request's fingerprint, 32 raw bytes. status is
 -- always NULL: dumps of 0.7 and 1.0 name it.
@@ -635,7 +676,7 @@ SELECT pg_catalog.pg_extension_config_dump('idempotency.derived_key_secret', '')
 
 -- STABLE: it depends on the current role and the secret. The key and the
 -- label are checked like a call's key: 22004 when NULL, 22023 when empty
--- or over 255 bytes.
+-- or over 255 bytes of UTF-8.
 CREATE FUNCTION idempotency.derived_key(key pg_catalog.text, label pg_catalog.text)
 RETURNS pg_catalog.text
 AS 'MODULE_PATHNAME', 'idempotency_derived_key'

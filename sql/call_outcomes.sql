@@ -66,6 +66,11 @@ SELECT sqlstate_of($$SELECT idempotency.idempotent_call('k-two', NULL, '')$$);
 -- does not exist until the first has run.
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('k-two', NULL, 'CREATE TEMP TABLE t1(a int); SELECT * FROM t1')$$);
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('k-two', NULL, 'SELEC 1')$$);
+-- A syntax error in fn is positioned in fn's text, shown as its QUERY, as
+-- SPI shows the statements it parses: the cursor is not in the caller's
+-- statement, nor in the text of an EXECUTE that made the call.
+SELECT idempotency.idempotent_call('k-two', NULL, 'SELECT 1 + SELEC 2');
+DO $$ BEGIN EXECUTE 'SELECT idempotency.idempotent_call(''k-two'', NULL, ''SELEC 1'')'; END $$;
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('k-two', NULL, 'COMMIT')$$);
 SELECT n AS runs FROM counters;
 

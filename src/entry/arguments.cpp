@@ -6,6 +6,7 @@
 extern "C" {
 #include "access/detoast.h"
 #include "access/htup_details.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -14,23 +15,55 @@ extern "C" {
 
 namespace idempotency::entry {
 
+namespace {
+
+[[noreturn]] void refuse_empty(const char *what) {
+  ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                  errmsg("%s must not be empty", what)));
+  pg_unreachable();
+}
+
+// `counted` is the length the limit counts (UTF-8); `stored` the length in
+// the database encoding, named when it differs.
+[[noreturn]] void refuse_too_long(const char *what, Size counted, Size stored) {
+  ereport(ERROR,
+          (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+           errmsg("%s is %zu bytes long, the limit is %zu", what,
+                  (size_t)counted, max_key_bytes),
+           counted != stored
+               ? errdetail("The limit counts bytes of UTF-8; in the database "
+                           "encoding %s it is %zu bytes long.",
+                           GetDatabaseEncodingName(), (size_t)stored)
+               : 0));
+  pg_unreachable();
+}
+
+} // namespace
+
+// The limit counts the bytes of the text's UTF-8 form whatever the database
+// encoding, so that a key accepted here is accepted again after a dump,
+// replication or pg_upgrade moves it into a database of another encoding.
+// A character takes at most pg_database_encoding_max_length() bytes here and
+// at least one in UTF-8: a value longer than the limit times that is too
+// long in UTF-8 too, and is refused before it is read.
 text *sized_text(Datum value, bool is_null, const char *what) {
   if (is_null)
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                     errmsg("%s must not be null", what)));
-  Size bytes = toast_raw_datum_size(value) - VARHDRSZ;
-  switch (check_key_size(bytes)) {
+  Size stored = toast_raw_datum_size(value) - VARHDRSZ;
+  if (stored > max_key_bytes * pg_database_encoding_max_length())
+    refuse_too_long(what, stored, stored);
+  text *sized = DatumGetTextPP(value);
+  Size counted = fingerprint::utf8_length(VARDATA_ANY(sized), stored);
+  switch (check_key_size(counted)) {
   case KeyCheck::ok:
     break;
   case KeyCheck::empty:
-    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                    errmsg("%s must not be empty", what)));
+    refuse_empty(what);
   case KeyCheck::too_long:
-    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                    errmsg("%s is %zu bytes long, the limit is %zu", what,
-                           (size_t)bytes, max_key_bytes)));
+    refuse_too_long(what, counted, stored);
   }
-  return DatumGetTextPP(value);
+  return sized;
 }
 
 text *sized_text_argument(FunctionCallInfo fcinfo, int argno,
@@ -50,9 +83,8 @@ storage::KeyRef key_with_digest(text *key, bytea *(*digest_of)(const text *)) {
   return ref;
 }
 
-// The key argument `argno` with the digest its table holds: 22004 when
-// NULL, 22023 when empty or over max_key_bytes (checked before the value is
-// read).
+// The key argument `argno`, checked as sized_text checks it, with the
+// digest its table holds.
 storage::KeyRef key_argument(FunctionCallInfo fcinfo, int argno,
                              bytea *(*digest_of)(const text *)) {
   return key_with_digest(sized_text_argument(fcinfo, argno, "idempotency key"),

@@ -88,6 +88,17 @@ const char *utf8_form(const char *bytes, Size size, bool *owned,
   return reinterpret_cast<const char *>(utf8);
 }
 
+Size utf8_length(const char *bytes, Size size) {
+  bool owned;
+  Size utf8_size;
+  const char *utf8 = utf8_form(bytes, size, &owned, &utf8_size);
+  if (utf8 == nullptr)
+    return size;
+  if (owned)
+    pfree(const_cast<char *>(utf8));
+  return utf8_size;
+}
+
 namespace {
 
 // The digest of a tenant key: over its UTF-8 form, or, for a

@@ -190,11 +190,29 @@ FnArgs received_args(const Statement &statement, const FnArgs &args) {
 
 namespace {
 
+// An error the parser positions is positioned in fn's text, with fn as its
+// QUERY, as SPI does for the statements it parses (its error context
+// callback): without this, the cursor would point into the caller's
+// statement.
+void position_in_fn(void *sql) {
+  int position = geterrposition();
+  if (position <= 0)
+    return;
+  errposition(0);
+  internalerrposition(position);
+  internalerrquery(static_cast<const char *>(sql));
+}
+
 // Counted on the raw parse trees, before anything is analysed: analysing a
 // later statement could fail on what an earlier one would have created
 // (CREATE TABLE t ...; SELECT * FROM t would answer 42P01).
 void check_single_statement(const char *sql) {
-  if (list_length(pg_parse_query(sql)) != 1)
+  ErrorContextCallback in_fn{error_context_stack, position_in_fn,
+                             const_cast<char *>(sql)};
+  error_context_stack = &in_fn;
+  List *statements = pg_parse_query(sql);
+  error_context_stack = in_fn.previous;
+  if (list_length(statements) != 1)
     ereport(ERROR, (errcode(ERRCODE_SYNTAX_ERROR),
                     errmsg("fn must be exactly one SQL statement")));
 }

@@ -1,7 +1,11 @@
 # A key's identity does not depend on the database encoding: keys stored
 # with characters beyond ASCII in a LATIN1 database, dumped (custom and
 # plain format) and restored into a UTF8 database, replay there, fn does
-# not run again and each key keeps one row. Keys the library of 0.7 wrote
+# not run again and each key keeps one row. A key's limit counts its UTF-8
+# form in every encoding: a key of 255 bytes of UTF-8 (128 bytes in LATIN1)
+# is accepted in LATIN1 and replays in UTF8; one of 256 (128 in LATIN1) is
+# refused in both. A MULE_INTERNAL database, which has no conversion to
+# UTF-8, is refused at CREATE EXTENSION. Keys the library of 0.7 wrote
 # in a UTF8, a LATIN1 and a WIN1252 database replay with the current
 # library on the same data directory, before and after ALTER EXTENSION
 # UPDATE. A database still at 0.6 is refused (55000) until it is updated
@@ -23,7 +27,28 @@ use IdempotencyTest;
 my $node = preloaded_node('encoding_restore',
 	conf => "idempotency.expire_interval = 0\n");
 
-my @keys = ('café-1', 'Zürich ÿ', 'naïve ½ «key»', 'plain-ascii');
+# The last key is at the limit: 127 characters of two bytes in UTF-8 and
+# one ASCII character, 255 bytes of UTF-8.
+my $at_limit = ('é' x 127) . 'x';
+my @keys = ('café-1', 'Zürich ÿ', 'naïve ½ «key»', 'plain-ascii', $at_limit);
+
+# One byte over the limit in UTF-8, though 128 bytes in LATIN1.
+my $over_limit = 'é' x 128;
+
+# A call of the key over the limit in `db` fails with 22023, and stores nothing.
+sub check_over_limit_refused
+{
+	my ($db, $what) = @_;
+	my ($rc, $stdout, $stderr) = $node->psql(
+		$db,
+		"SET client_encoding = 'UTF8';
+SELECT idempotency.idempotent_call('$over_limit', 'over', 'INSERT INTO runs VALUES (0) RETURNING n')",
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like($stderr, qr/ERROR:\s+22023: idempotency key is 256 bytes long, the limit is 255/,
+		"$what: a key of 256 bytes of UTF-8 is refused (22023)");
+	is($node->safe_psql($db, 'SELECT count(*) FROM runs WHERE n = 0'),
+		'0', "$what: ... and fn did not run");
+}
 
 # Calls every key once in `db`; the keys' fn records a run per call.
 sub store_keys
@@ -59,7 +84,7 @@ SELECT idempotency.idempotent_call('$key', 'h$n',
   'INSERT INTO runs VALUES (\$1) RETURNING n', $n), idempotency.last_call_replayed()"
 			),
 			"$n|t",
-			"$what: key '$key' replays");
+			"$what: key '" . substr($key, 0, 20) . "' replays");
 	}
 	is( $node->safe_psql(
 			$db,
@@ -97,6 +122,7 @@ sub dump_and_restore
 	command_ok([ 'pg_restore', '-d', $node->connstr($target), $custom ],
 		"$label: pg_restore into UTF8");
 	check_replays($target, "$label, custom dump restored into UTF8");
+	check_over_limit_refused($target, "$label, custom dump restored into UTF8");
 
 	$target = "${source}_plain_utf8";
 	$node->safe_psql('postgres',
@@ -108,6 +134,7 @@ sub dump_and_restore
 		],
 		"$label: plain dump restored into UTF8");
 	check_replays($target, "$label, plain dump restored into UTF8");
+	check_over_limit_refused($target, "$label, plain dump restored into UTF8");
 }
 
 # --- stored under the current version ---------------------------------------
@@ -124,6 +151,9 @@ CREATE TABLE runs (n int);
 is($node->safe_psql('latin', 'SHOW server_encoding'), 'LATIN1', 'server encoding');
 store_keys('latin');
 check_replays('latin', 'LATIN1 database');
+is($node->safe_psql('latin', "SELECT octet_length(key) FROM idempotency.keys WHERE key LIKE '%x'"),
+	'128', 'the key at the limit is 128 bytes in LATIN1');
+check_over_limit_refused('latin', 'LATIN1 database');
 is( $node->safe_psql(
 		'latin', q{SET client_encoding = 'UTF8';
 SELECT idempotency.key_digest('Zürich ÿ') = '\x'::bytea || substr(sha256(convert_to('Zürich ÿ', 'UTF8')), 1, 11)}
@@ -131,6 +161,23 @@ SELECT idempotency.key_digest('Zürich ÿ') = '\x'::bytea || substr(sha256(conve
 	't',
 	'key_digest is over the key\'s UTF-8 bytes in a LATIN1 database');
 dump_and_restore('latin', 'current version');
+
+# --- an encoding with no conversion to UTF-8 ---------------------------------
+# Keys and fingerprints are taken over UTF-8: CREATE EXTENSION refuses a
+# MULE_INTERNAL database (0A000) and leaves nothing behind.
+$node->safe_psql('postgres',
+	"CREATE DATABASE mule ENCODING 'MULE_INTERNAL' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'");
+{
+	my ($rc, $stdout, $stderr) = $node->psql('mule', 'CREATE EXTENSION idempotency',
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like($stderr,
+		qr/ERROR:\s+0A000: idempotency cannot be installed in a database encoded in MULE_INTERNAL/,
+		'MULE_INTERNAL: CREATE EXTENSION is refused (0A000)');
+	like($stderr, qr/no conversion from MULE_INTERNAL to UTF8/, '... saying why');
+}
+is($node->safe_psql('mule',
+		q{SELECT count(*) FROM pg_namespace WHERE nspname = 'idempotency'}),
+	'0', '... and leaves no schema behind');
 
 $node->stop;
 

@@ -18,14 +18,16 @@ constexpr int key_argno(Keying keying) {
 }
 
 // The key of a call, read as `keying` says, with the digest its table
-// holds: 22004 when NULL, 22023 when empty or over max_key_bytes; for
+// holds: 22004 when NULL, 22023 when empty or over max_key_bytes (as
+// sized_text counts them); for
 // tenant keys also the tenant (22004 when NULL, 42804 when its type is
 // unknown).
 storage::KeyRef request_key(FunctionCallInfo fcinfo, Keying keying);
 
 // A text value sized like a key: 22004 when is_null, 22023 when empty or
-// over max_key_bytes (checked before the value is read); `what` names it in
-// the messages.
+// its UTF-8 form over max_key_bytes, whatever the database encoding (a
+// value too long in every encoding is refused before it is read); `what`
+// names it in the messages.
 text *sized_text(Datum value, bool is_null, const char *what);
 
 // A role key given as a value (an element of claim_batch's keys), checked
@@ -33,8 +35,8 @@ text *sized_text(Datum value, bool is_null, const char *what);
 storage::KeyRef role_key(Datum value, bool is_null);
 
 // Text argument `argno` sized like a key - a key, or derived_key's label:
-// 22004 when NULL, 22023 when empty or over max_key_bytes (checked before
-// the value is read); `what` names it in the messages ("idempotency key").
+// checked as sized_text checks it; `what` names it in the messages
+// ("idempotency key").
 text *sized_text_argument(FunctionCallInfo fcinfo, int argno, const char *what);
 
 // The arguments after the first `first` ones, as bound to $1 ... $n. Handles

@@ -27,4 +27,9 @@ bytea *tenant_digest_of_key(const text *key);
 const char *utf8_form(const char *bytes, Size size, bool *owned,
                       Size *utf8_size);
 
+// The length in bytes of the UTF-8 form of `size` bytes of text in the
+// database encoding (utf8_form), or `size` when the text has none: what a
+// key's limit counts, the same in every database the key can move to.
+Size utf8_length(const char *bytes, Size size);
+
 } // namespace idempotency::fingerprint

@@ -9,12 +9,13 @@
 
 namespace idempotency {
 
+// Counted in the key's UTF-8 form, whatever the database encoding.
 constexpr std::size_t max_key_bytes = 255;
 
 enum class KeyCheck { ok, empty, too_long };
 
-// Checks a key by its size in bytes alone, so an oversized key is refused
-// before its value is read or reaches an index.
+// Checks a key by its size in bytes (of its UTF-8 form) alone, so an
+// oversized key is refused before it reaches an index.
 KeyCheck check_key_size(std::size_t bytes) noexcept;
 
 // How fn's result becomes the response (see docs/how-it-works.md,
