@@ -1,8 +1,10 @@
 # Twenty callers waiting for one holder (idempotency.wait_timeout = 20 s)
 # all answer as soon as it ends: when it commits, every waiter replays its
 # response; when it rolls back, exactly one runs fn and the others replay
-# that. The same for claim_batch, with batches that overlap the holder's
-# batch and one another. None answers IK409 at its deadline, and all answer
+# that. The same for a claim() given up while it is held (rolled back, or
+# released by a holder that stays open): one waiter takes the key, the
+# others replay its response. And for claim_batch, with batches that overlap
+# the holder's batch and one another. None answers IK409 at its deadline, and all answer
 # within 2 s of the holder's end (a bound far below the wait, not a
 # measure of speed).
 use strict;
@@ -27,6 +29,18 @@ $node->safe_psql(
 CREATE EXTENSION idempotency;
 CREATE TABLE runs (key text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
 -- Blocks while the test holds advisory lock 4242.
+-- claim(), then complete() when claimed: what it did and the response.
+CREATE FUNCTION take(k text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+  taken record;
+BEGIN
+  SELECT * INTO taken FROM idempotency.claim(k, NULL);
+  IF taken.replayed THEN
+    RETURN 'replayed ' || taken.response::text;
+  END IF;
+  PERFORM idempotency.complete(k, jsonb_build_object('by', pg_backend_pid()));
+  RETURN 'claimed';
+END $$;
 CREATE FUNCTION work(op_key text) RETURNS jsonb LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM pg_advisory_xact_lock(4242);
@@ -151,6 +165,41 @@ cmp_ok($latest, '<', $prompt_s,
 is($errors, '', '... with no error');
 is(runs_of($node, 'many-rollback'), '1', '... and fn ran once');
 
+# claim(): the holder gives the key up while it holds it, by `ending`.
+sub claim_scenario
+{
+	my ($key, $ending) = @_;
+	my $holder = $node->background_psql('postgres');
+	$holder->query_safe('BEGIN');
+	$holder->query_safe("SELECT replayed FROM idempotency.claim('$key', NULL)");
+	my @sessions = start_waiters(sub {
+		"SELECT take('$key'), extract(epoch FROM clock_timestamp())"
+	});
+	sleep 1;
+	$holder->query_safe($ending);
+	my $ended_at = now_epoch($holder);
+	my @result = answers($ended_at, @sessions);
+	$holder->query_safe('COMMIT') unless $ending eq 'ROLLBACK';
+	$_->quit for $holder, @sessions;
+	return @result;
+}
+
+for my $ending ('ROLLBACK', "SELECT idempotency.release('claim-released')")
+{
+	my $key = $ending eq 'ROLLBACK' ? 'claim-rolled-back' : 'claim-released';
+	my $how = $ending eq 'ROLLBACK' ? 'rolls back' : 'releases it and stays open';
+	($answers, $latest, $errors) = claim_scenario($key, $ending);
+	is(scalar(grep { $_ eq 'claimed' } @$answers),
+		1, "when a claim()'s holder $how, one waiter takes the key")
+	  or diag explain $answers;
+	my $stored = $node->safe_psql('postgres',
+		"SELECT response FROM idempotency.lookup('$key')");
+	is(scalar(grep { $_ eq "replayed $stored" } @$answers),
+		$waiters - 1, '... and the others replay its response');
+	cmp_ok($latest, '<', $prompt_s, "... all within $prompt_s s");
+	is($errors, '', '... with no error');
+}
+
 # claim_batch: the holder claims b1, b2 and b3; waiter i claims two of them
 # and a key of its own (so that the batches overlap one another too), and
 # completes its own key once its batch has answered.
@@ -201,7 +250,7 @@ for my $i (1 .. $waiters)
 	$sessions[ $i - 1 ]->query_safe('COMMIT');
 }
 is($node->safe_psql('postgres', 'SELECT count(*) FROM idempotency.keys'),
-	2 + 3 + $waiters, '... and every batch commits its own key');
+	4 + 3 + $waiters, '... and every batch commits its own key');
 $_->quit for $holder, @sessions;
 
 $node->stop;
