@@ -241,6 +241,8 @@ ClaimResult acquire_as_owner(Claim &claim, TimestampTz deadline) {
   }
   if (deadline == 0)
     return ClaimResult::busy;
+  // Held by another claimer: wait with the other waiters, then look at the
+  // key again. Held by none: only waiters just woken pass through it.
   if (held_by_claimer(claim.tag))
     return wait_for_release(claim.tag, deadline) ? ClaimResult::released
                                                  : ClaimResult::busy;
