@@ -39,6 +39,16 @@ const fingerprint::HmacSha256 &claim_mac() {
 constexpr uint16 claim_lock_class = 0x8000;
 constexpr uint16 field4_mac_mask = 0x7FFF;
 
+// A claim is the tag in ExclusiveLock, always taken without waiting. Callers
+// wait for it in RowShareLock, which conflicts with ExclusiveLock and not
+// with itself: when the holder lets go, the lock manager grants every waiter
+// together, and each looks at the key again at once (a replay, mostly). A
+// waiter that took the claim itself and let go of it instead would hand it
+// to the next waiter in the queue, which lets go of it in turn: the claim
+// would pass from waiter to waiter while each retried in vain.
+constexpr LOCKMODE claim_mode = ExclusiveLock;
+constexpr LOCKMODE waiter_mode = RowShareLock;
+
 void append_be32(uint8 *out, uint32 value) {
   out[0] = (uint8)(value >> 24);
   out[1] = (uint8)(value >> 16);
@@ -52,8 +62,10 @@ void append_be32(uint8 *out, uint32 value) {
 // passed. The session's own limits still hold, whichever ends first: a
 // shorter lock_timeout ends the wait with PostgreSQL's 55P03, as it ends any
 // lock wait, and statement_timeout with 57014; those errors, and any other
-// (a deadlock, a cancel), are raised unchanged.
-template <typename Wait> bool wait_until(TimestampTz deadline, Wait wait) {
+// (a deadlock, a cancel), are raised unchanged. `undo` runs on any error,
+// after the subtransaction's rollback.
+template <typename Wait, typename Undo>
+bool wait_until(TimestampTz deadline, Wait wait, Undo undo) {
   long remaining_ms =
       TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
   if (remaining_ms <= 0)
@@ -76,10 +88,15 @@ template <typename Wait> bool wait_until(TimestampTz deadline, Wait wait) {
         CHECK_FOR_INTERRUPTS();
         AtEOXact_GUC(true, guc_level);
       },
-      [deadline_first](const ErrorData *error) {
+      [deadline_first, &undo](const ErrorData *error) {
+        undo();
         return deadline_first &&
                error->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE;
       });
+}
+
+template <typename Wait> bool wait_until(TimestampTz deadline, Wait wait) {
+  return wait_until(deadline, wait, [] {});
 }
 
 // Runs `body` with `owner` as the current resource owner (nullptr: as is),
@@ -155,38 +172,82 @@ Claim claim_for(const storage::KeyRef &key, ResourceOwner owner) {
   return claim;
 }
 
-bool claimed_elsewhere(const storage::KeyRef &key) {
-  Claim claim = claim_for(key);
-  LockAcquireResult taken = LockAcquire(&claim.tag, ExclusiveLock, false, true);
+namespace {
+
+// Whether another transaction holds the claim of `tag` (or queues to take
+// it); waiters passing through in waiter_mode do not count.
+bool held_by_claimer(const LOCKTAG &tag) {
+  LockAcquireResult taken = LockAcquire(&tag, waiter_mode, false, true);
   if (taken == LOCKACQUIRE_NOT_AVAIL)
     return true;
-  LockRelease(&claim.tag, ExclusiveLock, false);
-  // Held by this transaction already: not elsewhere.
+  LockRelease(&tag, waiter_mode, false);
   return false;
+}
+
+// Waits until the claim's holder lets go of it, together with every other
+// waiter; takes nothing.
+bool wait_for_release(const LOCKTAG &tag, TimestampTz deadline) {
+  return wait_until(deadline, [&tag] {
+    LockAcquire(&tag, waiter_mode, false, false);
+    LockRelease(&tag, waiter_mode, false);
+  });
+}
+
+// Waits for the claim itself and keeps it, for the current resource owner
+// (the claim's), not the wait's subtransaction, which would hand it to its
+// parent's owner when it ends. Only for a claim nobody holds: waiters just
+// woken still pass through it, and a conditional attempt could keep missing.
+bool wait_for_claim(Claim &claim, TimestampTz deadline) {
+  ResourceOwner owner = CurrentResourceOwner;
+  const LOCKTAG *tag = &claim.tag;
+  volatile bool granted = false;
+  bool taken = wait_until(
+      deadline,
+      [owner, tag, &granted] {
+        ResourceOwner wait_owner = CurrentResourceOwner;
+        CurrentResourceOwner = owner;
+        LockAcquire(tag, claim_mode, false, false);
+        CurrentResourceOwner = wait_owner;
+        granted = true;
+      },
+      // Granted, then an error (a timeout that fired at the grant, a
+      // cancel): the claim is not taken.
+      [tag, &granted] {
+        if (granted)
+          LockRelease(tag, claim_mode, false);
+      });
+  claim.held = taken;
+  return taken;
+}
+
+} // namespace
+
+bool claimed_elsewhere(const storage::KeyRef &key) {
+  Claim claim = claim_for(key);
+  return held_by_claimer(claim.tag);
 }
 
 namespace {
 
 ClaimResult acquire_as_owner(Claim &claim, TimestampTz deadline) {
-  LockAcquireResult taken = LockAcquire(&claim.tag, ExclusiveLock, false, true);
+  LockAcquireResult taken = LockAcquire(&claim.tag, claim_mode, false, true);
   if (taken == LOCKACQUIRE_ALREADY_HELD || taken == LOCKACQUIRE_ALREADY_CLEAR) {
-    LockRelease(&claim.tag, ExclusiveLock, false);
+    LockRelease(&claim.tag, claim_mode, false);
     return ClaimResult::recursive;
   }
-  // Wait for the holder inside wait_until's subtransaction, but take the
-  // claim itself outside it: a lock taken in a subtransaction passes to the
-  // transaction's resource owner, where release() could not find it.
-  LOCKTAG *tag = &claim.tag;
-  while (taken == LOCKACQUIRE_NOT_AVAIL) {
-    if (deadline == 0 || !wait_until(deadline, [tag] {
-          LockAcquire(tag, ExclusiveLock, false, false);
-          LockRelease(tag, ExclusiveLock, false);
-        }))
-      return ClaimResult::busy;
-    taken = LockAcquire(tag, ExclusiveLock, false, true);
+  if (taken != LOCKACQUIRE_NOT_AVAIL) {
+    claim.held = true;
+    return ClaimResult::acquired;
   }
-  claim.held = true;
-  return ClaimResult::acquired;
+  if (deadline == 0)
+    return ClaimResult::busy;
+  // Held by another claimer: wait with the other waiters, then look at the
+  // key again. Held by none: only waiters just woken pass through it.
+  if (held_by_claimer(claim.tag))
+    return wait_for_release(claim.tag, deadline) ? ClaimResult::released
+                                                 : ClaimResult::busy;
+  return wait_for_claim(claim, deadline) ? ClaimResult::acquired
+                                         : ClaimResult::busy;
 }
 
 } // namespace
@@ -200,9 +261,8 @@ ClaimResult acquire(Claim &claim, TimestampTz deadline) {
 void release(Claim &claim) {
   if (!claim.held)
     return;
-  with_owner(claim.owner, [&claim] {
-    return LockRelease(&claim.tag, ExclusiveLock, false);
-  });
+  with_owner(claim.owner,
+             [&claim] { return LockRelease(&claim.tag, claim_mode, false); });
   claim.held = false;
 }
 

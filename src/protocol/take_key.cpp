@@ -133,6 +133,8 @@ TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
     switch (acquire(claim, deadline)) {
     case ClaimResult::acquired:
       continue; // look again: the key may have been stored meanwhile
+    case ClaimResult::released:
+      continue; // look again: a replay, mostly, or the key to claim
     case ClaimResult::busy:
       report_in_progress(key);
     case ClaimResult::recursive:
