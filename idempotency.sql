@@ -671,7 +671,10 @@ CREATE FUNCTION idempotency.expiry_status(
     OUT last_error pg_catalog.text,
     OUT rounds pg_catalog.int8,
     OUT total_deleted pg_catalog.int8,
-    OUT failed_rounds pg_catalog.int8)
+    OUT failed_rounds pg_catalog.int8,
+    OUT last_kept pg_catalog.int8,
+    OUT last_kept_reason pg_catalog.text,
+    OUT skipped_rounds pg_catalog.int8)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idempotency_expiry_status'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED;
@@ -681,13 +684,13 @@ CREATE VIEW idempotency.expiry_status AS
            s.last_finished,
            s.last_finished OPERATOR(pg_catalog.-) s.last_started AS last_duration,
            s.last_deleted, s.last_error, s.rounds, s.total_deleted,
-           s.failed_rounds
+           s.failed_rounds, s.last_kept, s.last_kept_reason, s.skipped_rounds
       FROM idempotency.expiry_status() AS s
       LEFT JOIN pg_catalog.pg_database AS d
         ON d.oid OPERATOR(pg_catalog.=) s.datid;
 
 COMMENT ON VIEW idempotency.expiry_status IS
-    'the expiry worker''s last round in each database where the extension is installed: when, how long, keys deleted, error';
+    'the expiry worker''s last round in each database where the extension is installed: when, how long, keys deleted, keys kept, error';
 
 -- Monitoring roles may watch the worker.
 REVOKE ALL ON FUNCTION idempotency.expiry_status() FROM PUBLIC;
