@@ -1,7 +1,8 @@
 # Expiry against what a DBA adds to idempotency.keys, and against a
 # database's lock_timeout. A unique index on (scope, key), NOT NULL on
-# response and a BEFORE trigger that skips a tombstone each refuse some
-# tombstones: the worker keeps those expired rows as they are and cleans
+# response (both made where the extension's check does not run) and a
+# BEFORE trigger that skips a tombstone each refuse some tombstones: the
+# worker keeps those expired rows as they are and cleans
 # the others in the same round, expiry_status and the log name the cause
 # (never a key's text), a retry of a kept key is still refused with IK410,
 # and once the DBA drops the object the next round expires the row. With
@@ -168,8 +169,12 @@ expired_keys('uniq', undef, '10 seconds', 'u-first');
 $node->poll_query_until('uniq',
 	"SELECT count(*) = 1 FROM idempotency.keys WHERE expired_at IS NOT NULL")
   or die 'the first tombstone was not written';
+# The extension refuses the index when it is made (sql/store_dba.sql); a
+# database may have it from before 1.1, or from a session whose event
+# triggers did not fire, as here.
 $node->safe_psql('uniq',
-	'CREATE UNIQUE INDEX keys_scope_key ON idempotency.keys (scope, key)');
+	'SET session_replication_role = replica; '
+	  . 'CREATE UNIQUE INDEX keys_scope_key ON idempotency.keys (scope, key)');
 check_kept_key(
 	name => 'unique index on (scope, key)',
 	db => 'uniq',
@@ -193,7 +198,8 @@ is(status_of('uniq', 'last_kept'), '0', '... and keeps no key');
 # --- NOT NULL on response: every tombstone -----------------------------
 new_database('not_null');
 $node->safe_psql('not_null',
-	'ALTER TABLE idempotency.keys ALTER COLUMN response SET NOT NULL');
+	'SET session_replication_role = replica; '
+	  . 'ALTER TABLE idempotency.keys ALTER COLUMN response SET NOT NULL');
 check_kept_key(
 	name => 'NOT NULL on response',
 	db => 'not_null',
