@@ -15,6 +15,7 @@ extern "C" {
 #include "access/xact.h"
 #include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
+#include "commands/trigger.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -190,6 +191,18 @@ bool begin_round_transaction(const char *activity, LOCKMODE mode) {
   return false;
 }
 
+// SET CONSTRAINTS ALL IMMEDIATE for the transaction: a DBA's deferred
+// constraint (trigger) on the key table then checks each tombstone as it is
+// written, where a refusal is that row's (storage::KeyStore::expire_batch
+// keeps it), and not at the commit, where it would undo the whole batch
+// every round.
+void check_constraints_at_once() {
+  ConstraintsSetStmt *all_immediate = makeNode(ConstraintsSetStmt);
+  all_immediate->constraints = NIL;
+  all_immediate->deferred = false;
+  AfterTriggerSetState(all_immediate);
+}
+
 // Runs the round in one key store: passes until no expired key is left;
 // each collects keys in a read-only transaction, then deletes them in
 // batches of idempotency.expire_batch_size, each batch its own short
@@ -223,6 +236,7 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
       if (!begin_round_transaction("deleting expired idempotency keys",
                                    RowExclusiveLock))
         return RoundEnd::extension_dropped;
+      check_constraints_at_once();
       ExpiryBatch batch = expire_batch(store, round, batch_size);
       tally->deleted += batch.deleted;
       commit_transaction();

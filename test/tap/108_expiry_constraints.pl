@@ -1,7 +1,8 @@
 # Expiry against what a DBA adds to idempotency.keys, and against a
 # database's lock_timeout. A unique index on (scope, key), NOT NULL on
-# response (both made where the extension's check does not run) and a
-# BEFORE trigger that skips a tombstone each refuse some tombstones: the
+# response (both made where the extension's check does not run), a
+# BEFORE trigger that skips a tombstone and a deferred constraint trigger
+# each refuse some tombstones: the
 # worker keeps those expired rows as they are and cleans
 # the others in the same round, expiry_status and the log name the cause
 # (never a key's text), a retry of a kept key is still refused with IK410,
@@ -235,6 +236,35 @@ check_kept_key(
 	reason =>
 	  qr/09000: a BEFORE INSERT trigger on idempotency\.keys skipped the tombstone of an expired idempotency key/,
 	drop_sql => 'DROP TRIGGER hold_tombstone ON idempotency.keys');
+
+# --- a deferred constraint trigger that refuses one key's tombstone -------
+# The worker checks deferred constraints as each row is written, not at
+# the batch's commit, which would undo the whole batch every round.
+new_database('deferred');
+$node->safe_psql(
+	'deferred', q{
+CREATE TABLE held (digest bytea);
+INSERT INTO held VALUES (idempotency.key_digest('d-stuck'));
+CREATE FUNCTION refuse_held() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.expired_at IS NOT NULL
+     AND NEW.key_digest IN (SELECT digest FROM public.held) THEN
+    RAISE EXCEPTION 'tombstone held back' USING ERRCODE = '23514';
+  END IF;
+  RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER refuse_held AFTER INSERT ON idempotency.keys
+  DEFERRABLE INITIALLY DEFERRED
+  FOR EACH ROW EXECUTE FUNCTION refuse_held();
+});
+check_kept_key(
+	name => 'deferred constraint trigger',
+	db => 'deferred',
+	stuck => 'd-stuck',
+	free => 'd-free',
+	old => 'd-old',
+	reason => qr/23514: tombstone held back/,
+	drop_sql => 'DROP TRIGGER refuse_held ON idempotency.keys');
 
 # expire() keeps the row too, and warns its caller. The keys are made,
 # expired and expired again in one transaction, out of the worker's sight.
