@@ -48,3 +48,115 @@ BEGIN
   END IF;
 END
 $$;
+
+-- Expiry status: the expired rows a round kept because a DBA's constraint,
+-- index or trigger refused their tombstones (and the first refusal), and
+-- the rounds that gave way to a lock or statement timeout. The function's
+-- result gains columns, so it and its view are made again.
+DROP VIEW idempotency.expiry_status;
+DROP FUNCTION idempotency.expiry_status();
+
+CREATE FUNCTION idempotency.expiry_status(
+    OUT datid pg_catalog.oid,
+    OUT running_since pg_catalog.timestamptz,
+    OUT last_started pg_catalog.timestamptz,
+    OUT last_finished pg_catalog.timestamptz,
+    OUT last_deleted pg_catalog.int8,
+    OUT last_error pg_catalog.text,
+    OUT rounds pg_catalog.int8,
+    OUT total_deleted pg_catalog.int8,
+    OUT failed_rounds pg_catalog.int8,
+    OUT last_kept pg_catalog.int8,
+    OUT last_kept_reason pg_catalog.text,
+    OUT skipped_rounds pg_catalog.int8)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idempotency_expiry_status'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+CREATE VIEW idempotency.expiry_status AS
+    SELECT s.datid, d.datname, s.running_since, s.last_started,
+           s.last_finished,
+           s.last_finished OPERATOR(pg_catalog.-) s.last_started AS last_duration,
+           s.last_deleted, s.last_error, s.rounds, s.total_deleted,
+           s.failed_rounds, s.last_kept, s.last_kept_reason, s.skipped_rounds
+      FROM idempotency.expiry_status() AS s
+      LEFT JOIN pg_catalog.pg_database AS d
+        ON d.oid OPERATOR(pg_catalog.=) s.datid;
+
+COMMENT ON VIEW idempotency.expiry_status IS
+    'the expiry worker''s last round in each database where the extension is installed: when, how long, keys deleted, keys kept, error';
+
+REVOKE ALL ON FUNCTION idempotency.expiry_status() FROM PUBLIC;
+REVOKE ALL ON idempotency.expiry_status FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idempotency.expiry_status() TO pg_monitor;
+GRANT SELECT ON idempotency.expiry_status TO pg_monitor;
+
+-- Tombstones and a DBA's changes of idempotency.keys: NOT NULL on response
+-- and unique indexes over the key text that would refuse tombstones are
+-- refused when they are made. The event trigger and its function, as in
+-- idempotency.sql:
+-- Tombstones (docs/expiry.md) are rows of idempotency.keys too, with the
+-- key's text empty and no response. NOT NULL on response, or a unique index
+-- over the key's text that does not leave them out (WHERE expired_at IS
+-- NULL), would refuse every tombstone or a role's second one: such a change
+-- of the table is refused when it is made (docs/maintenance.md). Unique
+-- indexes with a predicate are the DBA's to get right; expiry keeps, and
+-- reports, a row whose tombstone they refuse.
+CREATE FUNCTION idempotency.refuse_tombstone_conflicts()
+RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  keys pg_catalog.oid := pg_catalog.to_regclass('idempotency.keys');
+  refused pg_catalog.text;
+BEGIN
+  IF keys IS NULL OR NOT EXISTS (
+       SELECT FROM pg_catalog.pg_event_trigger_ddl_commands() AS c
+        WHERE c.objid OPERATOR(pg_catalog.=) keys
+           OR c.objid IN (SELECT i.indexrelid FROM pg_catalog.pg_index AS i
+                           WHERE i.indrelid OPERATOR(pg_catalog.=) keys)) THEN
+    RETURN;
+  END IF;
+  IF EXISTS (SELECT FROM pg_catalog.pg_attribute AS a
+              WHERE a.attrelid OPERATOR(pg_catalog.=) keys
+                AND a.attname OPERATOR(pg_catalog.=) 'response'
+                AND a.attnotnull) THEN
+    RAISE EXCEPTION 'idempotency.keys.response may not be NOT NULL'
+      USING ERRCODE = '0A000',
+            DETAIL = 'The tombstone an expired key leaves has no response.',
+            HINT = 'To require a response of every live key, add CHECK (response IS NOT NULL OR expired_at IS NOT NULL).';
+  END IF;
+  SELECT i.indexrelid::pg_catalog.regclass::pg_catalog.text INTO refused
+    FROM pg_catalog.pg_index AS i
+    JOIN pg_catalog.pg_attribute AS a
+      ON a.attrelid OPERATOR(pg_catalog.=) keys
+     AND a.attname OPERATOR(pg_catalog.=) 'key'
+   WHERE i.indrelid OPERATOR(pg_catalog.=) keys
+     AND i.indisunique
+     AND i.indpred IS NULL
+     AND (a.attnum OPERATOR(pg_catalog.=) ANY (i.indkey)
+          OR EXISTS (SELECT FROM pg_catalog.pg_depend AS d
+                      WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+                        AND d.objid OPERATOR(pg_catalog.=) i.indexrelid
+                        AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+                        AND d.refobjid OPERATOR(pg_catalog.=) keys
+                        AND d.refobjsubid OPERATOR(pg_catalog.=) a.attnum))
+   LIMIT 1;
+  IF refused IS NOT NULL THEN
+    RAISE EXCEPTION 'unique index % on idempotency.keys would refuse tombstones', refused
+      USING ERRCODE = '0A000',
+            DETAIL = 'The tombstones expired keys leave all have an empty key text.',
+            HINT = 'Leave them out of the index: WHERE expired_at IS NULL.';
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION idempotency.refuse_tombstone_conflicts() IS
+    'refuses NOT NULL on idempotency.keys.response and unique indexes over its key text that would refuse tombstones';
+
+REVOKE ALL ON FUNCTION idempotency.refuse_tombstone_conflicts() FROM PUBLIC;
+
+CREATE EVENT TRIGGER idempotency_refuse_tombstone_conflicts ON ddl_command_end
+    WHEN TAG IN ('ALTER TABLE', 'CREATE INDEX')
+    EXECUTE FUNCTION idempotency.refuse_tombstone_conflicts();

@@ -83,12 +83,15 @@ SELECT idempotency.idempotent_call('other', 'request-x', 'SELECT 7');
 SELECT stored('excl-1'), stored('excl-2'), stored('other');
 ALTER TABLE idempotency.keys DROP CONSTRAINT one_key_per_request;
 
--- NOT NULL on response: a call whose response is SQL NULL (fn returned no
--- row) is refused (23502).
+-- NOT NULL on response is refused (0A000): a tombstone has no response.
+-- A CHECK that requires it of live keys refuses a call whose response is
+-- SQL NULL (fn returned no row), 23514.
 ALTER TABLE idempotency.keys ALTER COLUMN response SET NOT NULL;
+ALTER TABLE idempotency.keys ADD CONSTRAINT live_keys_respond
+  CHECK (response IS NOT NULL OR expired_at IS NOT NULL);
 SELECT idempotency.idempotent_call('null-response', NULL, 'SELECT 1 WHERE false');
 SELECT stored('null-response');
-ALTER TABLE idempotency.keys ALTER COLUMN response DROP NOT NULL;
+ALTER TABLE idempotency.keys DROP CONSTRAINT live_keys_respond;
 SELECT idempotency.idempotent_call('null-response', NULL, 'SELECT 1 WHERE false') IS NULL AS sql_null;
 SELECT stored('null-response');
 
@@ -172,9 +175,13 @@ DROP TRIGGER before_statement ON idempotency.keys;
 DROP TRIGGER after_statement ON idempotency.keys;
 
 -- Partial and expression indexes get the row's entries; a unique
--- expression index is enforced (23505).
+-- expression index is enforced (23505). A unique index over the key's text
+-- must leave tombstones out, whose text is empty (0A000 otherwise).
 CREATE INDEX keys_upper_key ON idempotency.keys (upper(key)) WHERE note > 0;
 CREATE UNIQUE INDEX keys_lower_key ON idempotency.keys (lower(key));
+ALTER TABLE idempotency.keys ADD CONSTRAINT keys_scope_key UNIQUE (scope, key);
+CREATE UNIQUE INDEX keys_lower_key ON idempotency.keys (lower(key))
+  WHERE expired_at IS NULL;
 SELECT idempotency.idempotent_call('Indexed', NULL, 'SELECT 12');
 SELECT idempotency.idempotent_call('INDEXED', NULL, 'SELECT 12');
 SELECT stored('Indexed'), stored('INDEXED');

@@ -30,6 +30,11 @@ enum StatusColumn {
   col_rounds,
   col_total_deleted,
   col_failed_rounds,
+  // From 1.1 on; the 1.0 schema's tuple descriptor reads no further than
+  // failed_rounds.
+  col_last_kept,
+  col_last_kept_reason,
+  col_skipped_rounds,
   status_columns
 };
 
@@ -58,6 +63,13 @@ void put_status_row(ReturnSetInfo *rsinfo,
   values[col_rounds] = Int64GetDatum(slot.rounds);
   values[col_total_deleted] = Int64GetDatum(slot.total_deleted);
   values[col_failed_rounds] = Int64GetDatum(slot.failed_rounds);
+  values[col_last_kept] = Int64GetDatum(slot.last_kept);
+  nulls[col_last_kept] = !finished;
+  bool kept_reason = slot.last_kept_reason[0] != '\0';
+  values[col_last_kept_reason] =
+      kept_reason ? CStringGetTextDatum(slot.last_kept_reason) : (Datum)0;
+  nulls[col_last_kept_reason] = !kept_reason;
+  values[col_skipped_rounds] = Int64GetDatum(slot.skipped_rounds);
   tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 

@@ -2,10 +2,13 @@
 // (storage/keys.hpp), through the index on expires_at.
 #include <algorithm>
 
+#include "idempotency/settings/sqlstate_list.hpp"
+
 #include "idempotency/storage/keys.hpp"
 
 #include "idempotency/storage/schema.hpp"
 
+#include "idempotency/boundary/subtransaction.hpp"
 #include "idempotency/settings/settings.hpp"
 
 #include "idempotency/compat.hpp"
@@ -300,6 +303,45 @@ int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
   return deleted;
 }
 
+// An error writing a row's tombstone is the row's (a DBA's constraint,
+// index or trigger refused it) unless it is a transient condition (a lock
+// timeout, a cancel, ...), which ends the batch and the round.
+bool refused_row(const ErrorData *error) {
+  return !sqlstate_transient(unpack_sql_state(error->sqlerrcode));
+}
+
+void note_kept_row(ExpiryRound &round, const ErrorData *error) {
+  if (round.kept++ > 0)
+    return;
+  MemoryContext caller = MemoryContextSwitchTo(round.context);
+  round.kept_reason =
+      psprintf("%s: %s", unpack_sql_state(error->sqlerrcode), error->message);
+  MemoryContextSwitchTo(caller);
+}
+
+// The rows of a batch that failed, each in a subtransaction of its own: a
+// row whose tombstone is refused keeps its live row (deleting it would let
+// a late retry run again); callers judge it by its times all the same, and
+// once its window has passed it is deleted without a tombstone.
+int64 expire_row_by_row(ExpiryRound &round, const ItemPointerData *tids,
+                        int count) {
+  int64 deleted = 0;
+  for (int i = 0; i < count; i++) {
+    const ItemPointerData *tid = &tids[i];
+    int64 row_deleted = 0;
+    if (run_in_subtransaction(
+            [&] { row_deleted = delete_expired(round.cutoff, tid, 1); },
+            [&](const ErrorData *error) {
+              if (!refused_row(error))
+                return false;
+              note_kept_row(round, error);
+              return true;
+            }))
+      deleted += row_deleted;
+  }
+  return deleted;
+}
+
 LocalExpiry &progress_of(ExpiryRound &round) {
   if (round.progress == nullptr)
     round.progress = MemoryContextAllocZero(round.context, sizeof(LocalExpiry));
@@ -323,8 +365,13 @@ void LocalKeys::collect_expired(ExpiryRound &round, int batch_size) const {
 ExpiryBatch LocalKeys::expire_batch(ExpiryRound &round, int batch_size) const {
   LocalExpiry &expiry = progress_of(round);
   int count = std::min(batch_size, expiry.pass.count - expiry.next);
-  int64 deleted =
-      delete_expired(round.cutoff, expiry.pass.tids + expiry.next, count);
+  const ItemPointerData *tids = expiry.pass.tids + expiry.next;
+  TimestampTz cutoff = round.cutoff;
+  int64 deleted = 0;
+  // One subtransaction for the batch, and one per row only when it failed.
+  if (!run_in_subtransaction(
+          [&] { deleted = delete_expired(cutoff, tids, count); }, refused_row))
+    deleted = expire_row_by_row(round, tids, count);
   expiry.next += count;
   round.has_batch = expiry.next < expiry.pass.count;
   return ExpiryBatch{deleted, count};

@@ -15,6 +15,7 @@ extern "C" {
 #include "access/xact.h"
 #include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
+#include "commands/trigger.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -157,7 +158,27 @@ bool wait_for_turn(Pace *pace) {
   }
 }
 
-enum class RoundEnd { finished, left_early, extension_dropped };
+enum class RoundEnd { finished, left_early, extension_dropped, gave_way };
+
+// What the round has done so far; kept in the worker's memory, so that it
+// is still there after an error.
+struct RoundTally {
+  MemoryContext context;
+  int64 deleted;
+  int64 kept;
+  const char *kept_reason; // the first refusal, in `context`
+};
+static_assert(std::is_trivially_destructible_v<RoundTally>);
+
+// Moves the rows a store kept since the last call into the tally.
+void tally_kept(storage::ExpiryRound &round, RoundTally *tally) {
+  if (round.kept == 0)
+    return;
+  if (tally->kept_reason == nullptr)
+    tally->kept_reason = MemoryContextStrdup(tally->context, round.kept_reason);
+  tally->kept += round.kept;
+  round.kept = 0;
+}
 
 // Starts a transaction of the round holding idempotency.keys in `mode`;
 // false (and no transaction) when the extension was dropped meanwhile.
@@ -170,21 +191,32 @@ bool begin_round_transaction(const char *activity, LOCKMODE mode) {
   return false;
 }
 
+// SET CONSTRAINTS ALL IMMEDIATE for the transaction: a DBA's deferred
+// constraint (trigger) on the key table then checks each tombstone as it is
+// written, where a refusal is that row's (storage::KeyStore::expire_batch
+// keeps it), and not at the commit, where it would undo the whole batch
+// every round.
+void check_constraints_at_once() {
+  ConstraintsSetStmt *all_immediate = makeNode(ConstraintsSetStmt);
+  all_immediate->constraints = NIL;
+  all_immediate->deferred = false;
+  AfterTriggerSetState(all_immediate);
+}
+
 // Runs the round in one key store: passes until no expired key is left;
 // each collects keys in a read-only transaction, then deletes them in
 // batches of idempotency.expire_batch_size, each batch its own short
 // transaction, at most idempotency.expire_rate keys a second (where the
 // store's batches are paced). The store keeps its work in `context`.
 RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
-                    MemoryContext context, Pace *pace,
-                    volatile int64 *deleted) {
+                    MemoryContext context, Pace *pace, RoundTally *tally) {
   // Marks made again where they are missing (pg_upgrade does not carry
   // them), and keys of roles that no longer exist deleted.
   if (!begin_round_transaction("marking the roles that have idempotency keys",
                                RowExclusiveLock))
     return RoundEnd::extension_dropped;
   if (storage::role_marks::database_marks_roles())
-    *deleted += storage::role_marks::mark_key_roles();
+    tally->deleted += storage::role_marks::mark_key_roles();
   commit_transaction();
 
   int batch_size = settings::expire_batch_size();
@@ -204,9 +236,11 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
       if (!begin_round_transaction("deleting expired idempotency keys",
                                    RowExclusiveLock))
         return RoundEnd::extension_dropped;
+      check_constraints_at_once();
       ExpiryBatch batch = expire_batch(store, round, batch_size);
-      *deleted += batch.deleted;
+      tally->deleted += batch.deleted;
       commit_transaction();
+      tally_kept(round, tally);
       if (round.paced)
         pace->keys += batch.handled;
     }
@@ -218,11 +252,11 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
 // table, then the tenant keys of the Citus coordinator, which one DELETE
 // expires on every shard, where the shard is now.
 RoundEnd run_stores(TimestampTz cutoff, MemoryContext pass_context,
-                    volatile int64 *deleted) {
+                    RoundTally *tally) {
   Pace pace = start_pace();
   for (int i = 0; i < storage::key_backend_count; i++) {
     RoundEnd end = run_passes(storage::expiry_store(i), cutoff, pass_context,
-                              &pace, deleted);
+                              &pace, tally);
     MemoryContextReset(pass_context);
     if (end != RoundEnd::finished)
       return end;
@@ -247,10 +281,13 @@ void warn_keys_in_citus(const char *reason) {
 // cutoff; without the extension the database is left alone, silently.
 // `skipped` is the reason when Citus has taken idempotency.keys over.
 RoundStart prepare_round(TimestampTz started, TimestampTz *cutoff,
-                         const char **skipped) {
+                         const char **skipped, const char **database_name) {
   SetCurrentStatementStartTimestamp();
   StartTransactionCommand();
   RoundStart start = RoundStart::no_extension;
+  // For the log, when the round ends outside a transaction.
+  *database_name =
+      MemoryContextStrdup(TopMemoryContext, get_database_name(MyDatabaseId));
   if (extension_installed()) {
     storage::citus::TableKind kind = storage::key_table_citus_kind();
     start = RoundStart::ready;
@@ -266,12 +303,45 @@ RoundStart prepare_round(TimestampTz started, TimestampTz *cutoff,
   return start;
 }
 
+// Errors a round gives way to rather than fails with: a lock or statement
+// timeout (a lock_timeout set for the database, while a DBA holds the key
+// table), a cancel, a deadlock. The next round tries again.
+bool gives_way_to(const ErrorData *error) {
+  switch (error->sqlerrcode) {
+  case ERRCODE_LOCK_NOT_AVAILABLE:
+  case ERRCODE_QUERY_CANCELED:
+  case ERRCODE_T_R_DEADLOCK_DETECTED:
+  case ERRCODE_T_R_SERIALIZATION_FAILURE:
+    return true;
+  default:
+    return false;
+  }
+}
+
+// Ends the round's transaction after an error it gave way to, and says so
+// in the log; returns what the status records as the round's error.
+const char *give_way(const ErrorData *error, const char *database_name) {
+  AbortOutOfAnyTransaction();
+  ereport(LOG, (errcode(error->sqlerrcode),
+                errmsg("idempotency expiry skipped the rest of its round in "
+                       "database \"%s\": %s",
+                       database_name, error->message),
+                errhint("The next round tries again.")));
+  return psprintf("round skipped: %s (SQLSTATE %s)", error->message,
+                  unpack_sql_state(error->sqlerrcode));
+}
+
+status::RoundShortfall shortfall_of(const RoundTally *tally, bool skipped) {
+  return status::RoundShortfall{skipped, tally->kept, tally->kept_reason};
+}
+
 void run_round() {
   Oid database = MyDatabaseId;
   TimestampTz started = GetCurrentTimestamp();
   TimestampTz cutoff = 0;
-  const char *skipped = nullptr;
-  switch (prepare_round(started, &cutoff, &skipped)) {
+  const char *skipped_by_citus = nullptr;
+  const char *database_name = nullptr;
+  switch (prepare_round(started, &cutoff, &skipped_by_citus, &database_name)) {
   case RoundStart::no_extension:
     status::forget(database);
     return;
@@ -279,7 +349,8 @@ void run_round() {
     // Recorded as a failed round, so that monitoring on expiry_status sees
     // that keys no longer expire here.
     status::round_started(database, started);
-    status::round_finished(database, GetCurrentTimestamp(), 0, skipped);
+    status::round_finished(database, GetCurrentTimestamp(), 0,
+                           skipped_by_citus);
     return;
   case RoundStart::ready:
     break;
@@ -287,31 +358,42 @@ void run_round() {
   status::round_started(database, started);
 
   // Read after an error; volatile so the longjmp keeps its value.
-  volatile int64 deleted = 0;
   volatile RoundEnd end = RoundEnd::finished;
+  const char *volatile skipped = nullptr;
   MemoryContext context = CurrentMemoryContext;
+  auto *tally = static_cast<RoundTally *>(
+      MemoryContextAllocZero(context, sizeof(RoundTally)));
+  tally->context = context;
   MemoryContext pass_context = AllocSetContextCreate(
       context, "idempotency expiry pass", ALLOCSET_DEFAULT_SIZES);
   PG_TRY();
-  { end = run_stores(cutoff, pass_context, &deleted); }
+  { end = run_stores(cutoff, pass_context, tally); }
   PG_CATCH();
   {
-    // Record the error, then let the worker's own error handling log it
-    // and end the process; the launcher goes on with the next database.
     MemoryContextSwitchTo(context);
     ErrorData *error = CopyErrorData();
-    status::round_finished(database, GetCurrentTimestamp(), deleted,
-                           error->message);
-    PG_RE_THROW();
+    if (!gives_way_to(error)) {
+      // Record the error, then let the worker's own error handling log it
+      // and end the process; the launcher goes on with the next database.
+      status::round_finished(database, GetCurrentTimestamp(), tally->deleted,
+                             error->message, shortfall_of(tally, false));
+      PG_RE_THROW();
+    }
+    FlushErrorState();
+    skipped = give_way(error, database_name);
+    end = RoundEnd::gave_way;
   }
   PG_END_TRY();
   MemoryContextDelete(pass_context);
   pgstat_report_activity(STATE_IDLE, nullptr);
+  if (tally->kept > 0)
+    warn_kept_rows(database_name, tally->kept, tally->kept_reason);
   // As when the extension was not installed at the start of the round.
   if (end == RoundEnd::extension_dropped)
     status::forget(database);
   else
-    status::round_finished(database, GetCurrentTimestamp(), deleted, nullptr);
+    status::round_finished(database, GetCurrentTimestamp(), tally->deleted,
+                           skipped, shortfall_of(tally, skipped != nullptr));
 }
 
 } // namespace

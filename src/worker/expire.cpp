@@ -10,7 +10,9 @@
 
 extern "C" {
 #include "access/xact.h"
+#include "commands/dbcommands.h"
 #include "commands/extension.h"
+#include "miscadmin.h"
 #include "utils/backend_status.h"
 #include "utils/memutils.h"
 }
@@ -60,7 +62,22 @@ ExpiryBatch expire_batch(const storage::KeyStore &store,
 }
 
 storage::ExpiryRound begin_expiry(TimestampTz cutoff, MemoryContext context) {
-  return storage::ExpiryRound{cutoff, context, nullptr, false, false, true};
+  return storage::ExpiryRound{cutoff, context, nullptr, false,
+                              false,  true,    0,       nullptr};
+}
+
+void warn_kept_rows(const char *database, int64 kept, const char *reason) {
+  ereport(WARNING,
+          (errmsg("idempotency expiry kept " INT64_FORMAT
+                  " expired keys of database \"%s\": their tombstones "
+                  "could not be written",
+                  kept, database),
+           errdetail("The first refusal: %s", reason),
+           errhint("A constraint, index or trigger on idempotency.keys "
+                   "refuses tombstones (see the extension's "
+                   "docs/maintenance.md). The keys are still refused to "
+                   "retries until their window ends; change or drop that "
+                   "object and the next round expires them.")));
 }
 
 // The cutoff is the transaction's start, the instant idempotent_call
@@ -73,6 +90,8 @@ int64 expire_now() {
   TimestampTz cutoff = expiry_cutoff(GetCurrentTransactionStartTimestamp());
   int batch_size = settings::expire_batch_size();
   int64 deleted = 0;
+  int64 kept = 0;
+  const char *kept_reason = nullptr;
   for (int i = 0; i < storage::key_backend_count; i++) {
     storage::KeyStore store = storage::expiry_store(i);
     MemoryContext context =
@@ -84,8 +103,13 @@ int64 expire_now() {
       while (round.has_batch)
         deleted += expire_batch(store, round, INT_MAX).deleted;
     } while (!round.finished);
+    if (round.kept > 0 && kept_reason == nullptr)
+      kept_reason = pstrdup(round.kept_reason);
+    kept += round.kept;
     MemoryContextDelete(context);
   }
+  if (kept > 0)
+    warn_kept_rows(get_database_name(MyDatabaseId), kept, kept_reason);
   return deleted;
 }
 

@@ -45,8 +45,29 @@ int clipped_length(const char *error) {
   return pg_mbcliplen(error, strlen(error), max_error_bytes - 1);
 }
 
+struct ClippedShortfall {
+  RoundShortfall shortfall;
+  int reason_length;
+};
+
+ClippedShortfall clip(const RoundShortfall &shortfall) {
+  return ClippedShortfall{shortfall, shortfall.kept_reason != nullptr
+                                         ? clipped_length(shortfall.kept_reason)
+                                         : 0};
+}
+
 void finish(DatabaseRounds &slot, TimestampTz at, int64 deleted,
-            const char *error, int error_length) {
+            const char *error, int error_length,
+            const ClippedShortfall &clipped = {}) {
+  const RoundShortfall &shortfall = clipped.shortfall;
+  slot.last_kept = shortfall.kept;
+  slot.last_kept_reason[0] = '\0';
+  if (shortfall.kept_reason != nullptr) {
+    memcpy(slot.last_kept_reason, shortfall.kept_reason, clipped.reason_length);
+    slot.last_kept_reason[clipped.reason_length] = '\0';
+  }
+  if (shortfall.skipped)
+    slot.skipped_rounds++;
   slot.running = false;
   slot.last_started = slot.running_since;
   slot.last_finished = at;
@@ -59,7 +80,7 @@ void finish(DatabaseRounds &slot, TimestampTz at, int64 deleted,
   }
   slot.rounds++;
   slot.total_deleted += deleted;
-  if (error != nullptr)
+  if (error != nullptr && !shortfall.skipped)
     slot.failed_rounds++;
 }
 
@@ -92,12 +113,13 @@ void round_started(Oid database, TimestampTz at) {
 }
 
 void round_finished(Oid database, TimestampTz at, int64 deleted,
-                    const char *error) {
+                    const char *error, const RoundShortfall &shortfall) {
   if (shared == nullptr)
     return;
   int error_length = error != nullptr ? clipped_length(error) : 0;
+  ClippedShortfall clipped = clip(shortfall);
   SpinLockAcquire(&shared->mutex);
-  finish(slot_for(database), at, deleted, error, error_length);
+  finish(slot_for(database), at, deleted, error, error_length, clipped);
   SpinLockRelease(&shared->mutex);
 }
 

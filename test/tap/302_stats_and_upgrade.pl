@@ -63,6 +63,18 @@ for my $call (@calls)
 }
 is($node->safe_psql('upgraded', $replays),
 	'4|0', 'the 0.7 statistics view counts the replays');
+# The 0.7 schema's expiry status has fewer columns than the library
+# reports: it shows those it declares.
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET idempotency.expire_interval = '1s'; SELECT pg_reload_conf()");
+$node->poll_query_until('upgraded',
+	"SELECT count(*) = 1 FROM idempotency.expiry_status WHERE datname = 'upgraded' AND rounds > 0"
+) or die 'no expiry round under the 0.7 schema';
+$node->safe_psql('postgres',
+	'ALTER SYSTEM RESET idempotency.expire_interval; SELECT pg_reload_conf()');
+is( $node->safe_psql('upgraded',
+		q{SELECT last_error IS NULL, failed_rounds FROM idempotency.expiry_status WHERE datname = 'upgraded'}),
+	't|0', 'the 0.7 expiry status view shows the round');
 
 $node->safe_psql('upgraded', q{ALTER EXTENSION idempotency UPDATE});
 is($node->safe_psql('upgraded',
@@ -72,6 +84,9 @@ is($node->safe_psql('upgraded',
 isnt($node->safe_psql('upgraded', $version), '0.7', '... past 0.7');
 is($node->safe_psql('upgraded', $replays),
 	'4|0', 'the counters survive the update');
+is( $node->safe_psql('upgraded',
+		q{SELECT last_kept, last_kept_reason IS NULL, skipped_rounds FROM idempotency.expiry_status WHERE datname = 'upgraded'}),
+	'0|t|0', 'the updated expiry status view has the kept keys and skipped rounds');
 is( $node->safe_psql('upgraded',
 		q{SELECT late_retries, keys, tombstones FROM idempotency.stats WHERE datname = 'upgraded'}),
 	'0|4|0', 'the updated view counts late retries, and live keys apart from tombstones');

@@ -104,6 +104,11 @@ struct ExpiryRound {
   // Whether idempotency.expire_rate paces the batches: batches of rows are;
   // a batch that is one statement run elsewhere (Citus) is not.
   bool paced;
+  // Expired rows kept as they are because writing their tombstone failed
+  // (a DBA's constraint, index or trigger refused it), and the first such
+  // error, "SQLSTATE: message" in `context`; nullptr while there is none.
+  int64 kept;
+  const char *kept_reason;
 };
 static_assert(std::is_trivially_destructible_v<ExpiryRound>);
 

@@ -80,7 +80,8 @@ TriggeredRow fire_before_row_triggers(const RowInsert &insert,
 
 // Raises 09000 unless `result` is kept: a BEFORE trigger on `table` skipped
 // the row of idempotency key `key`, or changed its `fixed_columns` (named
-// in the message).
+// in the message). An empty `key` is a tombstone's (a call's key is never
+// empty): its message names no key.
 void check_key_row_kept(TriggeredRow result, const char *table,
                         const char *fixed_columns, const text *key);
 

@@ -30,6 +30,11 @@ storage::ExpiryRound begin_expiry(TimestampTz cutoff, MemoryContext context);
 ExpiryBatch expire_batch(const storage::KeyStore &store,
                          storage::ExpiryRound &round, int batch_size);
 
+// Reports that a round kept `kept` expired rows because their tombstones
+// were refused, with the first refusal (storage::ExpiryRound::kept_reason):
+// a WARNING naming the cause, never a key.
+void warn_kept_rows(const char *database, int64 kept, const char *reason);
+
 // idempotency.expire(): one round now, in the caller's transaction; returns
 // how many keys it deleted.
 int64 expire_now();

@@ -33,8 +33,23 @@ struct RoundStatus {
   int64 rounds;
   int64 total_deleted;
   int64 failed_rounds;
+  // Expired rows the last round kept because their tombstones were refused,
+  // and the first refusal ("SQLSTATE: message").
+  int64 last_kept;
+  char last_kept_reason[max_error_bytes];
+  // Rounds that gave way to a lock or statement timeout (or a cancel): not
+  // failures, but nothing after that point was expired.
+  int64 skipped_rounds;
 };
 static_assert(std::is_trivially_destructible_v<RoundStatus>);
+
+// What a round that did not fail left undone.
+struct RoundShortfall {
+  bool skipped; // it gave way; its `error` says to what
+  int64 kept;
+  const char *kept_reason; // nullptr when none was kept
+};
+static_assert(std::is_trivially_destructible_v<RoundShortfall>);
 
 // shmem_request_hook and shmem_startup_hook duties, while preloading.
 void request_shared_memory();
@@ -43,9 +58,10 @@ void attach_shared_memory();
 // A worker began a round in `database`.
 void round_started(Oid database, TimestampTz at);
 
-// The round in `database` ended; error is NULL when it succeeded.
+// The round in `database` ended; error is NULL when it succeeded, and
+// when `shortfall.skipped` what the round gave way to.
 void round_finished(Oid database, TimestampTz at, int64 deleted,
-                    const char *error);
+                    const char *error, const RoundShortfall &shortfall = {});
 
 // Ends the round in `database` as failed with `error`, if its worker left
 // without saying how it went (it was terminated, or crashed).
