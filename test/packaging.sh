@@ -36,26 +36,35 @@ default_version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$repo/idempotency
 # The current version installs from its own script, built from idempotency.sql.
 check "the install script of $default_version is idempotency.sql" \
   cmp -s "$repo/idempotency.sql" "$extdir/idempotency--$default_version.sql"
-# A database at 0.7 updates with idempotency--0.7--$default_version.sql.
-check "the update script from 0.7 is installed" test -f "$extdir/idempotency--0.7--$default_version.sql"
-# No other version's script: the library serves the schemas of 0.7 and
-# later, and an install script of 0.7 or older would make such a database.
-only_current_scripts() {
-  local script others=()
-  for script in "$extdir"/idempotency--*.sql; do
-    case $(basename "$script") in
-    "idempotency--$default_version.sql" | "idempotency--0.7--$default_version.sql") ;;
-    *) others+=("$(basename "$script")") ;;
-    esac
+# A database at 0.7 or 1.0 updates along the chain of update scripts
+# 0.7 -> 1.0 -> the default version; the library serves the schema of the
+# version before its own, and of 0.7 through the same chain.
+update_scripts=("idempotency--0.7--1.0.sql" "idempotency--1.0--$default_version.sql")
+for script in "${update_scripts[@]}"; do
+  check "the update script $script is installed" test -f "$extdir/$script"
+done
+is_current_script() { # name
+  local script
+  [ "$1" = "idempotency--$default_version.sql" ] && return 0
+  for script in "${update_scripts[@]}"; do
+    [ "$1" = "$script" ] && return 0
   done
-  [ "${#others[@]}" -eq 0 ] || { echo "other scripts installed: ${others[*]}"; return 1; }
+  return 1
 }
-check "no script of another version is installed (no idempotency--0.*.sql but the update from 0.7)" \
-  only_current_scripts
+# No other version's script: an install script of an older version would
+# make a database the library does not serve.
+only_current_scripts() { # dir
+  local script others=()
+  for script in "$1"/idempotency--*.sql; do
+    is_current_script "$(basename "$script")" || others+=("$(basename "$script")")
+  done
+  [ "${#others[@]}" -eq 0 ] || { echo "other scripts: ${others[*]}"; return 1; }
+}
+check "no script of another version is installed (only $default_version's and the update chain)" \
+  only_current_scripts "$extdir"
 # The repository holds no other version's script either (make installs
 # every idempotency--*.sql there is).
-check "the repository holds no script of another version" \
-  test "$(cd "$repo" && ls idempotency--*.sql | grep -vx -e "idempotency--$default_version.sql" -e "idempotency--0.7--$default_version.sql" | wc -l)" -eq 0
+check "the repository holds no script of another version" only_current_scripts "$repo"
 # The release's version agrees everywhere it is stated (test/versions.py):
 # META.json, debian/changelog, the npm, Python and Go packages carry the control
 # file's X.Y as X.Y.0. The checker first shows it flags each one changed
