@@ -465,7 +465,7 @@ is($out, "1\n00:30:00",
 	"a role's ttl in force over a refused database ttl is the one calls use");
 ($rc, $out, $err) = $node->psql('postgres',
 	q{SELECT idempotency.idempotent_call('refused-database-ttl', NULL, 'SELECT 1')});
-like($err, qr/invalid value for parameter "idempotency.ttl": "50min"/,
+like($err, qr/ERROR:  invalid value for parameter "idempotency.ttl": "50min"/,
 	"... while a session without a role's ttl fails with the database's 22023");
 $node->safe_psql('postgres', 'ALTER DATABASE postgres RESET idempotency.ttl');
 
