@@ -30,7 +30,6 @@ extern "C" {
 #include "utils/backend_status.h"
 #include "utils/wait_event.h"
 #include "utils/guc.h"
-#include "utils/guc_tables.h"
 #include "utils/jsonb.h"
 #include "utils/regproc.h"
 #include "utils/rel.h"
@@ -284,21 +283,6 @@ inline void *guc_malloc(int elevel, size_t size) {
   if (data == nullptr)
     ereport(elevel, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
   return data;
-#endif
-}
-
-// A setting by its name, nullptr if there is none (PostgreSQL 16 exported
-// find_option; before it, the polyfill looks through every setting).
-inline config_generic *find_option(const char *name) {
-#if PG_VERSION_NUM >= 160000
-  return ::find_option(name, false, true, ERROR);
-#else
-  config_generic **all = get_guc_variables();
-  int count = GetNumConfigOptions();
-  for (int i = 0; i < count; i++)
-    if (strcmp(all[i]->name, name) == 0)
-      return all[i];
-  return nullptr;
 #endif
 }
 

@@ -11,7 +11,7 @@ extern "C" {
 #include "storage/lwlock.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
-#include "utils/guc_tables.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 }
 
@@ -100,7 +100,7 @@ int expire_batch_size() { return batch_size; }
 int expire_rate() { return rate; }
 
 // Values PostgreSQL skips with only a WARNING. A value of the call's
-// settings that their checks refuse where PostgreSQL does not raise an error
+// settings that PostgreSQL does not take where it does not raise an error
 // would leave the setting's default (or an earlier value) in force: a
 // role's or database's value checked when a session starts, and any value
 // set before the library was loaded. Until the library is loaded in a
@@ -108,7 +108,9 @@ int expire_rate() { return rate; }
 // DATABASE ... SET, postgresql.conf) as a placeholder it cannot check; when
 // the library loads, define() hands it to the real setting, and PostgreSQL
 // only warns when it is refused. Such a value is kept here, and every call
-// fails with the setting's error until the setting is set again.
+// fails with the setting's error until the setting is set again. All of it
+// is seen through the public GUC API: the check hooks' source, and the
+// placeholder's text before define() against the value in force after it.
 namespace {
 
 enum class CallSetting {
@@ -119,39 +121,55 @@ enum class CallSetting {
   store_errors,
   remember
 };
-constexpr const char *call_setting_names[] = {
-    "idempotency.max_ttl",      "idempotency.ttl",
-    "idempotency.wait_timeout", "idempotency.max_response_size",
-    "idempotency.store_errors", "idempotency.remember"};
+struct CallSettingName {
+  const char *name;
+  bool integer; // shown by GetConfigOption() as a number without its unit
+};
+constexpr CallSettingName call_settings[] = {
+    {"idempotency.max_ttl", false},
+    {"idempotency.ttl", false},
+    {"idempotency.wait_timeout", true},
+    {"idempotency.max_response_size", true},
+    {"idempotency.store_errors", false},
+    {"idempotency.remember", false}};
 constexpr int call_setting_count = 6;
 
-// A value a call setting did not take, with where it came from.
+// A value a call setting did not take. `checked`: its check hook refused
+// it, at `source`; otherwise PostgreSQL refused it before the hook (out of
+// range, or a superuser-only setting set by another role).
 struct RefusedValue {
   bool refused;
   char *text; // malloc'd (check hooks must not raise); nullptr if it failed
-  GucContext scontext;
+  bool checked;
   GucSource source;
-  Oid srole;
 };
 static_assert(std::is_trivially_destructible_v<RefusedValue>);
 
 RefusedValue refused_values[call_setting_count];
 bool any_refused = false;
 
-void keep_refused(int i, const char *text, GucContext scontext,
-                  GucSource source, Oid srole) {
+// The highest source whose value of each setting the check hooks have seen
+// outside define(): a session's values come highest first (the client's,
+// then the role's in the database, the role's, the database's, the
+// cluster's), and a value outranked by one before it is not in force.
+GucSource highest_checked[call_setting_count];
+
+// Whether define() is handing placeholders to the settings.
+bool defining = false;
+
+void keep_refused(int i, const char *text, bool checked, GucSource source) {
   RefusedValue &value = refused_values[i];
+  // Checked again by report_refused(): already kept.
+  if (value.refused && value.text != nullptr && strcmp(value.text, text) == 0 &&
+      value.checked == checked && value.source == source)
+    return;
   free(value.text);
-  value = RefusedValue{true, strdup(text), scontext, source, srole};
+  value = RefusedValue{true, strdup(text), checked, source};
   any_refused = true;
 }
 
 void forget_refusal(CallSetting setting) {
   refused_values[static_cast<int>(setting)].refused = false;
-}
-
-config_generic *find_setting(const char *name) {
-  return compat::find_option(name);
 }
 
 // Sources whose refused values PostgreSQL skips with a WARNING while a
@@ -161,62 +179,63 @@ bool applied_at_session_start(GucSource source) {
          source == PGC_S_USER || source == PGC_S_DATABASE_USER;
 }
 
-// Called by a check hook that refuses `text`: kept when PostgreSQL would
-// only warn, and the value would have been in force (a database's value is
-// applied after the role's, which outranks it).
-void note_check_refusal(CallSetting setting, const char *text,
-                        GucSource source) {
-  if (text == nullptr || !applied_at_session_start(source))
-    return;
+// Called by each call setting's check hook with its verdict on `text`,
+// which it returns: a refusal is kept when PostgreSQL would only warn and
+// the value would have been in force.
+bool noted(CallSetting setting, bool accepted, const char *text,
+           GucSource source) {
+  if (source == PGC_S_TEST || source == PGC_S_DEFAULT || text == nullptr)
+    return accepted;
   int i = static_cast<int>(setting);
-  config_generic *current = find_setting(call_setting_names[i]);
-  if (current != nullptr && current->source > source)
-    return;
-  keep_refused(i, text, PGC_SUSET, source, InvalidOid);
+  if (defining) {
+    if (!accepted)
+      keep_refused(i, text, true, source);
+    return accepted;
+  }
+  bool outranked = highest_checked[i] > source;
+  if (!outranked)
+    highest_checked[i] = source;
+  if (!accepted && !outranked && applied_at_session_start(source))
+    keep_refused(i, text, true, source);
+  return accepted;
 }
 
-// A call setting's placeholder, captured before define().
-struct Placeholder {
-  char *text; // nullptr: none; in TopMemoryContext
-  GucContext scontext;
-  GucSource source;
-  Oid srole;
-};
-static_assert(std::is_trivially_destructible_v<Placeholder>);
-
-Placeholder placeholders[call_setting_count];
+// The call settings' placeholders, as their text before define().
+char *placeholders[call_setting_count];
 
 void capture_placeholders() {
   for (int i = 0; i < call_setting_count; i++) {
-    placeholders[i] =
-        Placeholder{nullptr, PGC_INTERNAL, PGC_S_DEFAULT, InvalidOid};
-    config_generic *found = find_setting(call_setting_names[i]);
-    if (found == nullptr || (found->flags & GUC_CUSTOM_PLACEHOLDER) == 0 ||
-        found->source == PGC_S_DEFAULT)
-      continue;
-    // The placeholder's text, through the public accessor: the layout of
-    // a setting's typed part differs between majors.
-    const char *text = GetConfigOption(call_setting_names[i], true, false);
-    if (text == nullptr)
-      continue;
-    placeholders[i] = Placeholder{MemoryContextStrdup(TopMemoryContext, text),
-                                  found->scontext, found->source, found->srole};
+    // NULL (15) or "" (16 on) for a placeholder nothing set.
+    const char *text = GetConfigOption(call_settings[i].name, true, false);
+    placeholders[i] = text == nullptr || *text == '\0'
+                          ? nullptr
+                          : MemoryContextStrdup(TopMemoryContext, text);
   }
 }
 
-// After define(): a value its setting took now has the placeholder's
-// source; a refused one left the setting at an earlier source (the
-// default, or a role's or database's value).
-void note_refused_placeholders() {
+// Whether setting `i` holds the value `text` after define().
+bool holds(int i, const char *text) {
+  const char *name = call_settings[i].name;
+  const char *in_force = GetConfigOption(name, false, false);
+  if (strcmp(in_force, text) == 0)
+    return true;
+  int flags = GetConfigOptionFlags(name, false);
+  int wanted = 0;
+  int held = 0;
+  return call_settings[i].integer && parse_int(text, &wanted, flags, nullptr) &&
+         parse_int(in_force, &held, flags, nullptr) && wanted == held;
+}
+
+// After define(): a placeholder its setting did not take, for a reason its
+// check hook did not see.
+void note_untaken_placeholders() {
   for (int i = 0; i < call_setting_count; i++) {
-    const Placeholder &held = placeholders[i];
-    if (held.text == nullptr)
+    if (placeholders[i] == nullptr)
       continue;
-    config_generic *defined = find_setting(call_setting_names[i]);
-    if (defined != nullptr && defined->source != held.source)
-      keep_refused(i, held.text, held.scontext, held.source, held.srole);
-    pfree(held.text);
-    placeholders[i].text = nullptr;
+    if (!refused_values[i].refused && !holds(i, placeholders[i]))
+      keep_refused(i, placeholders[i], false, PGC_S_SESSION);
+    pfree(placeholders[i]);
+    placeholders[i] = nullptr;
   }
 }
 
@@ -227,20 +246,28 @@ void refused_value_context(void *arg) {
              static_cast<const char *>(arg));
 }
 
-// The refusal, as PostgreSQL's own error for the value (checked again, as
-// SET would check it); should the value pass now, a 22023 all the same:
+// The refusal, as PostgreSQL's own error for the value, checked again as
+// SET would check it: by the check hook (with the right to set the
+// setting), or else with the session user's rights, which raises the range
+// or permission error. Should the value pass now, a 22023 all the same:
 // the setting did not take it.
 [[noreturn]] void report_refused(int i) {
   const RefusedValue &value = refused_values[i];
-  const char *name = call_setting_names[i];
+  const char *name = call_settings[i].name;
   ErrorContextCallback context{error_context_stack, refused_value_context,
                                const_cast<char *>(name)};
   error_context_stack = &context;
   if (value.text == nullptr)
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                     errmsg("invalid value for parameter \"%s\"", name)));
-  (void)set_config_option_ext(name, value.text, value.scontext, value.source,
-                              value.srole, GUC_ACTION_SET, false, ERROR, false);
+  if (value.checked)
+    (void)set_config_option_ext(name, value.text, PGC_SUSET, value.source,
+                                InvalidOid, GUC_ACTION_SET, false, ERROR,
+                                false);
+  else
+    (void)set_config_option_ext(name, value.text, PGC_USERSET, PGC_S_SESSION,
+                                GetUserId(), GUC_ACTION_SET, false, ERROR,
+                                false);
   ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                   errmsg("invalid value for parameter \"%s\": \"%s\"", name,
                          value.text)));
@@ -384,10 +411,9 @@ void update_key_ttl() {
                       : max_ttl_value;
 }
 
-bool check_ttl(char **newval, void **extra, GucSource source) {
+bool ttl_valid(char **newval, void **extra, GucSource source) {
   Interval parsed;
   if (!check_span("idempotency.ttl", *newval, &parsed)) {
-    note_check_refusal(CallSetting::ttl, *newval, source);
     return false;
   }
   // The built-in default is never refused (that would fail loading the
@@ -397,10 +423,14 @@ bool check_ttl(char **newval, void **extra, GucSource source) {
     GUC_check_errdetail("idempotency.ttl must not exceed idempotency.max_ttl "
                         "(%s).",
                         max_ttl_text);
-    note_check_refusal(CallSetting::ttl, *newval, source);
     return false;
   }
   return keep_parsed(parsed, extra);
+}
+
+bool check_ttl(char **newval, void **extra, GucSource source) {
+  return noted(CallSetting::ttl, ttl_valid(newval, extra, source), *newval,
+               source);
 }
 
 void assign_ttl(const char *, void *extra) {
@@ -409,13 +439,17 @@ void assign_ttl(const char *, void *extra) {
   forget_refusal(CallSetting::ttl);
 }
 
-bool check_max_ttl(char **newval, void **extra, GucSource source) {
+bool max_ttl_valid(char **newval, void **extra) {
   Interval parsed;
   if (!check_span("idempotency.max_ttl", *newval, &parsed)) {
-    note_check_refusal(CallSetting::max_ttl, *newval, source);
     return false;
   }
   return keep_parsed(parsed, extra);
+}
+
+bool check_max_ttl(char **newval, void **extra, GucSource source) {
+  return noted(CallSetting::max_ttl, max_ttl_valid(newval, extra), *newval,
+               source);
 }
 
 void assign_max_ttl(const char *, void *extra) {
@@ -430,21 +464,24 @@ constexpr long double longest_remember_usecs = 365.0L * USECS_PER_DAY;
 
 // idempotency.remember: 0 (tombstones off), or a span as check_span() wants
 // one, at most a year.
-bool check_remember(char **newval, void **extra, GucSource source) {
+bool remember_valid(char **newval, void **extra) {
   Interval parsed;
   if (*newval != nullptr && parse_interval(*newval, &parsed) &&
       parsed.month == 0 && parsed.day == 0 && parsed.time == 0)
     return keep_parsed(parsed, extra);
   if (!check_span("idempotency.remember", *newval, &parsed)) {
-    note_check_refusal(CallSetting::remember, *newval, source);
     return false;
   }
   if (comparable_usecs(parsed) > longest_remember_usecs) {
     GUC_check_errdetail("idempotency.remember must be at most 365 days.");
-    note_check_refusal(CallSetting::remember, *newval, source);
     return false;
   }
   return keep_parsed(parsed, extra);
+}
+
+bool check_remember(char **newval, void **extra, GucSource source) {
+  return noted(CallSetting::remember, remember_valid(newval, extra), *newval,
+               source);
 }
 
 void assign_remember(const char *, void *extra) {
@@ -473,7 +510,7 @@ const char *sqlstate_list_problem(SqlstateListCheck check) {
   return "";
 }
 
-bool check_store_errors(char **newval, void **extra, GucSource source) {
+bool store_errors_valid(char **newval, void **extra) {
   SqlstateList parsed;
   const char *text = *newval == nullptr ? "" : *newval;
   SqlstateListResult result = parse_sqlstate_list(text, parsed);
@@ -484,7 +521,6 @@ bool check_store_errors(char **newval, void **extra, GucSource source) {
         "%d entries.",
         (int)result.entry_size, text + result.entry_start,
         sqlstate_list_problem(result.check), SqlstateList::capacity);
-    note_check_refusal(CallSetting::store_errors, text, source);
     return false;
   }
   auto *copy = static_cast<SqlstateList *>(
@@ -494,6 +530,11 @@ bool check_store_errors(char **newval, void **extra, GucSource source) {
   *copy = parsed;
   *extra = copy;
   return true;
+}
+
+bool check_store_errors(char **newval, void **extra, GucSource source) {
+  return noted(CallSetting::store_errors, store_errors_valid(newval, extra),
+               *newval, source);
 }
 
 void assign_store_errors(const char *, void *extra) {
@@ -515,6 +556,7 @@ void assign_max_response_size(int, void *) {
 
 void define() {
   capture_placeholders();
+  defining = true;
   define_expiry_settings();
   define_debug_settings();
   // Defined before idempotency.ttl, whose check compares with it.
@@ -567,7 +609,8 @@ void define() {
       "retries get the same document.",
       &store_errors_text, "", PGC_USERSET, GUC_LIST_INPUT, check_store_errors,
       assign_store_errors, nullptr);
-  note_refused_placeholders();
+  defining = false;
+  note_untaken_placeholders();
 }
 
 const Interval &ttl() {

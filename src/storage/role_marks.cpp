@@ -165,7 +165,7 @@ void remember(Remembered &table, Oid role) {
 void mark(Remembered &table, AttrNumber scope_column, Oid role) {
   if (shared_dependency::exists(table.relid, scope_column, role))
     return;
-  (void)shared_dependency::record(table.relid, scope_column, role);
+  shared_dependency::record(table.relid, scope_column, role);
   recorded_in_transaction = true;
 }
 
@@ -331,7 +331,7 @@ void drop_owned_keys(const List *roles) {
       if (!OidIsValid(relids[i]))
         continue;
       (void)key_backend(i).delete_keys_of(relids[i], scope_columns[i], role);
-      (void)shared_dependency::remove(relids[i], scope_columns[i], role);
+      shared_dependency::remove(relids[i], scope_columns[i], role);
     }
   }
   // Every backend looks its marks up again at its next store.

@@ -4,17 +4,13 @@ extern "C" {
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
-#include "catalog/catalog.h"
 #include "catalog/dependency.h"
-#include "catalog/indexing.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_shdepend.h"
 #include "miscadmin.h"
-#include "storage/lmgr.h"
 #include "utils/fmgroids.h"
 #include "utils/rel.h"
-#include "utils/syscache.h"
 }
 
 namespace idempotency::storage::shared_dependency {
@@ -29,12 +25,10 @@ bool is_column_acl(const FormData_pg_shdepend *dependency, Oid relid,
          dependency->deptype == SHARED_DEPENDENCY_ACL;
 }
 
-// Visits the pg_shdepend rows that reference `role` (the index on the
-// referenced object) which are its ACL dependency of `relid`'s `column`;
-// deletes them when `remove`. Returns how many there were.
-int scan(Oid relid, AttrNumber column, Oid role, bool remove) {
-  Relation shdepend = table_open(SharedDependRelationId,
-                                 remove ? RowExclusiveLock : AccessShareLock);
+} // namespace
+
+bool exists(Oid relid, AttrNumber column, Oid role) {
+  Relation shdepend = table_open(SharedDependRelationId, AccessShareLock);
   ScanKeyData keys[2];
   ScanKeyInit(&keys[0], Anum_pg_shdepend_refclassid, BTEqualStrategyNumber,
               F_OIDEQ, ObjectIdGetDatum(AuthIdRelationId));
@@ -42,53 +36,39 @@ int scan(Oid relid, AttrNumber column, Oid role, bool remove) {
               F_OIDEQ, ObjectIdGetDatum(role));
   SysScanDesc scan = systable_beginscan(shdepend, SharedDependReferenceIndexId,
                                         true, nullptr, 2, keys);
-  int found = 0;
+  bool found = false;
   HeapTuple tuple;
-  while ((tuple = systable_getnext(scan)) != nullptr) {
-    if (!is_column_acl(reinterpret_cast<Form_pg_shdepend>(GETSTRUCT(tuple)),
-                       relid, column))
-      continue;
-    found++;
-    if (remove)
-      CatalogTupleDelete(shdepend, &tuple->t_self);
-  }
+  while (!found && (tuple = systable_getnext(scan)) != nullptr)
+    found = is_column_acl(reinterpret_cast<Form_pg_shdepend>(GETSTRUCT(tuple)),
+                          relid, column);
   systable_endscan(scan);
   table_close(shdepend, NoLock);
   return found;
 }
 
+namespace {
+
+// updateAclDependencies() takes sorted, de-duplicated palloc'd arrays of
+// the roles in a privilege list before and after a change, and pfrees them.
+Oid *one_role(Oid role) {
+  Oid *roles = static_cast<Oid *>(palloc(sizeof(Oid)));
+  roles[0] = role;
+  return roles;
+}
+
 } // namespace
 
-bool exists(Oid relid, AttrNumber column, Oid role) {
-  return scan(relid, column, role, false) > 0;
+// No owner is passed (InvalidOid): the server leaves the owner's row out,
+// since the owner's own dependency keeps it, but the key table's owner may
+// change while a role keeps its keys.
+void record(Oid relid, AttrNumber column, Oid role) {
+  updateAclDependencies(RelationRelationId, relid, column, InvalidOid, 0,
+                        nullptr, 1, one_role(role));
 }
 
-bool record(Oid relid, AttrNumber column, Oid role) {
-  if (IsPinnedObject(AuthIdRelationId, role))
-    return false;
-  LockSharedObject(AuthIdRelationId, role, 0, AccessShareLock);
-  if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
-    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
-                    errmsg("role %u was concurrently dropped", role)));
-  Relation shdepend = table_open(SharedDependRelationId, RowExclusiveLock);
-  Datum values[Natts_pg_shdepend];
-  bool nulls[Natts_pg_shdepend] = {};
-  values[Anum_pg_shdepend_dbid - 1] = ObjectIdGetDatum(MyDatabaseId);
-  values[Anum_pg_shdepend_classid - 1] = ObjectIdGetDatum(RelationRelationId);
-  values[Anum_pg_shdepend_objid - 1] = ObjectIdGetDatum(relid);
-  values[Anum_pg_shdepend_objsubid - 1] = Int32GetDatum(column);
-  values[Anum_pg_shdepend_refclassid - 1] = ObjectIdGetDatum(AuthIdRelationId);
-  values[Anum_pg_shdepend_refobjid - 1] = ObjectIdGetDatum(role);
-  values[Anum_pg_shdepend_deptype - 1] = CharGetDatum(SHARED_DEPENDENCY_ACL);
-  HeapTuple tuple = heap_form_tuple(RelationGetDescr(shdepend), values, nulls);
-  CatalogTupleInsert(shdepend, tuple);
-  heap_freetuple(tuple);
-  table_close(shdepend, RowExclusiveLock);
-  return true;
-}
-
-int remove(Oid relid, AttrNumber column, Oid role) {
-  return scan(relid, column, role, true);
+void remove(Oid relid, AttrNumber column, Oid role) {
+  updateAclDependencies(RelationRelationId, relid, column, InvalidOid, 1,
+                        one_role(role), 0, nullptr);
 }
 
 } // namespace idempotency::storage::shared_dependency

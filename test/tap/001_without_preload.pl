@@ -160,5 +160,17 @@ like($err,
 	'with the library loaded, ALTER ROLE ... SET refuses an out-of-range ttl');
 $node->safe_psql('postgres', 'ALTER ROLE bob RESET ALL');
 
+# A superuser's unchecked ALTER ROLE ... SET of a superuser-only setting:
+# bob's calls fail with the value's own 22023, not with a 42501 for bob.
+$node->safe_psql('postgres',
+	q{ALTER ROLE bob SET idempotency.max_ttl = 'forever'});
+($out, $err) = session(
+	q{SELECT idempotency.idempotent_call('pre-bob', NULL, 'SELECT 1');},
+	'bob');
+like($err,
+	qr/ERROR:  22023: invalid value for parameter "idempotency.max_ttl": "forever"/,
+	"a superuser's unchecked max_ttl for a role fails its calls with 22023");
+$node->safe_psql('postgres', 'ALTER ROLE bob RESET ALL');
+
 $node->stop;
 done_testing();

@@ -445,5 +445,29 @@ SELECT expires_at - created_at FROM idempotency.keys WHERE key = 'after-reset';
 is($out, "1\n00:30:00\n1\n01:00:00",
 	'a ttl the session sets works again; after RESET keys get the default, cut to the maximum');
 
+# The maximum lowered under a database's ttl and over alice's own: her
+# session's stored ttl outranks the database's, so the refused one is not
+# in force there and her calls use hers; a session without a role's ttl
+# fails its calls with the database's 22023.
+$node->safe_psql('postgres', q{
+ALTER ROLE alice SET idempotency.ttl = '30min';
+ALTER DATABASE postgres SET idempotency.ttl = '50min';
+});
+$node->append_conf('postgresql.conf', "idempotency.max_ttl = '40min'\n");
+$node->restart;
+($rc, $out, $err) = $node->psql(
+	'postgres', q{
+SELECT idempotency.idempotent_call('outranked', NULL, 'SELECT 1');
+SELECT expires_at - created_at FROM idempotency.keys WHERE key = 'outranked';
+},
+	extra_params => [ '-U', 'alice' ]);
+is($out, "1\n00:30:00",
+	"a role's ttl in force over a refused database ttl is the one calls use");
+($rc, $out, $err) = $node->psql('postgres',
+	q{SELECT idempotency.idempotent_call('refused-database-ttl', NULL, 'SELECT 1')});
+like($err, qr/ERROR:  invalid value for parameter "idempotency.ttl": "50min"/,
+	"... while a session without a role's ttl fails with the database's 22023");
+$node->safe_psql('postgres', 'ALTER DATABASE postgres RESET idempotency.ttl');
+
 $node->stop;
 done_testing();
