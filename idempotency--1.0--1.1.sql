@@ -21,8 +21,8 @@ COMMENT ON COLUMN idempotency.keys.remember_for IS
 DO $$
 DECLARE
   span pg_catalog.interval := pg_catalog.make_interval(secs =>
-    pg_catalog.date_part('epoch', pg_catalog.coalesce(
-      pg_catalog.nullif(pg_catalog.current_setting('idempotency.remember', true), ''),
+    pg_catalog.date_part('epoch', COALESCE(
+      NULLIF(pg_catalog.current_setting('idempotency.remember', true), ''),
       '7 days')::pg_catalog.interval));
   on_coordinator pg_catalog.bool := false;
 BEGIN

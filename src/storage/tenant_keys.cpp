@@ -790,7 +790,7 @@ int64 expire_with(OwnerSpi &spi, const char *forgotten_at, Oid *types,
 // $3 is 7 days; $2 and $4 are unused.
 constexpr const char *stored_forgotten_at =
     "pg_catalog.timezone('UTC', pg_catalog.timezone('UTC', k.expires_at)"
-    " OPERATOR(pg_catalog.+) pg_catalog.coalesce(k.remember_for, $3))";
+    " OPERATOR(pg_catalog.+) COALESCE(k.remember_for, $3))";
 
 // Turns the tenant keys expired at `now` into tombstones, unless their
 // window has passed by then too, and deletes those and the tombstones past
