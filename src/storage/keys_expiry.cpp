@@ -6,8 +6,6 @@
 
 #include "idempotency/storage/schema.hpp"
 
-#include "idempotency/settings/settings.hpp"
-
 #include "idempotency/compat.hpp"
 
 extern "C" {
