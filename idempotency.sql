@@ -350,7 +350,11 @@ COMMENT ON OPERATOR CLASS idempotency.expiry_ops USING btree IS
 -- row nothing. expired_at is NULL for a live key. When a key's response
 -- expires, expiry replaces its row with a tombstone: the key's text empty,
 -- response NULL, expired_at when the response expired, expires_at when the
--- tombstone goes (expired_at + idempotency.remember).
+-- tombstone goes (expired_at + remember_for). remember_for is how long
+-- after its TTL a key is remembered, fixed with the TTL when the key is
+-- claimed (idempotency.remember then, as exact time): the caller's answer
+-- and expiry's tombstone end the window at the same instant whatever their
+-- own settings (docs/expiry.md#when-a-keys-windows-are-fixed).
 
 CREATE TABLE idempotency.keys (
     scope        idempotency.role_scope NOT NULL,
@@ -362,6 +366,7 @@ CREATE TABLE idempotency.keys (
     key_digest   pg_catalog.bytea       NOT NULL,
     status       pg_catalog.text,
     expired_at   pg_catalog.timestamptz,
+    remember_for pg_catalog.interval,
     CONSTRAINT keys_pkey PRIMARY KEY (scope, key_digest)
 );
 
@@ -373,6 +378,8 @@ COMMENT ON COLUMN idempotency.keys.status IS
     'always NULL: accepts the status column that dumps of 0.7 and 1.0 name';
 COMMENT ON COLUMN idempotency.keys.expired_at IS
     'NULL for a live key; for a tombstone (response NULL, key empty), when its response expired: until expires_at a retry of its request gets IK410';
+COMMENT ON COLUMN idempotency.keys.remember_for IS
+    'how long after expires_at a live key is remembered as a tombstone (idempotency.remember when it was claimed, as exact time); NULL: 7 days';
 
 -- pg_dump keeps the keys.
 SELECT pg_catalog.pg_extension_config_dump('idempotency.keys', '');
@@ -394,7 +401,8 @@ ALTER TABLE idempotency.keys
     ALTER COLUMN expires_at SET STATISTICS 0,
     ALTER COLUMN key_digest SET STATISTICS 0,
     ALTER COLUMN status SET STATISTICS 0,
-    ALTER COLUMN expired_at SET STATISTICS 0;
+    ALTER COLUMN expired_at SET STATISTICS 0,
+    ALTER COLUMN remember_for SET STATISTICS 0;
 
 -- Callers may read their own keys and nothing else; they write only through
 -- idempotent_call and complete, which store rows with the table owner's
@@ -857,6 +865,7 @@ BEGIN
     '  created_at pg_catalog.timestamptz NOT NULL,'
     '  expires_at pg_catalog.timestamptz NOT NULL,'
     '  expired_at pg_catalog.timestamptz,'
+    '  remember_for pg_catalog.interval,'
     '  PRIMARY KEY (tenant, scope, key_digest))', tenant_type);
   CREATE INDEX tenant_keys_expires_at_idx ON idempotency.tenant_keys (expires_at);
   COMMENT ON TABLE idempotency.tenant_keys IS

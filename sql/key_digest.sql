@@ -78,9 +78,10 @@ VALUES (current_user::text::idempotency.role_scope, 'kd-6', sha256('h'), '6', no
 SELECT calls AS trigger_calls_by_insert FROM pg_stat_xact_user_functions
  WHERE schemaname = 'idempotency' AND funcname = 'keys_loaded';
 ROLLBACK;
--- status and expired_at cost a call's row nothing: a call writes its row
+-- status, expired_at and remember_for (NULL under the default
+-- idempotency.remember) cost a call's row nothing: a call writes its row
 -- without trailing NULL columns, so the header takes 24 bytes with or
--- without a null bitmap. A row loaded by INSERT or COPY has all nine
+-- without a null bitmap. A row loaded by INSERT or COPY has all ten
 -- columns (a 32-byte header).
 CREATE EXTENSION pageinspect;
 CREATE TABLE kd_header AS

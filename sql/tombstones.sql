@@ -120,15 +120,44 @@ SELECT idempotency.expire() AS expired;
 SELECT count(*) AS rows_left FROM idempotency.keys
  WHERE key_digest = idempotency.key_digest('late-2');
 
--- The window follows the setting: a shorter one has passed.
-SELECT call('short-1');
-SELECT expire_response('short-1');
-UPDATE idempotency.keys SET expires_at = now() - interval '2 hours' WHERE key = 'short-1';
+-- The window is fixed when the key is claimed, with its TTL, as exact time
+-- (remember_for): the setting of whoever judges the key later plays no part.
 SET idempotency.remember = '1 hour';
-SELECT state FROM idempotency.lookup('short-1');
-SET idempotency.remember = '3 hours';
-SELECT state FROM idempotency.lookup('short-1');
 SELECT call('short-1');
+SET idempotency.remember = '3 hours';
+SELECT call('long-1');
+SET idempotency.remember = '1 day';
+SELECT key, remember_for FROM idempotency.keys
+ WHERE key IN ('short-1', 'long-1') ORDER BY key;
+UPDATE idempotency.keys SET created_at = now() - interval '3 hours',
+       expires_at = now() - interval '2 hours' WHERE key IN ('short-1', 'long-1');
+SELECT state FROM idempotency.lookup('short-1');
+SELECT state FROM idempotency.lookup('long-1');
+SET idempotency.remember = '1 hour';
+SELECT state FROM idempotency.lookup('long-1');
+SELECT call('long-1');
+-- Expiry ends the window where the caller does, whatever its own setting:
+-- the long key's tombstone goes an hour from now, the short key goes now.
+SET idempotency.remember = 0;
+SELECT idempotency.expire() > 0 AS expired;
+SET idempotency.remember = '1 day';
+SELECT expires_at - expired_at AS tombstone_window, remember_for
+  FROM idempotency.keys WHERE key_digest = idempotency.key_digest('long-1');
+SELECT count(*) AS short_rows_left FROM idempotency.keys
+ WHERE key_digest = idempotency.key_digest('short-1');
+SELECT call('long-1');
+SELECT call('short-1') ~ '^\d+$' AS short_runs_as_new;
+RESET idempotency.remember;
+-- A live row without remember_for (loaded with triggers disabled) is
+-- remembered for 7 days past its TTL, by callers and expiry alike.
+SELECT call('no-window-1');
+UPDATE idempotency.keys SET remember_for = NULL, created_at = now() - interval '3 days',
+       expires_at = now() - interval '2 days' WHERE key = 'no-window-1';
+SET idempotency.remember = 0;
+SELECT call('no-window-1');
+SELECT idempotency.expire() > 0 AS expired;
+SELECT expires_at - expired_at AS tombstone_window
+  FROM idempotency.keys WHERE key_digest = idempotency.key_digest('no-window-1');
 RESET idempotency.remember;
 
 -- remember = 0: no tombstones; a retry past the TTL runs again, and expiry

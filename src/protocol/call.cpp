@@ -51,8 +51,10 @@ CallResult replay(const storage::KeyProbe &stored) {
 
 CallResult run_and_store(const storage::KeyStore &store, const Request &request,
                          TakenKey &taken) {
-  // The TTL in force when the key was claimed, whatever fn sets.
+  // The TTL and remember window in force when the key was claimed,
+  // whatever fn sets.
   Interval ttl = settings::ttl();
+  Interval remember = settings::remember();
   bool response_is_null;
   bool is_error;
   int citus_guc_level = storage::citus::begin_fn();
@@ -64,9 +66,9 @@ CallResult run_and_store(const storage::KeyStore &store, const Request &request,
       taken.stored.state == storage::KeyState::expired ? &taken.stored
                                                        : nullptr;
   storage::StoredRow times = store.store(
-      request.key,
-      storage::NewRow{request.fingerprint, response, response_is_null, ttl,
-                      replaces, GetCurrentTransactionStartTimestamp()});
+      request.key, storage::NewRow{request.fingerprint, response,
+                                   response_is_null, ttl, remember, replaces,
+                                   GetCurrentTransactionStartTimestamp()});
 
   // The row now shows the key as in progress to everyone else (a tenant
   // key's row does not: its claim is kept until the transaction ends).

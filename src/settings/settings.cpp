@@ -651,6 +651,22 @@ TimestampTz forgotten_at(TimestampTz response_expired_at) {
   return plus_interval(response_expired_at, remember_value);
 }
 
+int64 remember_usecs(TimestampTz expires_at, const Interval &remember) {
+  if (remember.month == 0 && remember.day == 0 && remember.time == 0)
+    return 0;
+  // A window that would pass the end of the timestamp range (a key that
+  // lives until then) lasts until that end. A month is at most 31 days, a
+  // day 25 hours.
+  long double longest = remember.time +
+                        (long double)remember.day * 25 * USECS_PER_HOUR +
+                        (long double)remember.month * 31 * USECS_PER_DAY;
+  if (TIMESTAMP_NOT_FINITE(expires_at))
+    return 0;
+  if ((long double)expires_at + longest >= (long double)END_TIMESTAMP)
+    return END_TIMESTAMP - 1 - expires_at;
+  return plus_interval(expires_at, remember) - expires_at;
+}
+
 int wait_timeout_ms() {
   raise_if_value_refused();
   return wait_timeout;

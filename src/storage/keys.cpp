@@ -19,6 +19,7 @@ extern "C" {
 #include "storage/bufmgr.h"
 #include "utils/rel.h"
 #include "catalog/pg_collation.h"
+#include "common/int.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
@@ -171,6 +172,26 @@ AttrNumber locate_expired_at(TupleDesc desc) {
   return attribute->attnum;
 }
 
+// remember_for, which 1.1 added: the tables of 1.0 and 0.7, before their
+// update, have none and are judged as 1.0 judged them.
+AttrNumber locate_remember_for(TupleDesc desc) {
+  Form_pg_attribute attribute = find_column(desc, "remember_for");
+  if (attribute == nullptr)
+    return InvalidAttrNumber;
+  if (attribute->atttypid != INTERVALOID || attribute->attgenerated != '\0')
+    ereport(ERROR,
+            (errcode(ERRCODE_DATATYPE_MISMATCH),
+             errmsg("column \"remember_for\" of idempotency.keys has type %s, "
+                    "which idempotent_call cannot store",
+                    format_type_be(attribute->atttypid)),
+             errdetail("idempotent_call stores interval in this column, "
+                       "unchanged and not generated."),
+             errhint("Change the column back with ALTER TABLE "
+                     "idempotency.keys ALTER COLUMN remember_for TYPE "
+                     "interval.")));
+  return attribute->attnum;
+}
+
 // Refuses a table whose columns the extension could not read or write
 // correctly: a value stored under another type would be misread later.
 KeyColumns locate_columns(Relation rel, Oid loader) {
@@ -208,6 +229,7 @@ KeyColumns locate_columns(Relation rel, Oid loader) {
     columns.*expected.field = attribute->attnum;
   }
   columns.expired_at = locate_expired_at(desc);
+  columns.remember_for = locate_remember_for(desc);
   return columns;
 }
 
@@ -217,7 +239,7 @@ bool is_ours(const KeyColumns &columns, AttrNumber attnum) {
   for (const ExpectedColumn &expected : expected_columns)
     if (columns.*expected.field == attnum)
       return true;
-  return columns.expired_at == attnum;
+  return columns.expired_at == attnum || columns.remember_for == attnum;
 }
 
 bool is_ours_column(const void *columns, AttrNumber attnum) {
@@ -279,8 +301,54 @@ void refuse_citus_table() {
 
 } // namespace
 
-RowLife row_life(bool tombstone, bool keeps_tombstones, TimestampTz expires_at,
-                 TimestampTz expired_at, TimestampTz now) {
+namespace {
+
+// A stored span as exact time, as intervals compare (a day 24 hours, a
+// month 30 days): the same instant for every reader.
+int64 exact_usecs(const Interval &span) {
+  int64 usecs = span.time;
+  int64 days = (int64)span.month * DAYS_PER_MONTH + span.day;
+  if (pg_mul_s64_overflow(days, USECS_PER_DAY, &days) ||
+      pg_add_s64_overflow(usecs, days, &usecs))
+    return span.time < 0 || days < 0 ? 0 : PG_INT64_MAX;
+  return Max(usecs, 0);
+}
+
+} // namespace
+
+TimestampTz live_row_forgotten_at(const RememberWindow &window,
+                                  TimestampTz expires_at) {
+  switch (window.source) {
+  case WindowSource::none:
+    return expires_at;
+  case WindowSource::reader_setting:
+    return settings::forgotten_at(expires_at);
+  case WindowSource::stored:
+    break;
+  }
+  if (TIMESTAMP_NOT_FINITE(expires_at))
+    return expires_at;
+  int64 usecs = window.stored_isnull ? rows_without_window_usecs
+                                     : exact_usecs(window.stored);
+  TimestampTz forgotten_at;
+  if (pg_add_s64_overflow(expires_at, usecs, &forgotten_at) ||
+      !IS_VALID_TIMESTAMP(forgotten_at))
+    return DT_NOEND;
+  return forgotten_at;
+}
+
+Datum stored_window(int64 usecs, bool *isnull) {
+  *isnull = usecs == rows_without_window_usecs;
+  if (*isnull)
+    return (Datum)0;
+  auto *span = static_cast<Interval *>(palloc0(sizeof(Interval)));
+  span->time = usecs;
+  return IntervalPGetDatum(span);
+}
+
+RowLife row_life(bool tombstone, const RememberWindow &window,
+                 TimestampTz expires_at, TimestampTz expired_at,
+                 TimestampTz now) {
   RowLife life{};
   if (tombstone) {
     life.response_expired_at = expired_at;
@@ -291,8 +359,7 @@ RowLife row_life(bool tombstone, bool keeps_tombstones, TimestampTz expires_at,
       return life;
     }
     life.response_expired_at = expires_at;
-    life.forgotten_at =
-        keeps_tombstones ? settings::forgotten_at(expires_at) : expires_at;
+    life.forgotten_at = live_row_forgotten_at(window, expires_at);
   }
   life.age = life.forgotten_at <= now ? RowAge::forgotten : RowAge::gone;
   return life;
@@ -392,8 +459,12 @@ RowLife row_times(Relation rel, const KeyColumns &columns, HeapTuple tuple,
       tombstone ? DatumGetTimestampTz(
                       heap_getattr(tuple, columns.expired_at, desc, &isnull))
                 : 0;
-  return row_life(tombstone, columns.expired_at != InvalidAttrNumber,
-                  expires_at, expired_at, now);
+  RememberWindow window{};
+  if (!tombstone && expires_at <= now)
+    window = remember_window(columns, [&](AttrNumber attnum, bool *null) {
+      return heap_getattr(tuple, attnum, desc, null);
+    });
+  return row_life(tombstone, window, expires_at, expired_at, now);
 }
 
 void read_times(Relation rel, const KeyColumns &columns, HeapTuple tuple,
@@ -660,6 +731,7 @@ struct RowValues {
   TimestampTz created_at;
   TimestampTz expires_at;
   TimestampTz expired_at; // a tombstone's; DT_NOBEGIN (NULL) for a live row
+  int64 remember_usecs;   // remember_for, exact time
 };
 
 // Our columns get the call's values, the others their defaults.
@@ -681,6 +753,11 @@ void fill_row(const RowInsert &insert, const KeyColumns &columns,
   if (columns.expired_at != InvalidAttrNumber)
     set(columns.expired_at, TimestampTzGetDatum(row.expired_at),
         row.expired_at == DT_NOBEGIN);
+  if (columns.remember_for != InvalidAttrNumber) {
+    bool isnull = false;
+    Datum window = stored_window(row.remember_usecs, &isnull);
+    set(columns.remember_for, window, isnull);
+  }
 
   evaluate_defaults(insert, cache.defaults, cache.default_count);
   ExecStoreVirtualTuple(slot);
@@ -717,11 +794,20 @@ StoredRow LocalKeys::store(const KeyTable &table, const KeyRef &key,
 
   // The TTL counts from the write, not from the transaction's start: fn
   // may have run for a long time.
-  RowValues values{
-      &key, row.request_hash, row.response, row.response_is_null, 0,
-      0,    DT_NOBEGIN};
+  RowValues values{&key,
+                   row.request_hash,
+                   row.response,
+                   row.response_is_null,
+                   0,
+                   0,
+                   DT_NOBEGIN,
+                   0};
   values.created_at = GetCurrentTimestamp();
   values.expires_at = settings::key_expiry(values.created_at, row.ttl);
+  // The window after the TTL is fixed now too, as exact time, so that
+  // callers and expiry end it at the same instant.
+  values.remember_usecs =
+      settings::remember_usecs(values.expires_at, row.remember);
 
   // keys_loaded (protocol/loaded_rows.hpp) computes what fill_row() has
   // set: a call does not pay for it.
@@ -760,7 +846,8 @@ void write_tombstone(TombstoneWriter &writer, Relation rel,
                    true,
                    tombstone.created_at,
                    tombstone.forgotten_at,
-                   tombstone.response_expired_at};
+                   tombstone.response_expired_at,
+                   tombstone.forgotten_at - tombstone.response_expired_at};
   fill_row(writer.insert, columns, values);
   insert_row(writer.insert, columns, key);
   MemoryContextSwitchTo(caller);

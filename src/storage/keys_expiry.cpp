@@ -9,7 +9,6 @@
 #include "idempotency/storage/schema.hpp"
 
 #include "idempotency/boundary/subtransaction.hpp"
-#include "idempotency/settings/settings.hpp"
 
 #include "idempotency/compat.hpp"
 
@@ -141,18 +140,23 @@ TimestampTz expires_at_of(Relation table, TupleTableSlot *slot) {
 
 // The tombstone of the live key in `slot` whose response expired at
 // `expires_at`, with its values copied out of the slot, or none (false)
-// when the key is not to be remembered past `cutoff`: idempotency.remember
-// is 0, the table has no expired_at (0.7's), or its window has passed too.
+// when the key is not to be remembered past `cutoff`: its window
+// (live_row_forgotten_at, the rule callers judge it by) is empty or has
+// passed too, or the table has no expired_at (0.7's).
 bool tombstone_of(Relation table, TupleTableSlot *slot, TimestampTz expires_at,
                   TimestampTz cutoff, Tombstone *tombstone) {
   const KeyColumns &columns = key_columns(table);
-  if (columns.expired_at == InvalidAttrNumber || !settings::remember_keys())
+  if (columns.expired_at == InvalidAttrNumber)
     return false;
   bool isnull = false;
   (void)slot_getattr(slot, columns.expired_at, &isnull);
   if (!isnull)
     return false; // a tombstone past its window
-  TimestampTz forgotten_at = settings::forgotten_at(expires_at);
+  RememberWindow window =
+      remember_window(columns, [slot](AttrNumber attnum, bool *null) {
+        return slot_getattr(slot, attnum, null);
+      });
+  TimestampTz forgotten_at = live_row_forgotten_at(window, expires_at);
   if (forgotten_at <= cutoff)
     return false;
   auto copy = [slot](AttrNumber attnum) {

@@ -62,6 +62,7 @@ struct KeptPlan {
 static_assert(std::is_trivially_destructible_v<KeptPlan>);
 
 KeptPlan insert_plan;
+KeptPlan insert_plan_with_window; // for a table with remember_for (1.1)
 
 // Whether `kept` is to be prepared (again) before it runs for a tenant of
 // type `tenant_type`.
@@ -257,6 +258,8 @@ struct ShardColumns {
   // InvalidAttrNumber: the table of 0.7, before its update, has none and
   // keeps no tombstones.
   AttrNumber expired_at;
+  // InvalidAttrNumber before 1.1 (storage/keys.hpp, remember_window).
+  AttrNumber remember_for;
 };
 static_assert(std::is_trivially_destructible_v<ShardColumns>);
 
@@ -312,6 +315,16 @@ ShardColumns shard_columns(Relation shard) {
                     format_type_be(expired_at->atttypid))));
   columns.expired_at =
       expired_at != nullptr ? expired_at->attnum : InvalidAttrNumber;
+  Form_pg_attribute remember_for = find_column(desc, "remember_for");
+  if (remember_for != nullptr && (remember_for->atttypid != INTERVALOID ||
+                                  remember_for->attgenerated != '\0'))
+    ereport(ERROR,
+            (errcode(ERRCODE_DATATYPE_MISMATCH),
+             errmsg("column \"remember_for\" of idempotency.tenant_keys has "
+                    "type %s, which the tenant_* functions cannot store",
+                    format_type_be(remember_for->atttypid))));
+  columns.remember_for =
+      remember_for != nullptr ? remember_for->attnum : InvalidAttrNumber;
   return columns;
 }
 
@@ -320,7 +333,7 @@ bool is_key_column(const void *context, AttrNumber attnum) {
   for (const ShardColumn &expected : shard_columns_expected)
     if (columns.*expected.field == attnum)
       return true;
-  return columns.expired_at == attnum;
+  return columns.expired_at == attnum || columns.remember_for == attnum;
 }
 
 TimestampTz timestamp_in(TupleTableSlot *slot, AttrNumber attnum) {
@@ -337,7 +350,7 @@ TimestampTz timestamp_in(TupleTableSlot *slot, AttrNumber attnum) {
 // for the owner's INSERT. store() has checked the placement.
 StoredRow insert_into_shard(const KeyTable &table, const KeyRef &key,
                             const NewRow &row, TimestampTz created_at,
-                            TimestampTz expires_at) {
+                            TimestampTz expires_at, int64 remember_usecs) {
   Relation rel = table_open(table.local_shard, RowExclusiveLock);
   ShardColumns columns = shard_columns(rel);
   table_owner::Saved saved = table_owner::become(table.owner);
@@ -359,6 +372,11 @@ StoredRow insert_into_shard(const KeyTable &table, const KeyRef &key,
   set(columns.expires_at, TimestampTzGetDatum(expires_at), false);
   if (columns.expired_at != InvalidAttrNumber)
     set(columns.expired_at, (Datum)0, true); // a live key
+  if (columns.remember_for != InvalidAttrNumber) {
+    bool is_null = false;
+    Datum window = stored_window(remember_usecs, &is_null);
+    set(columns.remember_for, window, is_null);
+  }
   DefaultColumn *defaults;
   int default_count = plan_defaults(rel, is_key_column, &columns, &defaults);
   evaluate_defaults(insert, defaults, default_count);
@@ -386,21 +404,34 @@ StoredRow insert_into_shard(const KeyTable &table, const KeyRef &key,
 // Parameters as set by store(); leaves in SPI_tuptable the row's times and
 // whether the row is still the key's (a BEFORE trigger may have changed its
 // tenant, scope, key or key_digest).
-void insert_through_citus(OwnerSpi &spi, Oid *types, Datum *values,
-                          const char *nulls) {
+void insert_through_citus(OwnerSpi &spi, bool with_window, Oid *types,
+                          Datum *values, const char *nulls) {
+#define IDEMPOTENCY_TENANT_RETURNING                                           \
+  " RETURNING k.created_at, k.expires_at,"                                     \
+  " (k.tenant OPERATOR(pg_catalog.=) $1"                                       \
+  " AND k.scope OPERATOR(idempotency.=)"                                       \
+  " $2::pg_catalog.regrole::idempotency.role_scope"                            \
+  " AND k.key_digest OPERATOR(pg_catalog.=) $3"                                \
+  " AND k.key OPERATOR(pg_catalog.=) $4) IS TRUE"
   constexpr const char *sql =
       "INSERT INTO idempotency.tenant_keys AS k"
       " (tenant, scope, key, key_digest, request_hash, response, created_at,"
       " expires_at) VALUES ($1,"
       " $2::pg_catalog.regrole::idempotency.role_scope, $4, $3, $5, $6, $7,"
-      " $8) RETURNING k.created_at, k.expires_at,"
-      " (k.tenant OPERATOR(pg_catalog.=) $1"
-      " AND k.scope OPERATOR(idempotency.=)"
-      " $2::pg_catalog.regrole::idempotency.role_scope"
-      " AND k.key_digest OPERATOR(pg_catalog.=) $3"
-      " AND k.key OPERATOR(pg_catalog.=) $4) IS TRUE";
-  spi.run_kept(insert_plan, sql, 8, types, values, nulls, false,
-               SPI_OK_INSERT_RETURNING);
+      " $8)" IDEMPOTENCY_TENANT_RETURNING;
+  constexpr const char *sql_with_window =
+      "INSERT INTO idempotency.tenant_keys AS k"
+      " (tenant, scope, key, key_digest, request_hash, response, created_at,"
+      " expires_at, remember_for) VALUES ($1,"
+      " $2::pg_catalog.regrole::idempotency.role_scope, $4, $3, $5, $6, $7,"
+      " $8, $9)" IDEMPOTENCY_TENANT_RETURNING;
+#undef IDEMPOTENCY_TENANT_RETURNING
+  if (with_window)
+    spi.run_kept(insert_plan_with_window, sql_with_window, 9, types, values,
+                 nulls, false, SPI_OK_INSERT_RETURNING);
+  else
+    spi.run_kept(insert_plan, sql, 8, types, values, nulls, false,
+                 SPI_OK_INSERT_RETURNING);
 }
 
 } // namespace
@@ -537,8 +568,13 @@ KeyProbe Backend::probe(const KeyTable &table, const KeyRef &key,
         heap_getattr(tuple, columns.created_at, desc, &is_null));
     result.expires_at = DatumGetTimestampTz(
         heap_getattr(tuple, columns.expires_at, desc, &is_null));
-    RowLife life = row_life(tombstone, columns.expired_at != InvalidAttrNumber,
-                            result.expires_at, expired_at, now);
+    RememberWindow window{};
+    if (!tombstone)
+      window = remember_window(columns, [&](AttrNumber attnum, bool *null) {
+        return heap_getattr(tuple, attnum, desc, null);
+      });
+    RowLife life =
+        row_life(tombstone, window, result.expires_at, expired_at, now);
     if (life.age == RowAge::forgotten) {
       result.state = KeyState::expired;
       result.expires_at = life.forgotten_at;
@@ -597,8 +633,8 @@ uint64 delete_key_rows(const KeyTable &table, const KeyRef &key,
 
 StoredRow store_through_citus(const KeyTable &table, const KeyRef &key,
                               const NewRow &row, TimestampTz created_at,
-                              TimestampTz expires_at) {
-  constexpr int nargs = identity_args + 5;
+                              TimestampTz expires_at, int64 remember_usecs) {
+  constexpr int nargs = identity_args + 6;
   Oid types[nargs];
   Datum values[nargs];
   char nulls[nargs + 1];
@@ -617,9 +653,16 @@ StoredRow store_through_citus(const KeyTable &table, const KeyRef &key,
   values[6] = TimestampTzGetDatum(created_at);
   types[7] = TIMESTAMPTZOID;
   values[7] = TimestampTzGetDatum(expires_at);
+  types[8] = INTERVALOID;
+  bool window_is_null = false;
+  values[8] = stored_window(remember_usecs, &window_is_null);
+  if (window_is_null)
+    nulls[8] = 'n';
+  bool with_window =
+      get_attnum(table.relid, "remember_for") != InvalidAttrNumber;
 
   OwnerSpi spi(table.owner);
-  insert_through_citus(spi, types, values, nulls);
+  insert_through_citus(spi, with_window, types, values, nulls);
   // A BEFORE trigger may change the row, but not drop it.
   if (SPI_processed == 0)
     check_key_row_kept(TriggeredRow::skipped, "idempotency.tenant_keys", "",
@@ -644,6 +687,8 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
                          const NewRow &row) const {
   TimestampTz created_at = GetCurrentTimestamp();
   TimestampTz expires_at = settings::key_expiry(created_at, row.ttl);
+  // Fixed now, as for a role's key (storage/keys.cpp).
+  int64 remember_usecs = settings::remember_usecs(expires_at, row.remember);
 
   // The role's mark on this node (see role_marks.hpp), under the lock the
   // insert takes anyway: a DROP OWNED running here has committed, and this
@@ -668,10 +713,10 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
   StoredRow stored{};
   PG_TRY();
   {
-    stored =
-        through_citus
-            ? store_through_citus(checked, key, row, created_at, expires_at)
-            : insert_into_shard(checked, key, row, created_at, expires_at);
+    stored = through_citus ? store_through_citus(checked, key, row, created_at,
+                                                 expires_at, remember_usecs)
+                           : insert_into_shard(checked, key, row, created_at,
+                                               expires_at, remember_usecs);
   }
   PG_CATCH();
   {
@@ -714,10 +759,43 @@ bool Backend::remove(const KeyTable &table, const KeyRef &key,
 
 namespace {
 
+// Deletes the tenant keys expired at `now` whose window has passed by then
+// too and the tombstones past their window, then turns the other keys
+// expired at `now` into tombstones; returns how many rows it deleted or
+// turned. `forgotten_at` is an expression of the row k and $1..$4.
+int64 expire_with(OwnerSpi &spi, const char *forgotten_at, Oid *types,
+                  Datum *values) {
+  spi.run(psprintf("DELETE FROM idempotency.tenant_keys AS k"
+                   " WHERE k.expires_at OPERATOR(pg_catalog.<=) $1"
+                   " AND (k.expired_at IS NOT NULL OR %s"
+                   " OPERATOR(pg_catalog.<=) $1)",
+                   forgotten_at),
+          4, types, values, nullptr, false, SPI_OK_DELETE);
+  int64 done = (int64)SPI_processed;
+  spi.run(psprintf("UPDATE idempotency.tenant_keys AS k"
+                   " SET key = '', response = NULL,"
+                   " expired_at = k.expires_at, expires_at = %s"
+                   " WHERE k.expired_at IS NULL"
+                   " AND k.expires_at OPERATOR(pg_catalog.<=) $1",
+                   forgotten_at),
+          4, types, values, nullptr, false, SPI_OK_UPDATE);
+  done += (int64)SPI_processed;
+  return done;
+}
+
+// When a tenant key of 1.1 is forgotten, by the rule of
+// storage/keys.hpp (live_row_forgotten_at): expires_at + remember_for, 7
+// days without one, in immutable functions only (timestamp arithmetic in
+// UTC), which Citus accepts in an UPDATE and evaluates alike on every node.
+// $3 is 7 days; $2 and $4 are unused.
+constexpr const char *stored_forgotten_at =
+    "pg_catalog.timezone('UTC', pg_catalog.timezone('UTC', k.expires_at)"
+    " OPERATOR(pg_catalog.+) COALESCE(k.remember_for, $3))";
+
 // Turns the tenant keys expired at `now` into tombstones, unless their
-// window (idempotency.remember) has passed by then too, and deletes those
-// and the tombstones past their window; returns how many rows it deleted
-// or turned into tombstones. The same rules as the local keys' expiry.
+// window has passed by then too, and deletes those and the tombstones past
+// their window; returns how many rows it deleted or turned into
+// tombstones. The same rules as the local keys' expiry.
 int64 expire(TimestampTz now) {
   Oid relid = tenant_keys_oid();
   if (!OidIsValid(relid) ||
@@ -727,8 +805,20 @@ int64 expire(TimestampTz now) {
   if (citus::local_group() != 0)
     return 0;
   bool keeps_tombstones = get_attnum(relid, "expired_at") != InvalidAttrNumber;
+  bool stores_window = get_attnum(relid, "remember_for") != InvalidAttrNumber;
   bool remember = keeps_tombstones && settings::remember_keys();
   OwnerSpi spi(table_owner::of(relid));
+  if (keeps_tombstones && stores_window) {
+    Oid types[4] = {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INTERVALOID};
+    auto *default_window = static_cast<Interval *>(palloc0(sizeof(Interval)));
+    default_window->time = rows_without_window_usecs;
+    Datum values[4] = {TimestampTzGetDatum(now), CStringGetTextDatum(""),
+                       IntervalPGetDatum(default_window),
+                       IntervalPGetDatum(default_window)};
+    int64 done = expire_with(spi, stored_forgotten_at, types, values);
+    spi.finish();
+    return done;
+  }
   Oid types[4] = {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INTERVALOID};
   Datum values[4] = {TimestampTzGetDatum(now), (Datum)0, (Datum)0, (Datum)0};
   if (!remember) {
@@ -756,21 +846,7 @@ int64 expire(TimestampTz now) {
       "pg_catalog.timezone('UTC', pg_catalog.timezone('UTC',"
       " pg_catalog.timezone($2, pg_catalog.timezone($2, k.expires_at)"
       " OPERATOR(pg_catalog.+) $3)) OPERATOR(pg_catalog.+) $4)";
-  spi.run(psprintf("DELETE FROM idempotency.tenant_keys AS k"
-                   " WHERE k.expires_at OPERATOR(pg_catalog.<=) $1"
-                   " AND (k.expired_at IS NOT NULL OR %s"
-                   " OPERATOR(pg_catalog.<=) $1)",
-                   forgotten_at),
-          4, types, values, nullptr, false, SPI_OK_DELETE);
-  int64 done = (int64)SPI_processed;
-  spi.run(psprintf("UPDATE idempotency.tenant_keys AS k"
-                   " SET key = '', response = NULL,"
-                   " expired_at = k.expires_at, expires_at = %s"
-                   " WHERE k.expired_at IS NULL"
-                   " AND k.expires_at OPERATOR(pg_catalog.<=) $1",
-                   forgotten_at),
-          4, types, values, nullptr, false, SPI_OK_UPDATE);
-  done += (int64)SPI_processed;
+  int64 done = expire_with(spi, forgotten_at, types, values);
   spi.finish();
   return done;
 }

@@ -34,6 +34,14 @@ BEGIN;
 SET LOCAL idempotency.ttl = '7 days';
 SELECT idempotency.idempotent_call('kept-7d', NULL, 'INSERT INTO runs VALUES ($1) RETURNING n', 7);
 COMMIT;
+RESET ROLE;
+-- A window other than the default, kept by the dump.
+SET idempotency.remember = '2 hours';
+SET ROLE regress_app;
+SELECT idempotency.idempotent_call('kept-2h', NULL, 'INSERT INTO runs VALUES ($1) RETURNING n', 2);
+RESET ROLE;
+RESET idempotency.remember;
+SET ROLE regress_app;
 SELECT idempotency.idempotent_call('gone-1', NULL, 'INSERT INTO runs VALUES ($1) RETURNING n', 3);
 RESET ROLE;
 -- gone-1's response expired an hour ago: expiry keeps its tombstone.
@@ -53,7 +61,7 @@ $node->safe_psql('source', q{DELETE FROM pg_shdepend
 $node->safe_psql('postgres', 'DROP ROLE regress_ghost');
 
 my $keys_query = q{SELECT scope, key, key_digest, request_hash, response,
-  expires_at - created_at, expired_at FROM idempotency.keys ORDER BY key};
+  expires_at - created_at, expired_at, remember_for FROM idempotency.keys ORDER BY key};
 is($node->safe_psql('source',
 	q{SELECT count(*) FROM idempotency.keys WHERE key = '' AND expired_at IS NOT NULL}),
 	'1', 'the source holds a tombstone');
@@ -69,12 +77,18 @@ command_ok([ 'pg_restore', '-d', $node->connstr('target'), $dump ],
 is($node->safe_psql('target', $keys_query), $before,
 	'the restored keys are the dumped keys, scope and TTL included');
 
+is( $node->safe_psql(
+		'target', q{SELECT key, remember_for FROM idempotency.keys
+		  WHERE key IN ('kept-1', 'kept-2h') ORDER BY key}),
+	"kept-1|\nkept-2h|02:00:00",
+	'the window a key was claimed with comes with it (NULL: the default)');
+
 my $retry = q{SET ROLE regress_app;
 SELECT idempotency.idempotent_call('kept-1', NULL, 'INSERT INTO runs VALUES ($1) RETURNING n', 1),
        idempotency.last_call_replayed()};
 is($node->safe_psql('target', $retry), '1|t', 'a retry after restore replays');
 is($node->safe_psql('target', 'SELECT count(*) FROM runs'),
-	'3', 'fn did not run again (three rows came with the dump)');
+	'4', 'fn did not run again (four rows came with the dump)');
 
 # A retry of the tombstone's request: IK410, nothing runs.
 sub gone_retry
@@ -87,7 +101,7 @@ SELECT idempotency.idempotent_call('gone-1', NULL, 'INSERT INTO runs VALUES ($1)
 	return $err =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : 'no error';
 }
 is(gone_retry($node, 'target'), 'IK410', 'a retry of the restored tombstone\'s request gets IK410');
-is($node->safe_psql('target', 'SELECT count(*) FROM runs'), '3', 'and does not run');
+is($node->safe_psql('target', 'SELECT count(*) FROM runs'), '4', 'and does not run');
 
 my ($rc, $out, $err) = $node->psql('target',
 	q{SET ROLE regress_app; INSERT INTO idempotency.keys (scope, key, request_hash, created_at, expires_at)
@@ -101,7 +115,7 @@ $node->safe_psql('source',
 	"COPY idempotency.keys TO '$binary_copy' (FORMAT binary)");
 my $by_role = q{SELECT key, scope FROM idempotency.keys ORDER BY key};
 is( $node->safe_psql('source', $by_role),
-	"|regress_app\nghost-key|-\nkept-1|regress_app\nkept-7d|regress_app",
+	"|regress_app\nghost-key|-\nkept-1|regress_app\nkept-2h|regress_app\nkept-7d|regress_app",
 	'a dropped role\'s key shows as no role ("-")');
 
 # mallory gets the dropped role's OID there, and a bystander regress_app's.
@@ -134,7 +148,7 @@ COPY idempotency.keys FROM '$binary_copy' (FORMAT binary);
 for my $db ('restored', 'copied')
 {
 	is($other->safe_psql($db, $by_role),
-		"|regress_app\nghost-key|-\nkept-1|regress_app\nkept-7d|regress_app",
+		"|regress_app\nghost-key|-\nkept-1|regress_app\nkept-2h|regress_app\nkept-7d|regress_app",
 		"$db: each key belongs to the role of the same name");
 	is( $other->safe_psql(
 			$db,

@@ -249,5 +249,43 @@ like($err, qr/HINT:  Restore the dump into a database with version 0\.7 of the e
 is($node->safe_psql('v0_3_plain', 'SELECT count(*) FROM idempotency.keys'),
 	'0', '0.3, plain dump: the key table is empty');
 
+# A dump of 1.0 has no remember_for: its live keys are remembered for 7
+# days past their TTL (docs/expiry.md#when-a-keys-windows-are-fixed),
+# whatever the settings of the session that restores them, of a caller or
+# of expiry.
+my $old10 = old_release_node('old10', '1.0', conf => "idempotency.expire_interval = 0\n");
+$old10->safe_psql('postgres', 'CREATE DATABASE v1_0');
+$old10->safe_psql(
+	'v1_0', q{
+CREATE EXTENSION idempotency;
+SET idempotency.remember = '1 hour';
+SELECT idempotency.idempotent_call('from-1.0', NULL, 'SELECT 1');
+});
+my $dump10 = $node->basedir . '/v1_0.dump';
+command_ok(
+	[ $old10->installed_command('pg_dump'), '-Fc', '-d', $old10->connstr('v1_0'), '-f', $dump10 ],
+	'1.0: pg_dump -Fc');
+$old10->stop;
+$node->safe_psql('postgres', 'CREATE DATABASE v1_0_restored');
+{
+	local $ENV{PGOPTIONS} = '-c idempotency.remember=0';
+	command_ok([ 'pg_restore', '-d', $node->connstr('v1_0_restored'), $dump10 ],
+		'1.0: pg_restore, by a session remembering nothing');
+}
+is( $node->safe_psql(
+		'v1_0_restored', q{
+UPDATE idempotency.keys SET created_at = now() - interval '2 days',
+       expires_at = now() - interval '1 day' WHERE key = 'from-1.0';
+SET idempotency.remember = 0;
+SELECT remember_for IS NULL FROM idempotency.keys WHERE key = 'from-1.0';
+SELECT state FROM idempotency.lookup('from-1.0');
+SET idempotency.remember = '1s';
+SELECT idempotency.expire();
+SELECT expires_at - expired_at FROM idempotency.keys
+ WHERE key_digest = idempotency.key_digest('from-1.0');
+}),
+	"t\ngone\n1\n7 days",
+	'1.0: a restored key expired a day ago is remembered 7 days, by a caller and by expire()');
+
 $node->stop;
 done_testing();

@@ -246,12 +246,20 @@ $updater->stop;
 # A database at 1.0, made by the 1.0 release, updated by the current library.
 my $old10 = old_release_node('release10', '1.0', conf => "idempotency.expire_interval = 0\n");
 $old10->safe_psql('postgres', 'CREATE DATABASE from_1_0');
-$old10->safe_psql('from_1_0', 'CREATE EXTENSION idempotency');
+$old10->safe_psql('from_1_0',
+	q{CREATE EXTENSION idempotency; SELECT idempotency.idempotent_call('before-1.1', NULL, 'SELECT 1')});
 is( $old10->safe_psql(
 		'from_1_0', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
 	'1.0', 'the 1.0 release installs 1.0');
 my $updater10 = reopen_with_current_library($old10, 'updated10');
-$updater10->safe_psql('from_1_0', 'ALTER EXTENSION idempotency UPDATE');
+# The update gives the live keys of 1.0 the window of its session's
+# idempotency.remember (docs/expiry.md#when-a-keys-windows-are-fixed).
+$updater10->safe_psql('from_1_0',
+	"SET idempotency.remember = '2 hours'; ALTER EXTENSION idempotency UPDATE");
+is( $updater10->safe_psql(
+		'from_1_0', q{SELECT remember_for FROM idempotency.keys WHERE key = 'before-1.1'}),
+	'02:00:00',
+	"the update gives 1.0's keys the updating session's window");
 is( $updater10->safe_psql(
 		'from_1_0', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
 	$default, "1.0 updates to $default");

@@ -146,7 +146,8 @@ sub citus_missing
 # gives a batch size (it is told how many the last batch processed) and
 # the `deadline` (epoch seconds) has not passed. pgbench retries 40001 and
 # the like itself; any other error ends a batch and is recorded in
-# DIR/NAME.errors (pgbench_client_errors). Returns the child's pid.
+# DIR/NAME.errors (pgbench_client_errors). `connstr`, when given, replaces
+# the connection string of `db` (another user). Returns the child's pid.
 sub pgbench_client
 {
 	my (%c) = @_;
@@ -159,7 +160,7 @@ sub pgbench_client
 		my ($out, $err) = ('', '');
 		IPC::Run::run(
 			[ $pgbench, '-n', '-M', $c{mode}, '-c', '1', '-t', $batch, '--max-tries=100',
-				'-f', "$c{dir}/$c{script}", $c{node}->connstr($c{db}) ],
+				'-f', "$c{dir}/$c{script}", $c{connstr} // $c{node}->connstr($c{db}) ],
 			'>', \$out, '2>', \$err);
 		$c{more}->($1) if $out =~ /number of transactions actually processed: (\d+)/;
 		push @errors, $1 while $err =~ /aborted in command .*?: ERROR:\s+(.*)/g;

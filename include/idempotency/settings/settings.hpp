@@ -46,6 +46,15 @@ const Interval &remember();
 // remember is 0.
 TimestampTz forgotten_at(TimestampTz response_expired_at);
 
+// How long, in microseconds of exact time, a key whose response expires at
+// `expires_at` is remembered under `remember` (remember() when the key was
+// claimed): the span from expires_at to expires_at + remember as
+// forgotten_at() computes it (never past the end of the timestamp range);
+// 0 when remember is 0. Stored with the key, so
+// that every reader ends its window at the same instant whatever its own
+// settings and time zone (docs/expiry.md#when-a-keys-windows-are-fixed).
+int64 remember_usecs(TimestampTz expires_at, const Interval &remember);
+
 // idempotency.wait_timeout: how long a call waits for another transaction
 // that holds the same key, in milliseconds; 0 answers IK409 at once.
 int wait_timeout_ms();

@@ -76,12 +76,15 @@ struct StoredRow {
 
 // A completed call's row, for KeyStore::store(). created_at is the clock
 // when the row is written, expires_at = created_at + ttl, never later than
-// created_at + idempotency.max_ttl (settings::key_expiry).
+// created_at + idempotency.max_ttl (settings::key_expiry); remember_for the
+// exact span `remember` gives after expires_at (settings::remember_usecs).
+// Both settings are those in force when the key was claimed.
 struct NewRow {
   bytea *request_hash;
   Datum response;
   bool response_is_null;
   Interval ttl;
+  Interval remember;
   // The expired row the new one replaces, as probe() found it; nullptr when
   // the key had none.
   const KeyProbe *replaces;

@@ -18,8 +18,10 @@
 #include "idempotency/storage/row_insert.hpp"
 
 extern "C" {
+#include "datatype/timestamp.h"
 #include "storage/lockdefs.h"
 #include "utils/relcache.h"
+#include "utils/timestamp.h"
 }
 
 namespace idempotency::storage {
@@ -51,6 +53,10 @@ struct KeyColumns {
   // InvalidAttrNumber in the table of 0.7 before its update, which keeps
   // no tombstones.
   AttrNumber expired_at;
+  // How long after expires_at a live key is remembered, fixed when it was
+  // claimed (remember_window below). InvalidAttrNumber in the table of 1.0
+  // and 0.7 before their update.
+  AttrNumber remember_for;
 };
 
 // The columns of `rel` (idempotency.keys, opened by the caller). Raises
@@ -129,12 +135,58 @@ void write_tombstone(TombstoneWriter &writer, Relation rel,
                      const Tombstone &tombstone);
 void end_tombstones(TombstoneWriter &writer);
 
+// Where a live row's window after its TTL comes from: none (0.7's table,
+// no tombstones), the reader's idempotency.remember (1.0's table, which
+// stores none), or the row's remember_for, fixed when the key was claimed;
+// NULL there (a key claimed under the default, or a row of 1.0 restored from
+// a dump) stands for rows_without_window_usecs. One rule for callers and expiry
+// alike (docs/expiry.md#when-a-keys-windows-are-fixed).
+enum class WindowSource { none, reader_setting, stored };
+
+struct RememberWindow {
+  WindowSource source;
+  bool stored_isnull;
+  Interval stored; // remember_for, when source is stored and not NULL
+};
+static_assert(std::is_trivially_destructible_v<RememberWindow>);
+
+// 7 days (idempotency.remember's default) as exact time.
+constexpr int64 rows_without_window_usecs = INT64CONST(7) * USECS_PER_DAY;
+
+// The window of a live row of a key table with `columns`; `read(attnum,
+// &isnull)` reads one of the row's columns.
+template <typename Columns, typename Read>
+RememberWindow remember_window(const Columns &columns, Read read) {
+  RememberWindow window{WindowSource::none, true, Interval{}};
+  if (columns.expired_at == InvalidAttrNumber)
+    return window;
+  window.source = WindowSource::reader_setting;
+  if (columns.remember_for == InvalidAttrNumber)
+    return window;
+  window.source = WindowSource::stored;
+  Datum value = read(columns.remember_for, &window.stored_isnull);
+  if (!window.stored_isnull)
+    window.stored = *DatumGetIntervalP(value);
+  return window;
+}
+
+// remember_for as a key's row stores it, from its span in exact time: NULL
+// for rows_without_window_usecs, which NULL stands for (idempotency.remember's
+// default, in UTC and wherever no offset change falls in the window), so that
+// a key's row under the default costs no more than before 1.1.
+Datum stored_window(int64 usecs, bool *isnull);
+
+// When a live row whose response expired at `expires_at` is forgotten.
+// A stored span counts as exact time (a day 24 hours, a month 30 days), never
+// less than nothing.
+TimestampTz live_row_forgotten_at(const RememberWindow &window,
+                                  TimestampTz expires_at);
+
 // A stored row's life, as of `now`, by its times alone. A live key's row
 // has expired_at NULL and expires_at when its response expires; a tombstone
 // has expired_at set and expires_at when it is forgotten. A live row past
 // its TTL is judged as the tombstone expiry would make of it: gone until
-// expires_at + idempotency.remember, whether or not expiry has come by. A
-// table without expired_at (0.7's, before its update) keeps no tombstones.
+// live_row_forgotten_at(), whether or not expiry has come by.
 enum class RowAge { live, gone, forgotten };
 
 struct RowLife {
@@ -144,18 +196,18 @@ struct RowLife {
 };
 static_assert(std::is_trivially_destructible_v<RowLife>);
 
-// `expired_at` is read only for a tombstone; `keeps_tombstones`: whether
-// the table has the column expired_at.
-RowLife row_life(bool tombstone, bool keeps_tombstones, TimestampTz expires_at,
-                 TimestampTz expired_at, TimestampTz now);
+// `expired_at` is read only for a tombstone, `window` only for a live row.
+RowLife row_life(bool tombstone, const RememberWindow &window,
+                 TimestampTz expires_at, TimestampTz expired_at,
+                 TimestampTz now);
 
 // 55000: the extension in this database is older than 0.7, whose schema
 // the library no longer serves; the hint says how to update.
 [[noreturn]] void report_schema_before_0_7();
 
 // 40001: the expired row a new one replaces was changed meanwhile, in
-// practice turned by expiry into a tombstone whose window (expiry's
-// idempotency.remember) had not passed; the retry gets IK410.
+// practice turned by expiry, whose round began earlier, into a tombstone
+// whose window had not passed by its cutoff; the retry gets IK410.
 [[noreturn]] void report_replaced_row_changed();
 
 // Locks idempotency.keys in `mode` until the end of the transaction. False
