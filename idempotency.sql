@@ -417,7 +417,7 @@ CREATE POLICY keys_own_scope ON idempotency.keys FOR SELECT TO PUBLIC
 -- idempotency.ttl in force then, so expiry goes by expires_at. The index is
 -- expiry's access path: each pass of a round goes on in it from where the
 -- last one stopped, so a round reads only expired keys, whatever the
--- table's size (docs/expiry.md compares it with BRIN and partitions).
+-- table's size (docs/keys.md compares it with BRIN and partitions).
 CREATE INDEX keys_expires_at_idx ON idempotency.keys
     (expires_at idempotency.expiry_ops);
 

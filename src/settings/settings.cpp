@@ -28,7 +28,7 @@ constexpr int max_batch_size = 100000;
 
 // Flat out, the worker takes a core from the callers; at the default rate
 // it leaves them most of one and still deletes keys many times faster than
-// callers add them (figures: docs/benchmark.md, docs/expiry.md).
+// callers add them (figures: docs/benchmark.md#expiry).
 constexpr int default_rate = 100000;
 
 int interval_seconds = default_interval_seconds;
