@@ -177,10 +177,13 @@ $node->safe_psql(
 CREATE EXTENSION idempotency;
 ALTER DATABASE busy SET idempotency.expire_batch_size = 1;
 ALTER DATABASE busy SET idempotency.expire_rate = 10;
-INSERT INTO idempotency.keys
+-- Written as keys claimed under remember = 0 are (a key's window is its
+-- row's): expiry deletes them rather than keeping tombstones.
+INSERT INTO idempotency.keys (scope, key, request_hash, response, created_at,
+                              expires_at, key_digest, remember_for)
     SELECT current_user::regrole, 'k' || g, sha256('h'::bytea), '1'::jsonb,
            now() - interval '2 days', now() - interval '1 day',
-           idempotency.key_digest('k' || g)
+           idempotency.key_digest('k' || g), interval '0'
       FROM generate_series(1, 1000) AS g;
 });
 
