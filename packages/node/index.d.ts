@@ -57,10 +57,9 @@ export type Handler<Req extends RequestLike = RequestLike, Res extends ResponseL
 
 /** What the wrapper reports of a keyed request's outcome to onEvent (never the body or the client's key). */
 export interface IdempotencyEvent {
-  event: 'stored' | 'replayed' | 'conflict' | 'mismatch' | 'gone' | 'not-stored' | 'principal-required';
+  type: 'stored' | 'replayed' | 'conflict' | 'mismatch' | 'gone' | 'not-stored' | 'principal-required';
   /** A level for the application's logger: 'warn' for a mismatch, a scope that threw, a response not storable. */
   level: 'info' | 'warn';
-  message: string;
   method?: string;
   /** The request's path, without its query string. */
   path: string;

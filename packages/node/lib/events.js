@@ -3,11 +3,11 @@
 // route's onEvent hook: one plain object per outcome, never the body, the
 // client's key or the principal, only keyHash (a hash of the database key).
 //
-//   { event: 'replayed', level: 'info', message: 'replayed the stored response',
-//     keyHash: '3f2a…', status: 201, method: 'POST', path: '/charges' }
+//   { type: 'replayed', level: 'info', keyHash: '3f2a…', status: 201, method: 'POST', path: '/charges' }
 //
-// event is one of stored, replayed, conflict, mismatch, gone, not-stored
-// (with reason) and principal-required (with error when scope threw).
+// type is one of stored, replayed, conflict, mismatch, gone, not-stored
+// (with reason) and principal-required (with error when scope threw), as
+// consume()'s events have a type.
 
 const { createHash } = require('node:crypto');
 const { debuglog } = require('node:util');
@@ -18,15 +18,9 @@ function keyHash(databaseKey) {
   return createHash('sha256').update(databaseKey, 'utf8').digest('hex').slice(0, 16);
 }
 
-const OUTCOMES = Object.freeze({
-  stored: ['info', 'stored the response with its work'],
-  replayed: ['info', 'replayed the stored response'],
-  conflict: ['info', 'refused: another request with this key is in progress (409)'],
-  gone: ['info', 'refused: this request already ran and its response expired (410)'],
-  mismatch: ['warn', 'refused: the key was used for another request (422)'],
-  'not-stored': ['info', 'not stored: rolled back'],
-  'principal-required': ['info', 'refused: no principal (401)'],
-});
+// A mismatch (422) is a client's mistake worth seeing; the others are a
+// day's work.
+const WARNINGS = new Set(['mismatch']);
 
 // The request's path without its query string (which may carry secrets).
 function pathOf(req) {
@@ -35,9 +29,9 @@ function pathOf(req) {
   return query === -1 ? url : url.slice(0, query);
 }
 
-function outcomeEvent(req, event, { databaseKey, status, reason, error } = {}) {
-  const [level, message] = OUTCOMES[event];
-  const record = { event, level, message, method: req.method, path: pathOf(req) };
+function outcomeEvent(req, type, { databaseKey, status, reason, error } = {}) {
+  const level = WARNINGS.has(type) ? 'warn' : 'info';
+  const record = { type, level, method: req.method, path: pathOf(req) };
   if (databaseKey !== undefined)
     record.keyHash = keyHash(databaseKey);
   if (status !== undefined)
@@ -62,7 +56,7 @@ function debugEvent(event) {
     fields.push(`reason=${event.reason}`);
   if (event.error !== undefined)
     fields.push(`error=${JSON.stringify(String(event.error))}`);
-  debug('%s %s %s %s', event.event, event.method, event.path, fields.join(' '));
+  debug('%s %s %s %s', event.type, event.method, event.path, fields.join(' '));
 }
 
 module.exports = { keyHash, outcomeEvent, debugEvent };

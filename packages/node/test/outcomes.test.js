@@ -132,8 +132,8 @@ test('a ttl is checked: by the route for its type, by the database for its text'
 });
 
 function eventsOf(key) {
-  return events.filter((event) => event.keyHash === keyHash(key)).map(({ event, status, reason, level }) =>
-    ({ event, status, ...(reason === undefined ? {} : { reason }), level }));
+  return events.filter((event) => event.keyHash === keyHash(key)).map(({ type, status, reason, level }) =>
+    ({ type, status, ...(reason === undefined ? {} : { reason }), level }));
 }
 
 test('onEvent gets every outcome of a key, with the key hashed and neither key nor body', async () => {
@@ -149,10 +149,10 @@ test('onEvent gets every outcome of a key, with the key hashed and neither key n
   assert.equal((await postJson(port, '/logged', key, { text }, client('alice'))).status, 201);
   assert.equal((await postJson(port, '/logged', key, { text: `${text} other` }, client('alice'))).status, 422);
   assert.deepEqual(eventsOf(databaseKey), [
-    { event: 'conflict', status: 409, level: 'info' },
-    { event: 'stored', status: 201, level: 'info' },
-    { event: 'replayed', status: 201, level: 'info' },
-    { event: 'mismatch', status: 422, level: 'warn' },
+    { type: 'conflict', status: 409, level: 'info' },
+    { type: 'stored', status: 201, level: 'info' },
+    { type: 'replayed', status: 201, level: 'info' },
+    { type: 'mismatch', status: 422, level: 'warn' },
   ]);
   const one = events.find((event) => event.keyHash === keyHash(databaseKey));
   assert.equal(one.method, 'POST');
@@ -174,11 +174,11 @@ async function waitUntilClaimed(key) {
 
 test('onEvent says why a response was not stored', async () => {
   const cases = [
-    ['/logged', { status: 503 }, { event: 'not-stored', status: 503, reason: 'server-error', level: 'info' }],
-    ['/logged', { status: 429 }, { event: 'not-stored', status: 429, reason: 'not-now', level: 'info' }],
-    ['/logged', { status: 422 }, { event: 'not-stored', status: 422, reason: 'validation', level: 'info' }],
-    ['/logged-throws', {}, { event: 'not-stored', status: undefined, reason: 'handler-error', level: 'info' }],
-    ['/logged-large', {}, { event: 'not-stored', status: 500, reason: 'response-too-large', level: 'warn' }],
+    ['/logged', { status: 503 }, { type: 'not-stored', status: 503, reason: 'server-error', level: 'info' }],
+    ['/logged', { status: 429 }, { type: 'not-stored', status: 429, reason: 'not-now', level: 'info' }],
+    ['/logged', { status: 422 }, { type: 'not-stored', status: 422, reason: 'validation', level: 'info' }],
+    ['/logged-throws', {}, { type: 'not-stored', status: undefined, reason: 'handler-error', level: 'info' }],
+    ['/logged-large', {}, { type: 'not-stored', status: 500, reason: 'response-too-large', level: 'warn' }],
   ];
   for (const [path, body, expected] of cases) {
     const key = randomUUID();
@@ -194,8 +194,8 @@ test('onEvent reports a late retry refused with 410', async () => {
   await waitUntilGone(db, scopedKey('carol', key));
   assert.equal((await postJson(port, '/logged-short', key, { text }, client('carol'))).status, 410);
   assert.deepEqual(eventsOf(scopedKey('carol', key)), [
-    { event: 'stored', status: 201, level: 'info' },
-    { event: 'gone', status: 410, level: 'info' },
+    { type: 'stored', status: 201, level: 'info' },
+    { type: 'gone', status: 410, level: 'info' },
   ]);
 });
 
@@ -209,7 +209,7 @@ test('a scope that throws (req.user.id without a user) is 401 principal-required
   assert.equal(await rows(text), 0);
   const reported = events.filter((event) => event.url === '/user-notes');
   assert.equal(reported.length, 1);
-  assert.equal(reported[0].event, 'principal-required');
+  assert.equal(reported[0].type, 'principal-required');
   assert.equal(reported[0].level, 'warn');
   assert.ok(reported[0].error instanceof TypeError, String(reported[0].error));
 });
