@@ -139,10 +139,29 @@ func TestARoutesTTLIsItsKeysTTL(t *testing.T) {
 			t.Errorf("TTL %v: %s, kept %v s, not %v", c.ttl, state, seconds, c.seconds)
 		}
 	}
+	// The alternative for every route of a pool: the connections' setting.
+	config, err := pgxpool.ParseConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	config.ConnConfig.RuntimeParams["idempotency.ttl"] = "48h"
+	longer, err := pgxpool.ConnectConfig(context.Background(), config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer longer.Close()
+	key := newKey()
+	if a := order(t, chargesServer(t, Options{DB: longer}), key, "alice", fmt.Sprintf(`{"item": %q}`, newKey())); a.status != 201 {
+		t.Fatalf("RuntimeParams: %d %s", a.status, a.body)
+	}
+	if state, seconds := keyTTL(t, scoped("alice", key)); state != "done" || seconds != 48*3600 {
+		t.Errorf("RuntimeParams: %s, kept %v s", state, seconds)
+	}
 	// Over idempotency.max_ttl (30 days): the database refuses it, nothing runs.
 	logs := &recorder{}
 	server := chargesServer(t, Options{TTL: 400 * 24 * time.Hour, Logger: logs})
-	key, item := newKey(), newKey()
+	key = newKey()
+	item := newKey()
 	if a := order(t, server, key, "alice", fmt.Sprintf(`{"item": %q}`, item)); a.status != 500 || charges(t, item) != 0 {
 		t.Errorf("over max_ttl: %d %s", a.status, a.body)
 	}

@@ -8,6 +8,7 @@ const assert = require('node:assert/strict');
 const { randomUUID } = require('node:crypto');
 const { spawnSync } = require('node:child_process');
 const express = require('express');
+const { Pool } = require('pg');
 const { idempotent, scopedKey, keyHash, SHARED_KEYS, DEFAULT_PROBLEM_BASE } = require('..');
 const { createPool, listen, postJson, gate, shortTtlPool, waitUntilGone } = require('./helpers');
 
@@ -118,6 +119,21 @@ test('a route\'s ttl is its keys\' TTL, in the request\'s transaction only', asy
   const plain = randomUUID();
   assert.equal((await postJson(port, '/later-pool', plain, { text: `ttl ${plain}` }, client('alice'))).status, 201);
   assert.deepEqual(await keyRow(scopedKey('alice', plain)), { state: 'done', ttl: 86400 });
+  // The alternative for every route of a pool: the connections' setting.
+  const longer = new Pool({ max: 1, options: '-c idempotency.ttl=48h' });
+  try {
+    const app = express();
+    app.post('/longer', express.json(), idempotent({ pool: longer, scope: SHARED_KEYS }, async (req, res) => {
+      res.status(201).json({});
+    }));
+    const { server: longerServer, port: longerPort } = await listen(app);
+    const key2 = randomUUID();
+    assert.equal((await postJson(longerPort, '/longer', key2, {})).status, 201);
+    longerServer.close();
+    assert.deepEqual(await keyRow(key2), { state: 'done', ttl: 48 * 3600 });
+  } finally {
+    await longer.end();
+  }
 });
 
 test('a ttl is checked: by the route for its type, by the database for its text', async () => {
