@@ -264,7 +264,9 @@ function requestTransaction(client) {
 function settingsOf(options) {
   if (options === null || typeof options !== 'object')
     throw new TypeError('idempotent(options, handler): options must be an object with a pool');
-  const settings = { ...DEFAULTS, ...options };
+  // An option given as undefined takes its default.
+  const given = Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined));
+  const settings = { ...DEFAULTS, ...given };
   if (!settings.pool || (typeof settings.pool.connect !== 'function' && typeof settings.pool !== 'function'))
     throw new TypeError('idempotent(options, handler): options.pool must be a pg.Pool, '
       + 'or a function of the request returning one, as in pool: (req) => req.app.locals.pool');

@@ -238,6 +238,11 @@ test('problem types are urn:idempotency:problem:<name> unless the route sets pro
   assert.equal(JSON.parse(own.text).type, 'https://api.example.com/problems/missing-idempotency-key');
 });
 
+test('options given as undefined take their defaults; a hook that is not a function is refused', () => {
+  assert.doesNotThrow(() => idempotent({ pool, scope: SHARED_KEYS, onEvent: undefined, problemBase: undefined }, () => {}));
+  assert.throws(() => idempotent({ pool, scope: SHARED_KEYS, onEvent: 'console' }, () => {}), /options\.onEvent/);
+});
+
 test('the default onEvent writes to stderr only under NODE_DEBUG=idempotency-pg', () => {
   const script = `
     const { DEFAULTS } = require('./lib/express');
