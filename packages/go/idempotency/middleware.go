@@ -426,16 +426,17 @@ func (rt *route) run(w http.ResponseWriter, r *http.Request, tx pgx.Tx, info Inf
 	s := rt.s
 	capture := newCapture(w.Header(), s.MaxBodyBytes)
 	ended := false
-	defer func() {
-		if !ended { // the handler panicked: nothing commits, the panic goes on
-			_ = tx.Rollback(context.Background())
-		}
-	}()
 	notStored := func(reason string, status int) {
 		if !missing {
 			s.report(r, outcomeNotStored, info.DatabaseKey, status, reason, nil)
 		}
 	}
+	defer func() {
+		if !ended { // the handler panicked: nothing commits, the panic goes on
+			_ = tx.Rollback(context.Background())
+			notStored("handler-error", 0)
+		}
+	}()
 	err := rt.handler(capture, r)
 	ended = true
 	background := context.Background()

@@ -230,6 +230,8 @@ func TestTheLoggerSaysWhyAResponseWasNotStored(t *testing.T) {
 			switch path := r.URL.Path; path {
 			case "/error":
 				return errors.New("declined")
+			case "/panic":
+				panic(http.ErrAbortHandler) // net/http's quiet panic
 			case "/large":
 				_, _ = w.Write(bytes.Repeat([]byte("x"), 100))
 			default:
@@ -242,10 +244,16 @@ func TestTheLoggerSaysWhyAResponseWasNotStored(t *testing.T) {
 	for path, want := range map[string]string{
 		"/503": "INFO not-stored 503 server-error", "/429": "INFO not-stored 429 not-now",
 		"/422": "INFO not-stored 422 validation", "/error": "INFO not-stored <nil> handler-error",
+		"/panic": "INFO not-stored <nil> handler-error",
 		"/large": "WARN not-stored 500 response-too-large",
 	} {
 		key := newKey()
-		send(t, server, path, key, "bob", "application/json", "{}")
+		request, _ := http.NewRequest(http.MethodPost, server.URL+path, strings.NewReader("{}"))
+		request.Header.Set("Idempotency-Key", key)
+		request.Header.Set("X-Client", "bob")
+		if response, err := http.DefaultClient.Do(request); err == nil { // a panic closes the connection
+			response.Body.Close()
+		}
 		if got := logs.of(scoped("bob", key)); fmt.Sprint(got) != fmt.Sprint([]string{want}) {
 			t.Errorf("%s: %v, want %s", path, got, want)
 		}
