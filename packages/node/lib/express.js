@@ -16,6 +16,8 @@
 //
 // pool is a pg.Pool, or a function of the request that returns one (a pool
 // made once the application has started: (req) => req.app.locals.pool).
+// ttl gives the request's key its TTL (SET LOCAL before the claim), and
+// onEvent gets each keyed request's outcome (lib/events.js).
 //
 // For a request with a key, the wrapper opens a transaction on a pool
 // client, claims the key, and runs the handler with the transaction as
