@@ -63,8 +63,8 @@ export interface IdempotencyEvent {
   method?: string;
   /** The request's path, without its query string. */
   path: string;
-  /** keyHash(databaseKey): the first 16 hex digits of SHA-256 over the database key. */
-  keyHash?: string;
+  /** keyRef(databaseKey): the first 16 hex digits of SHA-256 over the database key. */
+  keyRef?: string;
   status?: number;
   /** Why a response was not stored (event 'not-stored'). */
   reason?: 'server-error' | 'not-now' | 'validation' | 'handler-error' | 'response-too-large' | 'passed-on'
@@ -84,7 +84,7 @@ export interface IdempotentOptions {
    * The request's principal (user, API client, tenant): each principal's keys
    * are its own. Required; SHARED_KEYS shares the route's keys between all
    * clients. A request whose scope is null, undefined or '', or whose scope
-   * function throws, gets 401.
+   * function throws a TypeError (req.user.id without a user), gets 401.
    */
   scope: ((req: any) => Scope | null | undefined | Promise<Scope | null | undefined>) | typeof SHARED_KEYS;
   /** Answer 400 without an Idempotency-Key (default true). */
@@ -117,8 +117,8 @@ export interface IdempotentOptions {
 
 /** The default prefix of problem types: 'urn:idempotency:problem:'. */
 export const DEFAULT_PROBLEM_BASE: string;
-/** The keyHash of events: the first 16 hex digits of SHA-256 over a database key. */
-export function keyHash(databaseKey: string): string;
+/** The keyRef of events: the first 16 hex digits of SHA-256 over a database key. */
+export function keyRef(databaseKey: string): string;
 
 /**
  * Wraps an Express (or Node http) handler: claims the Idempotency-Key in a

@@ -15,7 +15,7 @@ import (
 //
 // Records carry the message and key-value pairs: "event" (stored,
 // replayed, conflict, mismatch, gone, not-stored, principal-required),
-// "key_hash" (KeyHash of the database key: never the client's key, nor
+// "key_ref" (KeyRef of the database key: never the client's key, nor
 // the body), "status", "method", "path" (without the query string), and
 // "reason" (why a response was not stored) or "error".
 type Logger interface {
@@ -24,10 +24,10 @@ type Logger interface {
 	Error(msg string, args ...interface{})
 }
 
-// KeyHash is the key_hash of the records: the first 16 hex digits of
+// KeyRef is the key_ref of the records: the first 16 hex digits of
 // SHA-256 over the database key (ScopedKey), so that the records of one
 // key match and the key stays out of the logs.
-func KeyHash(databaseKey string) string {
+func KeyRef(databaseKey string) string {
 	sum := sha256.Sum256([]byte(databaseKey))
 	return hex.EncodeToString(sum[:])[:16]
 }
@@ -90,7 +90,7 @@ var (
 func (s *settings) report(r *http.Request, o outcome, databaseKey string, status int, reason string, err error) {
 	args := []interface{}{"event", o.event}
 	if databaseKey != "" {
-		args = append(args, "key_hash", KeyHash(databaseKey))
+		args = append(args, "key_ref", KeyRef(databaseKey))
 	}
 	if status != 0 {
 		args = append(args, "status", status)
@@ -114,7 +114,7 @@ func (s *settings) report(r *http.Request, o outcome, databaseKey string, status
 func (s *settings) logError(r *http.Request, err error) {
 	args := []interface{}{"method", r.Method, "path", r.URL.Path, "error", err.Error()}
 	if info, ok := InfoFrom(r.Context()); ok && info.DatabaseKey != "" {
-		args = append([]interface{}{"key_hash", KeyHash(info.DatabaseKey)}, args...)
+		args = append([]interface{}{"key_ref", KeyRef(info.DatabaseKey)}, args...)
 	}
 	s.Logger.Error("idempotency: answered 500 Internal Server Error", args...)
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -29,9 +30,10 @@ type Options struct {
 	// it comes from; never a value the client chooses unchecked): each
 	// principal's keys are its own. "" means no principal: 401
 	// principal-required, the handler does not run. A Scope that panics
-	// (userOf(r).ID without a user) means no principal too: 401, and the
-	// panic is logged as a warning. An integer principal is written in
-	// decimal.
+	// with a runtime error (userOf(r).ID without a user: a nil pointer; a
+	// failed type assertion) means no principal too: 401, and the panic is
+	// logged as a warning; any other panic goes on. An integer principal is
+	// written in decimal.
 	Scope func(r *http.Request) string
 	// SharedKeys, instead of Scope, shares the route's keys between every
 	// client (one trusted caller, an internal route).
@@ -279,15 +281,18 @@ func isNil(db TxBeginner) bool {
 	return value.Kind() == reflect.Ptr && value.IsNil()
 }
 
-// principalOf is the request's scope; a Scope that panics gives none, and
-// the panic as an error.
+// principalOf is the request's scope. A Scope that panics with a runtime
+// error (userOf(r).ID without a user) gives none, and the panic as an
+// error; any other panic is a fault, not an answer about the client, and
+// goes on.
 func (s *settings) principalOf(r *http.Request) (scope string, failure error) {
 	defer func() {
 		if p := recover(); p != nil {
-			if p == http.ErrAbortHandler {
+			runtimeError, ok := p.(runtime.Error)
+			if !ok {
 				panic(p)
 			}
-			scope, failure = "", fmt.Errorf("idempotency: Options.Scope panicked: %v", p)
+			scope, failure = "", fmt.Errorf("idempotency: Options.Scope panicked: %w", runtimeError)
 		}
 	}()
 	return s.Scope(r), nil

@@ -51,7 +51,7 @@ func (l *recorder) of(databaseKey string) []string {
 	defer l.mu.Unlock()
 	var lines []string
 	for _, r := range l.records {
-		if r.attrs["key_hash"] != KeyHash(databaseKey) {
+		if r.attrs["key_ref"] != KeyRef(databaseKey) {
 			continue
 		}
 		line := fmt.Sprintf("%s %v %v", r.level, r.attrs["event"], r.attrs["status"])
@@ -180,7 +180,7 @@ func TestARoutesTTLIsItsKeysTTL(t *testing.T) {
 	}
 }
 
-func TestTheLoggerGetsEveryOutcomeWithTheKeyHashed(t *testing.T) {
+func TestTheLoggerGetsEveryOutcomeWithTheKeyRefed(t *testing.T) {
 	logs := &recorder{}
 	entered, proceed := make(chan struct{}), make(chan struct{})
 	server := serve(t, Middleware(Options{DB: pool(t), Scope: byClient, Logger: logs})(
@@ -287,7 +287,7 @@ func TestTheDefaultErrorHandlerLogsTheErrorItHides(t *testing.T) {
 			logged = &logs.records[i]
 		}
 	}
-	if logged == nil || logged.attrs["error"] != "the card was declined" || logged.attrs["key_hash"] != KeyHash(scoped("alice", key)) {
+	if logged == nil || logged.attrs["error"] != "the card was declined" || logged.attrs["key_ref"] != KeyRef(scoped("alice", key)) {
 		t.Fatalf("the hidden error was not logged: %s", logs.all())
 	}
 	// Without a Logger: warnings and errors go to the standard logger, the
@@ -325,7 +325,7 @@ func userOf(r *http.Request) *user {
 
 type userKey struct{}
 
-func TestAScopeThatPanicsWithoutAPrincipalIs401(t *testing.T) {
+func TestAScopeThatPanicsWithARuntimeErrorIs401OtherPanicsGoOn(t *testing.T) {
 	logs := &recorder{}
 	server := chargesServer(t, Options{Logger: logs, Scope: func(r *http.Request) string { return userOf(r).ID }})
 	item := newKey()
@@ -339,6 +339,18 @@ func TestAScopeThatPanicsWithoutAPrincipalIs401(t *testing.T) {
 	if len(logs.records) != 1 || logs.records[0].level != "WARN" || logs.records[0].attrs["event"] != "principal-required" ||
 		!strings.Contains(fmt.Sprint(logs.records[0].attrs["error"]), "nil pointer") {
 		t.Errorf("records: %s", logs.all())
+	}
+	// A panic of another kind is a fault: it goes on (net/http drops the
+	// connection), nothing runs, no 401.
+	failing := chargesServer(t, Options{Logger: logs, Scope: func(r *http.Request) string { panic("the user store is down") }})
+	request, _ := http.NewRequest(http.MethodPost, failing.URL+"/charges", strings.NewReader(fmt.Sprintf(`{"item": %q}`, item)))
+	request.Header.Set("Idempotency-Key", newKey())
+	if response, err := http.DefaultClient.Do(request); err == nil {
+		response.Body.Close()
+		t.Errorf("another panic answered %d", response.StatusCode)
+	}
+	if n := charges(t, item); n != 0 || len(logs.records) != 1 {
+		t.Errorf("%d charges, records %s", n, logs.all())
 	}
 }
 

@@ -1,9 +1,9 @@
 'use strict';
 // What the Express wrapper reports of each keyed request's outcome, to the
 // route's onEvent hook: one plain object per outcome, never the body, the
-// client's key or the principal, only keyHash (a hash of the database key).
+// client's key or the principal, only keyRef (a hash of the database key).
 //
-//   { type: 'replayed', level: 'info', keyHash: '3f2a…', status: 201, method: 'POST', path: '/charges' }
+//   { type: 'replayed', level: 'info', keyRef: '3f2a…', status: 201, method: 'POST', path: '/charges' }
 //
 // type is one of stored, replayed, conflict, mismatch, gone, not-stored
 // (with reason) and principal-required (with error when scope threw), as
@@ -14,7 +14,7 @@ const { debuglog } = require('node:util');
 
 // The first 16 hex digits of SHA-256 over the database key: lines of one
 // key (and principal) match, and the key itself stays out of the logs.
-function keyHash(databaseKey) {
+function keyRef(databaseKey) {
   return createHash('sha256').update(databaseKey, 'utf8').digest('hex').slice(0, 16);
 }
 
@@ -33,7 +33,7 @@ function outcomeEvent(req, type, { databaseKey, status, reason, error } = {}) {
   const level = WARNINGS.has(type) ? 'warn' : 'info';
   const record = { type, level, method: req.method, path: pathOf(req) };
   if (databaseKey !== undefined)
-    record.keyHash = keyHash(databaseKey);
+    record.keyRef = keyRef(databaseKey);
   if (status !== undefined)
     record.status = status;
   if (reason !== undefined)
@@ -51,7 +51,7 @@ function outcomeEvent(req, type, { databaseKey, status, reason, error } = {}) {
 // switch for a library's debug output (to stderr).
 const debug = debuglog('idempotency-pg');
 function debugEvent(event) {
-  const fields = [`key=${event.keyHash ?? '-'}`, `status=${event.status ?? '-'}`];
+  const fields = [`key=${event.keyRef ?? '-'}`, `status=${event.status ?? '-'}`];
   if (event.reason !== undefined)
     fields.push(`reason=${event.reason}`);
   if (event.error !== undefined)
@@ -59,4 +59,4 @@ function debugEvent(event) {
   debug('%s %s %s %s', event.type, event.method, event.path, fields.join(' '));
 }
 
-module.exports = { keyHash, outcomeEvent, debugEvent };
+module.exports = { keyRef, outcomeEvent, debugEvent };

@@ -11,8 +11,8 @@
 // comes from): each principal's keys are its own (lib/scope.js). It is
 // required; scope: SHARED_KEYS makes the route's keys shared by every
 // client. A request whose scope is null, undefined or '', or whose scope
-// function throws (req.user.id without a user), is refused with 401
-// principal-required.
+// function throws a TypeError (req.user.id without a user), is refused with
+// 401 principal-required; any other error is the request's error.
 //
 // pool is a pg.Pool, or a function of the request that returns one (a pool
 // made once the application has started: (req) => req.app.locals.pool).
@@ -307,15 +307,19 @@ async function poolOf(settings, req) {
   return pool;
 }
 
-// The request's scope as text, or null with the error when the scope
-// function threw: a scope such as (req) => req.user.id throws when no user
-// was authenticated, and that request has no principal either.
+// The request's scope as text, or null, with the error when the scope
+// function threw a TypeError: (req) => req.user.id throws one when no user
+// was authenticated, and that request has no principal. Any other error (a
+// lookup that failed) is a fault, not an answer about the client: it goes
+// on to the error handlers.
 async function principalOf(settings, req) {
   let scope;
   try {
     scope = await settings.scope(req);
   } catch (error) {
-    return { scope: null, error };
+    if (error instanceof TypeError)
+      return { scope: null, error };
+    throw error;
   }
   return { scope: scopeText(scope) };
 }

@@ -4,7 +4,7 @@
 
 const { idempotent, replay, DEFAULT_PROBLEM_BASE } = require('./express');
 const { claim, complete, release, setWaitTimeout, setTtl, withIdempotency } = require('./pg');
-const { keyHash } = require('./events');
+const { keyRef } = require('./events');
 const { fingerprint, requestFingerprint, canonicalJson, keepRawBody } = require('./fingerprint');
 const { SHARED_KEYS, scopedKey } = require('./scope');
 const { parseKey, readKey, MAX_KEY_BYTES } = require('./key');
@@ -17,7 +17,7 @@ module.exports = {
   idempotent,
   replay,
   DEFAULT_PROBLEM_BASE,
-  keyHash,
+  keyRef,
   claim,
   complete,
   release,

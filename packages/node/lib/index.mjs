@@ -2,7 +2,7 @@
 import idempotencyPg from './index.js';
 
 export const {
-  idempotent, replay, DEFAULT_PROBLEM_BASE, keyHash, claim, complete, release, setWaitTimeout, setTtl,
+  idempotent, replay, DEFAULT_PROBLEM_BASE, keyRef, claim, complete, release, setWaitTimeout, setTtl,
   withIdempotency, fingerprint,
   requestFingerprint, canonicalJson, keepRawBody, SHARED_KEYS, scopedKey, parseKey, readKey, MAX_KEY_BYTES, isStored,
   NEVER_STORED, DEFAULT_VALIDATION_STATUSES, storedDocument, decodeBody, IdempotencyError,

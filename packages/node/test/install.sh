@@ -29,7 +29,7 @@ check_app() { # directory how
     console.log('import: ok');")
   cat >"$app/check.cts" <<'TS'
 import { idempotent, withIdempotency, claim, scopedKey, SHARED_KEYS, type IdempotentOptions, type PoolLike, SealedError,
-  DEFAULT_PROBLEM_BASE, keyHash, type IdempotencyEvent } from 'idempotency-pg';
+  DEFAULT_PROBLEM_BASE, keyRef, type IdempotencyEvent } from 'idempotency-pg';
 declare const pool: PoolLike;
 const options: IdempotentOptions = { pool, scope: (req) => req.user.id, waitTimeout: '2s', storeValidationErrors: true, replayHeaders: ['Location'] };
 const shared: IdempotentOptions = { pool, scope: SHARED_KEYS };
@@ -37,7 +37,7 @@ const databaseKey: string = scopedKey('alice', 'k');
 void shared; void databaseKey;
 const later: IdempotentOptions = {
   pool: (req) => req.app.locals.pool, scope: SHARED_KEYS, ttl: '15 minutes', problemBase: DEFAULT_PROBLEM_BASE,
-  onEvent: (event: IdempotencyEvent) => { const hash: string | undefined = event.keyHash; void hash; void keyHash('k'); },
+  onEvent: (event: IdempotencyEvent) => { const hash: string | undefined = event.keyRef; void hash; void keyRef('k'); },
 };
 const inMilliseconds: IdempotentOptions = { pool: async () => pool, scope: SHARED_KEYS, ttl: 60000 };
 void later; void inMilliseconds;

@@ -9,7 +9,7 @@ const { randomUUID } = require('node:crypto');
 const { spawnSync } = require('node:child_process');
 const express = require('express');
 const { Pool } = require('pg');
-const { idempotent, scopedKey, keyHash, SHARED_KEYS, DEFAULT_PROBLEM_BASE } = require('..');
+const { idempotent, scopedKey, keyRef, SHARED_KEYS, DEFAULT_PROBLEM_BASE } = require('..');
 const { createPool, listen, postJson, gate, shortTtlPool, waitUntilGone } = require('./helpers');
 
 let pool;
@@ -65,6 +65,8 @@ function createApp() {
   });
   // The README's scope, as written: no user, no principal.
   route('/user-notes', { ...logged, scope: (req) => req.user.id }, note);
+  // A scope whose lookup fails: a fault, not an answer about the client.
+  route('/lookup-fails', { ...logged, scope: async () => { throw new Error('the user store is down'); } }, note);
   route('/own-problems', { pool, scope: byClient, problemBase: 'https://api.example.com/problems/' }, note);
 
   app.use((error, req, res, next) => {
@@ -148,7 +150,7 @@ test('a ttl is checked: by the route for its type, by the database for its text'
 });
 
 function eventsOf(key) {
-  return events.filter((event) => event.keyHash === keyHash(key)).map(({ type, status, reason, level }) =>
+  return events.filter((event) => event.keyRef === keyRef(key)).map(({ type, status, reason, level }) =>
     ({ type, status, ...(reason === undefined ? {} : { reason }), level }));
 }
 
@@ -170,10 +172,10 @@ test('onEvent gets every outcome of a key, with the key hashed and neither key n
     { type: 'replayed', status: 201, level: 'info' },
     { type: 'mismatch', status: 422, level: 'warn' },
   ]);
-  const one = events.find((event) => event.keyHash === keyHash(databaseKey));
+  const one = events.find((event) => event.keyRef === keyRef(databaseKey));
   assert.equal(one.method, 'POST');
   assert.equal(one.path, '/logged');
-  assert.match(one.keyHash, /^[0-9a-f]{16}$/);
+  assert.match(one.keyRef, /^[0-9a-f]{16}$/);
   const written = JSON.stringify(events);
   assert.ok(!written.includes(key), 'no raw key in the events');
   assert.ok(!written.includes(text), 'no body in the events');
@@ -215,7 +217,8 @@ test('onEvent reports a late retry refused with 410', async () => {
   ]);
 });
 
-test('a scope that throws (req.user.id without a user) is 401 principal-required, reported with its error', async () => {
+test('a scope that throws a TypeError (req.user.id without a user) is 401 principal-required, reported with its error; '
+  + 'other errors are the request\'s', async () => {
   const key = randomUUID();
   const text = `no user ${key}`;
   const answer = await postJson(port, '/user-notes', key, { text });
@@ -228,6 +231,12 @@ test('a scope that throws (req.user.id without a user) is 401 principal-required
   assert.equal(reported[0].type, 'principal-required');
   assert.equal(reported[0].level, 'warn');
   assert.ok(reported[0].error instanceof TypeError, String(reported[0].error));
+  // Any other error is the request's error, for Express's error handlers.
+  const failed = await postJson(port, '/lookup-fails', randomUUID(), { text });
+  assert.equal(failed.status, 500);
+  assert.deepEqual(JSON.parse(failed.text), { error: 'the user store is down', name: 'Error' });
+  assert.equal(events.filter((event) => event.url === '/lookup-fails').length, 0);
+  assert.equal(await rows(text), 0);
 });
 
 test('problem types are urn:idempotency:problem:<name> unless the route sets problemBase', async () => {
