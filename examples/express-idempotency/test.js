@@ -15,7 +15,7 @@ const { createApp, DECLINED_CARD } = require('./app');
 const { idempotent, SHARED_KEYS } = require('idempotency-pg');
 
 const CARD = '4242424242424242';
-const PROBLEM_BASE = 'https://idempotency.example/problems/';
+const PROBLEM_BASE = 'urn:idempotency:problem:';
 
 let pool;
 let server;

@@ -55,13 +55,36 @@ export type IdempotentRequest<Req extends RequestLike = RequestLike> =
 export type Handler<Req extends RequestLike = RequestLike, Res extends ResponseLike = ResponseLike> =
   (req: IdempotentRequest<Req>, res: Res, next: NextFunction) => unknown;
 
+/** What the wrapper reports of a keyed request's outcome to onEvent (never the body or the client's key). */
+export interface IdempotencyEvent {
+  type: 'stored' | 'replayed' | 'conflict' | 'mismatch' | 'gone' | 'not-stored' | 'principal-required';
+  /** A level for the application's logger: 'warn' for a mismatch, a scope that threw, a response not storable. */
+  level: 'info' | 'warn';
+  method?: string;
+  /** The request's path, without its query string. */
+  path: string;
+  /** keyRef(databaseKey): the first 16 hex digits of SHA-256 over the database key. */
+  keyRef?: string;
+  status?: number;
+  /** Why a response was not stored (event 'not-stored'). */
+  reason?: 'server-error' | 'not-now' | 'validation' | 'handler-error' | 'response-too-large' | 'passed-on'
+    | 'storing-failed';
+  /** What the scope function threw (event 'principal-required'). */
+  error?: unknown;
+}
+
 export interface IdempotentOptions {
-  /** The node-postgres Pool the request's transaction is taken from. */
-  pool: PoolLike;
+  /**
+   * The node-postgres Pool the request's transaction is taken from, or a
+   * function of the request returning it (a pool made after the routes:
+   * (req) => req.app.locals.pool).
+   */
+  pool: PoolLike | ((req: any) => PoolLike | Promise<PoolLike>);
   /**
    * The request's principal (user, API client, tenant): each principal's keys
    * are its own. Required; SHARED_KEYS shares the route's keys between all
-   * clients. A request whose scope is null, undefined or '' gets 401.
+   * clients. A request whose scope is null, undefined or '', or whose scope
+   * function throws a TypeError (req.user.id without a user), gets 401.
    */
   scope: ((req: any) => Scope | null | undefined | Promise<Scope | null | undefined>) | typeof SHARED_KEYS;
   /** Answer 400 without an Idempotency-Key (default true). */
@@ -76,17 +99,26 @@ export interface IdempotentOptions {
   validationStatuses?: readonly number[];
   /** idempotency.wait_timeout for the claim: milliseconds, or a text such as '2s'. */
   waitTimeout?: number | string;
+  /** idempotency.ttl of the request's key: milliseconds, or an interval's text such as '15 minutes'. */
+  ttl?: number | string;
   /** Largest response body stored (default 1 MiB); larger ones are refused with 500. */
   maxBodyBytes?: number;
   /** Largest request body the wrapper reads itself (default 1 MiB); larger ones get 413. */
   maxRequestBytes?: number;
-  /** Prefix of the problem documents' type URIs. */
+  /** Prefix of the problem documents' type URIs (default DEFAULT_PROBLEM_BASE, 'urn:idempotency:problem:'). */
   problemBase?: string;
   /** The request property that holds the transaction handle (default 'db'). */
   property?: string;
   /** Called with errors the handler raises after its response was settled. */
   onLateError?: (error: unknown, req: RequestLike) => void;
+  /** Gets each keyed request's outcome (default: written to stderr when NODE_DEBUG=idempotency-pg). */
+  onEvent?: (event: IdempotencyEvent, req: RequestLike) => void;
 }
+
+/** The default prefix of problem types: 'urn:idempotency:problem:'. */
+export const DEFAULT_PROBLEM_BASE: string;
+/** The keyRef of events: the first 16 hex digits of SHA-256 over a database key. */
+export function keyRef(databaseKey: string): string;
 
 /**
  * Wraps an Express (or Node http) handler: claims the Idempotency-Key in a
@@ -108,17 +140,19 @@ export interface ClaimResult {
 
 /** Claims key in the client's open transaction. */
 export function claim(client: Queryable, key: string, requestHash?: string | null,
-  options?: { waitTimeout?: number | string }): Promise<ClaimResult>;
+  options?: { waitTimeout?: number | string; ttl?: number | string }): Promise<ClaimResult>;
 /** Stores response for the key this transaction claimed. */
 export function complete(client: Queryable, key: string, response: unknown): Promise<void>;
 /** Lets go of this transaction's claim without storing anything. */
 export function release(client: Queryable, key: string): Promise<void>;
 /** SET LOCAL idempotency.wait_timeout, for the rest of the transaction. */
 export function setWaitTimeout(client: Queryable, waitTimeout: number | string): Promise<void>;
+/** SET LOCAL idempotency.ttl (milliseconds, or an interval's text), for the rest of the transaction. */
+export function setTtl(client: Queryable, ttl: number | string): Promise<void>;
 
 /** Runs work once per key in a transaction of its own; returns its (stored) result. */
 export function withIdempotency<T>(db: PoolLike | Queryable,
-  options: { key: string; requestHash?: string | null; waitTimeout?: number | string },
+  options: { key: string; requestHash?: string | null; waitTimeout?: number | string; ttl?: number | string },
   work: (db: Queryable) => Promise<T> | T): Promise<{ replayed: boolean; response: T }>;
 
 export interface RequestParts {

@@ -8,23 +8,32 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
+	"runtime"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v4"
 )
 
-// Options configure Middleware and Handle. DB and one of Scope and
-// SharedKeys are required; the zero value of every other field is the
-// default of the Node and Python packages.
+// Options configure Middleware and Handle. One of DB and DBFor, and one of
+// Scope and SharedKeys, are required; the zero value of every other field
+// is the default of the Node and Python packages.
 type Options struct {
 	// DB begins each request's transaction: a *pgxpool.Pool.
 	DB TxBeginner
+	// DBFor, instead of DB, returns the database of each request: a pool
+	// made after the routes were (at startup), or one per tenant. An
+	// error, or a nil database, goes to ErrorHandler; nothing runs.
+	DBFor func(r *http.Request) (TxBeginner, error)
 	// Scope names the request's principal (the user, API client or tenant
 	// it comes from; never a value the client chooses unchecked): each
 	// principal's keys are its own. "" means no principal: 401
-	// principal-required, the handler does not run. An integer principal
-	// is written in decimal.
+	// principal-required, the handler does not run. A Scope that panics
+	// with a runtime error (userOf(r).ID without a user: a nil pointer; a
+	// failed type assertion) means no principal too: 401, and the panic is
+	// logged as a warning; any other panic goes on. An integer principal is
+	// written in decimal.
 	Scope func(r *http.Request) string
 	// SharedKeys, instead of Scope, shares the route's keys between every
 	// client (one trusted caller, an internal route).
@@ -46,6 +55,11 @@ type Options struct {
 	// transaction holding the key (then replay its answer) instead of
 	// answering 409 at once.
 	WaitTimeout time.Duration
+	// TTL, when not zero, is how long the request's key is kept and
+	// replayed: idempotency.ttl for the request's transaction, set before
+	// the claim. At least a microsecond; the database refuses one over
+	// idempotency.max_ttl (ErrorHandler, nothing runs).
+	TTL time.Duration
 	// RetryAfter is the Retry-After of a 409 (default 1 s).
 	RetryAfter time.Duration
 	// MaxBodyBytes limits a response held back for storing (default 1 MiB):
@@ -54,17 +68,23 @@ type Options struct {
 	// MaxRequestBytes limits the request body read for the fingerprint
 	// (default 1 MiB): over it, 413 request-too-large.
 	MaxRequestBytes int64
-	// ProblemBase prefixes the problem types (default
-	// https://idempotency.example/problems/).
+	// ProblemBase prefixes the problem types (default DefaultProblemBase).
 	ProblemBase string
 	// ErrorHandler answers a handler's error and the package's own errors
 	// (a failed BEGIN, COMMIT, a stored document that is not a response);
-	// nothing it writes is stored. Default: 500 Internal Server Error.
+	// nothing it writes is stored. Default: 500 Internal Server Error, and
+	// the error to Logger.Error.
 	ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
+	// Logger gets each keyed request's outcome (Info; a mismatch, a scope
+	// that panicked and a response too large to store: Warn) and the
+	// default ErrorHandler's errors (Error). A *slog.Logger is one. Default:
+	// warnings and errors to the standard log package.
+	Logger Logger
 }
 
-// DefaultProblemBase is the default of Options.ProblemBase.
-const DefaultProblemBase = "https://idempotency.example/problems/"
+// DefaultProblemBase is the default of Options.ProblemBase: problem types
+// a client can rely on whatever host serves the API (a URN needs none).
+const DefaultProblemBase = "urn:idempotency:problem:"
 
 // HandlerFunc is a handler that may fail: an error it returns rolls the
 // request's transaction back, drops what it wrote and goes to
@@ -85,8 +105,13 @@ type settings struct {
 }
 
 func settingsOf(options Options) *settings {
-	if options.DB == nil {
-		panic("idempotency.Middleware: Options.DB must begin transactions (a *pgxpool.Pool)")
+	if (options.DB == nil) == (options.DBFor == nil) {
+		panic("idempotency.Middleware: set Options.DB to begin transactions (a *pgxpool.Pool), " +
+			"or Options.DBFor to return the database of each request; one of them, not both")
+	}
+	if options.TTL < 0 || (options.TTL > 0 && options.TTL < time.Microsecond) {
+		panic(fmt.Sprintf("idempotency.Middleware: Options.TTL must be zero (the database's idempotency.ttl) "+
+			"or at least a microsecond, not %v", options.TTL))
 	}
 	if options.Scope == nil && !options.SharedKeys {
 		panic("idempotency.Middleware: Options.Scope must name the principal of a request, as in " +
@@ -112,8 +137,13 @@ func settingsOf(options Options) *settings {
 	if s.ProblemBase == "" {
 		s.ProblemBase = DefaultProblemBase
 	}
+	if s.Logger == nil {
+		s.Logger = defaultLogger
+	}
 	if s.ErrorHandler == nil {
+		// The client learns nothing of the error; the log does.
 		s.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+			s.logError(r, err)
 			http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
 		}
 	}
@@ -229,6 +259,58 @@ func (s *settings) answerClaimError(w http.ResponseWriter, r *http.Request, err 
 	}
 }
 
+// dbOf is the database of the request: DB, or what DBFor returns.
+func (s *settings) dbOf(r *http.Request) (TxBeginner, error) {
+	if s.DBFor == nil {
+		return s.DB, nil
+	}
+	db, err := s.DBFor(r)
+	if err == nil && isNil(db) {
+		err = errors.New("idempotency: Options.DBFor returned no database: is the pool made yet?")
+	}
+	return db, err
+}
+
+// isNil sees a nil pointer inside an interface too (a *pgxpool.Pool not
+// yet made).
+func isNil(db TxBeginner) bool {
+	if db == nil {
+		return true
+	}
+	value := reflect.ValueOf(db)
+	return value.Kind() == reflect.Ptr && value.IsNil()
+}
+
+// principalOf is the request's scope. A Scope that panics with a runtime
+// error (userOf(r).ID without a user) gives none, and the panic as an
+// error; any other panic is a fault, not an answer about the client, and
+// goes on.
+func (s *settings) principalOf(r *http.Request) (scope string, failure error) {
+	defer func() {
+		if p := recover(); p != nil {
+			runtimeError, ok := p.(runtime.Error)
+			if !ok {
+				panic(p)
+			}
+			scope, failure = "", fmt.Errorf("idempotency: Options.Scope panicked: %w", runtimeError)
+		}
+	}()
+	return s.Scope(r), nil
+}
+
+// claimOutcome is the outcome reported for the claim's errors.
+func claimOutcome(err error) (outcome, int, bool) {
+	switch {
+	case errors.Is(err, ErrKeyInProgress):
+		return outcomeConflict, http.StatusConflict, true
+	case errors.Is(err, ErrKeyGone):
+		return outcomeGone, http.StatusGone, true
+	case errors.Is(err, ErrKeyReused):
+		return outcomeMismatch, http.StatusUnprocessableEntity, true
+	}
+	return outcome{}, 0, false
+}
+
 // readBody reads the request body whole (nil when over limit).
 func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
@@ -258,8 +340,10 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	info := Info{Key: key, DatabaseKey: key}
 	if !missing && !s.SharedKeys {
-		info.Scope = s.Scope(r)
+		var failure error
+		info.Scope, failure = s.principalOf(r)
 		if info.Scope == "" {
+			s.report(r, outcomeNoScope, "", http.StatusUnauthorized, "", failure)
 			s.sendProblem(w, http.StatusUnauthorized, "principal-required", "Request without a principal",
 				"This route keeps the Idempotency-Keys of each client apart and could not tell who sent this request.")
 			return
@@ -281,22 +365,28 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	info.RequestHash = RequestFingerprint(r, body)
 
 	ctx := r.Context()
-	tx, err := s.DB.Begin(ctx)
+	db, err := s.dbOf(r)
+	if err != nil {
+		s.ErrorHandler(w, r, err)
+		return
+	}
+	tx, err := db.Begin(ctx)
 	if err != nil {
 		s.ErrorHandler(w, r, err)
 		return
 	}
 	if !missing {
-		if s.WaitTimeout != 0 {
-			if err := SetWaitTimeout(ctx, tx, s.WaitTimeout); err != nil {
-				_ = tx.Rollback(context.Background())
-				s.ErrorHandler(w, r, err)
-				return
-			}
+		if err := s.setTransactionSettings(ctx, tx); err != nil {
+			_ = tx.Rollback(context.Background())
+			s.ErrorHandler(w, r, err)
+			return
 		}
 		claimed, err := Claim(ctx, tx, info.DatabaseKey, info.RequestHash)
 		if err != nil {
 			_ = tx.Rollback(context.Background())
+			if o, status, ok := claimOutcome(err); ok {
+				s.report(r, o, info.DatabaseKey, status, "", nil)
+			}
 			s.answerClaimError(w, r, err)
 			return
 		}
@@ -311,12 +401,28 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			if err != nil {
 				s.ErrorHandler(w, r, err)
+				return
 			}
+			s.report(r, outcomeReplayed, info.DatabaseKey, document.Status, "", nil)
 			return
 		}
 	}
 	rt.run(w, r.WithContext(context.WithValue(context.WithValue(ctx, txKey, pgx.Tx(ownedTx{tx})), infoKey, info)),
 		tx, info, missing)
+}
+
+// setTransactionSettings sets the route's WaitTimeout and TTL for the
+// request's transaction, before the claim.
+func (s *settings) setTransactionSettings(ctx context.Context, tx pgx.Tx) error {
+	if s.WaitTimeout != 0 {
+		if err := SetWaitTimeout(ctx, tx, s.WaitTimeout); err != nil {
+			return err
+		}
+	}
+	if s.TTL != 0 {
+		return SetTTL(ctx, tx, s.TTL)
+	}
+	return nil
 }
 
 // run runs the handler on a captured response, then stores and commits, or
@@ -325,9 +431,15 @@ func (rt *route) run(w http.ResponseWriter, r *http.Request, tx pgx.Tx, info Inf
 	s := rt.s
 	capture := newCapture(w.Header(), s.MaxBodyBytes)
 	ended := false
+	notStored := func(reason string, status int) {
+		if !missing {
+			s.report(r, outcomeNotStored, info.DatabaseKey, status, reason, nil)
+		}
+	}
 	defer func() {
 		if !ended { // the handler panicked: nothing commits, the panic goes on
 			_ = tx.Rollback(context.Background())
+			notStored("handler-error", 0)
 		}
 	}()
 	err := rt.handler(capture, r)
@@ -335,11 +447,13 @@ func (rt *route) run(w http.ResponseWriter, r *http.Request, tx pgx.Tx, info Inf
 	background := context.Background()
 	if err != nil {
 		_ = tx.Rollback(background)
+		notStored("handler-error", 0)
 		s.ErrorHandler(w, r, err)
 		return
 	}
 	if capture.overflowed {
 		_ = tx.Rollback(background)
+		notStored("response-too-large", http.StatusInternalServerError)
 		s.sendProblem(w, http.StatusInternalServerError, "response-too-large", "Response too large to store",
 			fmt.Sprintf("The response is larger than %d bytes and cannot be stored for replay; nothing was committed.",
 				s.MaxBodyBytes))
@@ -355,7 +469,8 @@ func (rt *route) run(w http.ResponseWriter, r *http.Request, tx pgx.Tx, info Inf
 	if _, typed := header["Content-Type"]; !typed && len(body) > 0 && bodyAllowed(status) {
 		header.Set("Content-Type", http.DetectContentType(body))
 	}
-	stored := IsStored(status, s.StoreValidationErrors, s.ValidationStatuses)
+	reason := notStoredReason(status, s.StoreValidationErrors, s.ValidationStatuses)
+	stored := reason == ""
 	if stored && !missing {
 		replayable := http.Header{}
 		for _, name := range s.storedHeaders {
@@ -374,8 +489,14 @@ func (rt *route) run(w http.ResponseWriter, r *http.Request, tx pgx.Tx, info Inf
 	}
 	if err != nil {
 		_ = tx.Rollback(background)
+		notStored("storing-failed", status)
 		s.ErrorHandler(w, r, err)
 		return
+	}
+	if stored && !missing {
+		s.report(r, outcomeStored, info.DatabaseKey, status, "", nil)
+	} else {
+		notStored(reason, status)
 	}
 	target := w.Header()
 	for name := range target {

@@ -169,7 +169,7 @@ func order(t *testing.T, server *httptest.Server, key, client, body string) answ
 }
 
 func chargesServer(t *testing.T, options Options) *httptest.Server {
-	if options.DB == nil {
+	if options.DB == nil && options.DBFor == nil {
 		options.DB = pool(t)
 	}
 	if options.Scope == nil && !options.SharedKeys {

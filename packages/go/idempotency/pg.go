@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -35,6 +36,19 @@ func SetWaitTimeout(ctx context.Context, q Queryer, wait time.Duration) error {
 	_, err := q.Exec(ctx, "SELECT set_config('idempotency.wait_timeout', $1, true)",
 		strconv.FormatInt(wait.Milliseconds(), 10))
 	return err
+}
+
+// SetTTL sets idempotency.ttl for the rest of the transaction (what SET
+// LOCAL does): the keys it claims from now on are kept ttl. The database
+// refuses a TTL that is not positive or over idempotency.max_ttl (22023).
+func SetTTL(ctx context.Context, q Queryer, ttl time.Duration) error {
+	_, err := q.Exec(ctx, "SELECT pg_catalog.set_config('idempotency.ttl', $1, true)", ttlText(ttl))
+	return err
+}
+
+// ttlText is a duration as an interval's text, to the microsecond.
+func ttlText(ttl time.Duration) string {
+	return fmt.Sprintf("%d.%06d seconds", ttl/time.Second, (ttl%time.Second)/time.Microsecond)
 }
 
 // Claim claims key in q's open transaction, with requestHash (the

@@ -40,3 +40,17 @@ func IsStored(status int, storeValidationErrors bool, validationStatuses []int) 
 	}
 	return true
 }
+
+// notStoredReason says why a response of this status is not stored
+// ("server-error", "not-now", "validation"), or "" when it is.
+func notStoredReason(status int, storeValidationErrors bool, validationStatuses []int) string {
+	switch {
+	case IsStored(status, storeValidationErrors, validationStatuses):
+		return ""
+	case status >= 500:
+		return "server-error"
+	case contains(NeverStored, status):
+		return "not-now"
+	}
+	return "validation"
+}

@@ -10,8 +10,14 @@
 // scope names the request's principal (the user, API client or tenant it
 // comes from): each principal's keys are its own (lib/scope.js). It is
 // required; scope: SHARED_KEYS makes the route's keys shared by every
-// client. A request whose scope is null, undefined or '' is refused with 401
-// principal-required.
+// client. A request whose scope is null, undefined or '', or whose scope
+// function throws a TypeError (req.user.id without a user), is refused with
+// 401 principal-required; any other error is the request's error.
+//
+// pool is a pg.Pool, or a function of the request that returns one (a pool
+// made once the application has started: (req) => req.app.locals.pool).
+// ttl gives the request's key its TTL (SET LOCAL before the claim), and
+// onEvent gets each keyed request's outcome (lib/events.js).
 //
 // For a request with a key, the wrapper opens a transaction on a pool
 // client, claims the key, and runs the handler with the transaction as
@@ -25,11 +31,17 @@
 
 const { readKey } = require('./key');
 const { requestFingerprint } = require('./fingerprint');
-const { isStored, DEFAULT_VALIDATION_STATUSES } = require('./policy');
+const { notStoredReason, DEFAULT_VALIDATION_STATUSES } = require('./policy');
 const { storedDocument, decodeBody } = require('./stored');
-const { claim, complete, sealable, setWaitTimeout } = require('./pg');
+const { claim, complete, sealable, waitTimeoutSetting, ttlSetting } = require('./pg');
 const { SHARED_KEYS, scopedKey, scopeText } = require('./scope');
 const { KeyInProgressError, KeyGoneError, KeyReusedError, InvalidKeyError } = require('./errors');
+const { outcomeEvent, debugEvent } = require('./events');
+
+// Problem types a client can rely on whatever host serves the API: a URN
+// needs none. problemBase replaces it per route (share one options object
+// across an application's routes).
+const DEFAULT_PROBLEM_BASE = 'urn:idempotency:problem:';
 
 const DEFAULTS = Object.freeze({
   required: true,
@@ -38,12 +50,28 @@ const DEFAULTS = Object.freeze({
   storeValidationErrors: false,
   validationStatuses: DEFAULT_VALIDATION_STATUSES,
   waitTimeout: undefined,
+  ttl: undefined,
   maxBodyBytes: 1024 * 1024,
   maxRequestBytes: 1024 * 1024,
-  problemBase: 'https://idempotency.example/problems/',
+  problemBase: DEFAULT_PROBLEM_BASE,
   property: 'db',
+  onEvent: debugEvent,
   onLateError: (error) => console.error('idempotency-pg: error after the response was settled:', error),
 });
+
+// Hands an outcome to the route's onEvent; a hook that throws must not
+// change the answer.
+function report(settings, req, event, details) {
+  try {
+    settings.onEvent(outcomeEvent(req, event, details), req);
+  } catch (error) {
+    settings.onLateError(error, req);
+  }
+}
+
+const CLAIM_OUTCOMES = new Map([
+  [KeyInProgressError, 'conflict'], [KeyGoneError, 'gone'], [KeyReusedError, 'mismatch'],
+]);
 
 function sendProblem(res, settings, status, type, title, detail, headers = {}) {
   const body = Buffer.from(JSON.stringify({ type: settings.problemBase + type, title, status, detail }));
@@ -238,15 +266,23 @@ function requestTransaction(client) {
 function settingsOf(options) {
   if (options === null || typeof options !== 'object')
     throw new TypeError('idempotent(options, handler): options must be an object with a pool');
-  const settings = { ...DEFAULTS, ...options };
-  if (!settings.pool || typeof settings.pool.connect !== 'function')
-    throw new TypeError('idempotent(options, handler): options.pool must be a pg.Pool');
+  // An option given as undefined takes its default.
+  const given = Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined));
+  const settings = { ...DEFAULTS, ...given };
+  if (!settings.pool || (typeof settings.pool.connect !== 'function' && typeof settings.pool !== 'function'))
+    throw new TypeError('idempotent(options, handler): options.pool must be a pg.Pool, '
+      + 'or a function of the request returning one, as in pool: (req) => req.app.locals.pool');
   if (settings.scope !== SHARED_KEYS && typeof settings.scope !== 'function')
     throw new TypeError('idempotent(options, handler): options.scope must name the principal of a request, '
       + 'as in scope: (req) => req.user.id, so that one client\'s keys never reach another\'s responses; '
       + 'scope: SHARED_KEYS shares the route\'s keys between every client');
+  // Checked now, not at the first request.
   if (settings.waitTimeout !== undefined)
-    setWaitTimeout({ query() {} }, settings.waitTimeout); // validates it now, not at the first request
+    waitTimeoutSetting(settings.waitTimeout);
+  if (settings.ttl !== undefined)
+    ttlSetting(settings.ttl);
+  if (typeof settings.onEvent !== 'function')
+    throw new TypeError('idempotent(options, handler): options.onEvent must be a function (event, req) => void');
   settings.storedHeaderNames = new Set(['content-type', ...settings.replayHeaders.map((name) => name.toLowerCase())]);
   return settings;
 }
@@ -260,6 +296,34 @@ function idempotent(options, handler) {
   };
 }
 
+// The pool of this request: options.pool, or what options.pool(req) returns.
+async function poolOf(settings, req) {
+  if (typeof settings.pool.connect === 'function')
+    return settings.pool;
+  const pool = await settings.pool(req);
+  if (!pool || typeof pool.connect !== 'function')
+    throw new TypeError(`idempotent(): options.pool(req) returned ${pool === null ? 'null' : typeof pool}, `
+      + 'not a pg.Pool: is the pool made yet?');
+  return pool;
+}
+
+// The request's scope as text, or null, with the error when the scope
+// function threw a TypeError: (req) => req.user.id throws one when no user
+// was authenticated, and that request has no principal. Any other error (a
+// lookup that failed) is a fault, not an answer about the client: it goes
+// on to the error handlers.
+async function principalOf(settings, req) {
+  let scope;
+  try {
+    scope = await settings.scope(req);
+  } catch (error) {
+    if (error instanceof TypeError)
+      return { scope: null, error };
+    throw error;
+  }
+  return { scope: scopeText(scope) };
+}
+
 async function handleRequest(settings, handler, req, res, next) {
   const read = readKey(req);
   if (read.error !== undefined)
@@ -271,10 +335,13 @@ async function handleRequest(settings, handler, req, res, next) {
   let databaseKey = key;
   let scope = null;
   if (key !== undefined && settings.scope !== SHARED_KEYS) {
-    scope = scopeText(await settings.scope(req));
-    if (scope === null)
+    const principal = await principalOf(settings, req);
+    scope = principal.scope;
+    if (scope === null) {
+      report(settings, req, 'principal-required', { status: 401, error: principal.error });
       return sendProblem(res, settings, 401, 'principal-required', 'Request without a principal',
         'This route keeps the Idempotency-Keys of each client apart and could not tell who sent this request.');
+    }
     databaseKey = scopedKey(scope, key);
   }
 
@@ -288,18 +355,24 @@ async function handleRequest(settings, handler, req, res, next) {
   }
   const requestHash = requestFingerprint(req);
 
-  const transaction = requestTransaction(await settings.pool.connect());
+  const pool = await poolOf(settings, req);
+  const transaction = requestTransaction(await pool.connect());
   try {
     await transaction.client.query('BEGIN');
     if (key !== undefined) {
-      const claimed = await claim(transaction.client, databaseKey, requestHash, { waitTimeout: settings.waitTimeout });
+      const claimed = await claim(transaction.client, databaseKey, requestHash,
+        { waitTimeout: settings.waitTimeout, ttl: settings.ttl });
       if (claimed.replayed) {
         await transaction.end('COMMIT');
-        return replay(res, claimed.response);
+        replay(res, claimed.response);
+        return report(settings, req, 'replayed', { databaseKey, status: claimed.response.status });
       }
     }
   } catch (error) {
     await transaction.end('ROLLBACK');
+    const outcome = CLAIM_OUTCOMES.get(error?.constructor);
+    if (outcome !== undefined)
+      report(settings, req, outcome, { databaseKey, status: error.status });
     return answerClaimError(error, res, settings, next);
   }
   req.idempotency = { key, scope, databaseKey, requestHash };
@@ -308,6 +381,10 @@ async function handleRequest(settings, handler, req, res, next) {
 
 function runHandler(settings, handler, req, res, next, transaction, key) {
   const handle = sealable(transaction.client);
+  const notStored = (reason, status) => {
+    if (key !== undefined)
+      report(settings, req, 'not-stored', { databaseKey: key, status, reason });
+  };
   const clearResponse = headerSnapshot(res);
   let answer = null; // what the handler ended its response with
   let handlerReturned = false;
@@ -328,6 +405,7 @@ function runHandler(settings, handler, req, res, next, transaction, key) {
       return settings.onLateError(error, req);
     capture.release();
     clearResponse();
+    notStored('handler-error');
     transaction.end('ROLLBACK').finally(() => next(error));
   };
 
@@ -336,7 +414,8 @@ function runHandler(settings, handler, req, res, next, transaction, key) {
   const finish = async () => {
     if (!decide())
       return;
-    const stored = isStored(answer.status, settings);
+    const reason = notStoredReason(answer.status, settings);
+    const stored = reason === null;
     try {
       if (stored && key !== undefined) {
         await complete(transaction.client, key,
@@ -347,8 +426,13 @@ function runHandler(settings, handler, req, res, next, transaction, key) {
       await transaction.end('ROLLBACK');
       capture.release();
       clearResponse();
+      notStored('storing-failed', answer.status);
       return next(error);
     }
+    if (stored && key !== undefined)
+      report(settings, req, 'stored', { databaseKey: key, status: answer.status });
+    else
+      notStored(reason, answer.status);
     capture.release();
     res.end(answer.body, answer.callback);
   };
@@ -364,6 +448,7 @@ function runHandler(settings, handler, req, res, next, transaction, key) {
     onOverflow() {
       if (!decide())
         return;
+      notStored('response-too-large', 500);
       transaction.end('ROLLBACK').finally(() => {
         capture.release();
         clearResponse();
@@ -385,6 +470,7 @@ function runHandler(settings, handler, req, res, next, transaction, key) {
     if (!decide())
       return undefined;
     capture.release();
+    notStored('passed-on');
     return transaction.end('ROLLBACK').finally(() => next(error));
   };
 
@@ -401,4 +487,4 @@ function runHandler(settings, handler, req, res, next, transaction, key) {
   }, fail);
 }
 
-module.exports = { idempotent, replay, DEFAULTS };
+module.exports = { idempotent, replay, DEFAULTS, DEFAULT_PROBLEM_BASE };

@@ -2,8 +2,9 @@
 // idempotency-pg: retry-safe request handlers on PostgreSQL's idempotency
 // extension, for node-postgres and Express.
 
-const { idempotent, replay } = require('./express');
-const { claim, complete, release, setWaitTimeout, withIdempotency } = require('./pg');
+const { idempotent, replay, DEFAULT_PROBLEM_BASE } = require('./express');
+const { claim, complete, release, setWaitTimeout, setTtl, withIdempotency } = require('./pg');
+const { keyRef } = require('./events');
 const { fingerprint, requestFingerprint, canonicalJson, keepRawBody } = require('./fingerprint');
 const { SHARED_KEYS, scopedKey } = require('./scope');
 const { parseKey, readKey, MAX_KEY_BYTES } = require('./key');
@@ -15,10 +16,13 @@ const { consume, applyOnce, errorDocument } = require('./consumer');
 module.exports = {
   idempotent,
   replay,
+  DEFAULT_PROBLEM_BASE,
+  keyRef,
   claim,
   complete,
   release,
   setWaitTimeout,
+  setTtl,
   withIdempotency,
   fingerprint,
   requestFingerprint,

@@ -2,7 +2,8 @@
 import idempotencyPg from './index.js';
 
 export const {
-  idempotent, replay, claim, complete, release, setWaitTimeout, withIdempotency, fingerprint,
+  idempotent, replay, DEFAULT_PROBLEM_BASE, keyRef, claim, complete, release, setWaitTimeout, setTtl,
+  withIdempotency, fingerprint,
   requestFingerprint, canonicalJson, keepRawBody, SHARED_KEYS, scopedKey, parseKey, readKey, MAX_KEY_BYTES, isStored,
   NEVER_STORED, DEFAULT_VALIDATION_STATUSES, storedDocument, decodeBody, IdempotencyError,
   KeyInProgressError, KeyGoneError, KeyReusedError, InvalidKeyError, SealedError,

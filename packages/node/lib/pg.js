@@ -25,14 +25,36 @@ async function setWaitTimeout(client, waitTimeout) {
     [waitTimeoutSetting(waitTimeout)]);
 }
 
+// idempotency.ttl takes an interval's text ('15 minutes', '7 days', 'P1D');
+// a number is whole milliseconds. The database checks the text when it is
+// set (22023: not an interval, not positive, over idempotency.max_ttl).
+function ttlSetting(ttl) {
+  if (typeof ttl === 'number') {
+    if (!Number.isSafeInteger(ttl) || ttl <= 0)
+      throw new RangeError(`ttl must be a whole number of milliseconds > 0, not ${ttl}`);
+    return `${ttl} milliseconds`;
+  }
+  if (typeof ttl === 'string' && ttl.trim() !== '')
+    return ttl;
+  throw new TypeError('ttl must be milliseconds (a number) or an interval\'s text such as "15 minutes"');
+}
+
+// Sets idempotency.ttl for the rest of the transaction: the keys it claims
+// from now on are kept that long.
+async function setTtl(client, ttl) {
+  await client.query("SELECT pg_catalog.set_config('idempotency.ttl', $1, true)", [ttlSetting(ttl)]);
+}
+
 // Claims key in the client's open transaction. Returns { replayed,
 // response, createdAt, expiresAt }; throws KeyInProgressError (IK409),
 // KeyGoneError (IK410), KeyReusedError (IK422) or InvalidKeyError for the
-// claim's own errors.
-async function claim(client, key, requestHash, { waitTimeout } = {}) {
-  // Outside the try: a bad wait timeout's 22023 is not an invalid key.
+// claim's own errors. ttl, when given, is the key's TTL (setTtl).
+async function claim(client, key, requestHash, { waitTimeout, ttl } = {}) {
+  // Outside the try: a bad setting's 22023 is not an invalid key.
   if (waitTimeout !== undefined)
     await setWaitTimeout(client, waitTimeout);
+  if (ttl !== undefined)
+    await setTtl(client, ttl);
   try {
     const { rows: [row] } = await client.query(
       'SELECT replayed, response, created_at, expires_at FROM idempotency.claim($1, $2)',
@@ -81,14 +103,14 @@ const isPool = (db) => typeof db.connect === 'function' && 'totalCount' in db;
 //   db: a pg.Pool (a client is taken and given back) or a connected
 //       pg.Client outside any transaction.
 // Returns { replayed, response }.
-async function withIdempotency(db, { key, requestHash = null, waitTimeout } = {}, work) {
+async function withIdempotency(db, { key, requestHash = null, waitTimeout, ttl } = {}, work) {
   if (typeof work !== 'function')
     throw new TypeError('withIdempotency(db, { key, requestHash }, work): work must be a function');
   const client = isPool(db) ? await db.connect() : db;
   let broken; // a client whose ROLLBACK failed is not given back for reuse
   try {
     await client.query('BEGIN');
-    const claimed = await claim(client, key, requestHash, { waitTimeout });
+    const claimed = await claim(client, key, requestHash, { waitTimeout, ttl });
     if (claimed.replayed) {
       await client.query('COMMIT');
       return { replayed: true, response: claimed.response };
@@ -113,4 +135,6 @@ async function withIdempotency(db, { key, requestHash = null, waitTimeout } = {}
   }
 }
 
-module.exports = { claim, complete, release, setWaitTimeout, waitTimeoutSetting, withIdempotency, sealable };
+module.exports = {
+  claim, complete, release, setWaitTimeout, waitTimeoutSetting, setTtl, ttlSetting, withIdempotency, sealable,
+};

@@ -21,4 +21,14 @@ function isStored(status, { storeValidationErrors = false, validationStatuses = 
   return true;
 }
 
-module.exports = { isStored, NEVER_STORED, DEFAULT_VALIDATION_STATUSES };
+// Why a response of this status is not stored ('server-error', 'not-now',
+// 'validation'), or null when it is.
+function notStoredReason(status, settings) {
+  if (isStored(status, settings))
+    return null;
+  if (status >= 500)
+    return 'server-error';
+  return NEVER_STORED.includes(status) ? 'not-now' : 'validation';
+}
+
+module.exports = { isStored, notStoredReason, NEVER_STORED, DEFAULT_VALIDATION_STATUSES };

@@ -403,7 +403,7 @@ test('a streamed response over maxBodyBytes is refused with 500 response-too-lar
   const answer = await postJson(port, '/stream', key, { text, lines: 1000 });
   assert.equal(answer.status, 500);
   assert.equal(answer.header('Content-Type'), 'application/problem+json');
-  assert.equal(JSON.parse(answer.text).type, 'https://idempotency.example/problems/response-too-large');
+  assert.equal(JSON.parse(answer.text).type, 'urn:idempotency:problem:response-too-large');
   assert.equal(await rows(text), 0);
   assert.equal(await keyState(key), 'absent');
 });
@@ -425,7 +425,7 @@ async function assertInvalidKey(headerValue, detailPattern) {
   assert.equal(answer.status, 400);
   assert.equal(answer.header('Content-Type'), 'application/problem+json');
   const problem = JSON.parse(answer.text);
-  assert.equal(problem.type, 'https://idempotency.example/problems/invalid-idempotency-key');
+  assert.equal(problem.type, 'urn:idempotency:problem:invalid-idempotency-key');
   assert.match(problem.detail, detailPattern);
   assert.equal(await rows(text), 0);
 }
@@ -472,7 +472,7 @@ test('a missing key is 400 on a route that requires one; without required it run
   const text = `missing ${randomUUID()}`;
   const answer = await postJson(port, '/notes', undefined, { text });
   assert.equal(answer.status, 400);
-  assert.equal(JSON.parse(answer.text).type, 'https://idempotency.example/problems/missing-idempotency-key');
+  assert.equal(JSON.parse(answer.text).type, 'urn:idempotency:problem:missing-idempotency-key');
   const optional = await postJson(port, '/optional', undefined, { text });
   assert.equal(optional.status, 201);
   assert.equal(await rows(text), 1);
@@ -488,7 +488,7 @@ test('the same key with another body is 422; the same JSON with members reordere
   assert.equal(reordered.header('Idempotent-Replayed'), 'true');
   const other = await postJson(port, '/notes', key, { text, n: 2 });
   assert.equal(other.status, 422);
-  assert.equal(JSON.parse(other.text).type, 'https://idempotency.example/problems/idempotency-key-reused');
+  assert.equal(JSON.parse(other.text).type, 'urn:idempotency:problem:idempotency-key-reused');
   const otherPath = await rawRequest(port, { path: '/notes?x=1', headers: [['Content-Type', 'application/json'], ['Idempotency-Key', key]],
     body: `{"text": "${text}", "n": 1}` });
   assert.equal(otherPath.status, 422);
@@ -519,7 +519,7 @@ test('a duplicate while the first request runs is 409 with Retry-After; with wai
   const duplicate = await postJson(port, '/notes', key, { text });
   assert.equal(duplicate.status, 409);
   assert.equal(duplicate.header('Retry-After'), '1');
-  assert.equal(JSON.parse(duplicate.text).type, 'https://idempotency.example/problems/request-in-progress');
+  assert.equal(JSON.parse(duplicate.text).type, 'urn:idempotency:problem:request-in-progress');
   held.get(text).open();
   assert.equal((await first).status, 201);
   held.delete(text);
@@ -563,7 +563,7 @@ test('a retry after the response expired is 410 request-already-ran and runs not
   assert.equal(retry.header('Idempotent-Replayed'), undefined);
   // The same document as the Python and Go packages'.
   assert.deepEqual(JSON.parse(retry.text), {
-    type: 'https://idempotency.example/problems/request-already-ran',
+    type: 'urn:idempotency:problem:request-already-ran',
     title: 'This request already ran; its response is no longer kept',
     status: 410,
     detail: 'A request with this Idempotency-Key was processed before and its response has expired; '
@@ -572,7 +572,7 @@ test('a retry after the response expired is 410 request-already-ran and runs not
   assert.equal(await rows(text), 1, 'the handler did not run again');
   const other = await postJson(port, '/short-lived-notes', key, { text: `${text} other` }, client);
   assert.equal(other.status, 422);
-  assert.equal(JSON.parse(other.text).type, 'https://idempotency.example/problems/idempotency-key-reused');
+  assert.equal(JSON.parse(other.text).type, 'urn:idempotency:problem:idempotency-key-reused');
   assert.equal(await rows(`${text} other`), 0);
   // Another client's same key is another key: its request runs.
   assert.equal((await postJson(port, '/short-lived-notes', key, { text }, [['X-Client', 'bob']])).status, 201);
@@ -623,7 +623,7 @@ test('a request whose scope is empty is refused with 401 and runs nothing; async
   const answer = await postJson(port, '/client-notes', randomUUID(), { text });
   assert.equal(answer.status, 401);
   assert.equal(answer.header('Content-Type'), 'application/problem+json');
-  assert.equal(JSON.parse(answer.text).type, 'https://idempotency.example/problems/principal-required');
+  assert.equal(JSON.parse(answer.text).type, 'urn:idempotency:problem:principal-required');
   assert.equal((await postJson(port, '/async-scope-notes', randomUUID(), { text })).status, 401);
   assert.equal(await rows(text), 0);
   const key = randomUUID();

@@ -28,12 +28,19 @@ check_app() { # directory how
       process.exit(1);
     console.log('import: ok');")
   cat >"$app/check.cts" <<'TS'
-import { idempotent, withIdempotency, claim, scopedKey, SHARED_KEYS, type IdempotentOptions, type PoolLike, SealedError } from 'idempotency-pg';
+import { idempotent, withIdempotency, claim, scopedKey, SHARED_KEYS, type IdempotentOptions, type PoolLike, SealedError,
+  DEFAULT_PROBLEM_BASE, keyRef, type IdempotencyEvent } from 'idempotency-pg';
 declare const pool: PoolLike;
 const options: IdempotentOptions = { pool, scope: (req) => req.user.id, waitTimeout: '2s', storeValidationErrors: true, replayHeaders: ['Location'] };
 const shared: IdempotentOptions = { pool, scope: SHARED_KEYS };
 const databaseKey: string = scopedKey('alice', 'k');
 void shared; void databaseKey;
+const later: IdempotentOptions = {
+  pool: (req) => req.app.locals.pool, scope: SHARED_KEYS, ttl: '15 minutes', problemBase: DEFAULT_PROBLEM_BASE,
+  onEvent: (event: IdempotencyEvent) => { const hash: string | undefined = event.keyRef; void hash; void keyRef('k'); },
+};
+const inMilliseconds: IdempotentOptions = { pool: async () => pool, scope: SHARED_KEYS, ttl: 60000 };
+void later; void inMilliseconds;
 const route = idempotent(options, async (req, res) => {
   const { rows } = await req.db.query('SELECT 1');
   const key: string | undefined = req.idempotency.key;
@@ -63,7 +70,9 @@ TS
   printf "import { idempotent, PoolLike } from 'idempotency-pg';\ndeclare const pool: PoolLike;\nidempotent({ pool, scope: () => 'a' }, (req) => req.db.query(1));\n" >"$app/wrong2.cts"
   # A route without a scope does not type-check either.
   printf "import { idempotent, PoolLike } from 'idempotency-pg';\ndeclare const pool: PoolLike;\nidempotent({ pool }, () => {});\n" >"$app/wrong3.cts"
-  for wrong in wrong.cts wrong2.cts wrong3.cts; do
+  # Nor a TTL that is neither milliseconds nor an interval's text.
+  printf "import { idempotent, PoolLike, SHARED_KEYS } from 'idempotency-pg';\ndeclare const pool: PoolLike;\nidempotent({ pool, scope: SHARED_KEYS, ttl: true }, () => {});\n" >"$app/wrong4.cts"
+  for wrong in wrong.cts wrong2.cts wrong3.cts wrong4.cts; do
     if (cd "$app" && "$tsc" --noEmit --strict --module node16 --moduleResolution node16 "$wrong" >/dev/null); then
       echo "$wrong type-checked ($how): the declarations are not checked" >&2
       exit 1
