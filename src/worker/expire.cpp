@@ -14,6 +14,7 @@ extern "C" {
 #include "commands/extension.h"
 #include "miscadmin.h"
 #include "utils/backend_status.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 }
 
