@@ -37,8 +37,8 @@ import json
 import random
 import time
 
-from .db import Sealable, set_wait_timeout
-from .errors import KeyGone, KeyInProgress, KeyReused, claim_error, sqlstate_of
+from .db import Sealable, _wait_timeout_setting, set_wait_timeout
+from .errors import InvalidKey, KeyGone, KeyInProgress, KeyReused, claim_error, sqlstate_of
 from .key import MAX_KEY_BYTES
 
 ATTEMPTS_HEADER = "x-idempotency-attempts"
@@ -92,20 +92,163 @@ def is_error_document(value):
     return isinstance(value, dict) and len(value) == 1 and isinstance(value.get("error"), dict)
 
 
-def _claim_text(cursor, key, request_hash, wait_timeout):
-    """The claim, with the stored response as jsonb's text: the reply is made
-    of that text, so the first reply and every replay, from any client, are
-    the same bytes."""
+# A message costs the round trips of a consumer without idempotency (BEGIN,
+# the handler's work, COMMIT): BEGIN goes with the claim (and the savepoint
+# a stored error needs) in one message, and the complete with COMMIT in
+# another. So the statements carry BEGIN and COMMIT themselves, the driver
+# sending none (the connection in autocommit meanwhile), and their values
+# as literals: the drivers send several statements in one message only
+# without parameters. psycopg2 returns only the last statement's rows, so
+# the row wanted comes last.
+WORK_SAVEPOINT = "idempotency_consumer_work"
+# Where the claim's answer waits for the statement after the savepoint,
+# for the rest of the transaction.
+_CLAIM_SETTING = "idempotency_pg.claim"
+
+
+def _literal(value):
+    """An SQL literal of value (None or a text): an escape string, the same
+    whatever standard_conforming_strings is."""
+    if value is None:
+        return "NULL"
+    if "\0" in value:
+        raise InvalidKey("the key or request hash has a NUL character, which PostgreSQL text cannot hold")
+    return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _last_rows(cursor):
+    """The rows of the last statement the cursor ran (psycopg 3 starts at the
+    first result; psycopg2 keeps only the last and has no nextset)."""
+    nextset = getattr(cursor, "nextset", None)
     try:
-        if wait_timeout is not None:
-            set_wait_timeout(cursor, wait_timeout)
-        cursor.execute("SELECT replayed, response::text FROM idempotency.claim(%s, %s)", [key, request_hash])
-        return cursor.fetchone()
+        while nextset is not None and nextset():
+            pass
+    except Exception:  # noqa: BLE001 -- psycopg2's NotSupportedError: it is at the last already
+        pass
+    return cursor.fetchall()
+
+
+@contextlib.contextmanager
+def _statement_transaction(conn):
+    """Yields a cursor and whether the statements send BEGIN and COMMIT
+    themselves: conn in autocommit, or not in a transaction and switched to
+    autocommit until the end. Inside a transaction the driver's are used
+    (conn.commit()). Any error (or exit) inside rolls the transaction back
+    before it propagates."""
+    own = bool(getattr(conn, "autocommit", False))
+    switched = False
+    if not own:
+        try:
+            conn.autocommit = True  # the drivers send nothing for this
+            own = switched = True
+        except Exception:  # noqa: BLE001 -- in a transaction already: the driver's BEGIN and COMMIT
+            pass
+    cursor = conn.cursor()
+    try:
+        yield cursor, own
+    except BaseException:
+        try:
+            if own:
+                cursor.execute("ROLLBACK")  # in autocommit, psycopg2's rollback() sends nothing
+            else:
+                conn.rollback()
+        except Exception:  # noqa: BLE001
+            pass
+        raise
+    finally:
+        try:
+            cursor.close()
+        except Exception:  # noqa: BLE001
+            pass
+        if switched:
+            try:
+                conn.autocommit = False
+            except Exception:  # noqa: BLE001 -- a broken connection
+                pass
+
+
+def _begin_and_claim(cursor, own, key, request_hash, wait_timeout, savepoint):
+    """BEGIN (when own) and the claim, with the stored response as jsonb's
+    text: the reply is made of that text, so the first reply and every
+    replay, from any client, are the same bytes. Returns (replayed, text)."""
+    begin = "BEGIN; " if own else ""
+    if wait_timeout is not None:
+        # Apart from the claim: a wait timeout the server refuses (22023) is
+        # not an invalid key.
+        cursor.execute(f"{begin}SELECT pg_catalog.set_config('idempotency.wait_timeout', "
+                       f"{_literal(_wait_timeout_setting(wait_timeout))}, true)")
+        begin = ""
+    claim = f"idempotency.claim({_literal(key)}, {_literal(request_hash)})"
+    if savepoint:
+        # The claim's answer comes back after the savepoint, through a setting.
+        statements = (f"{begin}SELECT pg_catalog.set_config('{_CLAIM_SETTING}', CASE WHEN c.replayed THEN 't' "
+                      f"ELSE 'f' END || COALESCE(c.response::text, ''), true) FROM {claim} AS c; "
+                      f"SAVEPOINT {WORK_SAVEPOINT}; SELECT pg_catalog.current_setting('{_CLAIM_SETTING}')")
+    else:
+        statements = f"{begin}SELECT CASE WHEN replayed THEN 't' ELSE 'f' END || COALESCE(response::text, '') FROM {claim}"
+    try:
+        cursor.execute(statements)
+        [(answer,)] = _last_rows(cursor)
     except Exception as error:
         mapped = claim_error(error)
         if mapped is None:
             raise
         raise mapped from error
+    return answer[0] == "t", answer[1:] or None
+
+
+def _complete_and_commit(conn, cursor, own, key, response):
+    """Stores the answer and commits; returns the answer as stored: jsonb's
+    text (its key order, its spacing)."""
+    given = _literal(None if response is None else json.dumps(response))
+    stored = f"SELECT {given}::jsonb::text"
+    if not own:
+        cursor.execute(f"SELECT idempotency.complete({_literal(key)}, {given}::jsonb); {stored}")
+        [(text,)] = _last_rows(cursor)
+        conn.commit()
+        return text
+    # After the COMMIT, the text of the answer comes back in the same message.
+    cursor.execute(f"SELECT idempotency.complete({_literal(key)}, {given}::jsonb); COMMIT; {stored}")
+    [(text,)] = _last_rows(cursor)
+    return text
+
+
+def apply_once(conn, key, work, request_hash=None, wait_timeout=None, is_stored_error=None, before_commit=None):
+    """Claims key, runs work(cursor) and stores its answer in one transaction
+    on conn (psycopg2 or psycopg 3): three round trips for a new message
+    (BEGIN with the claim, the work, the complete with COMMIT), two for a
+    replay. Returns (outcome, response, text): outcome one of 'ran',
+    'stored_error', 'replayed', 'replayed_error'; the answer as stored, and
+    its jsonb text. Raises KeyInProgress, KeyReused, HandlerFailure (the
+    work's error, its cause) or the database's error, after ROLLBACK."""
+    with _statement_transaction(conn) as (cursor, own):
+        replayed, text = _begin_and_claim(cursor, own, key, request_hash, wait_timeout,
+                                          savepoint=is_stored_error is not None)
+        if replayed:
+            if own:
+                cursor.execute("COMMIT")
+            else:
+                conn.commit()
+            response = None if text is None else json.loads(text)
+            return ("replayed_error" if is_error_document(response) else "replayed"), response, text
+        handle = Sealable(cursor)
+        outcome = "ran"
+        try:
+            response = work(handle)
+        except Exception as error:
+            if is_transient(error):
+                raise
+            if is_stored_error is None or not is_stored_error(error):
+                raise HandlerFailure(str(error)) from error
+            # The answer is the error: the handler's work is undone, the key kept.
+            cursor.execute(f"ROLLBACK TO SAVEPOINT {WORK_SAVEPOINT}")
+            outcome, response = "stored_error", error_document(error)
+        finally:
+            handle.seal(f"the transaction of message key {key!r} has ended; use the cursor only inside the handler")
+        if before_commit is not None:
+            before_commit()
+        text = _complete_and_commit(conn, cursor, own, key, response)
+        return outcome, None if text is None else json.loads(text), text
 
 
 @contextlib.contextmanager
@@ -127,45 +270,6 @@ def _transaction(conn):
             cursor.close()
         except Exception:
             pass
-
-
-def apply_once(conn, key, work, request_hash=None, wait_timeout=None, is_stored_error=None, before_commit=None):
-    """Claims key, runs work(cursor) and stores its answer in one transaction
-    on conn (psycopg2 or psycopg 3, not in autocommit). Returns (outcome,
-    response, text): outcome one of 'ran', 'stored_error', 'replayed',
-    'replayed_error'; the answer as stored, and its jsonb text. Raises KeyInProgress, KeyReused, HandlerFailure (the
-    work's error, its cause) or the database's error, after ROLLBACK."""
-    with _transaction(conn) as cursor:
-        replayed, text = _claim_text(cursor, key, request_hash, wait_timeout)
-        if replayed:
-            conn.commit()
-            response = None if text is None else json.loads(text)
-            return ("replayed_error" if is_error_document(response) else "replayed"), response, text
-        if is_stored_error is not None:
-            cursor.execute("SAVEPOINT idempotency_consumer_work")
-        handle = Sealable(cursor)
-        outcome = "ran"
-        try:
-            response = work(handle)
-        except Exception as error:
-            if is_transient(error):
-                raise
-            if is_stored_error is None or not is_stored_error(error):
-                raise HandlerFailure(str(error)) from error
-            # The answer is the error: the handler's work is undone, the key kept.
-            cursor.execute("ROLLBACK TO SAVEPOINT idempotency_consumer_work")
-            outcome, response = "stored_error", error_document(error)
-        finally:
-            handle.seal(f"the transaction of message key {key!r} has ended; use the cursor only inside the handler")
-        # The answer as stored: jsonb's text (its key order, its spacing).
-        given = None if response is None else json.dumps(response)
-        cursor.execute("SELECT idempotency.complete(%s, %s::jsonb), %s::jsonb::text", [key, given, given])
-        text = cursor.fetchone()[1]
-        response = None if text is None else json.loads(text)
-        if before_commit is not None:
-            before_commit()
-        conn.commit()
-        return outcome, response, text
 
 
 class KeyRefused(Exception):
