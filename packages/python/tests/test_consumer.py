@@ -402,6 +402,24 @@ class BatchConsumerTests(unittest.TestCase):
     def consumer(self, conn, channel, **options):
         return ConsumerTests.consumer(self, conn, channel, batch_size=options.pop("batch_size", 4), **options)
 
+    def test_a_batch_costs_a_round_trip_per_handler_and_two_more(self):
+        for conn in self.each_driver():
+            recording = RoundTrips(conn)
+            consumer, events = self.consumer(recording, BatchChannel())
+            ids = [f"it's \\ {uuid.uuid4()}" for _ in range(3)]
+            consumer.on_batch([delivery(i, {"amount": 1}) for i in ids])
+            sent = recording.sent
+            self.assertEqual(len(sent), 5, sent)
+            self.assertRegex(sent[0], r"^BEGIN; SELECT .* FROM idempotency\.claim_batch\(")
+            self.assertEqual(["INSERT INTO py_consumer_effects" in statement for statement in sent[1:4]], [True] * 3)
+            self.assertRegex(sent[4], r"^SELECT idempotency\.complete_batch\(.*; COMMIT; ")
+            self.assertEqual([effects(i) for i in ids], [1, 1, 1])
+            sent.clear()
+            consumer.on_batch([delivery(i, {"amount": 1}, redelivered=True) for i in ids])
+            self.assertEqual(len(sent), 2, f"replays: BEGIN with claim_batch, then complete_batch with COMMIT: {sent}")
+            self.assertEqual([e["outcome"] for e in events if e["type"] == "acked"], ["ran"] * 3 + ["replayed"] * 3)
+            self.assertFalse(conn.autocommit, "the connection is given back as it came")
+
     def test_one_transaction_per_batch_and_a_redelivered_batch_replays(self):
         for conn in self.each_driver():
             channel = BatchChannel()

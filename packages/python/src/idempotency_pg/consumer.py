@@ -37,7 +37,7 @@ import json
 import random
 import time
 
-from .db import Sealable, _wait_timeout_setting, set_wait_timeout
+from .db import Sealable, _wait_timeout_setting
 from .errors import InvalidKey, KeyGone, KeyInProgress, KeyReused, claim_error, sqlstate_of
 from .key import MAX_KEY_BYTES
 
@@ -114,6 +114,11 @@ def _literal(value):
     if "\0" in value:
         raise InvalidKey("the key or request hash has a NUL character, which PostgreSQL text cannot hold")
     return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _array(values, element_type):
+    """An SQL array of values (None or texts) of element_type."""
+    return f"ARRAY[{', '.join(_literal(value) for value in values)}]::{element_type}[]"
 
 
 def _last_rows(cursor):
@@ -251,27 +256,6 @@ def apply_once(conn, key, work, request_hash=None, wait_timeout=None, is_stored_
         return outcome, None if text is None else json.loads(text), text
 
 
-@contextlib.contextmanager
-def _transaction(conn):
-    """A cursor for one transaction on conn: any error (or exit) inside
-    rolls the transaction back before it propagates; the cursor is closed
-    either way."""
-    cursor = conn.cursor()
-    try:
-        yield cursor
-    except BaseException:
-        try:
-            conn.rollback()
-        except Exception:
-            pass
-        raise
-    finally:
-        try:
-            cursor.close()
-        except Exception:
-            pass
-
-
 class KeyRefused(Exception):
     """A key claim_batch refused, as the error claim() raises for it: its
     SQLSTATE (IK409, IK422, IK508, ...) and message."""
@@ -283,8 +267,9 @@ class KeyRefused(Exception):
 
 def apply_batch(conn, items, wait_timeout=None, is_stored_error=None, before_commit=None):
     """Applies items, a list of (key, request_hash, work), in one transaction
-    on conn: one idempotency.claim_batch, work(cursor) of each claimed key in
-    turn, one idempotency.complete_batch, COMMIT. Returns one result per item:
+    on conn: BEGIN with one idempotency.claim_batch, work(cursor) of each
+    claimed key in turn, one idempotency.complete_batch with COMMIT (a
+    round trip per work and two more). Returns one result per item:
     (outcome, response, text) as apply_once returns it, or the exception to
     settle that item by as a single message (KeyInProgress, KeyReused,
     KeyRefused, HandlerFailure, a transient error). A failing work rolls the
@@ -297,14 +282,16 @@ def apply_batch(conn, items, wait_timeout=None, is_stored_error=None, before_com
     while pending:
         failed = None
         answers = {}
-        with _transaction(conn) as cursor:
+        with _statement_transaction(conn) as (cursor, own):
+            begin = "BEGIN; " if own else ""
             if wait_timeout is not None:
-                set_wait_timeout(cursor, wait_timeout)
+                begin += ("SELECT pg_catalog.set_config('idempotency.wait_timeout', "
+                          f"{_literal(_wait_timeout_setting(wait_timeout))}, true); ")
             cursor.execute(
-                "SELECT outcome, sqlstate, message, response::text"
-                " FROM idempotency.claim_batch(%s::text[], %s::text[]) ORDER BY ordinality",
-                [[items[i][0] for i in pending], [items[i][1] for i in pending]])
-            rows = cursor.fetchall()
+                f"{begin}SELECT outcome, sqlstate, message, response::text FROM idempotency.claim_batch("
+                f"{_array([items[i][0] for i in pending], 'text')}, {_array([items[i][1] for i in pending], 'text')})"
+                " ORDER BY ordinality")
+            rows = _last_rows(cursor)
             completed = []  # (index, response, outcome)
             for index, (outcome, sqlstate, message, text) in zip(pending, rows):
                 if outcome == "replayed":
@@ -327,18 +314,24 @@ def apply_batch(conn, items, wait_timeout=None, is_stored_error=None, before_com
                         handle.seal(f"the transaction of message key {key!r} has ended; "
                                     "use the cursor only inside the handler")
             if failed is None:
-                given = [None if response is None else json.dumps(response) for _, response, _ in completed]
-                # The answers as stored: jsonb's text (its key order, its spacing).
-                cursor.execute(
-                    "SELECT idempotency.complete_batch(%s::text[], %s::jsonb[]),"
-                    " ARRAY(SELECT r::text FROM unnest(%s::jsonb[]) WITH ORDINALITY AS u(r, n) ORDER BY n)",
-                    [[items[index][0] for index, _, _ in completed], given, given])
-                texts = cursor.fetchone()[1]
-                for (index, _, outcome), text in zip(completed, texts):
-                    answers[index] = (outcome, None if text is None else json.loads(text), text)
                 if before_commit is not None:
                     before_commit()
-                conn.commit()
+                given = _array([None if response is None else json.dumps(response) for _, response, _ in completed],
+                               "jsonb")
+                keys = _array([items[index][0] for index, _, _ in completed], "text")
+                # The answers as stored: jsonb's text (its key order, its spacing), after the COMMIT.
+                stored = f"SELECT ARRAY(SELECT r::text FROM unnest({given}) WITH ORDINALITY AS u(r, n) ORDER BY n)"
+                if own:
+                    cursor.execute(f"SELECT idempotency.complete_batch({keys}, {given}); COMMIT; {stored}")
+                    [(texts,)] = _last_rows(cursor)
+                else:
+                    cursor.execute(f"SELECT idempotency.complete_batch({keys}, {given}); {stored}")
+                    [(texts,)] = _last_rows(cursor)
+                    conn.commit()
+                for (index, _, outcome), text in zip(completed, texts):
+                    answers[index] = (outcome, None if text is None else json.loads(text), text)
+            elif own:
+                cursor.execute("ROLLBACK")
             else:
                 conn.rollback()
         if failed is None:
