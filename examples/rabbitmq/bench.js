@@ -23,7 +23,8 @@
 // and its children) and its broker node (from /proc, between the consumers'
 // start and the last settlement): on a machine with few cores the rate is
 // bound by that sum, and the split shows where a leg spends it.
-// BENCH_NODE_PROFILE=DIR writes a CPU profile of each Node consumer there.
+// BENCH_PROFILE=DIR writes a CPU profile of each consumer there (Node's
+// --cpu-prof, Python's cProfile).
 //
 //   AMQP_URL=... PGHOST=... PGPORT=... node bench.js LOGDIR
 
@@ -142,8 +143,11 @@ async function run(label, language, flags, database) {
     const file = path.join(logDir, `${database}-${i}.log`);
     const out = fs.openSync(file, 'w');
     const [command, script] = commandOf[language];
-    const profile = language === 'node' && process.env.BENCH_NODE_PROFILE
-      ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_NODE_PROFILE}`] : [];
+    let profile = [];
+    if (process.env.BENCH_PROFILE && language === 'node')
+      profile = ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_PROFILE}`];
+    else if (process.env.BENCH_PROFILE) // python
+      profile = ['-m', 'cProfile', '-o', path.join(process.env.BENCH_PROFILE, `${database}-${i}.pstats`)];
     children.push(spawn(command, [...profile, path.join(__dirname, script), ...flags], {
       env: { ...process.env, PGUSER: 'app', PGDATABASE: database,
         PYTHONPATH: path.join(__dirname, '..', '..', 'packages', 'python', 'src') },
