@@ -130,12 +130,13 @@ class WithoutExtension:
                     answers.append(apply_transfer(cursor, json.loads(body), Delivery(method, properties))
                                    if is_new else None)
             self.conn.commit()
-        except psycopg2.Error as error:
+        except Exception as error:  # noqa: BLE001 -- settled below
             self.conn.rollback()
-            requeue = (error.pgcode or "")[:2] in TRANSIENT_CLASSES
+            code = getattr(error, "pgcode", None)
+            requeue = (code or "")[:2] in TRANSIENT_CLASSES
             for method, properties, _ in deliveries:
                 self.channel.basic_nack(method.delivery_tag, requeue=requeue)
-                log(event="requeued" if requeue else "dead-lettered", id=properties.message_id, code=error.pgcode,
+                log(event="requeued" if requeue else "dead-lettered", id=properties.message_id, code=code,
                     reason=str(error))
             return
         for message_id in ids:
