@@ -1,23 +1,30 @@
 'use strict';
-// Messages per second of the same consumer with the extension (consume():
-// claim, apply, complete, COMMIT, ack) and without it (--plain: apply,
-// COMMIT, ack), per message (prefetch 16) and in batches of BENCH_BATCH
-// (default 32; one claim_batch, the transfers, one complete_batch, COMMIT,
-// then the acks; plain: the transfers, COMMIT, acks; prefetch twice the
-// batch): four legs (BENCH_LEGS, default ext,plain,ext_batch,plain_batch),
-// BENCH_RUNS runs each (default 2), the legs alternating within a run, each
-// on a fresh database: BENCH_MESSAGES (default 5000) plain transfers
-// published with confirms first, then consumed by BENCH_CONSUMERS (default
-// 2) competing consumers. The transfers go to BENCH_ACCOUNTS accounts
-// (default: one per message) in turn: with few accounts, concurrent batches
-// wait for each other's account rows and deadlock (plain batches are
-// dead-lettered whole, the extension's rerun without the message), which
-// measures the workload, not the inbox. The rate is the settled deliveries
-// over the time from the first ack to the last one, as the consumers logged
-// them. Each leg also prints the CPU time per message of the consumers, the
-// PostgreSQL cluster and the broker (from /proc, between the consumers'
+// Messages per second of the same consumer, in Node (consumer.js) and in
+// Python (consumer.py), three ways: with the extension (ext: consume(),
+// BEGIN with the claim, the transfer, complete with COMMIT, reply, ack),
+// with the textbook inbox instead (--textbook: BEGIN, the message id
+// inserted into processed_messages ON CONFLICT DO NOTHING, the transfer,
+// COMMIT, reply, ack) and without deduplication (--plain: BEGIN, the
+// transfer, COMMIT, reply, ack); each per message (prefetch 16) and in
+// batches of BENCH_BATCH (default 32, prefetch twice that; per batch one
+// claim_batch, the transfers, one complete_batch; the textbook one INSERT of
+// the batch's ids; then COMMIT, the replies, the acks). Twelve legs
+// (BENCH_LEGS picks some: ext, plain, textbook, ext_batch, plain_batch,
+// textbook_batch, and the same with py_ for Python), BENCH_RUNS runs each
+// (default 2), the legs alternating within a run, each on a fresh database:
+// BENCH_MESSAGES (default 5000) plain transfers published with confirms
+// first, then consumed by BENCH_CONSUMERS (default 2) competing consumers.
+// The transfers go to BENCH_ACCOUNTS accounts (default: one per message) in
+// turn: with few accounts, concurrent batches wait for each other's account
+// rows and deadlock, which measures the workload, not the inbox. The rate is
+// the settled deliveries over the time from the first ack to the last one,
+// as the consumers logged them. Each leg also prints the CPU time per
+// message of the consumers, the bench's PostgreSQL cluster (the postmaster
+// and its children) and its broker node (from /proc, between the consumers'
 // start and the last settlement): on a machine with few cores the rate is
 // bound by that sum, and the split shows where a leg spends it.
+// BENCH_PROFILE=DIR writes a CPU profile of each consumer there (Node's
+// --cpu-prof, Python's cProfile).
 //
 //   AMQP_URL=... PGHOST=... PGPORT=... node bench.js LOGDIR
 
@@ -52,13 +59,35 @@ function cpuSeconds(pids) {
   return ticks / TICKS_PER_SECOND;
 }
 
-const processesNamed = (name) => fs.readdirSync('/proc').filter((entry) => /^[0-9]+$/.test(entry)).filter((pid) => {
-  try { return fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === name; } catch { return false; }
-});
+const readProc = (pid, file) => {
+  try { return fs.readFileSync(`/proc/${pid}/${file}`, 'utf8'); } catch { return ''; }
+};
+const processes = () => fs.readdirSync('/proc').filter((entry) => /^[0-9]+$/.test(entry));
+const parentOf = (pid) => (readProc(pid, 'status').match(/^PPid:\s+([0-9]+)/m) || [])[1];
+
+// The processes of the bench's own cluster and broker, not those of other
+// clusters and nodes on the machine: the postmaster and its children, and
+// the broker node's beam.smp (its home directory is BENCH_BROKER_HOME).
+const clusterProcesses = (postmaster) => [postmaster, ...processes().filter((pid) => parentOf(pid) === postmaster)];
+const brokerProcesses = () => processes().filter((pid) => readProc(pid, 'comm').trim() === 'beam.smp'
+  && (!process.env.BENCH_BROKER_HOME || readProc(pid, 'cmdline').split('\0').includes(process.env.BENCH_BROKER_HOME)));
 
 // The CPU seconds used so far by the cluster's and the broker's processes
 // (those that ended meanwhile are counted by their parents once reaped).
-const serverSeconds = () => ({ postgres: cpuSeconds(processesNamed('postgres')), broker: cpuSeconds(processesNamed('beam.smp')) });
+const serverSeconds = (postmaster) => ({
+  postgres: cpuSeconds(clusterProcesses(postmaster)), broker: cpuSeconds(brokerProcesses()),
+});
+
+async function postmasterPid() {
+  const client = new Client({ user: 'postgres', database: 'postgres' });
+  await client.connect();
+  const { rows: [{ pid }] } = await client.query('SELECT pg_backend_pid() AS pid');
+  const postmaster = parentOf(String(pid));
+  await client.end();
+  if (brokerProcesses().length !== 1)
+    throw new Error(`the broker in ${process.env.BENCH_BROKER_HOME} is not one beam.smp process`);
+  return postmaster;
+}
 
 // What the reader's file gained since it was last read (it is read from
 // where it stopped; a character cut at the end waits in the decoder).
@@ -97,18 +126,32 @@ async function purge(url) {
   await connection.close();
 }
 
-async function run(label, flags, database) {
+// The consumers of a language: consumer.js or consumer.py.
+const commandOf = {
+  node: [process.execPath, 'consumer.js'],
+  python: ['/usr/bin/python3', 'consumer.py'],
+};
+
+async function run(label, language, flags, database) {
   await freshDatabase(database);
   await purge(process.env.AMQP_URL);
   await publish(process.env.AMQP_URL, count, { plainOnly: true, accounts });
   const files = [];
   const children = [];
-  const before = serverSeconds();
+  const before = serverSeconds(postmaster);
   for (let i = 0; i < consumers; i++) {
     const file = path.join(logDir, `${database}-${i}.log`);
     const out = fs.openSync(file, 'w');
-    children.push(spawn(process.execPath, [path.join(__dirname, 'consumer.js'), ...flags], {
-      env: { ...process.env, PGUSER: 'app', PGDATABASE: database }, stdio: ['ignore', out, out],
+    const [command, script] = commandOf[language];
+    let profile = [];
+    if (process.env.BENCH_PROFILE && language === 'node')
+      profile = ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_PROFILE}`];
+    else if (process.env.BENCH_PROFILE) // python
+      profile = ['-m', 'cProfile', '-o', path.join(process.env.BENCH_PROFILE, `${database}-${i}.pstats`)];
+    children.push(spawn(command, [...profile, path.join(__dirname, script), ...flags], {
+      env: { ...process.env, PGUSER: 'app', PGDATABASE: database,
+        PYTHONPATH: path.join(__dirname, '..', '..', 'packages', 'python', 'src') },
+      stdio: ['ignore', out, out],
     }));
     fs.closeSync(out);
     files.push(file);
@@ -130,7 +173,7 @@ async function run(label, flags, database) {
       throw new Error(`a consumer of ${label} exited early (logs in ${logDir})`);
   }
   for (const reader of readers) fs.closeSync(reader.fd);
-  const after = serverSeconds();
+  const after = serverSeconds(postmaster);
   const consumerSeconds = cpuSeconds(children.map((child) => child.pid));
   for (const child of children) child.kill('SIGTERM');
   await Promise.all(children.map((child) => new Promise((resolve) => {
@@ -141,43 +184,60 @@ async function run(label, flags, database) {
   const rate = (events.length - 1) / seconds;
   const dead = events.filter((line) => line.event === 'dead-lettered').length;
   const perMessage = (cpu) => ((1000 * cpu) / events.length).toFixed(3);
-  console.log(`${label.padEnd(26)} ${String(events.length).padStart(6)} messages  ${seconds.toFixed(2).padStart(7)} s  `
+  console.log(`${label.padEnd(34)} ${String(events.length).padStart(6)} messages  ${seconds.toFixed(2).padStart(7)} s  `
     + `${rate.toFixed(0).padStart(6)} msg/s  CPU ms/message: consumers ${perMessage(consumerSeconds)}, `
     + `postgres ${perMessage(after.postgres - before.postgres)}, broker ${perMessage(after.broker - before.broker)}`
     + `${dead ? `  (${dead} dead-lettered)` : ''}`);
   return rate;
 }
 
+// The legs of a language (prefix: '' for Node, 'py_' for Python), and the
+// ratios of its rates that are printed.
+const modes = [
+  ['ext per message', [], 'ext'],
+  ['plain per message', ['--plain'], 'plain'],
+  ['textbook per message', ['--textbook'], 'textbook'],
+  ['ext batch', ['--batch', String(batch)], 'ext_batch'],
+  ['plain batch', ['--plain', '--batch', String(batch)], 'plain_batch'],
+  ['textbook batch', ['--textbook', '--batch', String(batch)], 'textbook_batch'],
+];
+const ratiosOfModes = {
+  'ext/plain per message': ['ext', 'plain'],
+  'ext/textbook per message': ['ext', 'textbook'],
+  'ext batch/plain batch': ['ext_batch', 'plain_batch'],
+  'ext batch/textbook batch': ['ext_batch', 'textbook_batch'],
+  'ext batch/plain per message': ['ext_batch', 'plain'],
+  'plain batch/plain per message': ['plain_batch', 'plain'],
+};
+const languages = [['node', ''], ['python', 'py_']];
+let postmaster;
+
 async function main() {
   console.log(`bench: ${count} messages on ${accounts} accounts, ${consumers} consumers, per message with prefetch 16, `
-    + `batches of ${batch} with prefetch ${2 * batch}, node ${process.version}`);
-  const legs = [
-    ['extension per message', [], 'ext'],
-    ['plain per message', ['--plain'], 'plain'],
-    ['extension batch', ['--batch', String(batch)], 'ext_batch'],
-    ['plain batch', ['--plain', '--batch', String(batch)], 'plain_batch'],
-  ];
+    + `batches of ${batch} with prefetch ${2 * batch}, node ${process.version}, /usr/bin/python3 (psycopg2, pika)`);
+  postmaster = await postmasterPid();
+  const legs = languages.flatMap(([language, prefix]) => modes.map(([label, flags, name]) =>
+    [`${language} ${label}`, language, flags, `${prefix}${name}`]));
   const only = process.env.BENCH_LEGS ? process.env.BENCH_LEGS.split(',') : null;
-  const chosen = legs.filter(([, , name]) => !only || only.includes(name));
+  const chosen = legs.filter(([, , , name]) => !only || only.includes(name));
   if (chosen.length === 0)
-    throw new Error(`BENCH_LEGS names none of ${legs.map(([, , name]) => name).join(', ')}`);
-  const ratioOf = {
-    'extension/plain per message': ['ext', 'plain'],
-    'extension batch/plain per message': ['ext_batch', 'plain'],
-    'extension batch/plain batch': ['ext_batch', 'plain_batch'],
-    'plain batch/plain per message': ['plain_batch', 'plain'],
-  };
+    throw new Error(`BENCH_LEGS names none of ${legs.map(([, , , name]) => name).join(', ')}`);
+  const ratioOf = Object.fromEntries(languages.flatMap(([language, prefix]) => Object.entries(ratiosOfModes)
+    .map(([name, [a, b]]) => [`${language} ${name}`, [`${prefix}${a}`, `${prefix}${b}`]])));
   const ratios = [];
   for (let round = 1; round <= runs; round++) {
     const rate = {};
-    for (const [label, flags, name] of chosen)
-      rate[name] = await run(`${label} run ${round}`, flags, `bench_${name}_${round}`);
+    for (const [label, language, flags, name] of chosen)
+      rate[name] = await run(`${label} run ${round}`, language, flags, `bench_${name}_${round}`);
     const ratio = Object.fromEntries(Object.entries(ratioOf)
       .filter(([, [a, b]]) => a in rate && b in rate)
       .map(([name, [a, b]]) => [name, rate[a] / rate[b]]));
     ratios.push(ratio);
-    if (Object.keys(ratio).length > 0)
-      console.log(`ratios run ${round}: ${Object.entries(ratio).map(([k, v]) => `${k} = ${v.toFixed(2)}`).join('; ')}`);
+    for (const [language] of languages) {
+      const own = Object.entries(ratio).filter(([name]) => name.startsWith(`${language} `));
+      if (own.length > 0)
+        console.log(`ratios run ${round}, ${language}: ${own.map(([k, v]) => `${k.slice(language.length + 1)} = ${v.toFixed(2)}`).join('; ')}`);
+    }
   }
   for (const name of Object.keys(ratios[0]))
     console.log(`bench: ${name}: ${ratios.map((r) => r[name].toFixed(2)).join(', ')}`);

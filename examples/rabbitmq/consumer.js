@@ -3,13 +3,20 @@
 // once through idempotency-pg's consume() (claim, apply, store the answer,
 // COMMIT, then ack), with manual acks and a prefetch.
 //
-//   AMQP_URL=amqp://... PGHOST=... PGDATABASE=... PGUSER=... node consumer.js [--plain] [--prefetch N] [--batch N]
+//   AMQP_URL=amqp://... PGHOST=... PGDATABASE=... PGUSER=... node consumer.js [--plain|--textbook] [--prefetch N] [--batch N]
 //
-// --plain: the same consumer without the extension (apply, COMMIT, reply,
-//          ack), for the benchmark only: a redelivery applies a message again.
+// --plain:    the same consumer without the extension (apply, COMMIT, reply,
+//             ack), for the benchmark only: a redelivery applies a message again.
+// --textbook: the textbook inbox instead of the extension: the message id
+//             inserted into public.processed_messages with ON CONFLICT DO
+//             NOTHING in the work's transaction; a message whose id is there
+//             already is acked without its work and without a reply (no
+//             answer is kept). What it lacks: a stored answer to reply to a
+//             redelivery, a check that a reused id carries the same payload,
+//             expiry of the ids.
 // --batch N (or STORM_BATCH=N): batch mode, N messages per transaction
-//          (consume()'s batchSize; with --plain, N applied in one transaction,
-//          then replied and acked), with a prefetch of 2N.
+//          (consume()'s batchSize; with --plain or --textbook, N applied in
+//          one transaction, then replied and acked), with a prefetch of 2N.
 // Prints one JSON line per event to stdout (written synchronously, so a line
 // is out before a SIGKILL that follows it). Exits 0 on SIGTERM once the
 // deliveries in flight are settled, 3 when the broker connection is lost.
@@ -28,6 +35,7 @@ const { QUEUE, DEAD_LETTERS, declareTopology } = require('./topology');
 
 const args = process.argv.slice(2);
 const plain = args.includes('--plain');
+const textbook = args.includes('--textbook');
 const prefetchAt = args.indexOf('--prefetch');
 const batchAt = args.indexOf('--batch');
 const batch = batchAt >= 0 ? Number(args[batchAt + 1]) : Number(process.env.STORM_BATCH || 1);
@@ -98,40 +106,67 @@ async function main() {
     }
   }
 
-  // Without the extension, a batch: the messages applied in one transaction,
-  // then replied (confirmed) and acked; any error sends them all to the dead
-  // letters (the benchmark publishes none that fails).
+  // The textbook inbox: the ids of messages that are not in
+  // public.processed_messages yet, inserted now in the caller's transaction
+  // (a concurrent transaction inserting one of them makes this wait for its
+  // COMMIT or ROLLBACK).
+  async function firstSeen(client, ids) {
+    const { rows } = await client.query('INSERT INTO public.processed_messages (message_id) SELECT unnest($1::text[])'
+      + ' ON CONFLICT DO NOTHING RETURNING message_id', [ids]);
+    return new Set(rows.map((row) => row.message_id));
+  }
+
+  // A failed transaction of the consumers without the extension: its
+  // messages are requeued when the database's error is transient (a
+  // deadlock, a lost connection), else dead-lettered (the benchmark
+  // publishes none that fails).
+  function settleFailed(messages, error) {
+    const requeue = /^(08|40|53|57|58)/.test(error.code ?? '');
+    for (const message of messages) {
+      channel.nack(message, false, requeue);
+      log({ event: requeue ? 'requeued' : 'dead-lettered', id: message.properties.messageId, code: error.code,
+        reason: error.message });
+    }
+  }
+
+  // Without the extension, a batch: the messages applied in one transaction
+  // (with --textbook, those whose id is new, each once), then replied
+  // (confirmed) and acked.
   async function applyPlainBatch(messages) {
     const client = await pool.connect();
     try {
       await client.query('BEGIN');
+      const ids = messages.map((message) => message.properties.messageId);
+      const fresh = textbook ? await firstSeen(client, ids) : null;
       const answers = [];
-      for (const message of messages)
-        answers.push(await applyTransfer(client, JSON.parse(message.content), message.properties.messageId));
+      for (const message of messages) {
+        const id = message.properties.messageId;
+        const isNew = !textbook || fresh.delete(id); // a second copy in the batch is a duplicate too
+        answers.push(isNew ? await applyTransfer(client, JSON.parse(message.content), id) : undefined);
+      }
       await client.query('COMMIT');
+      for (const id of ids)
+        maybeKill('after-commit', id);
       for (const [n, message] of messages.entries())
-        if (message.properties.replyTo)
+        if (message.properties.replyTo && answers[n] !== undefined)
           channel.sendToQueue(message.properties.replyTo, Buffer.from(JSON.stringify(answers[n])),
             { correlationId: message.properties.correlationId, contentType: 'application/json', persistent: true });
       await channel.waitForConfirms();
       for (const [n, message] of messages.entries()) {
         channel.ack(message);
-        log({ event: 'acked', id: message.properties.messageId, outcome: 'ran',
-          redelivered: message.fields.redelivered, answer: answers[n] });
+        log({ event: 'acked', id: message.properties.messageId, outcome: answers[n] === undefined ? 'duplicate' : 'ran',
+          redelivered: message.fields.redelivered, batch });
       }
     } catch (error) {
       await client.query('ROLLBACK').catch(() => {});
-      for (const message of messages) {
-        channel.nack(message, false, false);
-        log({ event: 'dead-lettered', id: message.properties.messageId, reason: error.message });
-      }
+      settleFailed(messages, error);
     } finally {
       client.release();
       for (let n = 0; n < messages.length; n++) settled();
     }
   }
 
-  if (plain && batch > 1) {
+  if ((plain || textbook) && batch > 1) {
     let gathered = [];
     let timer = null;
     let running = Promise.resolve();
@@ -149,7 +184,7 @@ async function main() {
       if (gathered.length >= batch) flush();
       else if (timer === null) timer = setTimeout(flush, 10);
     }, { noAck: false });
-  } else if (plain) {
+  } else if (plain || textbook) {
     await channel.consume(QUEUE, async (message) => {
       if (!message) return;
       delivered(message);
@@ -157,19 +192,29 @@ async function main() {
       const client = await pool.connect();
       try {
         await client.query('BEGIN');
+        if (textbook) {
+          const { rowCount } = await client.query(
+            'INSERT INTO public.processed_messages (message_id) VALUES ($1) ON CONFLICT DO NOTHING', [id]);
+          if (rowCount === 0) { // processed before: acked without its work
+            await client.query('COMMIT');
+            channel.ack(message);
+            log({ event: 'acked', id, outcome: 'duplicate', redelivered: message.fields.redelivered });
+            return;
+          }
+        }
         const answer = await applyTransfer(client, JSON.parse(message.content), id);
         await client.query('COMMIT');
+        maybeKill('after-commit', id);
         if (message.properties.replyTo) { // the same reply as consume() sends, confirmed before the ack
           channel.sendToQueue(message.properties.replyTo, Buffer.from(JSON.stringify(answer)),
             { correlationId: message.properties.correlationId, contentType: 'application/json', persistent: true });
           await channel.waitForConfirms();
         }
         channel.ack(message);
-        log({ event: 'acked', id, outcome: 'ran', redelivered: message.fields.redelivered, answer });
+        log({ event: 'acked', id, outcome: 'ran', redelivered: message.fields.redelivered });
       } catch (error) {
         await client.query('ROLLBACK').catch(() => {});
-        channel.nack(message, false, false);
-        log({ event: 'dead-lettered', id, reason: error.message });
+        settleFailed([message], error);
       } finally {
         client.release();
         settled();
@@ -218,7 +263,7 @@ async function main() {
       },
     });
   }
-  log({ event: 'consuming', plain, prefetch, batch });
+  log({ event: 'consuming', plain, textbook, prefetch, batch });
   process.on('SIGTERM', () => {
     stopping = true;
     channel.close().catch(() => {}); // unacked deliveries go back to the queue

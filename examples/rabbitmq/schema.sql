@@ -16,6 +16,13 @@ CREATE TABLE public.ledger (
   applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE INDEX ledger_message_id ON public.ledger (message_id);
+-- The textbook inbox of the consumers without the extension (--textbook):
+-- a message's id inserted in the transaction of its work, which a
+-- redelivery finds there.
+CREATE TABLE public.processed_messages (
+  message_id text PRIMARY KEY,
+  processed_at timestamptz NOT NULL DEFAULT now()
+);
 
 CREATE FUNCTION public.apply_transfer(message_id text, account integer, amount bigint)
 RETURNS jsonb LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$

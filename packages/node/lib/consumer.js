@@ -32,7 +32,7 @@
 // object with its consume/ack/nack/publish/sendToQueue methods works.
 
 const { createHash } = require('node:crypto');
-const { setWaitTimeout, waitTimeoutSetting, sealable } = require('./pg');
+const { waitTimeoutSetting, sealable } = require('./pg');
 const { MAX_KEY_BYTES } = require('./key');
 const {
   KeyInProgressError, KeyGoneError, KeyReusedError, InvalidKeyError, fromClaimError,
@@ -174,16 +174,36 @@ async function applyOnce(pool, { key, requestHash, waitTimeout, isStoredError, b
   }
 }
 
-// The answers of claim_batch, one per key in the order given, with the
-// stored response as jsonb's text.
-async function claimBatchText(client, keys, requestHashes, waitTimeout) {
+// An SQL array of values (null or strings) of elementType, as literals.
+const arrayLiteral = (client, values, elementType) => {
+  if (values.some((value) => typeof value === 'string' && value.includes('\0')))
+    throw new InvalidKeyError('a key or request hash has a NUL character, which PostgreSQL text cannot hold');
+  return `ARRAY[${values.map((value) => literal(client, value)).join(', ')}]::${elementType}[]`;
+};
+
+// BEGIN and claim_batch in one message, as a single message's BEGIN goes
+// with its claim: the answers of claim_batch, one per key in the order
+// given, with the stored response as jsonb's text.
+async function beginAndClaimBatch(client, keys, requestHashes, waitTimeout) {
+  const statements = ['BEGIN'];
   if (waitTimeout !== undefined)
-    await setWaitTimeout(client, waitTimeout);
-  const { rows } = await client.query(
-    'SELECT outcome, sqlstate, message, response::text AS text'
-    + ' FROM idempotency.claim_batch($1::text[], $2::text[]) ORDER BY ordinality',
-    [keys, requestHashes.map((hash) => hash ?? null)]);
-  return rows;
+    statements.push(`SELECT pg_catalog.set_config('idempotency.wait_timeout', ${
+      literal(client, waitTimeoutSetting(waitTimeout))}, true)`);
+  statements.push('SELECT outcome, sqlstate, message, response::text AS text FROM idempotency.claim_batch('
+    + `${arrayLiteral(client, keys, 'text')}, ${arrayLiteral(client, requestHashes, 'text')}) ORDER BY ordinality`);
+  const results = await client.query(statements.join('; '));
+  return results.find((result) => result.fields[0]?.name === 'outcome').rows;
+}
+
+// Stores the answers and commits, in one message; returns the answers as
+// stored: jsonb's text (its key order, its spacing).
+async function completeBatchAndCommit(client, keys, responses) {
+  const answers = arrayLiteral(client, responses.map((response) => (response === undefined || response === null
+    ? null : JSON.stringify(response))), 'jsonb');
+  const [{ rows: [stored] }] = await client.query(
+    `SELECT idempotency.complete_batch(${arrayLiteral(client, keys, 'text')}, ${answers}) AS done,`
+    + ` ARRAY(SELECT r::text FROM unnest(${answers}) WITH ORDINALITY AS u(r, n) ORDER BY n) AS texts; COMMIT`);
+  return stored.texts;
 }
 
 // Applies a batch of deliveries ({ key, requestHash, run(db) }) in one
@@ -204,9 +224,8 @@ async function applyBatch(pool, { waitTimeout, isStoredError, beforeCommit }, it
     let failed = null; // { index, error } of the handler that ended this run
     const answers = new Map();
     try {
-      await client.query('BEGIN');
-      const rows = await claimBatchText(client, pending.map((i) => items[i].key),
-        pending.map((i) => items[i].requestHash), waitTimeout);
+      const rows = await beginAndClaimBatch(client, pending.map((i) => items[i].key),
+        pending.map((i) => items[i].requestHash ?? null), waitTimeout);
       const completed = []; // [index, response, outcome]
       for (const [n, index] of pending.entries()) {
         const row = rows[n];
@@ -231,20 +250,14 @@ async function applyBatch(pool, { waitTimeout, isStoredError, beforeCommit }, it
         }
       }
       if (failed === null) {
-        const responses = completed.map(([, response]) => (response === undefined || response === null
-          ? null : JSON.stringify(response)));
-        // The answers as stored: jsonb's text (its key order, its spacing).
-        const { rows: [stored] } = await client.query(
-          'SELECT idempotency.complete_batch($1::text[], $2::jsonb[]) AS done,'
-          + ' ARRAY(SELECT r::text FROM unnest($2::jsonb[]) WITH ORDINALITY AS u(r, n) ORDER BY n) AS texts',
-          [completed.map(([index]) => items[index].key), responses]);
-        for (const [n, [index, , outcome]] of completed.entries()) {
-          const text = stored.texts[n];
-          answers.set(index, { outcome, response: text === null ? null : JSON.parse(text), text });
-        }
         if (beforeCommit)
           beforeCommit();
-        await client.query('COMMIT');
+        const texts = await completeBatchAndCommit(client, completed.map(([index]) => items[index].key),
+          completed.map(([, response]) => response));
+        for (const [n, [index, , outcome]] of completed.entries()) {
+          const text = texts[n];
+          answers.set(index, { outcome, response: text === null ? null : JSON.parse(text), text });
+        }
       } else {
         await client.query('ROLLBACK');
       }

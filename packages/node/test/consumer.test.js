@@ -479,6 +479,23 @@ test('batch: a database error outside the handlers (here a wait_timeout the serv
   assert.equal(events.filter((e) => e.type === 'requeued').length, 2);
 });
 
+test('batch: a batch costs a round trip per handler and two more: BEGIN with claim_batch, complete_batch with COMMIT', async () => {
+  const channel = fakeChannel();
+  const sent = [];
+  const { events, deliverBatch } = await startBatch(channel, { pool: recordingPool(pool, sent) });
+  const ids = [1, 2, 3, 4].map(() => `it's a \\ key ${randomUUID()}`);
+  await deliverBatch(ids.map((id) => message(id, { amount: 1 })));
+  assert.equal(sent.length, 6, sent.join('\n'));
+  assert.match(sent[0], /^BEGIN; SELECT .* FROM idempotency\.claim_batch\(/);
+  assert.match(sent[5], /^SELECT idempotency\.complete_batch\(.*; COMMIT$/);
+  assert.deepEqual(await Promise.all(ids.map(effects)), [1, 1, 1, 1]);
+  sent.length = 0;
+  await deliverBatch(ids.map((id) => ({ ...message(id, { amount: 1 }), fields: { deliveryTag: ++tag, redelivered: true } })));
+  assert.equal(sent.length, 2, `replays: BEGIN with claim_batch, then complete_batch with COMMIT: ${sent.join('\n')}`);
+  assert.deepEqual(events.filter((e) => e.type === 'acked').map((e) => e.outcome), [...Array(4).fill('ran'), ...Array(4).fill('replayed')]);
+  assert.deepEqual(await Promise.all(ids.map(effects)), [1, 1, 1, 1]);
+});
+
 test('batch: a key no claim accepts is dead-lettered alone; the rest of its batch commits', async () => {
   const channel = fakeChannel();
   const { events, deliverBatch } = await startBatch(channel);

@@ -280,6 +280,101 @@ class ConsumerTests(unittest.TestCase):
             self.assertEqual(channel.log, [("nack", message.method.delivery_tag, True)])
             self.assertEqual(effects(message_id), 0)
 
+    def test_a_new_message_costs_three_round_trips_a_replay_two(self):
+        for conn in self.each_driver():
+            recording = RoundTrips(conn)
+            consumer, events = self.consumer(recording, FakeChannel())
+            message_id = str(uuid.uuid4())
+            consumer.on_message(delivery(message_id, {"amount": 2}))
+            sent = recording.sent
+            self.assertEqual(len(sent), 3, sent)
+            self.assertRegex(sent[0], r"^BEGIN; SELECT .* FROM idempotency\.claim\(.*; SAVEPOINT ")
+            self.assertIn("INSERT INTO py_consumer_effects", sent[1])
+            self.assertRegex(sent[2], r"^SELECT idempotency\.complete\(.*; COMMIT; ")
+            sent.clear()
+            consumer.on_message(delivery(message_id, {"amount": 2}, redelivered=True))
+            self.assertEqual(len(sent), 2, f"a replay: BEGIN with the claim, then COMMIT: {sent}")
+            self.assertEqual(effects(message_id), 1)
+            self.assertEqual([e["outcome"] for e in events if e["type"] == "acked"], ["ran", "replayed"])
+            self.assertFalse(conn.autocommit, "the connection is given back as it came")
+
+    def test_a_connection_in_autocommit_or_in_a_transaction_applies_once_too(self):
+        for conn in self.each_driver():
+            consumer, events = self.consumer(conn, FakeChannel())
+            ids = [str(uuid.uuid4()), str(uuid.uuid4())]
+            conn.autocommit = True
+            consumer.on_message(delivery(ids[0], {"amount": 1}))
+            self.assertTrue(conn.autocommit)
+            conn.autocommit = False
+            with conn.cursor() as cursor:
+                cursor.execute("SELECT 1")  # a transaction left open: the consumer's commit ends it
+            consumer.on_message(delivery(ids[1], {"amount": 1}))
+            self.assertEqual(conn.info.transaction_status, 0, "idle afterwards")
+            self.assertEqual([effects(i) for i in ids], [1, 1])
+            self.assertEqual([e["outcome"] for e in events if e["type"] == "acked"], ["ran", "ran"])
+
+    def test_a_key_and_an_answer_with_quotes_and_backslashes_go_through_the_literals_unchanged(self):
+        for conn in self.each_driver():
+            channel = FakeChannel()
+            consumer, events = self.consumer(conn, channel)
+            message_id = f"it's a \\ key \u00e9 {uuid.uuid4()}"
+            answer = {"text": "O'Brien \\ \"quoted\" \u00e9 E'\\''"}
+            consumer.handler = lambda cursor, payload, message: answer
+            consumer.on_message(delivery(message_id, {"amount": 1}))
+            consumer.on_message(delivery(message_id, {"amount": 1}, redelivered=True))
+            self.assertEqual([e["outcome"] for e in events if e["type"] == "acked"], ["ran", "replayed"])
+            self.assertEqual(key_state(message_id), "done")
+            with psycopg.connect("") as observer:
+                stored = observer.execute("SELECT response FROM idempotency.lookup(%s)", [message_id]).fetchone()[0]
+            self.assertEqual(stored, answer)
+
+
+class RoundTrips:
+    """A connection that records each message it sends the server: every
+    execute, and the BEGIN the driver sends before one when the connection
+    is idle and not in autocommit, and its COMMIT and ROLLBACK."""
+
+    def __init__(self, conn):
+        object.__setattr__(self, "_conn", conn)
+        object.__setattr__(self, "sent", [])
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._conn, name, value)
+
+    def _in_driver_transaction(self):
+        return not self._conn.autocommit and self._conn.info.transaction_status != 0  # not idle
+
+    def cursor(self):
+        return RecordingCursor(self, self._conn.cursor())
+
+    def commit(self):
+        if self._in_driver_transaction():
+            self.sent.append("COMMIT")
+        self._conn.commit()
+
+    def rollback(self):
+        if self._in_driver_transaction():
+            self.sent.append("ROLLBACK")
+        self._conn.rollback()
+
+
+class RecordingCursor:
+    def __init__(self, recording, cursor):
+        self._recording, self._cursor = recording, cursor
+
+    def __getattr__(self, name):
+        return getattr(self._cursor, name)
+
+    def execute(self, query, params=None):
+        conn = self._recording._conn
+        if not conn.autocommit and conn.info.transaction_status == 0:
+            self._recording.sent.append("BEGIN")
+        self._recording.sent.append(query)
+        return self._cursor.execute(query, params)
+
 
 def writers(message_ids):
     """How many transactions wrote the effects of these messages."""
@@ -306,6 +401,24 @@ class BatchConsumerTests(unittest.TestCase):
 
     def consumer(self, conn, channel, **options):
         return ConsumerTests.consumer(self, conn, channel, batch_size=options.pop("batch_size", 4), **options)
+
+    def test_a_batch_costs_a_round_trip_per_handler_and_two_more(self):
+        for conn in self.each_driver():
+            recording = RoundTrips(conn)
+            consumer, events = self.consumer(recording, BatchChannel())
+            ids = [f"it's \\ {uuid.uuid4()}" for _ in range(3)]
+            consumer.on_batch([delivery(i, {"amount": 1}) for i in ids])
+            sent = recording.sent
+            self.assertEqual(len(sent), 5, sent)
+            self.assertRegex(sent[0], r"^BEGIN; SELECT .* FROM idempotency\.claim_batch\(")
+            self.assertEqual(["INSERT INTO py_consumer_effects" in statement for statement in sent[1:4]], [True] * 3)
+            self.assertRegex(sent[4], r"^SELECT idempotency\.complete_batch\(.*; COMMIT; ")
+            self.assertEqual([effects(i) for i in ids], [1, 1, 1])
+            sent.clear()
+            consumer.on_batch([delivery(i, {"amount": 1}, redelivered=True) for i in ids])
+            self.assertEqual(len(sent), 2, f"replays: BEGIN with claim_batch, then complete_batch with COMMIT: {sent}")
+            self.assertEqual([e["outcome"] for e in events if e["type"] == "acked"], ["ran"] * 3 + ["replayed"] * 3)
+            self.assertFalse(conn.autocommit, "the connection is given back as it came")
 
     def test_one_transaction_per_batch_and_a_redelivered_batch_replays(self):
         for conn in self.each_driver():

@@ -37,8 +37,8 @@ import json
 import random
 import time
 
-from .db import Sealable, set_wait_timeout
-from .errors import KeyGone, KeyInProgress, KeyReused, claim_error, sqlstate_of
+from .db import Sealable, _wait_timeout_setting
+from .errors import InvalidKey, KeyGone, KeyInProgress, KeyReused, claim_error, sqlstate_of
 from .key import MAX_KEY_BYTES
 
 ATTEMPTS_HEADER = "x-idempotency-attempts"
@@ -92,57 +92,150 @@ def is_error_document(value):
     return isinstance(value, dict) and len(value) == 1 and isinstance(value.get("error"), dict)
 
 
-def _claim_text(cursor, key, request_hash, wait_timeout):
-    """The claim, with the stored response as jsonb's text: the reply is made
-    of that text, so the first reply and every replay, from any client, are
-    the same bytes."""
+# A message costs the round trips of a consumer without idempotency (BEGIN,
+# the handler's work, COMMIT): BEGIN goes with the claim (and the savepoint
+# a stored error needs) in one message, and the complete with COMMIT in
+# another. So the statements carry BEGIN and COMMIT themselves, the driver
+# sending none (the connection in autocommit meanwhile), and their values
+# as literals: the drivers send several statements in one message only
+# without parameters. psycopg2 returns only the last statement's rows, so
+# the row wanted comes last.
+WORK_SAVEPOINT = "idempotency_consumer_work"
+# Where the claim's answer waits for the statement after the savepoint,
+# for the rest of the transaction.
+_CLAIM_SETTING = "idempotency_pg.claim"
+
+
+def _literal(value):
+    """An SQL literal of value (None or a text): an escape string, the same
+    whatever standard_conforming_strings is."""
+    if value is None:
+        return "NULL"
+    if "\0" in value:
+        raise InvalidKey("the key or request hash has a NUL character, which PostgreSQL text cannot hold")
+    return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _array(values, element_type):
+    """An SQL array of values (None or texts) of element_type."""
+    return f"ARRAY[{', '.join(_literal(value) for value in values)}]::{element_type}[]"
+
+
+def _last_rows(cursor):
+    """The rows of the last statement the cursor ran (psycopg 3 starts at the
+    first result; psycopg2 keeps only the last and has no nextset)."""
+    nextset = getattr(cursor, "nextset", None)
     try:
-        if wait_timeout is not None:
-            set_wait_timeout(cursor, wait_timeout)
-        cursor.execute("SELECT replayed, response::text FROM idempotency.claim(%s, %s)", [key, request_hash])
-        return cursor.fetchone()
-    except Exception as error:
-        mapped = claim_error(error)
-        if mapped is None:
-            raise
-        raise mapped from error
+        while nextset is not None and nextset():
+            pass
+    except Exception:  # noqa: BLE001 -- psycopg2's NotSupportedError: it is at the last already
+        pass
+    return cursor.fetchall()
 
 
 @contextlib.contextmanager
-def _transaction(conn):
-    """A cursor for one transaction on conn: any error (or exit) inside
-    rolls the transaction back before it propagates; the cursor is closed
-    either way."""
+def _statement_transaction(conn):
+    """Yields a cursor and whether the statements send BEGIN and COMMIT
+    themselves: conn in autocommit, or not in a transaction and switched to
+    autocommit until the end. Inside a transaction the driver's are used
+    (conn.commit()). Any error (or exit) inside rolls the transaction back
+    before it propagates."""
+    own = bool(getattr(conn, "autocommit", False))
+    switched = False
+    if not own:
+        try:
+            conn.autocommit = True  # the drivers send nothing for this
+            own = switched = True
+        except Exception:  # noqa: BLE001 -- in a transaction already: the driver's BEGIN and COMMIT
+            pass
     cursor = conn.cursor()
     try:
-        yield cursor
+        yield cursor, own
     except BaseException:
         try:
-            conn.rollback()
-        except Exception:
+            if own:
+                cursor.execute("ROLLBACK")  # in autocommit, psycopg2's rollback() sends nothing
+            else:
+                conn.rollback()
+        except Exception:  # noqa: BLE001
             pass
         raise
     finally:
         try:
             cursor.close()
-        except Exception:
+        except Exception:  # noqa: BLE001
             pass
+        if switched:
+            try:
+                conn.autocommit = False
+            except Exception:  # noqa: BLE001 -- a broken connection
+                pass
+
+
+def _begin_and_claim(cursor, own, key, request_hash, wait_timeout, savepoint):
+    """BEGIN (when own) and the claim, with the stored response as jsonb's
+    text: the reply is made of that text, so the first reply and every
+    replay, from any client, are the same bytes. Returns (replayed, text)."""
+    begin = "BEGIN; " if own else ""
+    if wait_timeout is not None:
+        # Apart from the claim: a wait timeout the server refuses (22023) is
+        # not an invalid key.
+        cursor.execute(f"{begin}SELECT pg_catalog.set_config('idempotency.wait_timeout', "
+                       f"{_literal(_wait_timeout_setting(wait_timeout))}, true)")
+        begin = ""
+    claim = f"idempotency.claim({_literal(key)}, {_literal(request_hash)})"
+    if savepoint:
+        # The claim's answer comes back after the savepoint, through a setting.
+        statements = (f"{begin}SELECT pg_catalog.set_config('{_CLAIM_SETTING}', CASE WHEN c.replayed THEN 't' "
+                      f"ELSE 'f' END || COALESCE(c.response::text, ''), true) FROM {claim} AS c; "
+                      f"SAVEPOINT {WORK_SAVEPOINT}; SELECT pg_catalog.current_setting('{_CLAIM_SETTING}')")
+    else:
+        statements = f"{begin}SELECT CASE WHEN replayed THEN 't' ELSE 'f' END || COALESCE(response::text, '') FROM {claim}"
+    try:
+        cursor.execute(statements)
+        [(answer,)] = _last_rows(cursor)
+    except Exception as error:
+        mapped = claim_error(error)
+        if mapped is None:
+            raise
+        raise mapped from error
+    return answer[0] == "t", answer[1:] or None
+
+
+def _complete_and_commit(conn, cursor, own, key, response):
+    """Stores the answer and commits; returns the answer as stored: jsonb's
+    text (its key order, its spacing)."""
+    given = _literal(None if response is None else json.dumps(response))
+    stored = f"SELECT {given}::jsonb::text"
+    if not own:
+        cursor.execute(f"SELECT idempotency.complete({_literal(key)}, {given}::jsonb); {stored}")
+        [(text,)] = _last_rows(cursor)
+        conn.commit()
+        return text
+    # After the COMMIT, the text of the answer comes back in the same message.
+    cursor.execute(f"SELECT idempotency.complete({_literal(key)}, {given}::jsonb); COMMIT; {stored}")
+    [(text,)] = _last_rows(cursor)
+    return text
 
 
 def apply_once(conn, key, work, request_hash=None, wait_timeout=None, is_stored_error=None, before_commit=None):
     """Claims key, runs work(cursor) and stores its answer in one transaction
-    on conn (psycopg2 or psycopg 3, not in autocommit). Returns (outcome,
-    response, text): outcome one of 'ran', 'stored_error', 'replayed',
-    'replayed_error'; the answer as stored, and its jsonb text. Raises KeyInProgress, KeyReused, HandlerFailure (the
+    on conn (psycopg2 or psycopg 3): three round trips for a new message
+    (BEGIN with the claim, the work, the complete with COMMIT), two for a
+    replay. Returns (outcome, response, text): outcome one of 'ran',
+    'stored_error', 'replayed', 'replayed_error'; the answer as stored, and
+    its jsonb text. Raises KeyInProgress, KeyReused, HandlerFailure (the
     work's error, its cause) or the database's error, after ROLLBACK."""
-    with _transaction(conn) as cursor:
-        replayed, text = _claim_text(cursor, key, request_hash, wait_timeout)
+    with _statement_transaction(conn) as (cursor, own):
+        replayed, text = _begin_and_claim(cursor, own, key, request_hash, wait_timeout,
+                                          savepoint=is_stored_error is not None)
         if replayed:
-            conn.commit()
+            if own:
+                cursor.execute("COMMIT")
+            else:
+                conn.commit()
             response = None if text is None else json.loads(text)
             return ("replayed_error" if is_error_document(response) else "replayed"), response, text
-        if is_stored_error is not None:
-            cursor.execute("SAVEPOINT idempotency_consumer_work")
         handle = Sealable(cursor)
         outcome = "ran"
         try:
@@ -153,19 +246,14 @@ def apply_once(conn, key, work, request_hash=None, wait_timeout=None, is_stored_
             if is_stored_error is None or not is_stored_error(error):
                 raise HandlerFailure(str(error)) from error
             # The answer is the error: the handler's work is undone, the key kept.
-            cursor.execute("ROLLBACK TO SAVEPOINT idempotency_consumer_work")
+            cursor.execute(f"ROLLBACK TO SAVEPOINT {WORK_SAVEPOINT}")
             outcome, response = "stored_error", error_document(error)
         finally:
             handle.seal(f"the transaction of message key {key!r} has ended; use the cursor only inside the handler")
-        # The answer as stored: jsonb's text (its key order, its spacing).
-        given = None if response is None else json.dumps(response)
-        cursor.execute("SELECT idempotency.complete(%s, %s::jsonb), %s::jsonb::text", [key, given, given])
-        text = cursor.fetchone()[1]
-        response = None if text is None else json.loads(text)
         if before_commit is not None:
             before_commit()
-        conn.commit()
-        return outcome, response, text
+        text = _complete_and_commit(conn, cursor, own, key, response)
+        return outcome, None if text is None else json.loads(text), text
 
 
 class KeyRefused(Exception):
@@ -179,8 +267,9 @@ class KeyRefused(Exception):
 
 def apply_batch(conn, items, wait_timeout=None, is_stored_error=None, before_commit=None):
     """Applies items, a list of (key, request_hash, work), in one transaction
-    on conn: one idempotency.claim_batch, work(cursor) of each claimed key in
-    turn, one idempotency.complete_batch, COMMIT. Returns one result per item:
+    on conn: BEGIN with one idempotency.claim_batch, work(cursor) of each
+    claimed key in turn, one idempotency.complete_batch with COMMIT (a
+    round trip per work and two more). Returns one result per item:
     (outcome, response, text) as apply_once returns it, or the exception to
     settle that item by as a single message (KeyInProgress, KeyReused,
     KeyRefused, HandlerFailure, a transient error). A failing work rolls the
@@ -193,14 +282,16 @@ def apply_batch(conn, items, wait_timeout=None, is_stored_error=None, before_com
     while pending:
         failed = None
         answers = {}
-        with _transaction(conn) as cursor:
+        with _statement_transaction(conn) as (cursor, own):
+            begin = "BEGIN; " if own else ""
             if wait_timeout is not None:
-                set_wait_timeout(cursor, wait_timeout)
+                begin += ("SELECT pg_catalog.set_config('idempotency.wait_timeout', "
+                          f"{_literal(_wait_timeout_setting(wait_timeout))}, true); ")
             cursor.execute(
-                "SELECT outcome, sqlstate, message, response::text"
-                " FROM idempotency.claim_batch(%s::text[], %s::text[]) ORDER BY ordinality",
-                [[items[i][0] for i in pending], [items[i][1] for i in pending]])
-            rows = cursor.fetchall()
+                f"{begin}SELECT outcome, sqlstate, message, response::text FROM idempotency.claim_batch("
+                f"{_array([items[i][0] for i in pending], 'text')}, {_array([items[i][1] for i in pending], 'text')})"
+                " ORDER BY ordinality")
+            rows = _last_rows(cursor)
             completed = []  # (index, response, outcome)
             for index, (outcome, sqlstate, message, text) in zip(pending, rows):
                 if outcome == "replayed":
@@ -223,18 +314,24 @@ def apply_batch(conn, items, wait_timeout=None, is_stored_error=None, before_com
                         handle.seal(f"the transaction of message key {key!r} has ended; "
                                     "use the cursor only inside the handler")
             if failed is None:
-                given = [None if response is None else json.dumps(response) for _, response, _ in completed]
-                # The answers as stored: jsonb's text (its key order, its spacing).
-                cursor.execute(
-                    "SELECT idempotency.complete_batch(%s::text[], %s::jsonb[]),"
-                    " ARRAY(SELECT r::text FROM unnest(%s::jsonb[]) WITH ORDINALITY AS u(r, n) ORDER BY n)",
-                    [[items[index][0] for index, _, _ in completed], given, given])
-                texts = cursor.fetchone()[1]
-                for (index, _, outcome), text in zip(completed, texts):
-                    answers[index] = (outcome, None if text is None else json.loads(text), text)
                 if before_commit is not None:
                     before_commit()
-                conn.commit()
+                given = _array([None if response is None else json.dumps(response) for _, response, _ in completed],
+                               "jsonb")
+                keys = _array([items[index][0] for index, _, _ in completed], "text")
+                # The answers as stored: jsonb's text (its key order, its spacing), after the COMMIT.
+                stored = f"SELECT ARRAY(SELECT r::text FROM unnest({given}) WITH ORDINALITY AS u(r, n) ORDER BY n)"
+                if own:
+                    cursor.execute(f"SELECT idempotency.complete_batch({keys}, {given}); COMMIT; {stored}")
+                    [(texts,)] = _last_rows(cursor)
+                else:
+                    cursor.execute(f"SELECT idempotency.complete_batch({keys}, {given}); {stored}")
+                    [(texts,)] = _last_rows(cursor)
+                    conn.commit()
+                for (index, _, outcome), text in zip(completed, texts):
+                    answers[index] = (outcome, None if text is None else json.loads(text), text)
+            elif own:
+                cursor.execute("ROLLBACK")
             else:
                 conn.rollback()
         if failed is None:
