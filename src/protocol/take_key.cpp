@@ -131,10 +131,11 @@ TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
 
     claim = claim_for(key, owner);
     switch (acquire(claim, deadline)) {
+    // Look again: taken, the key may have been stored meanwhile; released
+    // by its holder, a replay mostly, or the key to claim.
     case ClaimResult::acquired:
-      continue; // look again: the key may have been stored meanwhile
     case ClaimResult::released:
-      continue; // look again: a replay, mostly, or the key to claim
+      continue;
     case ClaimResult::busy:
       report_in_progress(key);
     case ClaimResult::recursive:
