@@ -3,22 +3,26 @@
 # IK422, lookup says gone, forget deletes it; by the row's times, before and
 # after expiry (through the coordinator) turns the row into a tombstone; at
 # the window's end the key runs again; expiry deletes tombstones past their
-# window, and with idempotency.remember = 0 deletes expired keys as before.
-# distribute_keys creates the column expired_at.
+# window. The window is the one fixed when the key was claimed
+# (remember_for, docs/expiry.md#when-a-keys-windows-are-fixed): a caller's
+# or expiry's own idempotency.remember changes nothing for an existing key;
+# a key claimed under remember = 0 runs again past its TTL, and expiry
+# deletes it without a tombstone. distribute_keys creates the columns
+# expired_at and remember_for.
 #
-# Then a handler replaces a key whose response expired while the
-# coordinator's expiry, with its own idempotency.remember, turns the same
-# row into a tombstone (or deletes it) and commits first; the handler's
-# claim found the key free by its own, shorter window, and what its
-# complete finds decides, by the local keys' rules
-# (test/isolation/specs/tombstone_replace.spec):
-# - a tombstone still within its window (expiry remembers longer): complete
-#   fails with 40001, nothing of the handler's transaction stays, and a
-#   retry gets IK410, never a second run;
-# - a tombstone whose window has passed by the time of complete: it is
-#   deleted and the new row stored;
-# - a row expiry deleted without a tombstone (remember = 0): the key is
-#   free, the new row is stored.
+# Then a handler replaces a key whose window has passed while the
+# coordinator's expiry turns the same row into a tombstone (or deletes it)
+# and commits first; what the handler's complete finds decides, by the
+# local keys' rules (test/isolation/specs/tombstone_replace.spec):
+# - a key claimed with a 7-day window, the handler and expiry setting 30
+#   minutes: the handler cannot take the key (a retry gets IK410, its
+#   claim IK422), expiry writes a 7-day tombstone, nothing runs twice;
+# - expiry's cutoff is an older transaction's start: it writes a tombstone
+#   whose window the handler, which claimed later, sees passed: complete
+#   deletes it and stores the new row;
+# - a key claimed with a 1-hour window, the handler and expiry setting 7
+#   days: the window has passed for both, expiry deletes the row, the
+#   handler stores its own.
 #
 # Needs Citus; without it the file says so and is skipped.
 use strict;
@@ -47,6 +51,10 @@ is( $coordinator->safe_psql('postgres', q{
 SELECT format_type(atttypid, atttypmod) || ' ' || NOT attnotnull FROM pg_attribute
  WHERE attrelid = 'idempotency.tenant_keys'::regclass AND attname = 'expired_at'}),
 	'timestamp with time zone true', 'distribute_keys creates the nullable column expired_at');
+is( $coordinator->safe_psql('postgres', q{
+SELECT format_type(atttypid, atttypmod) || ' ' || NOT attnotnull FROM pg_attribute
+ WHERE attrelid = 'idempotency.tenant_keys'::regclass AND attname = 'remember_for'}),
+	'interval true', '... and the nullable column remember_for');
 
 my $tenant = 1;
 my $shard = $coordinator->safe_psql('postgres',
@@ -56,11 +64,13 @@ my $home_port = $coordinator->safe_psql('postgres',
 my ($home) = grep { $_->port == $home_port } @workers;
 
 # The request: withdraw `amount` from the tenant under `key`, on the worker
-# that holds the tenant.
+# that holds the tenant; with `remember`, under that idempotency.remember.
 sub call_sql
 {
-	my ($key, $amount) = @_;
-	return "SELECT idempotency.tenant_call(${tenant}::bigint, '$key', NULL, "
+	my ($key, $amount, $remember) = @_;
+	my $set = defined $remember ? "SET idempotency.remember = '$remember';\n" : '';
+	return $set
+	  . "SELECT idempotency.tenant_call(${tenant}::bigint, '$key', NULL, "
 	  . "'SELECT withdraw(\$1, \$2)', ${tenant}::bigint, ${amount}::bigint)";
 }
 
@@ -168,44 +178,86 @@ is($coordinator->safe_psql('postgres', 'SELECT idempotency.expire()'), '1',
 	'expiry deletes a tombstone past its window');
 is(row_of("key_digest = '$digest'"), '', '... it is gone');
 
-# --- remember = 0 ------------------------------------------------------------------
+# --- the window is fixed when the key is claimed --------------------------------
+# The key's remember_for, and the tombstone's window: its expires_at less
+# expired_at.
+sub window_of
+{
+	my ($where) = @_;
+	return $coordinator->safe_psql('postgres',
+		"SELECT coalesce(remember_for::text, 'null'), expires_at - expired_at"
+		  . " FROM idempotency.tenant_keys WHERE tenant = $tenant AND $where");
+}
+
 like($home->safe_psql('postgres', call_sql('plain', 1)), qr/"balance"/, 'a fifth key runs');
+is(window_of(q{key = 'plain'}), 'null|', '... under the default window: remember_for NULL (7 days)');
 age('plain');
 $ran = withdrawals();
-like( $home->safe_psql('postgres', "SET idempotency.remember = 0;\n" . call_sql('plain', 1)),
-	qr/"balance"/, 'with remember = 0, a retry past the TTL runs again');
-is(withdrawals(), $ran + 1, 'once');
-age('plain');
+is(sqlstate_of($home, call_sql('plain', 1, '0')), 'IK410',
+	'a retry past the TTL with remember = 0 still gets IK410: the window is the key\'s');
+is(withdrawals(), $ran, 'nothing ran again');
+$digest = $coordinator->safe_psql('postgres',
+	"SELECT key_digest FROM idempotency.tenant_keys WHERE key = 'plain'");
 is( $coordinator->safe_psql('postgres', "SET idempotency.remember = 0;\nSELECT idempotency.expire()"),
-	'1', 'with remember = 0, expiry deletes the expired key');
+	'1', 'expiry with remember = 0 turns the key into a tombstone');
+is(window_of("key_digest = '$digest'"), 'null|7 days', '... remembered 7 days, the window fixed at claim');
+is($home->safe_psql('postgres', "SELECT idempotency.tenant_forget(${tenant}::bigint, 'plain')"),
+	't', 'forget deletes it');
+
+like($home->safe_psql('postgres', call_sql('zero', 1, '0')), qr/"balance"/,
+	'a key claimed under remember = 0 runs');
+is(window_of(q{key = 'zero'}), '00:00:00|', '... its window is stored: none');
+age('zero');
+$ran = withdrawals();
+like($home->safe_psql('postgres', call_sql('zero', 1, '7 days')), qr/"balance"/,
+	'past its TTL, a retry runs again, though the caller remembers 7 days');
+is(withdrawals(), $ran + 1, 'once');
+is(window_of(q{key = 'zero'}), 'null|', '... and its new row has the retry\'s window');
+
+like($home->safe_psql('postgres', call_sql('none', 1, '0')), qr/"balance"/,
+	'another key claimed under remember = 0 runs');
+age('none');
+$digest = $coordinator->safe_psql('postgres',
+	"SELECT key_digest FROM idempotency.tenant_keys WHERE key = 'none'");
+is( $coordinator->safe_psql('postgres', "SET idempotency.remember = '7 days';\nSELECT idempotency.expire()"),
+	'1', 'expiry, though it remembers 7 days, deletes it');
+is(row_of("key_digest = '$digest'"), '', '... and writes no tombstone');
 is($coordinator->safe_psql('postgres', "SELECT count(*) FROM idempotency.tenant_keys WHERE expired_at IS NULL AND expires_at <= now()"),
-	'0', '... and writes no tombstone');
+	'0', 'no expired key is left');
 is($coordinator->safe_psql('postgres', "SELECT count(*) FROM idempotency.tenant_keys WHERE expired_at IS NOT NULL"),
 	'0', 'no tombstone is left');
 
 # --- a handler replacing a key while expiry converts it ---------------------------
 
-# A key that ran, its response expired at `expired_at` (SQL).
+# A key that ran (claimed under `remember`, the default without), its
+# response expired at `expired_at` (SQL).
 sub ran_and_expired
 {
-	my ($key, $expired_at) = @_;
-	like($home->safe_psql('postgres', call_sql($key, 1)), qr/"balance"/, "$key runs");
+	my ($key, $expired_at, $remember) = @_;
+	like($home->safe_psql('postgres', call_sql($key, 1, $remember)), qr/"balance"/, "$key runs");
 	age($key, $expired_at);
 	return $coordinator->safe_psql('postgres',
 		"SELECT key_digest FROM idempotency.tenant_keys WHERE tenant = $tenant AND key = '$key'");
 }
 
-# A handler on the tenant's worker that remembers expired keys 30 minutes:
-# it claims the key (new for it), withdraws, and waits to complete.
-sub claiming_handler
+# A handler's claim, on the tenant's worker.
+sub claim_sql
 {
 	my ($key) = @_;
+	return "SELECT replayed FROM idempotency.tenant_claim(${tenant}::bigint, '$key', NULL)";
+}
+
+# A handler that claims the key (past its window, so new), withdraws, and
+# waits to complete.
+sub claiming_handler
+{
+	my ($key, $remember) = @_;
 	my $handler = $home->background_psql('postgres', on_error_stop => 0);
 	$handler->query_safe("\\set VERBOSITY verbose");
-	$handler->query_safe("SET idempotency.remember = '30 minutes'");
+	$handler->query_safe("SET idempotency.remember = '$remember'");
 	$handler->query_safe('BEGIN');
-	is($handler->query_safe("SELECT replayed FROM idempotency.tenant_claim(${tenant}::bigint, '$key', NULL)"),
-		'f', "$key: past the handler's window, the claim takes the key as new");
+	is($handler->query_safe(claim_sql($key)),
+		'f', "$key: past the key's window, the claim takes the key as new");
 	$handler->query_safe("SELECT withdraw(${tenant}::bigint, 1::bigint)");
 	return $handler;
 }
@@ -230,46 +282,60 @@ sub expire_with_remember
 		"SET idempotency.remember = '$remember';\nSELECT idempotency.expire()");
 }
 
-# Expiry remembers longer: the tombstone stands.
+# The key was claimed with the default 7-day window; the handler and expiry
+# set 30 minutes: the handler cannot take the key, and expiry writes a
+# 7-day tombstone.
 $digest = ran_and_expired('kept', q{now() - interval '2 hours'});
 $ran = withdrawals();
-my $handler = claiming_handler('kept');
-is(expire_with_remember('7 days'), '1',
-	'kept: meanwhile expiry, remembering 7 days, turns the row into a tombstone and commits');
-is(complete_and_commit($handler, 'kept'), '40001',
-	'kept: the handler cannot store its row over the tombstone: complete fails with 40001');
-is(withdrawals(), $ran, '... its withdrawal is rolled back with it');
+is(sqlstate_of($home, call_sql('kept', 1, '30 minutes')),
+	'IK410', 'kept: a retry remembering 30 minutes gets IK410 by the key\'s 7-day window');
+is( sqlstate_of($home,
+		"SET idempotency.remember = '30 minutes';\nBEGIN;\n" . claim_sql('kept') . ";\nROLLBACK"),
+	'IK422', '... a handler\'s claim (another request) IK422: it cannot take the key');
+is(expire_with_remember('30 minutes'), '1',
+	'kept: expiry, remembering 30 minutes, turns the row into a tombstone');
+is(window_of("key_digest = '$digest'"), 'null|7 days', '... kept 7 days, the window fixed at claim');
 is(row_of("key_digest = '$digest'"), '|f|t', '... and the tombstone is the only row');
-is( sqlstate_of($home, "SET idempotency.remember = '30 minutes';\n" . call_sql('kept', 1)),
+is(sqlstate_of($home, call_sql('kept', 1, '30 minutes')),
 	'IK410', '... a retry gets IK410 by the tombstone\'s own window');
 is(withdrawals(), $ran, '... and runs nothing');
 
-# The tombstone's window ends before the handler completes: expiry
-# remembers an hour and the response expired an hour less 5 seconds ago, so
-# expiry keeps a tombstone whose window ends 5 seconds later.
-$digest = ran_and_expired('passed', q{now() - interval '1 hour' + interval '5 seconds'});
+# Expiry's cutoff is the start of an older transaction on the coordinator:
+# it writes a tombstone whose window the handler, which claimed later, sees
+# passed. The key was claimed with a 1-hour window, which ends 5 seconds
+# after the older transaction began.
+my $older = $coordinator->background_psql('postgres');
+$older->query_safe('BEGIN');
+$older->query_safe('SELECT now()');
+$digest = ran_and_expired('passed', q{now() - interval '1 hour' + interval '5 seconds'}, '1 hour');
 $ran = withdrawals();
-$handler = claiming_handler('passed');
-is(expire_with_remember('1 hour'), '1', 'passed: expiry turns the row into a tombstone and commits');
+$home->poll_query_until('postgres',
+	"SELECT state = 'expired' FROM idempotency.tenant_lookup(${tenant}::bigint, 'passed')")
+  or die 'the key\'s window did not end';
+my $handler = claiming_handler('passed', '7 days');
+is(expire_with_remember('7 days'), '1',
+	'passed: expiry, its cutoff the older transaction\'s start, turns the row into a tombstone and commits');
 is(row_of("key_digest = '$digest'"), '|f|t', '... a tombstone');
-$coordinator->poll_query_until('postgres',
-	"SELECT bool_and(expires_at < now()) FROM idempotency.tenant_keys WHERE key_digest = '$digest'")
-  or die 'the tombstone\'s window did not end';
+$older->query_safe('COMMIT');
+$older->quit;
 is(complete_and_commit($handler, 'passed'), '',
-	'passed: once its window has passed, the handler\'s complete replaces the tombstone');
+	'passed: its window has passed, the handler\'s complete replaces the tombstone');
 is(withdrawals(), $ran + 1, '... the handler\'s withdrawal committed, once');
 is(row_of("key_digest = '$digest'"), 'passed|t|f', '... and its row is the only one');
 is( $home->safe_psql('postgres',
 		"SELECT replayed, response FROM idempotency.tenant_claim(${tenant}::bigint, 'passed', NULL)"),
 	't|"new"', '... which a retry replays');
 
-# Expiry deletes the row (remember = 0).
-$digest = ran_and_expired('freed', q{now() - interval '2 hours'});
+# The key was claimed with a 1-hour window; the handler and expiry set 7
+# days: the window has passed for both, expiry deletes the row, the handler
+# stores its own.
+$digest = ran_and_expired('freed', q{now() - interval '2 hours'}, '1 hour');
 $ran = withdrawals();
-$handler = claiming_handler('freed');
-is(expire_with_remember('0'), '1', 'freed: expiry, remembering nothing, deletes the row and commits');
+$handler = claiming_handler('freed', '7 days');
+is(expire_with_remember('7 days'), '1',
+	'freed: expiry, though it remembers 7 days, deletes the row (its 1-hour window has passed) and commits');
 is(row_of("key_digest = '$digest'"), '', '... no row is left');
-is(complete_and_commit($handler, 'freed'), '', 'freed: the handler stores its row');
+is(complete_and_commit($handler, 'freed'), '', 'freed: the handler stores its own row');
 is(withdrawals(), $ran + 1, '... its withdrawal committed, once');
 is(row_of("key_digest = '$digest'"), 'freed|t|f', '... and its row is the only one');
 
