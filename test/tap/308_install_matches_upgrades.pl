@@ -217,26 +217,40 @@ like($fresh, qr/^view idempotency\.stats: initial privileges \(e\) .*pg_monitor=
 my $workdir = PostgreSQL::Test::Utils::tempdir();
 PostgreSQL::Test::Utils::append_to_file("$workdir/fresh", "$fresh\n");
 
+# The extension's version in database `db` of `node`.
+sub extversion
+{
+	my ($node, $db) = @_;
+	return $node->safe_psql($db,
+		q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'});
+}
+
+# Passes when database `db` of `node`, updated from `from`, describes as the
+# fresh install does (the difference as a diagnostic otherwise); returns its
+# description.
+sub matches_fresh
+{
+	my ($node, $db, $from) = @_;
+	my $updated = $node->safe_psql($db, $describe);
+	PostgreSQL::Test::Utils::append_to_file("$workdir/$db", "$updated\n");
+	my $same = $updated eq $fresh;
+	ok($same, "updated from $from, the extension is the one a fresh install makes");
+	diag(`diff -u "$workdir/fresh" "$workdir/$db"`) unless $same;
+	return $updated;
+}
+
 # A database at 0.7, made by the 0.7 release, updated by the current library.
 my $old = old_release_node('release07', '0.7', conf => "idempotency.expire_interval = 0\n");
 $old->safe_psql('postgres', 'CREATE DATABASE from_0_7');
 $old->safe_psql('from_0_7', 'CREATE EXTENSION idempotency');
-is( $old->safe_psql(
-		'from_0_7', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
-	'0.7', 'the 0.7 release installs 0.7');
+is(extversion($old, 'from_0_7'), '0.7', 'the 0.7 release installs 0.7');
 # old_release_node's roles, which the fresh node has too: grants name no role
 # of theirs, but the two clusters then hold the same roles.
 $node->safe_psql('postgres', 'CREATE ROLE regress_app; CREATE ROLE regress_other');
 my $updater = reopen_with_current_library($old, 'updated07');
 $updater->safe_psql('from_0_7', 'ALTER EXTENSION idempotency UPDATE');
-is( $updater->safe_psql(
-		'from_0_7', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
-	$default, "0.7 updates to $default");
-my $updated = $updater->safe_psql('from_0_7', $describe);
-PostgreSQL::Test::Utils::append_to_file("$workdir/from_0_7", "$updated\n");
-my $same = $updated eq $fresh;
-ok($same, 'updated from 0.7, the extension is the one a fresh install makes');
-diag(`diff -u "$workdir/fresh" "$workdir/from_0_7"`) unless $same;
+is(extversion($updater, 'from_0_7'), $default, "0.7 updates to $default");
+my $updated = matches_fresh($updater, 'from_0_7', '0.7');
 # The comparison sees what the update script does: the comments it sets
 # are those of the fresh install, not 0.7's.
 like($updated, qr/^table idempotency\.keys column status: comment 'always NULL: accepts the status column that dumps of 0\.7 and 1\.0 name'/m,
@@ -248,9 +262,7 @@ my $old10 = old_release_node('release10', '1.0', conf => "idempotency.expire_int
 $old10->safe_psql('postgres', 'CREATE DATABASE from_1_0');
 $old10->safe_psql('from_1_0',
 	q{CREATE EXTENSION idempotency; SELECT idempotency.idempotent_call('before-1.1', NULL, 'SELECT 1')});
-is( $old10->safe_psql(
-		'from_1_0', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
-	'1.0', 'the 1.0 release installs 1.0');
+is(extversion($old10, 'from_1_0'), '1.0', 'the 1.0 release installs 1.0');
 my $updater10 = reopen_with_current_library($old10, 'updated10');
 # The update gives the live keys of 1.0 the window of its session's
 # idempotency.remember (docs/expiry.md#when-a-keys-windows-are-fixed).
@@ -260,14 +272,8 @@ is( $updater10->safe_psql(
 		'from_1_0', q{SELECT remember_for FROM idempotency.keys WHERE key = 'before-1.1'}),
 	'02:00:00',
 	"the update gives 1.0's keys the updating session's window");
-is( $updater10->safe_psql(
-		'from_1_0', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
-	$default, "1.0 updates to $default");
-my $updated10 = $updater10->safe_psql('from_1_0', $describe);
-PostgreSQL::Test::Utils::append_to_file("$workdir/from_1_0", "$updated10\n");
-my $same10 = $updated10 eq $fresh;
-ok($same10, 'updated from 1.0, the extension is the one a fresh install makes');
-diag(`diff -u "$workdir/fresh" "$workdir/from_1_0"`) unless $same10;
+is(extversion($updater10, 'from_1_0'), $default, "1.0 updates to $default");
+matches_fresh($updater10, 'from_1_0', '1.0');
 $updater10->stop;
 
 done_testing();
