@@ -108,6 +108,20 @@ func charge(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `{"id":%d,"item":%q}`, id, order.Item)
 }
 
+// heldCharges serves charge behind the middleware of opts; a request that
+// hold picks signals entered, then waits for proceed before it charges.
+func heldCharges(t *testing.T, opts Options, hold func(*http.Request) bool) (server *httptest.Server, entered, proceed chan struct{}) {
+	entered, proceed = make(chan struct{}), make(chan struct{})
+	server = serve(t, Middleware(opts)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hold(r) {
+			close(entered)
+			<-proceed
+		}
+		charge(w, r)
+	})))
+	return server, entered, proceed
+}
+
 func serve(t *testing.T, handler http.Handler) *httptest.Server {
 	server := httptest.NewServer(handler)
 	t.Cleanup(server.Close)
@@ -239,13 +253,8 @@ func TestAnotherRequestWithTheKeyIs422ReorderedJSONReplays(t *testing.T) {
 
 func TestADuplicateWhileTheFirstRunsIs409WithAWaitTimeoutItReplays(t *testing.T) {
 	for _, wait := range []time.Duration{0, 5 * time.Second} {
-		entered, proceed := make(chan struct{}), make(chan struct{})
-		server := serve(t, Middleware(Options{DB: pool(t), Scope: byClient, WaitTimeout: wait})(
-			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				close(entered)
-				<-proceed
-				charge(w, r)
-			})))
+		server, entered, proceed := heldCharges(t, Options{DB: pool(t), Scope: byClient, WaitTimeout: wait},
+			func(*http.Request) bool { return true })
 		key, item := newKey(), newKey()
 		body := fmt.Sprintf(`{"item": %q}`, item)
 		firstDone := make(chan answer)

@@ -182,15 +182,8 @@ func TestARoutesTTLIsItsKeysTTL(t *testing.T) {
 
 func TestTheLoggerGetsEveryOutcomeWithTheKeyRefed(t *testing.T) {
 	logs := &recorder{}
-	entered, proceed := make(chan struct{}), make(chan struct{})
-	server := serve(t, Middleware(Options{DB: pool(t), Scope: byClient, Logger: logs})(
-		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Query().Get("hold") != "" {
-				close(entered)
-				<-proceed
-			}
-			charge(w, r)
-		})))
+	server, entered, proceed := heldCharges(t, Options{DB: pool(t), Scope: byClient, Logger: logs},
+		func(r *http.Request) bool { return r.URL.Query().Get("hold") != "" })
 	key, item := newKey(), newKey()
 	body := fmt.Sprintf(`{"item": %q}`, item)
 	firstDone := make(chan answer)

@@ -56,17 +56,11 @@ type timedAnswer struct {
 
 func TestDuplicatesWaitingForTheFirstAllReplayOnceItCommits(t *testing.T) {
 	pool(t) // makes the table charge writes to
-	entered, proceed := make(chan struct{}), make(chan struct{})
 	var runs int32
-	server := serve(t, Middleware(Options{DB: waitersPool(t), Scope: byClient, WaitTimeout: 20 * time.Second})(
-		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			// Only the first request runs the handler while the test holds it.
-			if atomic.AddInt32(&runs, 1) == 1 {
-				close(entered)
-				<-proceed
-			}
-			charge(w, r)
-		})))
+	// Only the first request runs the handler while the test holds it.
+	server, entered, proceed := heldCharges(t,
+		Options{DB: waitersPool(t), Scope: byClient, WaitTimeout: 20 * time.Second},
+		func(*http.Request) bool { return atomic.AddInt32(&runs, 1) == 1 })
 	key, item := newKey(), newKey()
 	body := fmt.Sprintf(`{"item": %q}`, item)
 	firstDone := make(chan answer)
