@@ -2,16 +2,303 @@
 #include "idempotency/protocol/rules.hpp"
 
 #include "idempotency/protocol/fn.hpp"
+#include "idempotency/boundary/subtransaction.hpp"
+#include "idempotency/protocol/backend_table.hpp"
 #include "idempotency/protocol/statement_cache.hpp"
 
+#include "idempotency/compat.hpp"
+
 extern "C" {
+#include "catalog/pg_type.h"
+#include "executor/executor.h"
 #include "funcapi.h"
 #include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
+#include "parser/analyze.h"
+#include "parser/parse_coerce.h"
+#include "parser/parse_param.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
 }
 
 namespace idempotency::protocol {
+
+// --- what fn receives: its parameters' types, each argument's conversion -----
+
+namespace {
+
+const int errcode_datatype_mismatch = ERRCODE_DATATYPE_MISMATCH;
+
+// What one analysis of fn found: the type of each parameter (InvalidOid
+// where it stayed open) and the types of fn's result columns.
+struct Analysis {
+  Oid *types;
+  int result_count;
+  Oid *result_types;
+};
+
+Analysis new_analysis(int nargs, const Oid *types) {
+  Analysis analysis{static_cast<Oid *>(palloc(sizeof(Oid) * Max(nargs, 1))), 0,
+                    nullptr};
+  memcpy(analysis.types, types, sizeof(Oid) * nargs);
+  return analysis;
+}
+
+void record_result_types(const Query *query, Analysis *analysis) {
+  List *columns = query->commandType == CMD_SELECT ? query->targetList
+                                                   : query->returningList;
+  analysis->result_types =
+      static_cast<Oid *>(palloc(sizeof(Oid) * Max(list_length(columns), 1)));
+  ListCell *cell;
+  foreach (cell, columns) {
+    TargetEntry *column = lfirst_node(TargetEntry, cell);
+    if (!column->resjunk)
+      analysis->result_types[analysis->result_count++] =
+          exprType(reinterpret_cast<Node *>(column->expr));
+  }
+}
+
+bool same_results(const Analysis &a, const Analysis &b) {
+  return a.result_count == b.result_count &&
+         memcmp(a.result_types, b.result_types, sizeof(Oid) * a.result_count) ==
+             0;
+}
+
+// Analyses fn's one statement as PostgreSQL analyses a client's statement
+// with untyped parameters, starting from analysis->types (InvalidOid for
+// open ones). Runs in a subtransaction: an fn that cannot be analysed this
+// way (an ambiguous operator, a relation created later in the transaction)
+// answers false. No post-analysis hook runs: this is not a statement of the
+// session. A parallel worker cannot start a subtransaction; there the
+// caller's types stand.
+bool analyse(const char *sql, int nargs, Analysis *analysis) {
+  if (IsInParallelMode())
+    return false;
+  int count = nargs;
+  Oid **types = &analysis->types;
+  int *counted = &count;
+  bool finished = run_in_subtransaction(
+      [sql, types, counted, analysis] {
+        List *statements = pg_parse_query(sql);
+        if (list_length(statements) != 1)
+          ereport(ERROR, (errcode(ERRCODE_SYNTAX_ERROR),
+                          errmsg("fn must be exactly one SQL statement")));
+        ParseState *state = make_parsestate(nullptr);
+        state->p_sourcetext = sql;
+        setup_parse_variable_parameters(state, types, counted);
+        Query *query =
+            transformTopLevelStmt(state, linitial_node(RawStmt, statements));
+        check_variable_parameters(state, query);
+        record_result_types(query, analysis);
+        free_parsestate(state);
+      },
+      [](const ErrorData *) { return true; });
+  if (!finished)
+    return false;
+  for (int i = 0; i < nargs; i++)
+    if (i >= count || analysis->types[i] == UNKNOWNOID)
+      analysis->types[i] = InvalidOid;
+  return true;
+}
+
+bool is_string(Oid type) { return TypeCategory(type) == TYPCATEGORY_STRING; }
+
+// PostgreSQL types an untyped parameter text by default where nothing asks
+// for a type (`SELECT $1`, `ARRAY[$1, $2]`, `VALUES ($1)`); fn does not need
+// text there, it passes the value on. A parameter the open analysis made
+// text and the caller gave another type keeps the caller's type when fn
+// accepts it and then returns other types: the value reaches fn's result.
+void keep_passed_through_types(const char *sql, int nargs, const Oid *given,
+                               Analysis *open) {
+  Analysis seeded = new_analysis(nargs, open->types);
+  bool any = false;
+  for (int i = 0; i < nargs; i++)
+    if (open->types[i] == TEXTOID && OidIsValid(given[i]) &&
+        !is_string(given[i])) {
+      seeded.types[i] = given[i];
+      any = true;
+    }
+  if (any && analyse(sql, nargs, &seeded) && !same_results(*open, seeded))
+    memcpy(open->types, seeded.types, sizeof(Oid) * nargs);
+}
+
+uint64 generation = 0;
+
+void catalog_changed(Datum, compat::SysCacheIdentifier, uint32) {
+  generation++;
+}
+
+void watch_catalogs() {
+  static bool watching = false;
+  if (watching)
+    return;
+  static const SysCacheIdentifier caches[] = {
+      TYPEOID, NAMESPACEOID, PROCOID, OPEROID, CASTSOURCETARGET, ATTNUM};
+  for (SysCacheIdentifier cache : caches)
+    CacheRegisterSyscacheCallback(cache, catalog_changed, (Datum)0);
+  watching = true;
+}
+
+// The answers of infer_parameter_types, per fn text and given types.
+struct Inferred {
+  uint64 hash; // the table's key
+  char *sql;
+  int nargs;
+  Oid *given;
+  Oid *types;
+  uint64 generation;
+};
+
+constexpr long max_inferred = 1024;
+HTAB *inferred = nullptr;
+MemoryContext inferred_context = nullptr;
+
+Inferred *find_inferred(uint64 hash, const char *sql, int nargs,
+                        const Oid *given) {
+  if (inferred == nullptr) {
+    inferred_context = AllocSetContextCreate(
+        TopMemoryContext, "idempotency parameter types", ALLOCSET_SMALL_SIZES);
+    inferred = create_backend_table("idempotency parameter types",
+                                    sizeof(Inferred), inferred_context);
+  }
+  auto *found =
+      static_cast<Inferred *>(hash_search(inferred, &hash, HASH_FIND, nullptr));
+  if (found == nullptr || found->nargs != nargs ||
+      strcmp(found->sql, sql) != 0 ||
+      memcmp(found->given, given, sizeof(Oid) * nargs) != 0)
+    return nullptr;
+  return found;
+}
+
+void keep_inferred(uint64 hash, const char *sql, int nargs, const Oid *given,
+                   const Oid *types, uint64 at) {
+  if (hash_get_num_entries(inferred) >= max_inferred)
+    return;
+  auto copy = [](const void *from, Size size) {
+    void *to = MemoryContextAlloc(inferred_context, Max(size, 1));
+    memcpy(to, from, size);
+    return to;
+  };
+  Inferred kept{hash,
+                static_cast<char *>(copy(sql, strlen(sql) + 1)),
+                nargs,
+                static_cast<Oid *>(copy(given, sizeof(Oid) * nargs)),
+                static_cast<Oid *>(copy(types, sizeof(Oid) * nargs)),
+                at};
+  bool existed;
+  auto *entry = static_cast<Inferred *>(
+      hash_search(inferred, &hash, HASH_ENTER, &existed));
+  if (existed) {
+    pfree(entry->sql);
+    pfree(entry->given);
+    pfree(entry->types);
+  }
+  *entry = kept;
+}
+
+void infer(const char *sql, int nargs, const Oid *given, Oid *types) {
+  for (int i = 0; i < nargs; i++)
+    types[i] = InvalidOid;
+  Analysis analysis = new_analysis(nargs, types);
+  if (analyse(sql, nargs, &analysis)) {
+    keep_passed_through_types(sql, nargs, given, &analysis);
+  } else {
+    analysis = new_analysis(nargs, given);
+    if (!analyse(sql, nargs, &analysis))
+      analysis = new_analysis(nargs, given);
+  }
+  for (int i = 0; i < nargs; i++) {
+    types[i] = analysis.types[i];
+    if (!OidIsValid(types[i]))
+      types[i] = OidIsValid(given[i]) ? given[i] : TEXTOID;
+  }
+}
+
+} // namespace
+
+uint64 parameter_types_generation() {
+  watch_catalogs();
+  return generation;
+}
+
+void infer_parameter_types(const char *sql, int nargs, const Oid *given,
+                           Oid *types) {
+  uint64 at = parameter_types_generation();
+  uint64 hash = statement_hash(sql, strlen(sql), nargs, given);
+  Inferred *found = find_inferred(hash, sql, nargs, given);
+  if (found != nullptr && found->generation == at) {
+    memcpy(types, found->types, sizeof(Oid) * nargs);
+    return;
+  }
+  infer(sql, nargs, given, types);
+  keep_inferred(hash, sql, nargs, given, types, at);
+}
+
+Conversion conversion_between(Oid given, Oid target, int position) {
+  Conversion conversion;
+  memset(&conversion, 0, sizeof(conversion));
+  if (given == target)
+    return conversion;
+
+  Param *argument = makeNode(Param);
+  argument->paramkind = PARAM_EXTERN;
+  argument->paramid = 1;
+  argument->paramtype = given;
+  argument->paramtypmod = -1;
+  argument->paramcollid = get_typcollation(given);
+  argument->location = -1;
+  // A string is read by the target type's input function, as an untyped
+  // literal would be; anything else converts as INSERT would convert it.
+  CoercionContext context = TypeCategory(given) == TYPCATEGORY_STRING
+                                ? COERCION_EXPLICIT
+                                : COERCION_ASSIGNMENT;
+  Node *converted =
+      coerce_to_target_type(nullptr, reinterpret_cast<Node *>(argument), given,
+                            target, -1, context, COERCE_IMPLICIT_CAST, -1);
+  if (converted == nullptr)
+    ereport(
+        ERROR,
+        (errcode(errcode_datatype_mismatch),
+         errmsg("argument $%d of type %s cannot be converted to %s",
+                position + 1, format_type_be(given), format_type_be(target)),
+         errdetail("fn's text gives parameter $%d the type %s.", position + 1,
+                   format_type_be(target)),
+         errhint("Pass a value of type %s.", format_type_be(target))));
+
+  conversion.given = given;
+  conversion.argument = makeParamList(1);
+  conversion.argument->numParams = 1;
+  conversion.expression = ExecInitExprWithParams(
+      reinterpret_cast<Expr *>(converted), conversion.argument);
+  conversion.context = CreateStandaloneExprContext();
+  conversion.context->ecxt_param_list_info = conversion.argument;
+  get_typlenbyval(target, &conversion.result_length,
+                  &conversion.result_by_value);
+  return conversion;
+}
+
+Datum convert(const Conversion &conversion, Datum value, bool *is_null) {
+  ParamExternData &argument = conversion.argument->params[0];
+  argument.value = value;
+  argument.isnull = false;
+  argument.pflags = PARAM_FLAG_CONST;
+  argument.ptype = conversion.given;
+  Datum converted = ExecEvalExprSwitchContext(conversion.expression,
+                                              conversion.context, is_null);
+  Datum copied = *is_null ? (Datum)0
+                          : datumCopy(converted, conversion.result_by_value,
+                                      conversion.result_length);
+  ResetExprContext(conversion.context);
+  return copied;
+}
+
+// --- running fn: SPI, its result as jsonb ------------------------------------
 
 namespace {
 

@@ -1,11 +1,79 @@
-// fn: the caller's one SQL statement, its arguments, and how its result
-// becomes the stored jsonb response.
+// fn: the caller's one SQL statement - the types its parameters receive
+// and each argument's conversion to them, what is kept per statement, how
+// it runs and how its result becomes the stored jsonb response.
 #pragma once
 
 #include "idempotency/fingerprint/fn_args.hpp"
 #include "idempotency/pg.hpp"
 
+extern "C" {
+#include "nodes/params.h"
+#include "utils/array.h"
+}
+
 namespace idempotency::protocol {
+
+// --- what fn receives --------------------------------------------------------
+//
+// The types fn's own text gives its parameters, and the conversion of each
+// argument to them.
+//
+// A request is identified by what fn receives, not by how a driver labelled
+// its values on the wire: `SELECT withdraw($1, $2)` with withdraw(integer,
+// bigint) receives an integer and a bigint whether the client sent int2,
+// int8, varchar or an untyped '300'. The types are PostgreSQL's own answer
+// for untyped parameters (what a client that prepares fn with no types
+// would be told); a parameter whose type fn leaves open keeps the type the
+// caller gave it (an untyped one is text). docs/fingerprints.md states the
+// rule for users.
+
+// Fills types[0 .. nargs) for fn's `sql`. given[i] is the caller's type of
+// argument i, or InvalidOid when the caller left it untyped:
+//  1. fn analysed with every parameter open gives the types;
+//  2. except that a parameter fn only passes on to its result (`SELECT $1`,
+//     `ARRAY[$1, $2]`), which PostgreSQL would make text by default, keeps
+//     the caller's type;
+//  3. when fn cannot be analysed with its parameters open (`SELECT $1 + $2`),
+//     fn analysed with the given types gives the types of the others;
+//  4. a parameter still open is the given type, or text.
+// Never raises for what fn's text says: an fn that cannot be analysed
+// raises its own error when it is prepared to run. The answer is kept per
+// fn text and given types for the life of the backend (up to a bound), until
+// parameter_types_generation() changes: a client's statement with untyped
+// parameters that is parsed for every call (an unnamed statement) asks again
+// each time.
+void infer_parameter_types(const char *sql, int nargs, const Oid *given,
+                           Oid *types);
+
+// Counts the changes this backend has seen to the catalogs that decide fn's
+// parameter types or their names (types, schemas, functions, operators,
+// casts, columns): what was worked out at an older generation is worked out
+// again.
+uint64 parameter_types_generation();
+
+// How one argument becomes the value fn receives: nothing to do when the
+// caller's type is fn's, else PostgreSQL's own conversion - the assignment
+// cast (as INSERT applies it), or for a string argument the target type's
+// input function (as for an untyped literal).
+struct Conversion {
+  ExprState *expression; // nullptr: passed as it is
+  Oid given;
+  ExprContext *context;
+  ParamListInfo argument;
+  int16 result_length;
+  bool result_by_value;
+};
+static_assert(std::is_trivially_destructible_v<Conversion>);
+
+// The conversion of argument `position` (0-based) from `given` to `target`,
+// allocated in the current memory context. Raises 42804 when there is none.
+Conversion conversion_between(Oid given, Oid target, int position);
+
+// The value fn receives for a non-null argument, in the current memory
+// context (*is_null: a cast may answer NULL).
+Datum convert(const Conversion &conversion, Datum value, bool *is_null);
+
+// --- running fn --------------------------------------------------------------
 
 struct Statement;
 

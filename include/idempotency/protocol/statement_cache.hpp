@@ -1,6 +1,6 @@
 // What is kept per fn statement - fn's text with the types its caller gave
 // the arguments - for the life of the backend: the types fn receives and how
-// each argument converts to them (protocol/fn_parameters), the request
+// each argument converts to them (protocol/fn), the request
 // fingerprint's prefix (fn and the received types, hashed), how to encode
 // each value, and the prepared plan. A statement is analysed, planned and
 // fingerprinted once per backend rather than once per call; PostgreSQL's
@@ -15,7 +15,7 @@
 
 #include "idempotency/fingerprint/fn_args.hpp"
 #include "idempotency/pg.hpp"
-#include "idempotency/protocol/fn_parameters.hpp"
+#include "idempotency/protocol/fn.hpp"
 
 extern "C" {
 #include "executor/spi.h"
