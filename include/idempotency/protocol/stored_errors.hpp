@@ -9,7 +9,7 @@
 // With the setting empty fn runs as it always did, without a subtransaction.
 #pragma once
 
-#include "idempotency/protocol/statement_cache.hpp"
+#include "idempotency/protocol/fn.hpp"
 
 #include "idempotency/pg.hpp"
 #include "idempotency/protocol/fn.hpp"
