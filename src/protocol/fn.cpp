@@ -3,12 +3,13 @@
 
 #include "idempotency/protocol/fn.hpp"
 #include "idempotency/boundary/subtransaction.hpp"
-#include "idempotency/protocol/backend_table.hpp"
+#include "idempotency/settings/settings.hpp"
 
 #include "idempotency/compat.hpp"
 
 extern "C" {
 #include "catalog/pg_type.h"
+#include "common/hashfn.h"
 #include "executor/executor.h"
 #include "funcapi.h"
 #include "nodes/makefuncs.h"
@@ -20,6 +21,7 @@ extern "C" {
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
+#include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
@@ -28,6 +30,43 @@ extern "C" {
 }
 
 namespace idempotency::protocol {
+
+// --- the backend's tables ----------------------------------------------------
+//
+// The per-backend caches below (inferred parameter types, statements) are
+// hash tables of the same kind: entries keyed by a 64-bit hash of what they
+// describe, kept in a memory context of the cache's own for the life of the
+// backend. A caller checks an entry's full key itself: two keys may share a
+// hash.
+
+namespace {
+
+// A hash table `name` of entries of `entry_size` bytes whose first member is
+// their uint64 key, allocated in `context` (the cache's own, under
+// TopMemoryContext, so that it outlives every transaction).
+HTAB *create_backend_table(const char *name, Size entry_size,
+                           MemoryContext context) {
+  HASHCTL ctl;
+  memset(&ctl, 0, sizeof(ctl));
+  ctl.keysize = sizeof(uint64);
+  ctl.entrysize = entry_size;
+  ctl.hcxt = context;
+  return hash_create(name, 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
+
+// The key both caches give a statement: a hash of fn's text (`sql_size`
+// bytes) and the caller's argument types, cut to
+// idempotency.debug_statement_hash_bits.
+uint64 statement_hash(const char *sql, size_t sql_size, int nargs,
+                      const Oid *types) {
+  uint64 hash = hash_bytes_extended(
+      reinterpret_cast<const unsigned char *>(sql), (int)sql_size, nargs);
+  return hash_bytes_extended(reinterpret_cast<const unsigned char *>(types),
+                             (int)(sizeof(Oid) * nargs), hash) &
+         settings::statement_hash_mask();
+}
+
+} // namespace
 
 // --- what fn receives: its parameters' types, each argument's conversion -----
 
