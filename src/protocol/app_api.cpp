@@ -11,7 +11,7 @@
 #include "idempotency/protocol/take_key.hpp"
 #include "idempotency/protocol/message_key.hpp"
 #include "idempotency/protocol/outcome.hpp"
-#include "idempotency/protocol/stored_errors.hpp"
+#include "idempotency/protocol/fn.hpp"
 #include "idempotency/stats/stats.hpp"
 #include "idempotency/storage/key_store.hpp"
 

@@ -5,7 +5,6 @@
 #include "idempotency/protocol/take_key.hpp"
 #include "idempotency/protocol/fn.hpp"
 #include "idempotency/protocol/outcome.hpp"
-#include "idempotency/protocol/stored_errors.hpp"
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/stats/stats.hpp"
 #include "idempotency/storage/citus.hpp"

@@ -1,6 +1,7 @@
 // fn: the caller's one SQL statement - the types its parameters receive
 // and each argument's conversion to them, what is kept per statement, how
-// it runs and how its result becomes the stored jsonb response.
+// it runs, how its result becomes the stored jsonb response, and the errors
+// it may store in its place.
 #pragma once
 
 #include "idempotency/fingerprint/request_hash.hpp"
@@ -128,5 +129,26 @@ SPIPlanPtr plan_of(Statement &statement);
 // docs/how-it-works.md, "Result to jsonb"). *is_null is set when fn returned no
 // rows.
 Datum run_fn(Statement &statement, const FnArgs &args, bool *is_null);
+
+// --- stored errors -----------------------------------------------------------
+//
+// With idempotency.store_errors set, an error of a listed SQLSTATE raised
+// by fn is the call's outcome. fn then runs in a subtransaction, so that
+// the error undoes fn's effects while the caller's transaction goes on to
+// store the error as the response:
+//
+//   {"error": {"sqlstate": "P0001", "message": "...", "detail": null,
+//              "hint": null}}
+//
+// With the setting empty fn runs as it always did, without a subtransaction.
+
+// Runs fn as run_fn() does. With idempotency.store_errors set, an error of a
+// listed SQLSTATE is caught, fn's effects are rolled back, and its document
+// is returned with *is_error set; any other error propagates unchanged.
+Datum run_fn_storing_errors(Statement &statement, const FnArgs &args,
+                            bool *is_null, bool *is_error);
+
+// Whether a stored response is an error document of the shape above.
+bool is_error_document(Datum response, bool response_is_null);
 
 } // namespace idempotency::protocol
