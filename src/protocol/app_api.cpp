@@ -8,7 +8,7 @@
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/protocol/claim_lock.hpp"
 #include "idempotency/protocol/response_limit.hpp"
-#include "idempotency/protocol/take_key.hpp"
+#include "idempotency/protocol/call.hpp"
 #include "idempotency/protocol/message_key.hpp"
 #include "idempotency/protocol/outcome.hpp"
 #include "idempotency/protocol/fn.hpp"
