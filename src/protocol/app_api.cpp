@@ -8,7 +8,6 @@
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/protocol/response_limit.hpp"
 #include "idempotency/protocol/call.hpp"
-#include "idempotency/protocol/message_key.hpp"
 #include "idempotency/protocol/outcome.hpp"
 #include "idempotency/protocol/fn.hpp"
 #include "idempotency/stats/stats.hpp"

@@ -1,4 +1,4 @@
-#include "idempotency/protocol/message_key.hpp"
+#include "idempotency/protocol/call.hpp"
 #include "idempotency/protocol/response_limit.hpp"
 #include "idempotency/settings/settings.hpp"
 
