@@ -6,7 +6,6 @@
 #include "idempotency/boundary/sqlstates.hpp"
 #include "idempotency/boundary/subtransaction.hpp"
 #include "idempotency/settings/settings.hpp"
-#include "idempotency/protocol/response_limit.hpp"
 #include "idempotency/protocol/call.hpp"
 #include "idempotency/protocol/outcome.hpp"
 #include "idempotency/protocol/fn.hpp"

@@ -6,7 +6,6 @@
 #include "idempotency/boundary/subtransaction.hpp"
 #include "idempotency/protocol/fn.hpp"
 #include "idempotency/protocol/outcome.hpp"
-#include "idempotency/protocol/response_limit.hpp"
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/stats/stats.hpp"
 #include "idempotency/storage/citus.hpp"
@@ -14,6 +13,7 @@
 #include "idempotency/storage/key_store.hpp"
 
 extern "C" {
+#include "access/detoast.h"
 #include "catalog/namespace.h"
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
@@ -572,6 +572,27 @@ char *key_for_message(const text *key) {
 // Called before ereport(): it may look up the catalog.
 const char *key_text(const storage::KeyRef &key) {
   return key_for_message(key.key);
+}
+
+// --- the limit on a stored response ------------------------------------------
+
+// A superuser bounds what a role may keep: a response over
+// idempotency.max_response_size fails the call before anything is stored.
+void check_response_size(const storage::KeyRef &key, Datum response,
+                         bool response_is_null) {
+  if (response_is_null)
+    return;
+  Size bytes = toast_raw_datum_size(response);
+  if (bytes <= settings::max_response_bytes())
+    return;
+  const char *shown = key_text(key);
+  ereport(ERROR,
+          (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+           errmsg("response of idempotency key \"%s\" is %zu bytes, over "
+                  "idempotency.max_response_size (%zu bytes)",
+                  shown, (size_t)bytes, (size_t)settings::max_response_bytes()),
+           errhint("Store a smaller response, or ask a superuser to raise "
+                   "idempotency.max_response_size.")));
 }
 
 } // namespace idempotency::protocol

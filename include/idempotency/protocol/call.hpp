@@ -134,4 +134,11 @@ char *key_for_message(const text *key);
 // key_for_message() of a key reference's text.
 const char *key_text(const storage::KeyRef &key);
 
+// --- the limit on a stored response ------------------------------------------
+
+// 54000 when a response is larger than idempotency.max_response_size: the
+// limit a superuser sets on what any role may store, through either API.
+void check_response_size(const storage::KeyRef &key, Datum response,
+                         bool response_is_null);
+
 } // namespace idempotency::protocol
