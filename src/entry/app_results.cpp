@@ -5,7 +5,7 @@
 
 #include "idempotency/entry/arguments.hpp"
 #include "idempotency/protocol/app_api.hpp"
-#include "idempotency/protocol/outcome.hpp"
+#include "idempotency/protocol/call.hpp"
 
 extern "C" {
 #include "funcapi.h"

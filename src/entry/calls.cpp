@@ -2,7 +2,6 @@
 
 #include "idempotency/entry/arguments.hpp"
 #include "idempotency/protocol/call.hpp"
-#include "idempotency/protocol/outcome.hpp"
 
 namespace idempotency::entry {
 

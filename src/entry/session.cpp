@@ -1,6 +1,6 @@
 #include "idempotency/entry/session.hpp"
 
-#include "idempotency/protocol/outcome.hpp"
+#include "idempotency/protocol/call.hpp"
 
 extern "C" {
 #include "miscadmin.h"

@@ -7,7 +7,6 @@
 #include "idempotency/boundary/subtransaction.hpp"
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/protocol/call.hpp"
-#include "idempotency/protocol/outcome.hpp"
 #include "idempotency/protocol/fn.hpp"
 #include "idempotency/stats/stats.hpp"
 #include "idempotency/storage/key_store.hpp"

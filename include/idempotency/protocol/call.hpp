@@ -1,6 +1,8 @@
 // The call protocol of idempotency.idempotent_call (and tenant_call): look
 // the key up, claim it, run fn, store the response - all in the caller's
-// transaction.
+// transaction. The application API (protocol/app_api.hpp) takes its keys
+// the same way: the claims, the probe/claim loop, keys in messages, the
+// response limit and the session's last call below serve both.
 #pragma once
 
 #include "idempotency/fingerprint/fn_args.hpp"
@@ -8,6 +10,7 @@
 #include "idempotency/storage/key_store.hpp"
 
 extern "C" {
+#include "datatype/timestamp.h"
 #include "storage/lock.h"
 #include "utils/resowner.h"
 }
@@ -31,8 +34,8 @@ struct CallResult {
   bool is_null;
 };
 
-// The caller has cleared the session's last call (protocol/outcome.hpp)
-// before reading the arguments: a call that fails on them has none.
+// The caller has cleared the session's last call (see below) before reading the
+// arguments: a call that fails on them has none.
 CallResult idempotent_call(const CallRequest &call);
 
 // --- claims ------------------------------------------------------------------
@@ -140,5 +143,34 @@ const char *key_text(const storage::KeyRef &key);
 // limit a superuser sets on what any role may store, through either API.
 void check_response_size(const storage::KeyRef &key, Datum response,
                          bool response_is_null);
+
+// --- the session's last call -------------------------------------------------
+//
+// What the last idempotent_call or claim of this session did, for
+// idempotency.last_call() and last_call_replayed(): per session, replaced by
+// each call, cleared when a call starts (so a call that fails leaves none).
+
+enum class Outcome {
+  none,          // no call yet, or the last one failed
+  ran,           // fn ran (idempotent_call) or the key was claimed (claim)
+  replayed,      // the stored response was returned
+  stored_error,  // fn raised an error listed in store_errors; it was stored
+  replayed_error // the stored response is a stored error
+};
+
+struct LastCall {
+  Outcome outcome;
+  bool has_times; // false for a claim that proceeded: nothing stored yet
+  TimestampTz created_at;
+  TimestampTz expires_at;
+};
+
+void clear_last_call();
+void record_last_call(Outcome outcome);
+void record_last_call(Outcome outcome, TimestampTz created_at,
+                      TimestampTz expires_at);
+const LastCall &last_call();
+
+const char *outcome_name(Outcome outcome);
 
 } // namespace idempotency::protocol
