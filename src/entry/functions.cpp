@@ -10,7 +10,6 @@
 #include "idempotency/entry/calls.hpp"
 #include "idempotency/entry/downstream.hpp"
 #include "idempotency/entry/maintenance.hpp"
-#include "idempotency/entry/session.hpp"
 #include "idempotency/protocol/loaded_rows.hpp"
 #include "idempotency/storage/role_scope.hpp"
 
