@@ -8,7 +8,6 @@
 #include "idempotency/boundary/boundary.hpp"
 #include "idempotency/entry/app_results.hpp"
 #include "idempotency/entry/calls.hpp"
-#include "idempotency/entry/downstream.hpp"
 #include "idempotency/entry/maintenance.hpp"
 #include "idempotency/protocol/loaded_rows.hpp"
 #include "idempotency/storage/role_scope.hpp"

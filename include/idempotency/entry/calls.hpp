@@ -24,4 +24,15 @@ Datum current_scope_body(FunctionCallInfo fcinfo);
 // before any call or after a call that raised an error.
 Datum last_call_replayed_body(FunctionCallInfo fcinfo);
 
+// --- keys for calls outside the database -------------------------------------
+//
+// The keys of the calls a request's handler makes downstream
+// (docs/downstream.md).
+
+// Body of idempotency.derived_key(key, label): the key derived for the
+// current role from `key` and `label` with the database's derived-key
+// secret (fingerprint/derived_key.hpp). Key and label are checked like a
+// call's key: 22004 when NULL, 22023 when empty or over 255 bytes.
+Datum derived_key_body(FunctionCallInfo fcinfo);
+
 } // namespace idempotency::entry
