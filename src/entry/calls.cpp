@@ -1,6 +1,6 @@
 #include "idempotency/entry/calls.hpp"
 #include "idempotency/entry/arguments.hpp"
-#include "idempotency/fingerprint/derived_key.hpp"
+#include "idempotency/fingerprint/key_digest.hpp"
 #include "idempotency/protocol/call.hpp"
 #include "idempotency/storage/derived_key_secret.hpp"
 

@@ -31,7 +31,7 @@ Datum last_call_replayed_body(FunctionCallInfo fcinfo);
 
 // Body of idempotency.derived_key(key, label): the key derived for the
 // current role from `key` and `label` with the database's derived-key
-// secret (fingerprint/derived_key.hpp). Key and label are checked like a
+// secret (fingerprint/key_digest.hpp). Key and label are checked like a
 // call's key: 22004 when NULL, 22023 when empty or over 255 bytes.
 Datum derived_key_body(FunctionCallInfo fcinfo);
 
