@@ -1,4 +1,4 @@
-#include "idempotency/entry/calls.hpp"
+#include "idempotency/entry/functions.hpp"
 #include "idempotency/entry/arguments.hpp"
 #include "idempotency/fingerprint/key_digest.hpp"
 #include "idempotency/protocol/call.hpp"
