@@ -10,6 +10,8 @@ extern "C" {
 
 namespace idempotency::entry {
 
+// --- idempotent_call and tenant_call -----------------------------------------
+
 namespace {
 
 // After the key (and, for tenant_call, the tenant before it).

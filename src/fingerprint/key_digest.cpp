@@ -12,6 +12,8 @@ extern "C" {
 
 namespace idempotency::fingerprint {
 
+// --- a key's UTF-8 form and digests ------------------------------------------
+
 namespace {
 
 // The database encoding's default conversion to UTF-8, from pg_catalog only:
