@@ -39,8 +39,8 @@ protocol::CallRequest read_call(FunctionCallInfo fcinfo, Keying keying) {
 Datum call_keyed(FunctionCallInfo fcinfo, Keying keying) {
   // A call that fails on its arguments leaves no last call behind.
   protocol::clear_last_call();
-  protocol::CallResult result =
-      protocol::idempotent_call(read_call(fcinfo, keying));
+  protocol::CallRequest call = read_call(fcinfo, keying);
+  protocol::CallResult result = protocol::idempotent_call(call);
   if (result.is_null)
     PG_RETURN_NULL();
   return result.response;
