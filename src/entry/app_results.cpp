@@ -1,11 +1,11 @@
 // Bodies of the application API's SQL functions (protocol/app_api) and of
 // idempotency.last_call(), declared in entry/functions.cpp. Table functions
 // return their one row (or none) through a materialized result set.
-#include "idempotency/entry/app_results.hpp"
+#include "idempotency/entry/functions.hpp"
 
 #include "idempotency/entry/arguments.hpp"
 #include "idempotency/protocol/app_api.hpp"
-#include "idempotency/protocol/outcome.hpp"
+#include "idempotency/protocol/call.hpp"
 
 extern "C" {
 #include "funcapi.h"

@@ -1,10 +1,16 @@
-#include "idempotency/entry/calls.hpp"
-
+#include "idempotency/entry/functions.hpp"
 #include "idempotency/entry/arguments.hpp"
+#include "idempotency/fingerprint/key_digest.hpp"
 #include "idempotency/protocol/call.hpp"
-#include "idempotency/protocol/outcome.hpp"
+#include "idempotency/storage/derived_key_secret.hpp"
+
+extern "C" {
+#include "miscadmin.h"
+}
 
 namespace idempotency::entry {
+
+// --- idempotent_call and tenant_call -----------------------------------------
 
 namespace {
 
@@ -33,8 +39,8 @@ protocol::CallRequest read_call(FunctionCallInfo fcinfo, Keying keying) {
 Datum call_keyed(FunctionCallInfo fcinfo, Keying keying) {
   // A call that fails on its arguments leaves no last call behind.
   protocol::clear_last_call();
-  protocol::CallResult result =
-      protocol::idempotent_call(read_call(fcinfo, keying));
+  protocol::CallRequest call = read_call(fcinfo, keying);
+  protocol::CallResult result = protocol::idempotent_call(call);
   if (result.is_null)
     PG_RETURN_NULL();
   return result.response;
@@ -48,6 +54,39 @@ Datum idempotent_call_body(FunctionCallInfo fcinfo) {
 
 Datum tenant_call_body(FunctionCallInfo fcinfo) {
   return call_keyed(fcinfo, Keying::by_tenant);
+}
+
+// --- what SQL may ask about the calling session ------------------------------
+
+Datum current_scope_body(FunctionCallInfo) {
+  return ObjectIdGetDatum(GetUserId());
+}
+
+Datum last_call_replayed_body(FunctionCallInfo fcinfo) {
+  switch (protocol::last_call().outcome) {
+  case protocol::Outcome::none:
+    PG_RETURN_NULL();
+  case protocol::Outcome::ran:
+  case protocol::Outcome::stored_error:
+    PG_RETURN_BOOL(false);
+  case protocol::Outcome::replayed:
+  case protocol::Outcome::replayed_error:
+    PG_RETURN_BOOL(true);
+  }
+  pg_unreachable();
+}
+
+// --- keys for calls outside the database -------------------------------------
+
+Datum derived_key_body(FunctionCallInfo fcinfo) {
+  text *key = sized_text_argument(fcinfo, 0, "idempotency key");
+  text *label = sized_text_argument(fcinfo, 1, "label");
+  storage::DerivedKeySecret secret = storage::read_derived_key_secret();
+  // The role keys are scoped to (storage::KeyRef::scope).
+  text *derived = fingerprint::derived_key(secret.bytes, sizeof secret.bytes,
+                                           GetUserId(), key, label);
+  explicit_bzero(secret.bytes, sizeof secret.bytes);
+  PG_RETURN_TEXT_P(derived);
 }
 
 } // namespace idempotency::entry

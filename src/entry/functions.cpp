@@ -1,16 +1,13 @@
 // Every SQL-callable function of the library, in the order the versions'
-// scripts created them; the symbols that only schemas before 0.7 name
-// refuse, saying how to update (and keep pg_upgrade and restores of such
-// schemas from failing on a missing symbol). Each is declared through the error
-// boundary (boundary/boundary.hpp); its body lives in its module, declared in
-// that module's header. A C symbol named in the install or update script and
-// missing here fails CREATE EXTENSION ("could not find function").
+// scripts created them; the symbols that only schemas before 0.7 name refuse,
+// saying how to update (and keep pg_upgrade and restores of such schemas from
+// failing on a missing symbol). Each is declared through the error boundary
+// (boundary/boundary.hpp); its body lives in its module, declared in
+// entry/functions.hpp (role_scope's I/O functions and the keys_loaded trigger
+// in their module's header). A C symbol named in the install or update script
+// and missing here fails CREATE EXTENSION ("could not find function").
 #include "idempotency/boundary/boundary.hpp"
-#include "idempotency/entry/app_results.hpp"
-#include "idempotency/entry/calls.hpp"
-#include "idempotency/entry/downstream.hpp"
-#include "idempotency/entry/maintenance.hpp"
-#include "idempotency/entry/session.hpp"
+#include "idempotency/entry/functions.hpp"
 #include "idempotency/protocol/loaded_rows.hpp"
 #include "idempotency/storage/role_scope.hpp"
 

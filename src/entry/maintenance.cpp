@@ -1,4 +1,4 @@
-#include "idempotency/entry/maintenance.hpp"
+#include "idempotency/entry/functions.hpp"
 
 #include "idempotency/fingerprint/key_digest.hpp"
 #include "idempotency/stats/stats.hpp"

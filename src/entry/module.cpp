@@ -6,7 +6,7 @@
 
 #include "idempotency/entry/untyped_parameters.hpp"
 #include "idempotency/protocol/app_api.hpp"
-#include "idempotency/protocol/outcome.hpp"
+#include "idempotency/protocol/call.hpp"
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/stats/stats.hpp"
 #include "idempotency/worker/launcher.hpp"

@@ -1,6 +1,7 @@
+#include "idempotency/protocol/fn.hpp"
+
 #include "idempotency/entry/untyped_parameters.hpp"
 #include "idempotency/pg.hpp"
-#include "idempotency/protocol/fn_parameters.hpp"
 #include "idempotency/storage/schema.hpp"
 #include "idempotency/storage/tenant_keys.hpp"
 

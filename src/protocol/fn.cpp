@@ -1,17 +1,571 @@
 #include "idempotency/fingerprint/fingerprint.hpp"
 #include "idempotency/protocol/rules.hpp"
+#include "idempotency/settings/sqlstate_list.hpp"
 
 #include "idempotency/protocol/fn.hpp"
-#include "idempotency/protocol/statement_cache.hpp"
+#include "idempotency/boundary/subtransaction.hpp"
+#include "idempotency/settings/settings.hpp"
+
+#include "idempotency/compat.hpp"
 
 extern "C" {
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "executor/executor.h"
 #include "funcapi.h"
 #include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
+#include "parser/analyze.h"
+#include "parser/parse_coerce.h"
+#include "parser/parse_param.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/fmgroids.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/syscache.h"
 }
 
 namespace idempotency::protocol {
+
+// --- the backend's tables ----------------------------------------------------
+//
+// The per-backend caches below (inferred parameter types, statements) are
+// hash tables of the same kind: entries keyed by a 64-bit hash of what they
+// describe, kept in a memory context of the cache's own for the life of the
+// backend. A caller checks an entry's full key itself: two keys may share a
+// hash.
+
+namespace {
+
+// A hash table `name` of entries of `entry_size` bytes whose first member is
+// their uint64 key, allocated in `context` (the cache's own, under
+// TopMemoryContext, so that it outlives every transaction).
+HTAB *create_backend_table(const char *name, Size entry_size,
+                           MemoryContext context) {
+  HASHCTL ctl;
+  memset(&ctl, 0, sizeof(ctl));
+  ctl.keysize = sizeof(uint64);
+  ctl.entrysize = entry_size;
+  ctl.hcxt = context;
+  return hash_create(name, 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
+
+// The key both caches give a statement: a hash of fn's text (`sql_size`
+// bytes) and the caller's argument types, cut to
+// idempotency.debug_statement_hash_bits.
+uint64 statement_hash(const char *sql, size_t sql_size, int nargs,
+                      const Oid *types) {
+  uint64 hash = hash_bytes_extended(
+      reinterpret_cast<const unsigned char *>(sql), (int)sql_size, nargs);
+  return hash_bytes_extended(reinterpret_cast<const unsigned char *>(types),
+                             (int)(sizeof(Oid) * nargs), hash) &
+         settings::statement_hash_mask();
+}
+
+} // namespace
+
+// --- what fn receives: its parameters' types, each argument's conversion -----
+
+namespace {
+
+const int errcode_datatype_mismatch = ERRCODE_DATATYPE_MISMATCH;
+
+// What one analysis of fn found: the type of each parameter (InvalidOid
+// where it stayed open) and the types of fn's result columns.
+struct Analysis {
+  Oid *types;
+  int result_count;
+  Oid *result_types;
+};
+
+Analysis new_analysis(int nargs, const Oid *types) {
+  Analysis analysis{static_cast<Oid *>(palloc(sizeof(Oid) * Max(nargs, 1))), 0,
+                    nullptr};
+  memcpy(analysis.types, types, sizeof(Oid) * nargs);
+  return analysis;
+}
+
+void record_result_types(const Query *query, Analysis *analysis) {
+  List *columns = query->commandType == CMD_SELECT ? query->targetList
+                                                   : query->returningList;
+  analysis->result_types =
+      static_cast<Oid *>(palloc(sizeof(Oid) * Max(list_length(columns), 1)));
+  ListCell *cell;
+  foreach (cell, columns) {
+    TargetEntry *column = lfirst_node(TargetEntry, cell);
+    if (!column->resjunk)
+      analysis->result_types[analysis->result_count++] =
+          exprType(reinterpret_cast<Node *>(column->expr));
+  }
+}
+
+bool same_results(const Analysis &a, const Analysis &b) {
+  return a.result_count == b.result_count &&
+         memcmp(a.result_types, b.result_types, sizeof(Oid) * a.result_count) ==
+             0;
+}
+
+// Analyses fn's one statement as PostgreSQL analyses a client's statement
+// with untyped parameters, starting from analysis->types (InvalidOid for
+// open ones). Runs in a subtransaction: an fn that cannot be analysed this
+// way (an ambiguous operator, a relation created later in the transaction)
+// answers false. No post-analysis hook runs: this is not a statement of the
+// session. A parallel worker cannot start a subtransaction; there the
+// caller's types stand.
+bool analyse(const char *sql, int nargs, Analysis *analysis) {
+  if (IsInParallelMode())
+    return false;
+  int count = nargs;
+  Oid **types = &analysis->types;
+  int *counted = &count;
+  bool finished = run_in_subtransaction(
+      [sql, types, counted, analysis] {
+        List *statements = pg_parse_query(sql);
+        if (list_length(statements) != 1)
+          ereport(ERROR, (errcode(ERRCODE_SYNTAX_ERROR),
+                          errmsg("fn must be exactly one SQL statement")));
+        ParseState *state = make_parsestate(nullptr);
+        state->p_sourcetext = sql;
+        setup_parse_variable_parameters(state, types, counted);
+        Query *query =
+            transformTopLevelStmt(state, linitial_node(RawStmt, statements));
+        check_variable_parameters(state, query);
+        record_result_types(query, analysis);
+        free_parsestate(state);
+      },
+      [](const ErrorData *) { return true; });
+  if (!finished)
+    return false;
+  for (int i = 0; i < nargs; i++)
+    if (i >= count || analysis->types[i] == UNKNOWNOID)
+      analysis->types[i] = InvalidOid;
+  return true;
+}
+
+bool is_string(Oid type) { return TypeCategory(type) == TYPCATEGORY_STRING; }
+
+// PostgreSQL types an untyped parameter text by default where nothing asks
+// for a type (`SELECT $1`, `ARRAY[$1, $2]`, `VALUES ($1)`); fn does not need
+// text there, it passes the value on. A parameter the open analysis made
+// text and the caller gave another type keeps the caller's type when fn
+// accepts it and then returns other types: the value reaches fn's result.
+void keep_passed_through_types(const char *sql, int nargs, const Oid *given,
+                               Analysis *open) {
+  Analysis seeded = new_analysis(nargs, open->types);
+  bool any = false;
+  for (int i = 0; i < nargs; i++)
+    if (open->types[i] == TEXTOID && OidIsValid(given[i]) &&
+        !is_string(given[i])) {
+      seeded.types[i] = given[i];
+      any = true;
+    }
+  if (any && analyse(sql, nargs, &seeded) && !same_results(*open, seeded))
+    memcpy(open->types, seeded.types, sizeof(Oid) * nargs);
+}
+
+uint64 generation = 0;
+
+void catalog_changed(Datum, compat::SysCacheIdentifier, uint32) {
+  generation++;
+}
+
+void watch_catalogs() {
+  static bool watching = false;
+  if (watching)
+    return;
+  static const SysCacheIdentifier caches[] = {
+      TYPEOID, NAMESPACEOID, PROCOID, OPEROID, CASTSOURCETARGET, ATTNUM};
+  for (SysCacheIdentifier cache : caches)
+    CacheRegisterSyscacheCallback(cache, catalog_changed, (Datum)0);
+  watching = true;
+}
+
+// The answers of infer_parameter_types, per fn text and given types.
+struct Inferred {
+  uint64 hash; // the table's key
+  char *sql;
+  int nargs;
+  Oid *given;
+  Oid *types;
+  uint64 generation;
+};
+
+constexpr long max_inferred = 1024;
+HTAB *inferred = nullptr;
+MemoryContext inferred_context = nullptr;
+
+Inferred *find_inferred(uint64 hash, const char *sql, int nargs,
+                        const Oid *given) {
+  if (inferred == nullptr) {
+    inferred_context = AllocSetContextCreate(
+        TopMemoryContext, "idempotency parameter types", ALLOCSET_SMALL_SIZES);
+    inferred = create_backend_table("idempotency parameter types",
+                                    sizeof(Inferred), inferred_context);
+  }
+  auto *found =
+      static_cast<Inferred *>(hash_search(inferred, &hash, HASH_FIND, nullptr));
+  if (found == nullptr || found->nargs != nargs ||
+      strcmp(found->sql, sql) != 0 ||
+      memcmp(found->given, given, sizeof(Oid) * nargs) != 0)
+    return nullptr;
+  return found;
+}
+
+void keep_inferred(uint64 hash, const char *sql, int nargs, const Oid *given,
+                   const Oid *types, uint64 at) {
+  if (hash_get_num_entries(inferred) >= max_inferred)
+    return;
+  auto copy = [](const void *from, Size size) {
+    void *to = MemoryContextAlloc(inferred_context, Max(size, 1));
+    memcpy(to, from, size);
+    return to;
+  };
+  Inferred kept{hash,
+                static_cast<char *>(copy(sql, strlen(sql) + 1)),
+                nargs,
+                static_cast<Oid *>(copy(given, sizeof(Oid) * nargs)),
+                static_cast<Oid *>(copy(types, sizeof(Oid) * nargs)),
+                at};
+  bool existed;
+  auto *entry = static_cast<Inferred *>(
+      hash_search(inferred, &hash, HASH_ENTER, &existed));
+  if (existed) {
+    pfree(entry->sql);
+    pfree(entry->given);
+    pfree(entry->types);
+  }
+  *entry = kept;
+}
+
+void infer(const char *sql, int nargs, const Oid *given, Oid *types) {
+  for (int i = 0; i < nargs; i++)
+    types[i] = InvalidOid;
+  Analysis analysis = new_analysis(nargs, types);
+  if (analyse(sql, nargs, &analysis)) {
+    keep_passed_through_types(sql, nargs, given, &analysis);
+  } else {
+    analysis = new_analysis(nargs, given);
+    if (!analyse(sql, nargs, &analysis))
+      analysis = new_analysis(nargs, given);
+  }
+  for (int i = 0; i < nargs; i++) {
+    types[i] = analysis.types[i];
+    if (!OidIsValid(types[i]))
+      types[i] = OidIsValid(given[i]) ? given[i] : TEXTOID;
+  }
+}
+
+} // namespace
+
+uint64 parameter_types_generation() {
+  watch_catalogs();
+  return generation;
+}
+
+void infer_parameter_types(const char *sql, int nargs, const Oid *given,
+                           Oid *types) {
+  uint64 at = parameter_types_generation();
+  uint64 hash = statement_hash(sql, strlen(sql), nargs, given);
+  Inferred *found = find_inferred(hash, sql, nargs, given);
+  if (found != nullptr && found->generation == at) {
+    memcpy(types, found->types, sizeof(Oid) * nargs);
+    return;
+  }
+  infer(sql, nargs, given, types);
+  keep_inferred(hash, sql, nargs, given, types, at);
+}
+
+Conversion conversion_between(Oid given, Oid target, int position) {
+  Conversion conversion;
+  memset(&conversion, 0, sizeof(conversion));
+  if (given == target)
+    return conversion;
+
+  Param *argument = makeNode(Param);
+  argument->paramkind = PARAM_EXTERN;
+  argument->paramid = 1;
+  argument->paramtype = given;
+  argument->paramtypmod = -1;
+  argument->paramcollid = get_typcollation(given);
+  argument->location = -1;
+  // A string is read by the target type's input function, as an untyped
+  // literal would be; anything else converts as INSERT would convert it.
+  CoercionContext context = TypeCategory(given) == TYPCATEGORY_STRING
+                                ? COERCION_EXPLICIT
+                                : COERCION_ASSIGNMENT;
+  Node *converted =
+      coerce_to_target_type(nullptr, reinterpret_cast<Node *>(argument), given,
+                            target, -1, context, COERCE_IMPLICIT_CAST, -1);
+  if (converted == nullptr)
+    ereport(
+        ERROR,
+        (errcode(errcode_datatype_mismatch),
+         errmsg("argument $%d of type %s cannot be converted to %s",
+                position + 1, format_type_be(given), format_type_be(target)),
+         errdetail("fn's text gives parameter $%d the type %s.", position + 1,
+                   format_type_be(target)),
+         errhint("Pass a value of type %s.", format_type_be(target))));
+
+  conversion.given = given;
+  conversion.argument = makeParamList(1);
+  conversion.argument->numParams = 1;
+  conversion.expression = ExecInitExprWithParams(
+      reinterpret_cast<Expr *>(converted), conversion.argument);
+  conversion.context = CreateStandaloneExprContext();
+  conversion.context->ecxt_param_list_info = conversion.argument;
+  get_typlenbyval(target, &conversion.result_length,
+                  &conversion.result_by_value);
+  return conversion;
+}
+
+Datum convert(const Conversion &conversion, Datum value, bool *is_null) {
+  ParamExternData &argument = conversion.argument->params[0];
+  argument.value = value;
+  argument.isnull = false;
+  argument.pflags = PARAM_FLAG_CONST;
+  argument.ptype = conversion.given;
+  Datum converted = ExecEvalExprSwitchContext(conversion.expression,
+                                              conversion.context, is_null);
+  Datum copied = *is_null ? (Datum)0
+                          : datumCopy(converted, conversion.result_by_value,
+                                      conversion.result_length);
+  ResetExprContext(conversion.context);
+  return copied;
+}
+
+// --- the statement: what is kept per fn text and argument types --------------
+
+namespace {
+
+// Applications have a handful of fn texts; this only bounds a pathological
+// caller (one fn text per call). Beyond it statements are not kept.
+constexpr long max_statements = 1024;
+
+HTAB *statements = nullptr;
+MemoryContext statements_context = nullptr;
+
+bool matches(const Statement &statement, const char *sql, size_t sql_size,
+             const FnArgs &args) {
+  return statement.nargs == args.count && strlen(statement.sql) == sql_size &&
+         memcmp(statement.sql, sql, sql_size) == 0 &&
+         memcmp(statement.given_types, args.types, sizeof(Oid) * args.count) ==
+             0;
+}
+
+void create_table() {
+  statements_context = AllocSetContextCreate(
+      TopMemoryContext, "idempotency statements", ALLOCSET_DEFAULT_SIZES);
+  statements = create_backend_table("idempotency statements", sizeof(Statement),
+                                    statements_context);
+}
+
+template <typename T> T *allocate(MemoryContext context, int count) {
+  return static_cast<T *>(
+      MemoryContextAlloc(context, sizeof(T) * Max(count, 1)));
+}
+
+bool same_types(const Oid *a, const Oid *b, int count) {
+  return memcmp(a, b, sizeof(Oid) * count) == 0;
+}
+
+// Fills the fingerprint prefix and encoders from the statement's types.
+void fingerprint_types(Statement &statement, text *fn) {
+  for (int i = 0; i < statement.nargs; i++)
+    statement.encoders[i] = fingerprint::encoder_for(statement.types[i]);
+  statement.fingerprint_prefix =
+      fingerprint::prefix_for(fn, statement.nargs, statement.types);
+  statement.fingerprint_prefix.keep_prefix_state();
+}
+
+// Works out, in a new memory context under `parent`, what fn receives and
+// how each argument gets there; everything that may fail runs before the
+// statement changes. The generation is read first: a change that arrives
+// meanwhile leaves the statement stale, described again on next use.
+void describe(Statement &statement, text *fn, const Oid *types,
+              MemoryContext parent) {
+  uint64 generation = parameter_types_generation();
+  MemoryContext context = AllocSetContextCreate(parent, "idempotency statement",
+                                                ALLOCSET_SMALL_SIZES);
+  MemoryContext caller = MemoryContextSwitchTo(context);
+  Statement described = statement;
+  described.context = context;
+  PG_TRY();
+  {
+    described.types = allocate<Oid>(context, statement.nargs);
+    memcpy(described.types, types, sizeof(Oid) * statement.nargs);
+    described.conversions = allocate<Conversion>(context, statement.nargs);
+    described.converts = false;
+    for (int i = 0; i < statement.nargs; i++) {
+      described.conversions[i] =
+          conversion_between(statement.given_types[i], types[i], i);
+      described.converts |= described.conversions[i].expression != nullptr;
+    }
+    described.encoders =
+        allocate<fingerprint::ValueEncoder>(context, statement.nargs);
+    fingerprint_types(described, fn);
+  }
+  PG_CATCH();
+  {
+    MemoryContextSwitchTo(caller);
+    MemoryContextDelete(context);
+    PG_RE_THROW();
+  }
+  PG_END_TRY();
+  described.catalog_generation = generation;
+  MemoryContextSwitchTo(caller);
+  if (statement.context != nullptr)
+    MemoryContextDelete(statement.context);
+  statement = described;
+}
+
+Oid *inferred_types(const Statement &statement) {
+  Oid *types =
+      static_cast<Oid *>(palloc(sizeof(Oid) * Max(statement.nargs, 1)));
+  infer_parameter_types(statement.sql, statement.nargs, statement.given_types,
+                        types);
+  return types;
+}
+
+// After a catalog change: the types again; a statement whose types are
+// unchanged keeps its conversions and plan and only names its types again.
+void refresh(Statement &statement, text *fn) {
+  uint64 generation = parameter_types_generation();
+  Oid *types = inferred_types(statement);
+  if (!same_types(types, statement.types, statement.nargs)) {
+    // The old plan is left to its memory context, not freed: a call further
+    // up this backend's stack may still be running it.
+    describe(statement, fn, types, statements_context);
+    statement.plan = nullptr;
+    return;
+  }
+  // The prefixes' bytes and kept states live with the statement.
+  MemoryContext caller = MemoryContextSwitchTo(statement.context);
+  fingerprint_types(statement, fn);
+  MemoryContextSwitchTo(caller);
+  statement.catalog_generation = generation;
+}
+
+Statement build(uint64 hash, text *fn, const FnArgs &args, bool kept,
+                MemoryContext context) {
+  size_t sql_size = VARSIZE_ANY_EXHDR(fn);
+  char *sql = allocate<char>(context, (int)sql_size + 1);
+  memcpy(sql, VARDATA_ANY(fn), sql_size);
+  sql[sql_size] = '\0';
+  Oid *given_types = allocate<Oid>(context, args.count);
+  memcpy(given_types, args.types, sizeof(Oid) * args.count);
+  // describe() fills in everything after given_types.
+  fingerprint::RequestFingerprint unset =
+      fingerprint::RequestFingerprint::for_claim();
+  Statement statement{hash,    sql,     args.count, given_types, nullptr,
+                      nullptr, nullptr, false,      unset,       nullptr,
+                      nullptr, kept,    0};
+  describe(statement, fn, inferred_types(statement), context);
+  return statement;
+}
+
+} // namespace
+
+Statement *statement_for(text *fn, const FnArgs &args) {
+  if (statements == nullptr)
+    create_table();
+  const char *sql = VARDATA_ANY(fn);
+  size_t sql_size = VARSIZE_ANY_EXHDR(fn);
+  uint64 hash = statement_hash(sql, sql_size, args.count, args.types);
+
+  auto *found = static_cast<Statement *>(
+      hash_search(statements, &hash, HASH_FIND, nullptr));
+  if (found != nullptr && matches(*found, sql, sql_size, args)) {
+    if (found->catalog_generation != parameter_types_generation())
+      refresh(*found, fn);
+    return found;
+  }
+
+  // Not kept: the cache is full, or another statement has the same hash.
+  if (found != nullptr || hash_get_num_entries(statements) >= max_statements) {
+    auto *transient = static_cast<Statement *>(palloc(sizeof(Statement)));
+    *transient = build(hash, fn, args, false, CurrentMemoryContext);
+    return transient;
+  }
+
+  Statement built = build(hash, fn, args, true, statements_context);
+  auto *entry = static_cast<Statement *>(
+      hash_search(statements, &hash, HASH_ENTER, nullptr));
+  *entry = built;
+  return entry;
+}
+
+FnArgs received_args(const Statement &statement, const FnArgs &args) {
+  if (!statement.converts)
+    return args;
+  FnArgs received = args;
+  received.types = statement.types;
+  received.values =
+      static_cast<Datum *>(palloc(sizeof(Datum) * Max(args.count, 1)));
+  received.nulls =
+      static_cast<bool *>(palloc(sizeof(bool) * Max(args.count, 1)));
+  for (int i = 0; i < args.count; i++) {
+    received.nulls[i] = args.nulls[i];
+    received.values[i] = args.values[i];
+    if (!args.nulls[i] && statement.conversions[i].expression != nullptr)
+      received.values[i] =
+          convert(statement.conversions[i], args.values[i], &received.nulls[i]);
+  }
+  return received;
+}
+
+namespace {
+
+// An error the parser positions is positioned in fn's text, with fn as its
+// QUERY, as SPI does for the statements it parses (its error context
+// callback): without this, the cursor would point into the caller's
+// statement.
+void position_in_fn(void *sql) {
+  int position = geterrposition();
+  if (position <= 0)
+    return;
+  errposition(0);
+  internalerrposition(position);
+  internalerrquery(static_cast<const char *>(sql));
+}
+
+// Counted on the raw parse trees, before anything is analysed: analysing a
+// later statement could fail on what an earlier one would have created
+// (CREATE TABLE t ...; SELECT * FROM t would answer 42P01).
+void check_single_statement(const char *sql) {
+  ErrorContextCallback in_fn{error_context_stack, position_in_fn,
+                             const_cast<char *>(sql)};
+  error_context_stack = &in_fn;
+  List *statements = pg_parse_query(sql);
+  error_context_stack = in_fn.previous;
+  if (list_length(statements) != 1)
+    ereport(ERROR, (errcode(ERRCODE_SYNTAX_ERROR),
+                    errmsg("fn must be exactly one SQL statement")));
+}
+
+} // namespace
+
+SPIPlanPtr plan_of(Statement &statement) {
+  if (statement.plan != nullptr)
+    return statement.plan;
+  check_single_statement(statement.sql);
+  SPIPlanPtr plan =
+      SPI_prepare(statement.sql, statement.nargs, statement.types);
+  if (plan == nullptr)
+    elog(ERROR, "SPI_prepare failed for fn: %s",
+         SPI_result_code_string(SPI_result));
+  // A statement that is not kept gets a plan that SPI_finish frees.
+  if (statement.kept && SPI_keepplan(plan) != 0)
+    elog(ERROR, "SPI_keepplan failed for fn");
+  statement.plan = plan;
+  return plan;
+}
+
+// --- running fn: SPI, its result as jsonb ------------------------------------
 
 namespace {
 
@@ -106,6 +660,94 @@ Datum run_fn(Statement &statement, const FnArgs &args, bool *is_null) {
   MemoryContextSwitchTo(spi_context);
   SPI_finish();
   return response;
+}
+
+// --- stored errors: fn's error as the response -------------------------------
+
+namespace {
+
+void push_key(compat::JsonbInState *state, const char *key) {
+  JsonbValue value;
+  value.type = jbvString;
+  value.val.string.val = const_cast<char *>(key);
+  value.val.string.len = (int)strlen(key);
+  compat::pushJsonbValue(state, WJB_KEY, &value);
+}
+
+// A string member, or JSON null when the error has no such field.
+void push_member(compat::JsonbInState *state, const char *key,
+                 const char *text) {
+  push_key(state, key);
+  JsonbValue value;
+  if (text == nullptr) {
+    value.type = jbvNull;
+  } else {
+    value.type = jbvString;
+    value.val.string.val = const_cast<char *>(text);
+    value.val.string.len = (int)strlen(text);
+  }
+  compat::pushJsonbValue(state, WJB_VALUE, &value);
+}
+
+Datum error_document(const ErrorData *error) {
+  compat::JsonbInState state{};
+  compat::pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
+  push_key(&state, "error");
+  compat::pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
+  push_member(&state, "sqlstate", unpack_sql_state(error->sqlerrcode));
+  push_member(&state, "message", error->message);
+  push_member(&state, "detail", error->detail);
+  push_member(&state, "hint", error->hint);
+  compat::pushJsonbValue(&state, WJB_END_OBJECT, nullptr);
+  compat::pushJsonbValue(&state, WJB_END_OBJECT, nullptr);
+  return JsonbPGetDatum(JsonbValueToJsonb(state.result));
+}
+
+// A transient condition (a lock timeout, a cancel, ...) is never stored,
+// even when its class is listed: a retry must run fn again.
+bool error_is_stored(const ErrorData *error) {
+  const char *sqlstate = unpack_sql_state(error->sqlerrcode);
+  return sqlstate_listed(settings::stored_errors(), sqlstate) &&
+         !sqlstate_transient(sqlstate);
+}
+
+} // namespace
+
+Datum run_fn_storing_errors(Statement &statement, const FnArgs &args,
+                            bool *is_null, bool *is_error) {
+  *is_error = false;
+  if (settings::stored_errors().count == 0)
+    return run_fn(statement, args, is_null);
+
+  // fn's effects live in a subtransaction that a stored error rolls back.
+  Datum response = (Datum)0;
+  run_in_subtransaction([&] { response = run_fn(statement, args, is_null); },
+                        [&](const ErrorData *error) {
+                          if (!error_is_stored(error))
+                            return false;
+                          response = error_document(error);
+                          *is_null = false;
+                          *is_error = true;
+                          return true;
+                        });
+  return response;
+}
+
+bool is_error_document(Datum response, bool response_is_null) {
+  if (response_is_null)
+    return false;
+  Jsonb *document = DatumGetJsonbP(response);
+  if (!JB_ROOT_IS_OBJECT(document) || JB_ROOT_COUNT(document) != 1)
+    return false;
+  JsonbValue error;
+  if (getKeyJsonValueFromContainer(&document->root, "error", 5, &error) ==
+          nullptr ||
+      error.type != jbvBinary || !JsonContainerIsObject(error.val.binary.data))
+    return false;
+  JsonbValue sqlstate;
+  return getKeyJsonValueFromContainer(error.val.binary.data, "sqlstate", 8,
+                                      &sqlstate) != nullptr &&
+         sqlstate.type == jbvString && sqlstate.val.string.len == 5;
 }
 
 } // namespace idempotency::protocol

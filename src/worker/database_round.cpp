@@ -1,6 +1,6 @@
 #include <algorithm>
 
-#include "idempotency/worker/database_round.hpp"
+#include "idempotency/worker/launcher.hpp"
 
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/storage/key_store.hpp"

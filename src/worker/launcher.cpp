@@ -9,7 +9,6 @@
 #include "idempotency/worker/launcher.hpp"
 
 #include "idempotency/settings/settings.hpp"
-#include "idempotency/worker/database_round.hpp"
 #include "idempotency/worker/status.hpp"
 
 #include "idempotency/compat.hpp"

@@ -38,9 +38,22 @@ static_assert(std::is_trivially_destructible_v<CaughtError>);
 
 // Copies what an exception says into palloc'd memory. Called inside a catch
 // block; allocates only with palloc and never throws.
-CaughtError describe_current_exception() noexcept;
+inline CaughtError describe_current_exception() noexcept {
+  try {
+    throw;
+  } catch (const std::bad_alloc &) {
+    return {ERRCODE_OUT_OF_MEMORY, "out of memory in C++ code"};
+  } catch (const std::exception &e) {
+    return {ERRCODE_INTERNAL_ERROR, psprintf("C++ exception: %s", e.what())};
+  } catch (...) {
+    return {ERRCODE_INTERNAL_ERROR, "unknown C++ exception"};
+  }
+}
 
-[[noreturn]] void report(const CaughtError &error);
+[[noreturn]] inline void report(const CaughtError &error) {
+  ereport(ERROR, (errcode(error.sqlstate), errmsg("%s", error.message)));
+  pg_unreachable();
+}
 } // namespace detail
 
 template <typename Body>

@@ -1,5 +1,5 @@
 // fn's arguments as bound to $1 ... $n: collected by entry/arguments, hashed
-// by fingerprint/request_hash, keyed on by protocol/statement_cache. A plain
+// by fingerprint/request_hash, keyed on by protocol/fn. A plain
 // struct over palloc'd arrays, so it may live in frames that call
 // PostgreSQL.
 #pragma once

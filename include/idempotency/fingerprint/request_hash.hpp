@@ -8,7 +8,7 @@
 // restored into a database of another encoding keeps every fingerprint.
 //
 // The part that depends only on fn and the types (the prefix) is computed
-// once per statement and kept with it (protocol/statement_cache); a call
+// once per statement and kept with it (protocol/fn); a call
 // then hashes only its values.
 #pragma once
 

@@ -71,8 +71,8 @@ int expire_rate();
 Size max_response_bytes();
 
 // idempotency.debug_statement_hash_bits, as the mask of the bits kept: the
-// backend's caches of fn statements (protocol/statement_cache and
-// protocol/fn_parameters) key them by their hash ANDed with it. A developer
+// backend's caches of fn statements and their parameter types (protocol/fn)
+// key them by their hash ANDed with it. A developer
 // setting: fewer bits make different statements share a hash, which the
 // caches must then tell apart by text and argument types. Inline: it is on
 // every call's path.
