@@ -84,16 +84,19 @@ const isTransient = (error) => typeof error?.code === 'string' && error.code.len
   && TRANSIENT_CLASSES.has(error.code.slice(0, 2));
 
 // A message costs the round trips of a consumer without idempotency (BEGIN,
-// the handler's work, COMMIT): BEGIN goes with the claim (and the savepoint a
-// stored error needs) in one simple-query message, and the complete with
-// COMMIT in another. The simple-query protocol takes no parameters, so the
-// key, request hash and response go in as literals (escapeLiteral).
+// the handler's work, COMMIT): BEGIN goes with the claim in one simple-query
+// message, and the complete with COMMIT in another. The simple-query
+// protocol takes no parameters, so the key, request hash and response go in
+// as literals (escapeLiteral). No savepoint guards the handler's work: a
+// stored error, the rare case, rolls the transaction back and stores the
+// error under a new claim (storeError), so the common case pays for no
+// subtransaction.
 const literal = (client, value) => (value === null || value === undefined ? 'NULL' : client.escapeLiteral(value));
 
 // BEGIN and the claim, with the stored response as jsonb's text: the reply
 // is made of that text, so the first reply and every replay, from any
 // client, are the same bytes.
-async function beginAndClaim(client, { key, requestHash, waitTimeout, isStoredError }) {
+async function beginAndClaim(client, { key, requestHash, waitTimeout }) {
   if (requestHash !== null && requestHash !== undefined && typeof requestHash !== 'string')
     throw new TypeError(`requestHash must give a string, not ${typeof requestHash}`);
   // A literal cannot carry a NUL character, and PostgreSQL's text cannot
@@ -111,8 +114,6 @@ async function beginAndClaim(client, { key, requestHash, waitTimeout, isStoredEr
   }
   statements.push('SELECT replayed, response::text AS text'
     + ` FROM idempotency.claim(${literal(client, key)}, ${literal(client, requestHash)})`);
-  if (isStoredError)
-    statements.push('SAVEPOINT idempotency_consumer_work');
   try {
     const results = [await client.query(statements.join('; '))].flat();
     return results.find((result) => result.fields[0]?.name === 'replayed').rows[0];
@@ -131,6 +132,28 @@ async function completeAndCommit(client, key, response) {
   return stored.text;
 }
 
+// The answer of a claim that found the key stored: the transaction ends.
+async function replayed(client, claimed) {
+  await client.query('COMMIT');
+  const response = claimed.text === null ? null : JSON.parse(claimed.text);
+  return { outcome: isErrorDocument(response) ? 'replayed_error' : 'replayed', response, text: claimed.text };
+}
+
+// The handler's error is the answer: its work is undone with the whole
+// transaction, and the error stored under a new claim of the key. Another
+// delivery of the key that ran meanwhile makes this a replay of its answer
+// (or an IK409 while it runs): the key still gets one answer.
+async function storeError(client, { key, requestHash, waitTimeout, beforeCommit }, error) {
+  await client.query('ROLLBACK');
+  const claimed = await beginAndClaim(client, { key, requestHash, waitTimeout });
+  if (claimed.replayed)
+    return replayed(client, claimed);
+  if (beforeCommit)
+    beforeCommit();
+  const text = await completeAndCommit(client, key, errorDocument(error));
+  return { outcome: 'stored_error', response: JSON.parse(text), text };
+}
+
 // Claims key, runs work(db) and stores its answer in one transaction.
 // Returns { outcome: 'ran' | 'stored_error' | 'replayed' | 'replayed_error',
 // response, text }: the answer as stored, and its jsonb text.
@@ -138,15 +161,12 @@ async function applyOnce(pool, { key, requestHash, waitTimeout, isStoredError, b
   const client = await pool.connect();
   let broken; // a client whose ROLLBACK failed is not given back for reuse
   try {
-    const claimed = await beginAndClaim(client, { key, requestHash, waitTimeout, isStoredError });
-    if (claimed.replayed) {
-      await client.query('COMMIT');
-      const response = claimed.text === null ? null : JSON.parse(claimed.text);
-      return { outcome: isErrorDocument(response) ? 'replayed_error' : 'replayed', response, text: claimed.text };
-    }
+    const claimed = await beginAndClaim(client, { key, requestHash, waitTimeout });
+    if (claimed.replayed)
+      return await replayed(client, claimed);
     const handle = sealable(client);
-    let outcome = 'ran';
     let response;
+    let storedError = null;
     try {
       response = await work(handle.proxy);
     } catch (error) {
@@ -154,18 +174,17 @@ async function applyOnce(pool, { key, requestHash, waitTimeout, isStoredError, b
         throw error;
       if (!isStoredError || !isStoredError(error))
         throw new HandlerFailure(error);
-      // The answer is the error: the handler's work is undone, the key kept.
-      await client.query('ROLLBACK TO SAVEPOINT idempotency_consumer_work');
-      outcome = 'stored_error';
-      response = errorDocument(error);
+      storedError = error;
     } finally {
       handle.seal(`the transaction of message key ${JSON.stringify(key)} has ended; `
         + 'use the handle only inside the handler');
     }
+    if (storedError !== null)
+      return await storeError(client, { key, requestHash, waitTimeout, beforeCommit }, storedError);
     if (beforeCommit)
       beforeCommit();
     const text = await completeAndCommit(client, key, response);
-    return { outcome, response: text === null ? null : JSON.parse(text), text };
+    return { outcome: 'ran', response: text === null ? null : JSON.parse(text), text };
   } catch (error) {
     await client.query('ROLLBACK').catch((rollbackError) => { broken = rollbackError; });
     throw error;
