@@ -93,9 +93,22 @@ const isTransient = (error) => typeof error?.code === 'string' && error.code.len
 // subtransaction.
 const literal = (client, value) => (value === null || value === undefined ? 'NULL' : client.escapeLiteral(value));
 
+// The replayed flag and the response's jsonb text from claim()'s row in a
+// record's text form: "(f,,,)" for a key claimed now, "(t,<response>,...)"
+// for a replay, the response in double quotes (with " and \ doubled) unless
+// it has none of the characters that need them.
+const CLAIM_RECORD = /^\(([tf]),(?:"((?:[^"\\]|""|\\\\)*)"|([^,]*)),/;
+function claimFromRecord(record) {
+  const [, replayed, quoted, bare] = CLAIM_RECORD.exec(record);
+  const text = quoted !== undefined ? quoted.replace(/""|\\\\/g, (pair) => pair[0]) : (bare || null);
+  return { replayed: replayed === 't', text };
+}
+
 // BEGIN and the claim, with the stored response as jsonb's text: the reply
 // is made of that text, so the first reply and every replay, from any
-// client, are the same bytes.
+// client, are the same bytes. claim() is called in the select list, where
+// the server plans it for less than as a table in FROM; its row comes back
+// as a record's text.
 async function beginAndClaim(client, { key, requestHash, waitTimeout }) {
   if (requestHash !== null && requestHash !== undefined && typeof requestHash !== 'string')
     throw new TypeError(`requestHash must give a string, not ${typeof requestHash}`);
@@ -112,11 +125,10 @@ async function beginAndClaim(client, { key, requestHash, waitTimeout }) {
     await client.query(statements.join('; '));
     statements = [];
   }
-  statements.push('SELECT replayed, response::text AS text'
-    + ` FROM idempotency.claim(${literal(client, key)}, ${literal(client, requestHash)})`);
+  statements.push(`SELECT idempotency.claim(${literal(client, key)}, ${literal(client, requestHash)})::text AS claimed`);
   try {
     const results = [await client.query(statements.join('; '))].flat();
-    return results.find((result) => result.fields[0]?.name === 'replayed').rows[0];
+    return claimFromRecord(results.find((result) => result.fields[0]?.name === 'claimed').rows[0].claimed);
   } catch (error) {
     throw fromClaimError(error);
   }
@@ -127,8 +139,8 @@ async function beginAndClaim(client, { key, requestHash, waitTimeout }) {
 async function completeAndCommit(client, key, response) {
   const json = response === undefined || response === null ? null : JSON.stringify(response);
   const [{ rows: [stored] }] = await client.query(
-    `SELECT idempotency.complete(${literal(client, key)}, answer.value), answer.value::text AS text`
-    + ` FROM (SELECT ${literal(client, json)}::jsonb AS value) AS answer; COMMIT`);
+    `SELECT idempotency.complete(${literal(client, key)}, answer), answer::text AS text`
+    + ` FROM CAST(${literal(client, json)} AS jsonb) AS answer; COMMIT`);
   return stored.text;
 }
 

@@ -35,6 +35,7 @@ import contextlib
 import hashlib
 import json
 import random
+import re
 import time
 
 from .db import Sealable, _wait_timeout_setting
@@ -170,10 +171,27 @@ def _statement_transaction(conn):
                 pass
 
 
+# claim()'s row in a record's text form: "(f,,,)" for a key claimed now,
+# "(t,<response>,...)" for a replay, the response's jsonb text in double
+# quotes (with " and \ doubled) unless it has none of the characters that
+# need them.
+_CLAIM_RECORD = re.compile(r'\(([tf]),(?:"((?:[^"\\]|""|\\\\)*)"|([^,]*)),', re.DOTALL)
+_RECORD_PAIR = re.compile(r'""|\\\\')
+
+
+def _claim_from_record(record):
+    """(replayed, the response's jsonb text or None) of claim()'s row as text."""
+    replayed, quoted, bare = _CLAIM_RECORD.match(record).groups()
+    text = _RECORD_PAIR.sub(lambda pair: pair.group()[0], quoted) if quoted is not None else (bare or None)
+    return replayed == "t", text
+
+
 def _begin_and_claim(cursor, own, key, request_hash, wait_timeout):
     """BEGIN (when own) and the claim, with the stored response as jsonb's
     text: the reply is made of that text, so the first reply and every
-    replay, from any client, are the same bytes. Returns (replayed, text)."""
+    replay, from any client, are the same bytes. claim() is called in the
+    select list, where the server plans it for less than as a table in
+    FROM; its row comes back as a record's text. Returns (replayed, text)."""
     begin = "BEGIN; " if own else ""
     if wait_timeout is not None:
         # Apart from the claim: a wait timeout the server refuses (22023) is
@@ -181,17 +199,16 @@ def _begin_and_claim(cursor, own, key, request_hash, wait_timeout):
         cursor.execute(f"{begin}SELECT pg_catalog.set_config('idempotency.wait_timeout', "
                        f"{_literal(_wait_timeout_setting(wait_timeout))}, true)")
         begin = ""
-    claim = f"idempotency.claim({_literal(key)}, {_literal(request_hash)})"
-    statements = f"{begin}SELECT CASE WHEN replayed THEN 't' ELSE 'f' END || COALESCE(response::text, '') FROM {claim}"
+    statements = f"{begin}SELECT idempotency.claim({_literal(key)}, {_literal(request_hash)})::text"
     try:
         cursor.execute(statements)
-        [(answer,)] = _last_rows(cursor)
+        [(record,)] = _last_rows(cursor)
     except Exception as error:
         mapped = claim_error(error)
         if mapped is None:
             raise
         raise mapped from error
-    return answer[0] == "t", answer[1:] or None
+    return _claim_from_record(record)
 
 
 def _complete_and_commit(conn, cursor, own, key, response):
