@@ -205,11 +205,16 @@ async function applyOnce(pool, { key, requestHash, waitTimeout, isStoredError, b
   }
 }
 
-// An SQL array of values (null or strings) of elementType, as literals.
+// An SQL array of values (null or strings) of elementType: one literal of
+// the array's text form, each element in double quotes (with " and \
+// escaped), cast to the array type. The server reads it with the array's
+// input function, for less than a constant per element in ARRAY[...].
+const arrayElement = (value) => (value === null || value === undefined
+  ? 'NULL' : `"${value.replace(/[\\"]/g, (character) => `\\${character}`)}"`);
 const arrayLiteral = (client, values, elementType) => {
   if (values.some((value) => typeof value === 'string' && value.includes('\0')))
     throw new InvalidKeyError('a key or request hash has a NUL character, which PostgreSQL text cannot hold');
-  return `ARRAY[${values.map((value) => literal(client, value)).join(', ')}]::${elementType}[]`;
+  return `CAST(${client.escapeLiteral(`{${values.map(arrayElement).join(',')}}`)} AS ${elementType}[])`;
 };
 
 // BEGIN and claim_batch in one message, as a single message's BEGIN goes
@@ -232,8 +237,9 @@ async function completeBatchAndCommit(client, keys, responses) {
   const answers = arrayLiteral(client, responses.map((response) => (response === undefined || response === null
     ? null : JSON.stringify(response))), 'jsonb');
   const [{ rows: [stored] }] = await client.query(
-    `SELECT idempotency.complete_batch(${arrayLiteral(client, keys, 'text')}, ${answers}) AS done,`
-    + ` ARRAY(SELECT r::text FROM unnest(${answers}) WITH ORDINALITY AS u(r, n) ORDER BY n) AS texts; COMMIT`);
+    `SELECT idempotency.complete_batch(${arrayLiteral(client, keys, 'text')}, answers) AS done,`
+    + ' ARRAY(SELECT r::text FROM unnest(answers) WITH ORDINALITY AS u(r, n) ORDER BY n) AS texts'
+    + ` FROM ${answers} AS answers; COMMIT`);
   return stored.texts;
 }
 
