@@ -337,6 +337,18 @@ class ConsumerTests(unittest.TestCase):
             self.assertEqual([effects(i) for i in ids], [1, 1])
             self.assertEqual([e["outcome"] for e in events if e["type"] == "acked"], ["ran", "ran"])
 
+    def test_a_stored_error_in_the_callers_transaction_keeps_the_callers_earlier_work(self):
+        for conn in self.each_driver():
+            consumer, events = self.consumer(conn, FakeChannel())
+            earlier, message_id = str(uuid.uuid4()), str(uuid.uuid4())
+            conn.autocommit = False
+            with conn.cursor() as cursor:
+                cursor.execute("INSERT INTO py_consumer_effects VALUES (%s, 1)", [earlier])
+            consumer.on_message(delivery(message_id, {"amount": 7, "refuse": True}))
+            self.assertEqual(conn.info.transaction_status, 0, "idle afterwards")
+            self.assertEqual((effects(earlier), effects(message_id)), (1, 0))
+            self.assertEqual([e["outcome"] for e in events if e["type"] == "acked"], ["stored_error"])
+
     def test_a_key_and_an_answer_with_quotes_and_backslashes_go_through_the_literals_unchanged(self):
         for conn in self.each_driver():
             channel = FakeChannel()

@@ -102,7 +102,10 @@ def is_error_document(value):
 # the last statement's rows, so the row wanted comes last. No savepoint
 # guards the handler's work: a stored error, the rare case, rolls the
 # transaction back and stores the error under a new claim (_store_error),
-# so the common case pays for no subtransaction.
+# so the common case pays for no subtransaction. Inside a transaction the
+# caller opened, a savepoint guards the work instead (WORK_SAVEPOINT): the
+# caller's earlier statements stay.
+WORK_SAVEPOINT = "idempotency_consumer_work"
 
 
 def _literal(value):
@@ -292,6 +295,11 @@ def apply_once(conn, key, work, request_hash=None, wait_timeout=None, is_stored_
         replayed, text = _begin_and_claim(cursor, own, key, request_hash, wait_timeout)
         if replayed:
             return _replayed(conn, cursor, own, text)
+        # Inside a transaction of the caller's, a stored error must undo the
+        # handler's work only, never what the caller did before: a savepoint.
+        guarded = not own and is_stored_error is not None
+        if guarded:
+            cursor.execute(f"SAVEPOINT {WORK_SAVEPOINT}")
         handle = Sealable(cursor)
         stored_error = None
         try:
@@ -304,6 +312,12 @@ def apply_once(conn, key, work, request_hash=None, wait_timeout=None, is_stored_
             stored_error = error
         finally:
             handle.seal(f"the transaction of message key {key!r} has ended; use the cursor only inside the handler")
+        if stored_error is not None and guarded:
+            cursor.execute(f"ROLLBACK TO SAVEPOINT {WORK_SAVEPOINT}")
+            if before_commit is not None:
+                before_commit()
+            text = _complete_and_commit(conn, cursor, own, key, error_document(stored_error))
+            return "stored_error", json.loads(text), text
         if stored_error is not None:
             return _store_error(conn, cursor, own, key, request_hash, wait_timeout, stored_error, before_commit)
         if before_commit is not None:
