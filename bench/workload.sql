@@ -52,6 +52,13 @@ CREATE TABLE bench.keys (
     expires_at   timestamptz NOT NULL DEFAULT now() + interval '24 hours'
 );
 
+-- The textbook inbox of a queue consumer (examples/rabbitmq/schema.sql's
+-- processed_messages): a message's id inserted in its work's transaction.
+CREATE TABLE bench.processed_messages (
+    message_id   text PRIMARY KEY,
+    processed_at timestamptz NOT NULL DEFAULT now()
+);
+
 -- The textbook protocol around withdraw, in the caller's transaction: claim
 -- the key with INSERT ... ON CONFLICT DO NOTHING (status in_progress), run
 -- the operation, then mark the key done with its response. A key that exists

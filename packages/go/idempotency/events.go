@@ -14,10 +14,11 @@ import (
 // (Go 1.21 and later) is one; so is StdLogger's.
 //
 // Records carry the message and key-value pairs: "event" (stored,
-// replayed, conflict, mismatch, gone, not-stored, principal-required),
-// "key_ref" (KeyRef of the database key: never the client's key, nor
-// the body), "status", "method", "path" (without the query string), and
-// "reason" (why a response was not stored) or "error".
+// replayed, conflict, mismatch, gone, not-stored, invalid-key,
+// principal-required), "key_ref" (KeyRef of the database key: never the
+// client's key, nor the body), "status", "method", "path" (without the
+// query string), and "reason" (why a response was not stored, or why a
+// key was refused) or "error".
 type Logger interface {
 	Info(msg string, args ...interface{})
 	Warn(msg string, args ...interface{})
@@ -75,13 +76,14 @@ type outcome struct {
 }
 
 var (
-	outcomeStored    = outcome{"stored", "idempotency: stored the response with its work", false}
-	outcomeReplayed  = outcome{"replayed", "idempotency: replayed the stored response", false}
-	outcomeConflict  = outcome{"conflict", "idempotency: refused: another request with this key is in progress (409)", false}
-	outcomeGone      = outcome{"gone", "idempotency: refused: this request already ran and its response expired (410)", false}
-	outcomeMismatch  = outcome{"mismatch", "idempotency: refused: the key was used for another request (422)", true}
-	outcomeNotStored = outcome{"not-stored", "idempotency: not stored: rolled back", false}
-	outcomeNoScope   = outcome{"principal-required", "idempotency: refused: no principal (401)", false}
+	outcomeStored     = outcome{"stored", "idempotency: stored the response with its work", false}
+	outcomeReplayed   = outcome{"replayed", "idempotency: replayed the stored response", false}
+	outcomeConflict   = outcome{"conflict", "idempotency: refused: another request with this key is in progress (409)", false}
+	outcomeGone       = outcome{"gone", "idempotency: refused: this request already ran and its response expired (410)", false}
+	outcomeMismatch   = outcome{"mismatch", "idempotency: refused: the key was used for another request (422)", true}
+	outcomeNotStored  = outcome{"not-stored", "idempotency: not stored: rolled back", false}
+	outcomeNoScope    = outcome{"principal-required", "idempotency: refused: no principal (401)", false}
+	outcomeInvalidKey = outcome{"invalid-key", "idempotency: refused: a malformed or missing key (400)", false}
 )
 
 // report hands an outcome to the Logger: Warn for a mismatch and for what

@@ -307,6 +307,8 @@ func claimOutcome(err error) (outcome, int, bool) {
 		return outcomeGone, http.StatusGone, true
 	case errors.Is(err, ErrKeyReused):
 		return outcomeMismatch, http.StatusUnprocessableEntity, true
+	case errors.Is(err, ErrInvalidKey):
+		return outcomeInvalidKey, http.StatusBadRequest, true
 	}
 	return outcome{}, 0, false
 }
@@ -330,10 +332,12 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := rt.s
 	key, missing, err := ReadKey(r)
 	if err != nil {
+		s.report(r, outcomeInvalidKey, "", http.StatusBadRequest, err.Error(), nil)
 		s.sendProblem(w, http.StatusBadRequest, "invalid-idempotency-key", "Invalid Idempotency-Key", err.Error())
 		return
 	}
 	if missing && !s.Optional {
+		s.report(r, outcomeInvalidKey, "", http.StatusBadRequest, "no Idempotency-Key header", nil)
 		s.sendProblem(w, http.StatusBadRequest, "missing-idempotency-key", "Missing Idempotency-Key header",
 			"Send a unique Idempotency-Key with this request and repeat it on retries.")
 		return

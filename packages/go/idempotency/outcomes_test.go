@@ -318,6 +318,33 @@ func userOf(r *http.Request) *user {
 
 type userKey struct{}
 
+func TestTheLoggerGetsA400ForAMalformedOrMissingKeyWithItsReason(t *testing.T) {
+	logs := &recorder{}
+	server := chargesServer(t, Options{Logger: logs})
+	tooLong := strings.Repeat("k", 256)
+	for _, key := range []string{tooLong, ""} {
+		if a := order(t, server, key, "alice", `{"item": "invalid key"}`); a.status != 400 {
+			t.Fatalf("key %q: %d %s", key, a.status, a.body)
+		}
+	}
+	var got []string
+	for _, r := range logs.records {
+		_, hasRef := r.attrs["key_ref"]
+		got = append(got, fmt.Sprintf("%s %v %v %v %v ref=%v", r.level, r.attrs["event"], r.attrs["status"],
+			r.attrs["path"], r.attrs["reason"], hasRef))
+	}
+	want := []string{
+		"INFO invalid-key 400 /charges An Idempotency-Key must be 1 to 255 bytes long. ref=false",
+		"INFO invalid-key 400 /charges no Idempotency-Key header ref=false",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("records:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if strings.Contains(logs.all(), tooLong) {
+		t.Errorf("the raw key is in the records: %s", logs.all())
+	}
+}
+
 func TestAScopeThatPanicsWithARuntimeErrorIs401OtherPanicsGoOn(t *testing.T) {
 	logs := &recorder{}
 	server := chargesServer(t, Options{Logger: logs, Scope: func(r *http.Request) string { return userOf(r).ID }})

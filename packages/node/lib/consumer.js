@@ -84,16 +84,32 @@ const isTransient = (error) => typeof error?.code === 'string' && error.code.len
   && TRANSIENT_CLASSES.has(error.code.slice(0, 2));
 
 // A message costs the round trips of a consumer without idempotency (BEGIN,
-// the handler's work, COMMIT): BEGIN goes with the claim (and the savepoint a
-// stored error needs) in one simple-query message, and the complete with
-// COMMIT in another. The simple-query protocol takes no parameters, so the
-// key, request hash and response go in as literals (escapeLiteral).
+// the handler's work, COMMIT): BEGIN goes with the claim in one simple-query
+// message, and the complete with COMMIT in another. The simple-query
+// protocol takes no parameters, so the key, request hash and response go in
+// as literals (escapeLiteral). No savepoint guards the handler's work: a
+// stored error, the rare case, rolls the transaction back and stores the
+// error under a new claim (storeError), so the common case pays for no
+// subtransaction.
 const literal = (client, value) => (value === null || value === undefined ? 'NULL' : client.escapeLiteral(value));
+
+// The replayed flag and the response's jsonb text from claim()'s row in a
+// record's text form: "(f,,,)" for a key claimed now, "(t,<response>,...)"
+// for a replay, the response in double quotes (with " and \ doubled) unless
+// it has none of the characters that need them.
+const CLAIM_RECORD = /^\(([tf]),(?:"((?:[^"\\]|""|\\\\)*)"|([^,]*)),/;
+function claimFromRecord(record) {
+  const [, replayed, quoted, bare] = CLAIM_RECORD.exec(record);
+  const text = quoted !== undefined ? quoted.replace(/""|\\\\/g, (pair) => pair[0]) : (bare || null);
+  return { replayed: replayed === 't', text };
+}
 
 // BEGIN and the claim, with the stored response as jsonb's text: the reply
 // is made of that text, so the first reply and every replay, from any
-// client, are the same bytes.
-async function beginAndClaim(client, { key, requestHash, waitTimeout, isStoredError }) {
+// client, are the same bytes. claim() is called in the select list, where
+// the server plans it for less than as a table in FROM; its row comes back
+// as a record's text.
+async function beginAndClaim(client, { key, requestHash, waitTimeout }) {
   if (requestHash !== null && requestHash !== undefined && typeof requestHash !== 'string')
     throw new TypeError(`requestHash must give a string, not ${typeof requestHash}`);
   // A literal cannot carry a NUL character, and PostgreSQL's text cannot
@@ -109,13 +125,13 @@ async function beginAndClaim(client, { key, requestHash, waitTimeout, isStoredEr
     await client.query(statements.join('; '));
     statements = [];
   }
-  statements.push('SELECT replayed, response::text AS text'
-    + ` FROM idempotency.claim(${literal(client, key)}, ${literal(client, requestHash)})`);
-  if (isStoredError)
-    statements.push('SAVEPOINT idempotency_consumer_work');
+  // node-postgres hands a record over as its text (no parser for type
+  // record); a cast to text here would cost the server more than the claim's
+  // form saves.
+  statements.push(`SELECT idempotency.claim(${literal(client, key)}, ${literal(client, requestHash)}) AS claimed`);
   try {
     const results = [await client.query(statements.join('; '))].flat();
-    return results.find((result) => result.fields[0]?.name === 'replayed').rows[0];
+    return claimFromRecord(results.find((result) => result.fields[0]?.name === 'claimed').rows[0].claimed);
   } catch (error) {
     throw fromClaimError(error);
   }
@@ -126,9 +142,31 @@ async function beginAndClaim(client, { key, requestHash, waitTimeout, isStoredEr
 async function completeAndCommit(client, key, response) {
   const json = response === undefined || response === null ? null : JSON.stringify(response);
   const [{ rows: [stored] }] = await client.query(
-    `SELECT idempotency.complete(${literal(client, key)}, answer.value), answer.value::text AS text`
-    + ` FROM (SELECT ${literal(client, json)}::jsonb AS value) AS answer; COMMIT`);
+    `SELECT idempotency.complete(${literal(client, key)}, answer), answer::text AS text`
+    + ` FROM CAST(${literal(client, json)} AS jsonb) AS answer; COMMIT`);
   return stored.text;
+}
+
+// The answer of a claim that found the key stored: the transaction ends.
+async function replayed(client, claimed) {
+  await client.query('COMMIT');
+  const response = claimed.text === null ? null : JSON.parse(claimed.text);
+  return { outcome: isErrorDocument(response) ? 'replayed_error' : 'replayed', response, text: claimed.text };
+}
+
+// The handler's error is the answer: its work is undone with the whole
+// transaction, and the error stored under a new claim of the key. Another
+// delivery of the key that ran meanwhile makes this a replay of its answer
+// (or an IK409 while it runs): the key still gets one answer.
+async function storeError(client, { key, requestHash, waitTimeout, beforeCommit }, error) {
+  await client.query('ROLLBACK');
+  const claimed = await beginAndClaim(client, { key, requestHash, waitTimeout });
+  if (claimed.replayed)
+    return replayed(client, claimed);
+  if (beforeCommit)
+    beforeCommit();
+  const text = await completeAndCommit(client, key, errorDocument(error));
+  return { outcome: 'stored_error', response: JSON.parse(text), text };
 }
 
 // Claims key, runs work(db) and stores its answer in one transaction.
@@ -138,15 +176,12 @@ async function applyOnce(pool, { key, requestHash, waitTimeout, isStoredError, b
   const client = await pool.connect();
   let broken; // a client whose ROLLBACK failed is not given back for reuse
   try {
-    const claimed = await beginAndClaim(client, { key, requestHash, waitTimeout, isStoredError });
-    if (claimed.replayed) {
-      await client.query('COMMIT');
-      const response = claimed.text === null ? null : JSON.parse(claimed.text);
-      return { outcome: isErrorDocument(response) ? 'replayed_error' : 'replayed', response, text: claimed.text };
-    }
+    const claimed = await beginAndClaim(client, { key, requestHash, waitTimeout });
+    if (claimed.replayed)
+      return await replayed(client, claimed);
     const handle = sealable(client);
-    let outcome = 'ran';
     let response;
+    let storedError = null;
     try {
       response = await work(handle.proxy);
     } catch (error) {
@@ -154,18 +189,17 @@ async function applyOnce(pool, { key, requestHash, waitTimeout, isStoredError, b
         throw error;
       if (!isStoredError || !isStoredError(error))
         throw new HandlerFailure(error);
-      // The answer is the error: the handler's work is undone, the key kept.
-      await client.query('ROLLBACK TO SAVEPOINT idempotency_consumer_work');
-      outcome = 'stored_error';
-      response = errorDocument(error);
+      storedError = error;
     } finally {
       handle.seal(`the transaction of message key ${JSON.stringify(key)} has ended; `
         + 'use the handle only inside the handler');
     }
+    if (storedError !== null)
+      return await storeError(client, { key, requestHash, waitTimeout, beforeCommit }, storedError);
     if (beforeCommit)
       beforeCommit();
     const text = await completeAndCommit(client, key, response);
-    return { outcome, response: text === null ? null : JSON.parse(text), text };
+    return { outcome: 'ran', response: text === null ? null : JSON.parse(text), text };
   } catch (error) {
     await client.query('ROLLBACK').catch((rollbackError) => { broken = rollbackError; });
     throw error;
@@ -174,11 +208,16 @@ async function applyOnce(pool, { key, requestHash, waitTimeout, isStoredError, b
   }
 }
 
-// An SQL array of values (null or strings) of elementType, as literals.
+// An SQL array of values (null or strings) of elementType: one literal of
+// the array's text form, each element in double quotes (with " and \
+// escaped), cast to the array type. The server reads it with the array's
+// input function, for less than a constant per element in ARRAY[...].
+const arrayElement = (value) => (value === null || value === undefined
+  ? 'NULL' : `"${value.replace(/[\\"]/g, (character) => `\\${character}`)}"`);
 const arrayLiteral = (client, values, elementType) => {
   if (values.some((value) => typeof value === 'string' && value.includes('\0')))
     throw new InvalidKeyError('a key or request hash has a NUL character, which PostgreSQL text cannot hold');
-  return `ARRAY[${values.map((value) => literal(client, value)).join(', ')}]::${elementType}[]`;
+  return `CAST(${client.escapeLiteral(`{${values.map(arrayElement).join(',')}}`)} AS ${elementType}[])`;
 };
 
 // BEGIN and claim_batch in one message, as a single message's BEGIN goes
@@ -201,8 +240,9 @@ async function completeBatchAndCommit(client, keys, responses) {
   const answers = arrayLiteral(client, responses.map((response) => (response === undefined || response === null
     ? null : JSON.stringify(response))), 'jsonb');
   const [{ rows: [stored] }] = await client.query(
-    `SELECT idempotency.complete_batch(${arrayLiteral(client, keys, 'text')}, ${answers}) AS done,`
-    + ` ARRAY(SELECT r::text FROM unnest(${answers}) WITH ORDINALITY AS u(r, n) ORDER BY n) AS texts; COMMIT`);
+    `SELECT idempotency.complete_batch(${arrayLiteral(client, keys, 'text')}, answers) AS done,`
+    + ' ARRAY(SELECT r::text FROM unnest(answers) WITH ORDINALITY AS u(r, n) ORDER BY n) AS texts'
+    + ` FROM ${answers} AS answers; COMMIT`);
   return stored.texts;
 }
 

@@ -6,8 +6,9 @@
 //   { type: 'replayed', level: 'info', keyRef: '3f2a…', status: 201, method: 'POST', path: '/charges' }
 //
 // type is one of stored, replayed, conflict, mismatch, gone, not-stored
-// (with reason) and principal-required (with error when scope threw), as
-// consume()'s events have a type.
+// (with reason), invalid-key (400: a malformed or missing key, with reason)
+// and principal-required (with error when scope threw), as consume()'s
+// events have a type.
 
 const { createHash } = require('node:crypto');
 const { debuglog } = require('node:util');

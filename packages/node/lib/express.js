@@ -71,6 +71,7 @@ function report(settings, req, event, details) {
 
 const CLAIM_OUTCOMES = new Map([
   [KeyInProgressError, 'conflict'], [KeyGoneError, 'gone'], [KeyReusedError, 'mismatch'],
+  [InvalidKeyError, 'invalid-key'],
 ]);
 
 function sendProblem(res, settings, status, type, title, detail, headers = {}) {
@@ -326,11 +327,15 @@ async function principalOf(settings, req) {
 
 async function handleRequest(settings, handler, req, res, next) {
   const read = readKey(req);
-  if (read.error !== undefined)
+  if (read.error !== undefined) {
+    report(settings, req, 'invalid-key', { status: 400, reason: read.error });
     return sendProblem(res, settings, 400, 'invalid-idempotency-key', 'Invalid Idempotency-Key', read.error);
-  if (read.missing && settings.required)
+  }
+  if (read.missing && settings.required) {
+    report(settings, req, 'invalid-key', { status: 400, reason: 'no Idempotency-Key header' });
     return sendProblem(res, settings, 400, 'missing-idempotency-key', 'Missing Idempotency-Key header',
       'Send a unique Idempotency-Key with this request and repeat it on retries.');
+  }
   const key = read.key;
   let databaseKey = key;
   let scope = null;

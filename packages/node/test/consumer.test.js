@@ -7,7 +7,7 @@
 
 const { test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
-const { randomUUID } = require('node:crypto');
+const { randomUUID, createHash } = require('node:crypto');
 const { consume, claim } = require('..');
 const { createPool, waitFor, shortTtlPool, waitUntilGone } = require('./helpers');
 
@@ -206,6 +206,42 @@ test('a stored error is the answer: work undone, replied, acked, and replayed wi
   assert.deepEqual(events.filter((e) => e.type === 'acked').map((e) => e.outcome), ['stored_error', 'replayed_error']);
 });
 
+test('a stored error is stored under a new claim after ROLLBACK: an answer another delivery committed in between is replayed', async () => {
+  const channel = fakeChannel();
+  const id = randomUUID();
+  const refused = message(id, { amount: 7, refuse: true });
+  const sent = [];
+  // After the consumer's ROLLBACK, another delivery of the key runs and commits.
+  const racing = {
+    connect: async () => {
+      const client = await recordingPool(pool, sent).connect();
+      const { query } = client;
+      client.query = async function afterRollback(...args) {
+        const result = await query.apply(this, args);
+        if (args[0] === 'ROLLBACK' && sent.filter((text) => text === 'ROLLBACK').length === 1) {
+          const other = await observer.connect();
+          try {
+            await other.query('BEGIN');
+            await claim(other, id, createHash('sha256').update(refused.content).digest('hex'));
+            await other.query('INSERT INTO consumer_effects VALUES ($1, 1)', [id]);
+            await other.query('SELECT idempotency.complete($1, \'{"other": true}\')', [id]);
+            await other.query('COMMIT');
+          } finally {
+            other.release();
+          }
+        }
+        return result;
+      };
+      return client;
+    },
+  };
+  const { events, deliver } = await start(channel, { pool: racing, isStoredError: (error) => error.code === 'P0001' });
+  await deliver(refused);
+  assert.deepEqual(events.filter((e) => e.type === 'committed').map((e) => [e.outcome, e.response]),
+    [['replayed', { other: true }]]);
+  assert.equal(await effects(id), 1, 'only the other delivery\'s work');
+});
+
 test('a poison message is retried with its attempts counted, then dead-lettered with the last error', async () => {
   const channel = fakeChannel();
   const { deliver } = await start(channel);
@@ -302,7 +338,7 @@ test('a new message costs a plain consumer\'s round trips: BEGIN with the claim,
   const id = randomUUID();
   await deliver(message(id, { amount: 2 }));
   assert.equal(sent.length, 3, sent.join('\n'));
-  assert.match(sent[0], /^BEGIN; SELECT .* FROM idempotency\.claim\(.*\); SAVEPOINT /);
+  assert.match(sent[0], /^BEGIN; SELECT idempotency\.claim\([^;]*\) AS claimed$/);
   assert.match(sent[1], /INSERT INTO consumer_effects/);
   assert.match(sent[2], /idempotency\.complete\(.*; COMMIT$/);
   sent.length = 0;

@@ -217,6 +217,22 @@ test('onEvent reports a late retry refused with 410', async () => {
   ]);
 });
 
+test('onEvent reports a 400 for a malformed or missing key, with the reason and no key', async () => {
+  const before = events.length;
+  const tooLong = 'k'.repeat(256);
+  assert.equal((await postJson(port, '/logged', tooLong, { text: 'invalid key' }, client('dave'))).status, 400);
+  assert.equal((await postJson(port, '/logged', undefined, { text: 'no key' }, client('dave'))).status, 400);
+  const reported = events.slice(before).map(({ type, status, reason, level, keyRef: ref, url }) =>
+    ({ type, status, reason, level, ref, url }));
+  assert.deepEqual(reported, [
+    { type: 'invalid-key', status: 400, reason: 'An Idempotency-Key must be 1 to 255 bytes long.', level: 'info',
+      ref: undefined, url: '/logged' },
+    { type: 'invalid-key', status: 400, reason: 'no Idempotency-Key header', level: 'info', ref: undefined,
+      url: '/logged' },
+  ]);
+  assert.ok(!JSON.stringify(events.slice(before)).includes(tooLong), 'no raw key in the events');
+});
+
 test('a scope that throws a TypeError (req.user.id without a user) is 401 principal-required, reported with its error; '
   + 'other errors are the request\'s', async () => {
   const key = randomUUID();

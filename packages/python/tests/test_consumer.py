@@ -3,6 +3,7 @@ and a recording stand-in for a pika channel: the ack comes after the commit,
 a redelivery replays, IK409 requeues, IK422 and poison messages are
 dead-lettered with a reason, a stored error is replied. (examples/rabbitmq
 runs a pika consumer against a real RabbitMQ node in the broker suite.)"""
+import hashlib
 import json
 import types
 import unittest
@@ -207,6 +208,29 @@ class ConsumerTests(unittest.TestCase):
             self.assertEqual([e["outcome"] for e in events if e["type"] == "acked"],
                              ["stored_error", "replayed_error"])
 
+    def test_a_stored_error_beaten_by_another_delivery_replays_its_answer(self):
+        """The stored error is written under a new claim after the rollback:
+        an answer another delivery committed in between is the key's one
+        answer, replayed."""
+        for conn in self.each_driver():
+            message_id = str(uuid.uuid4())
+            message = delivery(message_id, {"amount": 7, "refuse": True})
+
+            def store_other_answer():
+                with psycopg.connect("") as other:
+                    other.execute("SELECT replayed FROM idempotency.claim(%s, %s)",
+                                  [message_id, hashlib.sha256(message.body).hexdigest()])
+                    other.execute("INSERT INTO py_consumer_effects VALUES (%s, 1)", [message_id])
+                    other.execute("SELECT idempotency.complete(%s, '{\"other\": true}')", [message_id])
+
+            recording = AfterRollback(conn, store_other_answer)
+            consumer, events = self.consumer(recording, FakeChannel())
+            consumer.on_message(message)
+            self.assertEqual(recording.sent.count("ROLLBACK"), 1, recording.sent)
+            self.assertEqual([(e["outcome"], e["response"]) for e in events if e["type"] == "committed"],
+                             [("replayed", {"other": True})])
+            self.assertEqual(effects(message_id), 1, "only the other delivery's work")
+
     def test_poison_is_retried_then_dead_lettered(self):
         for conn in self.each_driver():
             channel = FakeChannel()
@@ -288,7 +312,7 @@ class ConsumerTests(unittest.TestCase):
             consumer.on_message(delivery(message_id, {"amount": 2}))
             sent = recording.sent
             self.assertEqual(len(sent), 3, sent)
-            self.assertRegex(sent[0], r"^BEGIN; SELECT .* FROM idempotency\.claim\(.*; SAVEPOINT ")
+            self.assertRegex(sent[0], r"^BEGIN; SELECT idempotency\.claim\([^;]*\)$")
             self.assertIn("INSERT INTO py_consumer_effects", sent[1])
             self.assertRegex(sent[2], r"^SELECT idempotency\.complete\(.*; COMMIT; ")
             sent.clear()
@@ -312,6 +336,18 @@ class ConsumerTests(unittest.TestCase):
             self.assertEqual(conn.info.transaction_status, 0, "idle afterwards")
             self.assertEqual([effects(i) for i in ids], [1, 1])
             self.assertEqual([e["outcome"] for e in events if e["type"] == "acked"], ["ran", "ran"])
+
+    def test_a_stored_error_in_the_callers_transaction_keeps_the_callers_earlier_work(self):
+        for conn in self.each_driver():
+            consumer, events = self.consumer(conn, FakeChannel())
+            earlier, message_id = str(uuid.uuid4()), str(uuid.uuid4())
+            conn.autocommit = False
+            with conn.cursor() as cursor:
+                cursor.execute("INSERT INTO py_consumer_effects VALUES (%s, 1)", [earlier])
+            consumer.on_message(delivery(message_id, {"amount": 7, "refuse": True}))
+            self.assertEqual(conn.info.transaction_status, 0, "idle afterwards")
+            self.assertEqual((effects(earlier), effects(message_id)), (1, 0))
+            self.assertEqual([e["outcome"] for e in events if e["type"] == "acked"], ["stored_error"])
 
     def test_a_key_and_an_answer_with_quotes_and_backslashes_go_through_the_literals_unchanged(self):
         for conn in self.each_driver():
@@ -374,6 +410,27 @@ class RecordingCursor:
             self._recording.sent.append("BEGIN")
         self._recording.sent.append(query)
         return self._cursor.execute(query, params)
+
+
+class AfterRollback(RoundTrips):
+    """A recorded connection that calls then() after its first ROLLBACK."""
+
+    def __init__(self, conn, then):
+        super().__init__(conn)
+        object.__setattr__(self, "then", then)
+
+    def cursor(self):
+        recording = self
+
+        class Cursor(RecordingCursor):
+            def execute(self, query, params=None):
+                result = super().execute(query, params)
+                if query == "ROLLBACK" and recording.then is not None:
+                    then, recording.__dict__["then"] = recording.then, None
+                    then()
+                return result
+
+        return Cursor(self, self._conn.cursor())
 
 
 def writers(message_ids):

@@ -35,6 +35,7 @@ import contextlib
 import hashlib
 import json
 import random
+import re
 import time
 
 from .db import Sealable, _wait_timeout_setting
@@ -93,17 +94,18 @@ def is_error_document(value):
 
 
 # A message costs the round trips of a consumer without idempotency (BEGIN,
-# the handler's work, COMMIT): BEGIN goes with the claim (and the savepoint
-# a stored error needs) in one message, and the complete with COMMIT in
-# another. So the statements carry BEGIN and COMMIT themselves, the driver
-# sending none (the connection in autocommit meanwhile), and their values
-# as literals: the drivers send several statements in one message only
-# without parameters. psycopg2 returns only the last statement's rows, so
-# the row wanted comes last.
+# the handler's work, COMMIT): BEGIN goes with the claim in one message, and
+# the complete with COMMIT in another. So the statements carry BEGIN and
+# COMMIT themselves, the driver sending none (the connection in autocommit
+# meanwhile), and their values as literals: the drivers send several
+# statements in one message only without parameters. psycopg2 returns only
+# the last statement's rows, so the row wanted comes last. No savepoint
+# guards the handler's work: a stored error, the rare case, rolls the
+# transaction back and stores the error under a new claim (_store_error),
+# so the common case pays for no subtransaction. Inside a transaction the
+# caller opened, a savepoint guards the work instead (WORK_SAVEPOINT): the
+# caller's earlier statements stay.
 WORK_SAVEPOINT = "idempotency_consumer_work"
-# Where the claim's answer waits for the statement after the savepoint,
-# for the rest of the transaction.
-_CLAIM_SETTING = "idempotency_pg.claim"
 
 
 def _literal(value):
@@ -116,9 +118,21 @@ def _literal(value):
     return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+def _array_element(value):
+    if value is None:
+        return "NULL"
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def _array(values, element_type):
-    """An SQL array of values (None or texts) of element_type."""
-    return f"ARRAY[{', '.join(_literal(value) for value in values)}]::{element_type}[]"
+    """An SQL array of values (None or texts) of element_type: one literal
+    of the array's text form, each element in double quotes (with " and \\
+    escaped), cast to the array type. The server reads it with the array's
+    input function, for less than a constant per element in ARRAY[...]."""
+    for value in values:
+        if value is not None and "\0" in value:
+            raise InvalidKey("a key or request hash has a NUL character, which PostgreSQL text cannot hold")
+    return f"CAST({_literal('{' + ','.join(_array_element(value) for value in values) + '}')} AS {element_type}[])"
 
 
 def _last_rows(cursor):
@@ -172,10 +186,31 @@ def _statement_transaction(conn):
                 pass
 
 
-def _begin_and_claim(cursor, own, key, request_hash, wait_timeout, savepoint):
+# claim()'s row in a record's text form: "(f,,,)" for a key claimed now,
+# "(t,<response>,...)" for a replay, the response's jsonb text in double
+# quotes (with " and \ doubled) unless it has none of the characters that
+# need them.
+_CLAIM_RECORD = re.compile(r'\(([tf]),(?:"((?:[^"\\]|""|\\\\)*)"|([^,]*)),', re.DOTALL)
+_RECORD_PAIR = re.compile(r'""|\\\\')
+
+
+def _claim_from_record(record):
+    """(replayed, the response's jsonb text or None) of claim()'s row: its
+    text (psycopg2), or the tuple of its fields' texts psycopg 3 makes of a
+    record."""
+    if isinstance(record, tuple):
+        return record[0] == "t", record[1]
+    replayed, quoted, bare = _CLAIM_RECORD.match(record).groups()
+    text = _RECORD_PAIR.sub(lambda pair: pair.group()[0], quoted) if quoted is not None else (bare or None)
+    return replayed == "t", text
+
+
+def _begin_and_claim(cursor, own, key, request_hash, wait_timeout):
     """BEGIN (when own) and the claim, with the stored response as jsonb's
     text: the reply is made of that text, so the first reply and every
-    replay, from any client, are the same bytes. Returns (replayed, text)."""
+    replay, from any client, are the same bytes. claim() is called in the
+    select list, where the server plans it for less than as a table in
+    FROM; its row comes back as a record's text. Returns (replayed, text)."""
     begin = "BEGIN; " if own else ""
     if wait_timeout is not None:
         # Apart from the claim: a wait timeout the server refuses (22023) is
@@ -183,23 +218,17 @@ def _begin_and_claim(cursor, own, key, request_hash, wait_timeout, savepoint):
         cursor.execute(f"{begin}SELECT pg_catalog.set_config('idempotency.wait_timeout', "
                        f"{_literal(_wait_timeout_setting(wait_timeout))}, true)")
         begin = ""
-    claim = f"idempotency.claim({_literal(key)}, {_literal(request_hash)})"
-    if savepoint:
-        # The claim's answer comes back after the savepoint, through a setting.
-        statements = (f"{begin}SELECT pg_catalog.set_config('{_CLAIM_SETTING}', CASE WHEN c.replayed THEN 't' "
-                      f"ELSE 'f' END || COALESCE(c.response::text, ''), true) FROM {claim} AS c; "
-                      f"SAVEPOINT {WORK_SAVEPOINT}; SELECT pg_catalog.current_setting('{_CLAIM_SETTING}')")
-    else:
-        statements = f"{begin}SELECT CASE WHEN replayed THEN 't' ELSE 'f' END || COALESCE(response::text, '') FROM {claim}"
+    # No cast to text: it would cost the server more than the claim's form saves.
+    statements = f"{begin}SELECT idempotency.claim({_literal(key)}, {_literal(request_hash)})"
     try:
         cursor.execute(statements)
-        [(answer,)] = _last_rows(cursor)
+        [(record,)] = _last_rows(cursor)
     except Exception as error:
         mapped = claim_error(error)
         if mapped is None:
             raise
         raise mapped from error
-    return answer[0] == "t", answer[1:] or None
+    return _claim_from_record(record)
 
 
 def _complete_and_commit(conn, cursor, own, key, response):
@@ -218,26 +247,61 @@ def _complete_and_commit(conn, cursor, own, key, response):
     return text
 
 
+def _commit(conn, cursor, own):
+    if own:
+        cursor.execute("COMMIT")
+    else:
+        conn.commit()
+
+
+def _rollback(conn, cursor, own):
+    if own:
+        cursor.execute("ROLLBACK")  # in autocommit, psycopg2's rollback() sends nothing
+    else:
+        conn.rollback()
+
+
+def _replayed(conn, cursor, own, text):
+    """The answer of a claim that found the key stored: the transaction ends."""
+    _commit(conn, cursor, own)
+    response = None if text is None else json.loads(text)
+    return ("replayed_error" if is_error_document(response) else "replayed"), response, text
+
+
+def _store_error(conn, cursor, own, key, request_hash, wait_timeout, error, before_commit):
+    """The handler's error is the answer: its work is undone with the whole
+    transaction, and the error stored under a new claim of the key. Another
+    delivery of the key that ran meanwhile makes this a replay of its
+    answer (or an IK409 while it runs): the key still gets one answer."""
+    _rollback(conn, cursor, own)
+    replayed, text = _begin_and_claim(cursor, own, key, request_hash, wait_timeout)
+    if replayed:
+        return _replayed(conn, cursor, own, text)
+    if before_commit is not None:
+        before_commit()
+    text = _complete_and_commit(conn, cursor, own, key, error_document(error))
+    return "stored_error", json.loads(text), text
+
+
 def apply_once(conn, key, work, request_hash=None, wait_timeout=None, is_stored_error=None, before_commit=None):
     """Claims key, runs work(cursor) and stores its answer in one transaction
     on conn (psycopg2 or psycopg 3): three round trips for a new message
     (BEGIN with the claim, the work, the complete with COMMIT), two for a
-    replay. Returns (outcome, response, text): outcome one of 'ran',
+    replay; a stored error rolls back and claims again (three more). Returns (outcome, response, text): outcome one of 'ran',
     'stored_error', 'replayed', 'replayed_error'; the answer as stored, and
     its jsonb text. Raises KeyInProgress, KeyReused, HandlerFailure (the
     work's error, its cause) or the database's error, after ROLLBACK."""
     with _statement_transaction(conn) as (cursor, own):
-        replayed, text = _begin_and_claim(cursor, own, key, request_hash, wait_timeout,
-                                          savepoint=is_stored_error is not None)
+        replayed, text = _begin_and_claim(cursor, own, key, request_hash, wait_timeout)
         if replayed:
-            if own:
-                cursor.execute("COMMIT")
-            else:
-                conn.commit()
-            response = None if text is None else json.loads(text)
-            return ("replayed_error" if is_error_document(response) else "replayed"), response, text
+            return _replayed(conn, cursor, own, text)
+        # Inside a transaction of the caller's, a stored error must undo the
+        # handler's work only, never what the caller did before: a savepoint.
+        guarded = not own and is_stored_error is not None
+        if guarded:
+            cursor.execute(f"SAVEPOINT {WORK_SAVEPOINT}")
         handle = Sealable(cursor)
-        outcome = "ran"
+        stored_error = None
         try:
             response = work(handle)
         except Exception as error:
@@ -245,15 +309,21 @@ def apply_once(conn, key, work, request_hash=None, wait_timeout=None, is_stored_
                 raise
             if is_stored_error is None or not is_stored_error(error):
                 raise HandlerFailure(str(error)) from error
-            # The answer is the error: the handler's work is undone, the key kept.
-            cursor.execute(f"ROLLBACK TO SAVEPOINT {WORK_SAVEPOINT}")
-            outcome, response = "stored_error", error_document(error)
+            stored_error = error
         finally:
             handle.seal(f"the transaction of message key {key!r} has ended; use the cursor only inside the handler")
+        if stored_error is not None and guarded:
+            cursor.execute(f"ROLLBACK TO SAVEPOINT {WORK_SAVEPOINT}")
+            if before_commit is not None:
+                before_commit()
+            text = _complete_and_commit(conn, cursor, own, key, error_document(stored_error))
+            return "stored_error", json.loads(text), text
+        if stored_error is not None:
+            return _store_error(conn, cursor, own, key, request_hash, wait_timeout, stored_error, before_commit)
         if before_commit is not None:
             before_commit()
         text = _complete_and_commit(conn, cursor, own, key, response)
-        return outcome, None if text is None else json.loads(text), text
+        return "ran", None if text is None else json.loads(text), text
 
 
 class KeyRefused(Exception):
