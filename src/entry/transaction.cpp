@@ -18,11 +18,12 @@
 // rounds, a backend that only preloaded it) pays a few tests per event.
 //
 // Cache invalidation is not transaction state; its callbacks stay with the
-// caches they empty: storage/keys.cpp (relcache: the key tables' cached
-// columns and statements; syscache NAMESPACEOID: the schema's OID),
-// storage/role_marks.cpp (relcache and syscache EVENTTRIGGEROID: the
-// remembered marks), protocol/fn_parameters.cpp (syscache: the types and
-// functions a fn's conversions use).
+// caches they empty, each registered at the cache's first use:
+// storage/keys.cpp (relcache: what it keeps of idempotency.keys; syscache
+// NAMESPACEOID: the table's OID), storage/role_marks.cpp (relcache, and
+// syscache EVENTTRIGGEROID: the roles known to be marked),
+// protocol/fn.cpp (syscache of types, functions, operators,
+// casts: the parameter types inferred for a fn text).
 #include "idempotency/fingerprint/fingerprint.hpp"
 
 #include "idempotency/entry/transaction.hpp"
