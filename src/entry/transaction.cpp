@@ -21,9 +21,9 @@
 // caches they empty, each registered at the cache's first use:
 // storage/keys.cpp (relcache: what it keeps of idempotency.keys; syscache
 // NAMESPACEOID: the table's OID), storage/role_marks.cpp (relcache, and
-// syscache EVENTTRIGGEROID: the roles known to be marked),
-// protocol/fn.cpp (syscache of types, functions, operators,
-// casts: the parameter types inferred for a fn text).
+// syscache EVENTTRIGGEROID: the roles known to be marked), protocol/fn.cpp
+// (syscache of types, functions, operators, casts: the parameter types
+// inferred for a fn text).
 #include "idempotency/fingerprint/fingerprint.hpp"
 
 #include "idempotency/entry/transaction.hpp"
