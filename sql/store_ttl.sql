@@ -62,6 +62,21 @@ COMMIT;
 \set VERBOSITY default
 SELECT stored('ttl-rolled-back'), stored('ttl-released');
 
+-- A released savepoint's key is its parent's: a later savepoint rolled back
+-- at the same depth does not take it.
+BEGIN;
+SET LOCAL idempotency.ttl = '100 milliseconds';
+SAVEPOINT s;
+SELECT idempotency.idempotent_call('ttl-released-then-rolled-back', NULL, 'SELECT 6');
+RELEASE SAVEPOINT s;
+SAVEPOINT t;
+ROLLBACK TO SAVEPOINT t;
+SELECT pg_sleep(0.2);
+\set VERBOSITY terse
+COMMIT;
+\set VERBOSITY default
+SELECT stored('ttl-released-then-rolled-back');
+
 -- The refusal ends with its transaction: the next one commits.
 SELECT idempotency.idempotent_call('ttl-expired-at-commit', NULL, 'SELECT 2'),
        idempotency.last_call_replayed();

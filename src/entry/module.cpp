@@ -4,8 +4,8 @@
 // are declared in entry/functions.cpp.
 #include "idempotency/entry/server_version.hpp"
 
+#include "idempotency/entry/transaction.hpp"
 #include "idempotency/entry/untyped_parameters.hpp"
-#include "idempotency/protocol/app_api.hpp"
 #include "idempotency/protocol/call.hpp"
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/stats/stats.hpp"
@@ -109,6 +109,9 @@ void require_minimum_minor() {
 
 void _PG_init(void) {
   require_minimum_minor();
+  // Before the return below: any part used in a binary upgrade still ends
+  // with its transaction.
+  idempotency::entry::register_transaction_callbacks();
   if (IsBinaryUpgrade)
     return;
   idempotency::settings::define();
@@ -117,7 +120,6 @@ void _PG_init(void) {
   previous_process_utility_hook = ProcessUtility_hook;
   ProcessUtility_hook = process_utility;
   idempotency::entry::install_untyped_parameters_hook();
-  idempotency::protocol::register_transaction_callbacks();
   if (!process_shared_preload_libraries_in_progress)
     return;
   previous_shmem_request_hook = shmem_request_hook;

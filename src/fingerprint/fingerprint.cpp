@@ -120,31 +120,21 @@ HmacContext hmac_contexts[contexts_per_kind];
 }
 
 #ifndef FRONTEND
+// Whether a context was taken since every context was last taken back: a
+// transaction's end in a process that hashed nothing returns at once.
+bool taken_since_end = false;
+
 void take_back(int from_level) {
+  if (!taken_since_end)
+    return;
   for (Sha256Context &context : sha256_contexts)
     if (context.level >= from_level)
       context.open = false;
   for (HmacContext &context : hmac_contexts)
     if (context.level >= from_level)
       context.open = false;
-}
-
-// No hash is open when a transaction ends: one still marked open was
-// interrupted by an error.
-void at_transaction_end(XactEvent event, void *) {
-  if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
-      event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
-      event == XACT_EVENT_PREPARE)
-    take_back(0);
-}
-
-// A subtransaction aborts after an error that interrupted the hashes taken
-// in it (at its nesting level or deeper); one taken before it began is
-// still going on.
-void at_subtransaction_end(SubXactEvent event, SubTransactionId,
-                           SubTransactionId, void *) {
-  if (event == SUBXACT_EVENT_ABORT_SUB)
-    take_back(GetCurrentTransactionNestLevel());
+  if (from_level == 0)
+    taken_since_end = false;
 }
 #endif
 
@@ -152,12 +142,7 @@ void at_subtransaction_end(SubXactEvent event, SubTransactionId,
 template <typename Context>
 Context &take(Context (&contexts)[contexts_per_kind], const char *what) {
 #ifndef FRONTEND
-  static bool callbacks_registered = false;
-  if (!callbacks_registered) {
-    RegisterXactCallback(at_transaction_end, nullptr);
-    RegisterSubXactCallback(at_subtransaction_end, nullptr);
-    callbacks_registered = true;
-  }
+  taken_since_end = true;
 #endif
   for (Context &context : contexts)
     if (!context.open) {
@@ -726,5 +711,18 @@ void ordered_key_digest(const char *key, std::size_t key_size,
   std::memcpy(out.bytes, plain, key_digest_size);
   out.size = key_digest_size;
 }
+
+#ifndef FRONTEND
+// No hash is open when a transaction ends: one still marked open was
+// interrupted by an error.
+void at_transaction_end() noexcept { take_back(0); }
+
+// A subtransaction aborts after an error that interrupted the hashes taken
+// in it (at its nesting level or deeper); one taken before it began is
+// still going on.
+void at_subtransaction_abort() noexcept {
+  take_back(GetCurrentTransactionNestLevel());
+}
+#endif
 
 } // namespace idempotency::fingerprint

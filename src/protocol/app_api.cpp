@@ -193,48 +193,6 @@ void check_no_unfinished_claims(const char *ending) {
   }
 }
 
-void on_transaction_event(XactEvent event, void *) {
-  switch (event) {
-  case XACT_EVENT_PRE_COMMIT:
-    check_no_unfinished_claims("commit");
-    break;
-  case XACT_EVENT_PRE_PREPARE:
-    check_no_unfinished_claims("prepare");
-    break;
-  case XACT_EVENT_COMMIT:
-  case XACT_EVENT_ABORT:
-  case XACT_EVENT_PREPARE:
-  case XACT_EVENT_PARALLEL_COMMIT:
-  case XACT_EVENT_PARALLEL_ABORT:
-    // The list lived in TopTransactionContext; the claim locks go with the
-    // transaction's resource owner.
-    held_keys = nullptr;
-    break;
-  case XACT_EVENT_PARALLEL_PRE_COMMIT:
-    break;
-  }
-}
-
-// ROLLBACK TO: a claim taken after the savepoint is gone (its lock too); a
-// completion made after it is undone, leaving the key claimed.
-void on_subtransaction_event(SubXactEvent event, SubTransactionId aborted,
-                             SubTransactionId, void *) {
-  if (event != SUBXACT_EVENT_ABORT_SUB)
-    return;
-  HeldKey **link = &held_keys;
-  while (*link != nullptr) {
-    HeldKey *held = *link;
-    if (held->claimed_in >= aborted) {
-      release(held->claim);
-      *link = held->next;
-      continue;
-    }
-    if (held->completed && held->completed_in >= aborted)
-      held->completed = false;
-    link = &held->next;
-  }
-}
-
 } // namespace
 
 ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
@@ -419,9 +377,33 @@ const char *lookup_state_name(LookupState state) {
   return nullptr;
 }
 
-void register_transaction_callbacks() {
-  RegisterXactCallback(on_transaction_event, nullptr);
-  RegisterSubXactCallback(on_subtransaction_event, nullptr);
+namespace claims {
+
+void at_pre_commit() { check_no_unfinished_claims("commit"); }
+
+void at_pre_prepare() { check_no_unfinished_claims("prepare"); }
+
+// The list lived in TopTransactionContext; the claim locks go with the
+// transaction's resource owner.
+void at_transaction_end() { held_keys = nullptr; }
+
+// ROLLBACK TO: a claim taken after the savepoint is gone (its lock too); a
+// completion made after it is undone, leaving the key claimed.
+void at_subtransaction_abort(SubTransactionId aborted) {
+  HeldKey **link = &held_keys;
+  while (*link != nullptr) {
+    HeldKey *held = *link;
+    if (held->claimed_in >= aborted) {
+      release(held->claim);
+      *link = held->next;
+      continue;
+    }
+    if (held->completed && held->completed_in >= aborted)
+      held->completed = false;
+    link = &held->next;
+  }
 }
+
+} // namespace claims
 
 } // namespace idempotency::protocol

@@ -184,49 +184,23 @@ void use_two_phase_commit_if_coordinated() {
     manager.use_two_phase_commit();
 }
 
+} // namespace
+
 // Remote work may come after the key is written - claim() and complete()
 // followed by an UPDATE of a distributed table, or deferred triggers - so
-// the decision is made again when the transaction commits.
-//
-// Order at PRE_COMMIT: deferred triggers have fired by then (they fire
-// before the callbacks), and this callback must run before Citus's own,
-// which prepares or commits the remote transactions. PostgreSQL calls
-// transaction callbacks newest first. Citus registers its callback in its
-// _PG_init, in the postmaster: it can only be preloaded, and it refuses to
-// load after another library has set ProcessUtility_hook, which this
-// extension's _PG_init does, so Citus always comes first in
-// shared_preload_libraries. This callback is registered later, in the
-// backend, at the first write of a key - so it is newer and runs first.
-void on_transaction_event(XactEvent event, void *) {
-  switch (event) {
-  case XACT_EVENT_PRE_COMMIT:
-    if (wrote_keys)
-      use_two_phase_commit_if_coordinated();
-    break;
-  case XACT_EVENT_COMMIT:
-  case XACT_EVENT_ABORT:
-  case XACT_EVENT_PREPARE:
-  case XACT_EVENT_PARALLEL_COMMIT:
-  case XACT_EVENT_PARALLEL_ABORT:
-    wrote_keys = false;
-    break;
-  default:
-    // PRE_PREPARE: Citus refuses PREPARE TRANSACTION in a coordinated
-    // transaction itself.
-    break;
-  }
+// the decision is made again when the transaction commits (deferred
+// triggers have fired by then). entry/transaction.cpp says why this runs
+// before Citus's own PRE_COMMIT callback.
+void at_pre_commit() {
+  if (wrote_keys)
+    use_two_phase_commit_if_coordinated();
 }
 
-} // namespace
+void at_transaction_end() { wrote_keys = false; }
 
 void note_key_write() {
   if (!citus_loaded())
     return;
-  static bool registered = false;
-  if (!registered) {
-    RegisterXactCallback(on_transaction_event, nullptr);
-    registered = true;
-  }
   // A write in a subtransaction that rolls back keeps the flag: the
   // transaction then uses two-phase commit where one-phase would have done,
   // which costs time, never correctness.

@@ -56,60 +56,31 @@ void refuse_if_expired() {
                    "shorter or raise idempotency.ttl.")));
 }
 
-void on_transaction_event(XactEvent event, void *) {
-  switch (event) {
-  case XACT_EVENT_PRE_COMMIT:
-  case XACT_EVENT_PRE_PREPARE:
-    refuse_if_expired();
-    break;
-  case XACT_EVENT_COMMIT:
-  case XACT_EVENT_ABORT:
-  case XACT_EVENT_PREPARE:
-    deepest = 0;
-    break;
-  default:
-    break;
-  }
-}
-
-// Runs while the subtransaction ending is still the current one.
-void on_subtransaction_event(SubXactEvent event, SubTransactionId,
-                             SubTransactionId, void *) {
-  int level = GetCurrentTransactionNestLevel();
-  if (level > deepest)
-    return;
-  switch (event) {
-  case SUBXACT_EVENT_COMMIT_SUB:
-    earliest[level - 1] = Min(earliest[level - 1], earliest[level]);
-    forget_from(level);
-    break;
-  case SUBXACT_EVENT_ABORT_SUB:
-    forget_from(level);
-    break;
-  default:
-    break;
-  }
-}
-
-void register_callbacks() {
-  static bool registered = false;
-  if (registered)
-    return;
-  RegisterXactCallback(on_transaction_event, nullptr);
-  RegisterSubXactCallback(on_subtransaction_event, nullptr);
-  registered = true;
-}
-
 } // namespace
 
 void note_key_written(TimestampTz expires_at) {
-  register_callbacks();
   int level = GetCurrentTransactionNestLevel();
   make_room(level);
   for (int unused = deepest + 1; unused <= level; unused++)
     earliest[unused] = DT_NOEND;
   deepest = Max(deepest, level);
   earliest[level] = Min(earliest[level], expires_at);
+}
+
+void at_pre_commit() { refuse_if_expired(); }
+
+void at_transaction_end() { deepest = 0; }
+
+void at_subtransaction_commit() {
+  int level = GetCurrentTransactionNestLevel();
+  if (level > deepest)
+    return;
+  earliest[level - 1] = Min(earliest[level - 1], earliest[level]);
+  forget_from(level);
+}
+
+void at_subtransaction_abort() {
+  forget_from(GetCurrentTransactionNestLevel());
 }
 
 } // namespace idempotency::storage::commit_guard

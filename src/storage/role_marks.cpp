@@ -13,7 +13,6 @@
 
 extern "C" {
 #include "access/table.h"
-#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "nodes/parsenodes.h"
 #include "commands/event_trigger.h"
@@ -76,33 +75,6 @@ void forget_on_relcache_change(Datum, Oid relid) {
       forget_all(table);
 }
 
-void forget_unless_committed(XactEvent event, void *) {
-  switch (event) {
-  case XACT_EVENT_COMMIT:
-  case XACT_EVENT_PARALLEL_COMMIT:
-    recorded_in_transaction = false;
-    break;
-  case XACT_EVENT_ABORT:
-  case XACT_EVENT_PARALLEL_ABORT:
-  case XACT_EVENT_PREPARE: // ROLLBACK PREPARED may still take the mark
-    if (recorded_in_transaction)
-      for (Remembered &table : remembered)
-        forget_all(table);
-    recorded_in_transaction = false;
-    break;
-  default:
-    break;
-  }
-}
-
-void forget_on_subtransaction_abort(SubXactEvent event, SubTransactionId,
-                                    SubTransactionId, void *) {
-  if (event != SUBXACT_EVENT_ABORT_SUB || !recorded_in_transaction)
-    return;
-  for (Remembered &table : remembered)
-    forget_all(table);
-}
-
 // Whether a database marks roles is known by its event trigger: the update
 // to 0.7 creating it (or DROP EXTENSION dropping it) makes every backend
 // look again, also for idempotency.tenant_keys, whose definition the update
@@ -118,8 +90,6 @@ void register_callbacks_once() {
   CacheRegisterRelcacheCallback(forget_on_relcache_change, (Datum)0);
   CacheRegisterSyscacheCallback(EVENTTRIGGEROID, forget_on_event_trigger_change,
                                 (Datum)0);
-  RegisterXactCallback(forget_unless_committed, nullptr);
-  RegisterSubXactCallback(forget_on_subtransaction_abort, nullptr);
   callbacks_registered = true;
 }
 
@@ -338,6 +308,19 @@ void drop_owned_keys(const List *roles) {
   for (Oid relid : relids)
     if (OidIsValid(relid))
       CacheInvalidateRelcacheByRelid(relid);
+}
+
+void at_commit() { recorded_in_transaction = false; }
+
+void at_abort() {
+  at_subtransaction_abort();
+  recorded_in_transaction = false;
+}
+
+void at_subtransaction_abort() {
+  if (recorded_in_transaction)
+    for (Remembered &table : remembered)
+      forget_all(table);
 }
 
 } // namespace idempotency::storage::role_marks

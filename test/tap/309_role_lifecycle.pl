@@ -25,7 +25,7 @@ use lib $FindBin::RealBin;
 use IdempotencyTest;
 
 my $node = preloaded_node('role_lifecycle',
-	conf => "idempotency.expire_interval = 0\n");
+	conf => "idempotency.expire_interval = 0\nmax_prepared_transactions = 2\n");
 my @databases = ('app', 'other');
 $node->safe_psql('postgres', 'CREATE ROLE regress_a; CREATE ROLE regress_helper');
 $node->safe_psql('postgres', "CREATE DATABASE $_") for @databases;
@@ -158,6 +158,27 @@ is((error_of('postgres', 'DROP ROLE regress_c'))[0],
 $node->safe_psql('dropext', 'DROP EXTENSION idempotency');
 is((error_of('postgres', 'DROP ROLE regress_c'))[0],
 	'no error', 'DROP EXTENSION takes the keys and the record with it');
+
+# A mark recorded by a transaction, a savepoint or a prepared transaction
+# that rolls back goes with it: the session forgets it, and its next key
+# records it again.
+my %rolled_back = (
+	regress_d => q{BEGIN; SELECT idempotency.idempotent_call('d-gone', NULL, 'SELECT 1'); ROLLBACK;},
+	regress_e => q{BEGIN; SAVEPOINT s; SELECT idempotency.idempotent_call('e-gone', NULL, 'SELECT 1');
+		ROLLBACK TO SAVEPOINT s; COMMIT;},
+	regress_f => q{BEGIN; SELECT idempotency.idempotent_call('f-gone', NULL, 'SELECT 1');
+		PREPARE TRANSACTION 'f'; ROLLBACK PREPARED 'f';});
+for my $role (sort keys %rolled_back)
+{
+	$node->safe_psql('postgres', "CREATE ROLE $role");
+	$node->safe_psql('app', "SET ROLE $role;"
+		  . $rolled_back{$role}
+		  . "SELECT idempotency.idempotent_call('kept', NULL, 'SELECT 1');");
+	is((error_of('postgres', "DROP ROLE $role"))[0],
+		'2BP01', "$role: its key holds its role after a rolled-back mark");
+	$node->safe_psql('app', "DROP OWNED BY $role");
+	$node->safe_psql('postgres', "DROP ROLE $role");
+}
 
 # A new role gets the dropped role's OID. A new OID is checked against
 # every row version of pg_authid, dead ones too: the dropped role's row is

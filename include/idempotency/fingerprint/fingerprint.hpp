@@ -172,4 +172,11 @@ private:
   Sha256 hash_;
 };
 
+// In the server, called by entry/transaction.cpp (the extension's
+// transaction callbacks): the hashing contexts of hashes an error
+// interrupted are taken back when the transaction ends, or when the
+// subtransaction they were taken in aborts (while it is the current one).
+void at_transaction_end() noexcept;
+void at_subtransaction_abort() noexcept;
+
 } // namespace idempotency::fingerprint

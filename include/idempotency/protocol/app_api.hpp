@@ -83,8 +83,17 @@ static_assert(std::is_trivially_destructible_v<BatchAnswer>);
 void claim_batch(const storage::KeyRef *keys, text *const *client_hashes,
                  int count, BatchAnswer *answers);
 
-// Registers the transaction callbacks that enforce the rules above; once,
-// from _PG_init.
-void register_transaction_callbacks();
+// The keys this transaction claimed, at its end (entry/transaction.cpp,
+// the extension's transaction callbacks, calls these).
+namespace claims {
+
+// Refuse (25000) to commit or prepare while a claim is neither completed nor
+// released.
+void at_pre_commit();
+void at_pre_prepare();
+void at_transaction_end();
+void at_subtransaction_abort(SubTransactionId aborted);
+
+} // namespace claims
 
 } // namespace idempotency::protocol

@@ -46,6 +46,12 @@ namespace idempotency::storage::citus {
 // before it commits.
 void note_key_write();
 
+// Called by entry/transaction.cpp, the extension's transaction callbacks:
+// at PRE_COMMIT, the decision above is made again (0A000 where it cannot be
+// asked for).
+void at_pre_commit();
+void at_transaction_end();
+
 // idempotent_call runs fn between these two. Citus opens transactions on
 // the workers for the distributed statements of a function only while
 // citus.function_opens_transaction_block is on (its default; off is kept

@@ -23,4 +23,13 @@ namespace idempotency::storage::commit_guard {
 // `expires_at`. A subtransaction that rolls back takes its keys with it.
 void note_key_written(TimestampTz expires_at);
 
+// Called by entry/transaction.cpp, the extension's transaction callbacks.
+// Refuses (40001) to commit or prepare a transaction whose earliest key
+// written has expired.
+void at_pre_commit();
+void at_transaction_end();
+// While the ending subtransaction is still the current one.
+void at_subtransaction_commit();
+void at_subtransaction_abort();
+
 } // namespace idempotency::storage::commit_guard

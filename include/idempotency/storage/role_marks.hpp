@@ -93,4 +93,11 @@ void keep_marks_after_grant(const GrantStmt *grant);
 // PostgreSQL's own permission check for DROP OWNED.
 void drop_owned_keys(const List *roles);
 
+// Called by entry/transaction.cpp, the extension's transaction callbacks: a
+// mark recorded by a transaction, or by a subtransaction, that does not
+// commit goes with it, so every remembered role is forgotten then.
+void at_commit();
+void at_abort();
+void at_subtransaction_abort();
+
 } // namespace idempotency::storage::role_marks
