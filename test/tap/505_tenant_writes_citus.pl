@@ -1,6 +1,6 @@
 # Where a tenant key is written, on a coordinator and two workers on
-# localhost: into the tenant's shard relation on the worker that holds it,
-# outside Citus's executor but under its placement lock, by sessions
+# localhost: into the tenant's shard on the worker that holds it, through
+# Citus's router and under its placement lock, by sessions
 # connected to the workers themselves (their backends keep the statements'
 # plans and what they last checked between calls).
 #
