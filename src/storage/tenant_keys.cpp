@@ -85,21 +85,23 @@ public:
            SPI_result_code_string(rc));
     return rc;
   }
-  // The same through a plan kept for the backend's life: the statements of
-  // every call are parsed and planned (by Citus too) once, not per call.
-  // PostgreSQL's plan cache replans them when the table changes; a plan
-  // made for another tenant type is made again.
+  // The same through a statement kept for the backend's life: the
+  // statements of every call are parsed and analyzed once, not per call.
+  // PostgreSQL's plan cache analyzes them again when the table changes; a
+  // statement made for another tenant type is made again.
   int run_kept(KeptPlan &kept, const char *sql, int nargs, Oid *types,
                Datum *values, const char *nulls, bool read_only, int expected) {
     if (needs_preparing(kept, types[0])) {
       if (kept.plan != nullptr)
         SPI_freeplan(kept.plan);
       kept.plan = nullptr;
-      // A generic plan: Citus then keeps the local plan of the shard query
-      // with it, instead of deparsing, parsing and planning the shard query
-      // again on every execution (as it does for a custom plan).
+      // A custom plan, made and freed at each execution: Citus 13.2.2 and
+      // 14.0.1 add the shard's local plan to a generic plan that routes a
+      // write at each execution instead of finding the one it added (Citus
+      // pull request 8824), so a kept generic plan would grow without
+      // bound, at the same cost per call.
       SPIPlanPtr plan =
-          SPI_prepare_cursor(sql, nargs, types, CURSOR_OPT_GENERIC_PLAN);
+          SPI_prepare_cursor(sql, nargs, types, CURSOR_OPT_CUSTOM_PLAN);
       if (plan == nullptr)
         elog(ERROR, "idempotency.tenant_keys: preparing failed: %s",
              SPI_result_code_string(SPI_result));
