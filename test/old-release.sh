@@ -29,7 +29,7 @@ src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 git_dir=${IDEMPOTENCY_GIT_DIR:-}
 if [ -z "$git_dir" ]; then
   [ -e "$src/.git" ] ||
-    fail "no git history here ($src has no .git): the cross-version tests build release $version from the repository's history; set IDEMPOTENCY_GIT_DIR to the repository's git directory (test/run-all does)"
+    fail "no git history here ($src has no .git): the cross-version tests build release $version from the repository's history; set IDEMPOTENCY_GIT_DIR to a clone's git directory (test/run-all sets it from its own checkout's .git)"
   # Only this directory's own repository is read: git's ownership check
   # would refuse a clone of another user (the test user runs this).
   git_dir=$(git -c safe.directory="$src" -C "$src" rev-parse --absolute-git-dir)

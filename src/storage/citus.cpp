@@ -2,28 +2,22 @@
 
 #include "idempotency/storage/citus.hpp"
 
-#include "idempotency/storage/columns.hpp"
 #include "idempotency/storage/table_owner.hpp"
 
 extern "C" {
-#include "access/genam.h"
-#include "access/htup_details.h"
-#include "access/table.h"
 #include "access/xact.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "parser/parse_func.h"
 #include "storage/lmgr.h"
-#include "utils/array.h"
-#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
-#include "utils/memutils.h"
-#include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/varlena.h"
 }
 
@@ -42,7 +36,9 @@ namespace {
 // them with a plain COMMIT before the local commit. Citus resets the flag
 // when the transaction ends; on its own it sets it only for writes it
 // executes (on more than one node, or on a shard of this node), never for
-// a write to a table outside its metadata such as idempotency.keys.
+// a write to a table outside its metadata such as idempotency.keys. They
+// are the only Citus C functions called (see citus.hpp for why and the
+// versions checked).
 
 using InCoordinatedTransaction = bool (*)();
 using Use2PCForCoordinatedTransaction = void (*)();
@@ -129,7 +125,9 @@ Oid citus_sql_function(const char *name, int nargs, Oid *types) {
   return LookupFuncName(qualified, nargs, types, false);
 }
 
-int32 local_group_from_catalog();
+// This node's group, read when the transaction first wrote a key, where
+// the transaction manager is not exported: at PRE_COMMIT no statement runs.
+int32 group_of_key_writer = -1;
 
 // Whether the transaction is a Citus coordinated transaction that this
 // backend started, as Citus's get_current_transaction_id() tells (SQL API):
@@ -150,7 +148,7 @@ bool coordinated_by_this_backend() {
     return false;
   Datum initiator =
       GetAttributeByName(row, "initiator_node_identifier", &isnull);
-  return !isnull && DatumGetInt32(initiator) == local_group_from_catalog();
+  return !isnull && DatumGetInt32(initiator) == group_of_key_writer;
 }
 
 // Without Citus's transaction manager (a Citus library that does not export
@@ -201,6 +199,8 @@ void at_transaction_end() { wrote_keys = false; }
 void note_key_write() {
   if (!citus_loaded())
     return;
+  if (!wrote_keys && manager.in_coordinated_transaction == nullptr)
+    group_of_key_writer = local_group();
   // A write in a subtransaction that rolls back keeps the flag: the
   // transaction then uses two-phase commit where one-phase would have done,
   // which costs time, never correctness.
@@ -232,35 +232,82 @@ void end_fn(int guc_level) {
     AtEOXact_GUC(true, guc_level);
 }
 
-// --- Citus's metadata
-// ----------------------------------------------------------
+// --- Citus's metadata, through its SQL API ----------------------------------
+//
+// Each statement is prepared once per backend and kept; every name is
+// schema-qualified, every operator too. Metadata is read with a snapshot
+// taken at the statement (as a catalog scan would read it), not the
+// transaction's: a shard move that committed before a lock was granted is
+// seen, at any isolation level.
 
 namespace {
 
-AttrNumber column_named(TupleDesc desc, const char *name) {
-  Form_pg_attribute attribute = find_column(desc, name);
-  return attribute == nullptr ? InvalidAttrNumber : attribute->attnum;
+struct MetadataStatement {
+  const char *sql;
+  int nargs;
+  Oid types[2];
+  SPIPlanPtr plan;
+};
+
+SPIPlanPtr kept_plan(MetadataStatement &statement) {
+  if (statement.plan != nullptr)
+    return statement.plan;
+  SPIPlanPtr plan =
+      SPI_prepare(statement.sql, statement.nargs, statement.types);
+  if (plan == nullptr || SPI_keepplan(plan) != 0)
+    elog(ERROR, "preparing a statement on Citus's metadata failed: %s",
+         SPI_result_code_string(SPI_result));
+  statement.plan = plan;
+  return plan;
 }
+
+// Runs `statement` in the open SPI connection; its rows are in SPI_tuptable.
+void read_now(MetadataStatement &statement, Datum *values) {
+  int rc = SPI_execute_snapshot(kept_plan(statement), values, nullptr,
+                                GetLatestSnapshot(), InvalidSnapshot, true,
+                                false, 0);
+  if (rc != SPI_OK_SELECT)
+    elog(ERROR, "a statement on Citus's metadata failed: %s",
+         SPI_result_code_string(rc));
+}
+
+Datum first_value(int column, bool *is_null) {
+  *is_null = true;
+  if (SPI_processed == 0)
+    return (Datum)0;
+  return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, column,
+                       is_null);
+}
+
+void connect_spi() {
+  if (SPI_connect() != SPI_OK_CONNECT)
+    elog(ERROR, "SPI_connect failed");
+}
+
+bool catalog_exists(const char *name) {
+  return OidIsValid(get_relname_relid(name, PG_CATALOG_NAMESPACE));
+}
+
+MetadataStatement partition_of_table{
+    "SELECT p.partmethod, p.repmodel, p.colocationid"
+    " FROM pg_catalog.pg_dist_partition p"
+    " WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1",
+    1,
+    {OIDOID},
+    nullptr};
 
 // partmethod 'n' is a table without a distribution column: a reference
 // table (replicated to all nodes, repmodel 't'), a single-shard distributed
 // table (it has a colocation group), or a local table Citus manages.
-TableKind kind_of(Relation partition, HeapTuple tuple) {
-  TupleDesc desc = RelationGetDescr(partition);
-  AttrNumber method = column_named(desc, "partmethod");
-  AttrNumber repmodel = column_named(desc, "repmodel");
-  AttrNumber colocation = column_named(desc, "colocationid");
-  if (method == InvalidAttrNumber || repmodel == InvalidAttrNumber ||
-      colocation == InvalidAttrNumber)
-    return TableKind::distributed; // a metadata layout not known here
-  bool isnull = false;
-  char partition_method =
-      DatumGetChar(heap_getattr(tuple, method, desc, &isnull));
-  if (partition_method != 'n')
+TableKind kind_of_first_row() {
+  if (SPI_processed == 0)
+    return TableKind::not_citus;
+  bool is_null = true;
+  if (DatumGetChar(first_value(1, &is_null)) != 'n')
     return TableKind::distributed;
-  if (DatumGetChar(heap_getattr(tuple, repmodel, desc, &isnull)) == 't')
+  if (DatumGetChar(first_value(2, &is_null)) == 't')
     return TableKind::reference;
-  if (DatumGetInt32(heap_getattr(tuple, colocation, desc, &isnull)) != 0)
+  if (DatumGetInt32(first_value(3, &is_null)) != 0)
     return TableKind::distributed;
   return TableKind::managed_local;
 }
@@ -268,28 +315,13 @@ TableKind kind_of(Relation partition, HeapTuple tuple) {
 } // namespace
 
 TableKind table_kind(Oid relid) {
-  Oid partition_oid =
-      get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
-  if (!OidIsValid(partition_oid))
+  if (!catalog_exists("pg_dist_partition"))
     return TableKind::not_citus;
-  Relation partition = table_open(partition_oid, AccessShareLock);
-  AttrNumber logicalrelid =
-      column_named(RelationGetDescr(partition), "logicalrelid");
-  TableKind kind = TableKind::not_citus;
-  if (logicalrelid != InvalidAttrNumber) {
-    Oid index = get_relname_relid("pg_dist_partition_logical_relid_index",
-                                  PG_CATALOG_NAMESPACE);
-    ScanKeyData key;
-    ScanKeyInit(&key, logicalrelid, BTEqualStrategyNumber, F_OIDEQ,
-                ObjectIdGetDatum(relid));
-    SysScanDesc scan = systable_beginscan(partition, index, OidIsValid(index),
-                                          nullptr, 1, &key);
-    HeapTuple tuple = systable_getnext(scan);
-    if (tuple != nullptr)
-      kind = kind_of(partition, tuple);
-    systable_endscan(scan);
-  }
-  table_close(partition, AccessShareLock);
+  connect_spi();
+  Datum values[1] = {ObjectIdGetDatum(relid)};
+  read_now(partition_of_table, values);
+  TableKind kind = kind_of_first_row();
+  SPI_finish();
   return kind;
 }
 
@@ -320,145 +352,63 @@ void report_citus_table(TableKind kind) {
   pg_unreachable();
 }
 
-// --- a shard of a hash-distributed table on this node
-// --------------------------
+// --- a shard of a hash-distributed table on this node -----------------------
 
 namespace {
 
-// Citus 13's LocalExecutionStatus (executor/local_executor.h): whether the
-// transaction must, may or must not run statements on this node's shards in
-// this backend.
-enum LocalExecutionStatus : int {
-  local_execution_required = 0,
-  local_execution_optional = 1,
-  local_execution_disabled = 2,
-};
+MetadataStatement local_group_row{
+    "SELECT g.groupid FROM pg_catalog.pg_dist_local_group g", 0, {}, nullptr};
 
-// Functions of the Citus library (exported, not part of its SQL API), found
-// once per backend as the transaction manager's are.
-struct ShardFunctions {
-  // metadata/metadata_cache.c: this node's group, cached by Citus.
-  int32 (*local_group_id)();
-  // utils/resource_lock.c.
-  void (*lock_shard_distribution_metadata)(int64 shard, LOCKMODE mode);
-  // executor/local_executor.c.
-  LocalExecutionStatus (*local_execution_status)();
-  void (*set_local_execution_status)(LocalExecutionStatus status);
-  // executor/multi_executor.c: refuses a distributed statement (isRemote:
-  // false, a local one) where Citus allows none.
-  void (*ensure_task_execution_allowed)(bool is_remote);
-};
-
-ShardFunctions shard_functions{};
-bool shard_functions_found = false;
-
-// This node's group in Citus's metadata, read from pg_dist_local_group (one
-// row), as GetLocalGroupId() reads it.
-int32 local_group_from_catalog() {
-  Oid local_group_oid =
-      get_relname_relid("pg_dist_local_group", PG_CATALOG_NAMESPACE);
-  if (!OidIsValid(local_group_oid))
-    elog(ERROR, "pg_catalog.pg_dist_local_group does not exist");
-  Relation local_group = table_open(local_group_oid, AccessShareLock);
-  TupleDesc desc = RelationGetDescr(local_group);
-  AttrNumber groupid = column_named(desc, "groupid");
-  if (groupid == InvalidAttrNumber)
-    elog(ERROR, "pg_dist_local_group has no column groupid");
-  SysScanDesc scan =
-      systable_beginscan(local_group, InvalidOid, false, nullptr, 0, nullptr);
-  HeapTuple tuple = systable_getnext(scan);
-  bool isnull = true;
-  int32 group = -1;
-  if (tuple != nullptr) {
-    Datum value = heap_getattr(tuple, groupid, desc, &isnull);
-    if (!isnull)
-      group = DatumGetInt32(value);
-  }
-  systable_endscan(scan);
-  table_close(local_group, AccessShareLock);
-  return group;
+int32 local_group_in_spi() {
+  read_now(local_group_row, nullptr);
+  bool is_null = true;
+  Datum group = first_value(1, &is_null);
+  return is_null ? -1 : DatumGetInt32(group);
 }
 
-const ShardFunctions &shards() {
-  if (shard_functions_found)
-    return shard_functions;
-  require_tested_citus();
-  char *entry = citus_library_entry();
-  ShardFunctions found{};
-  found.local_group_id =
-      reinterpret_cast<int32 (*)()>(citus_function(entry, "GetLocalGroupId"));
-  found.lock_shard_distribution_metadata =
-      reinterpret_cast<void (*)(int64, LOCKMODE)>(
-          citus_function(entry, "LockShardDistributionMetadata"));
-  found.local_execution_status = reinterpret_cast<LocalExecutionStatus (*)()>(
-      citus_function(entry, "GetCurrentLocalExecutionStatus"));
-  found.set_local_execution_status =
-      reinterpret_cast<void (*)(LocalExecutionStatus)>(
-          citus_function(entry, "SetLocalExecutionStatus"));
-  found.ensure_task_execution_allowed = reinterpret_cast<void (*)(bool)>(
-      citus_function(entry, "EnsureTaskExecutionAllowed"));
-  // All three or none: a write in the local shard needs each.
-  if (found.local_execution_status == nullptr ||
-      found.set_local_execution_status == nullptr ||
-      found.ensure_task_execution_allowed == nullptr) {
-    found.local_execution_status = nullptr;
-    found.set_local_execution_status = nullptr;
-    found.ensure_task_execution_allowed = nullptr;
-  }
-  shard_functions = found;
-  shard_functions_found = true;
-  return shard_functions;
-}
+// get_shard_id_for_distribution_column takes its value as "any": the plan
+// is made for one tenant type, and again for another.
+MetadataStatement shard_of_value{
+    "SELECT s.id, pg_catalog.to_regclass(pg_catalog.shard_name($1, s.id))"
+    " FROM pg_catalog.get_shard_id_for_distribution_column($1, $2) AS s(id)",
+    2,
+    {REGCLASSOID, InvalidOid},
+    nullptr};
 
-// pg_catalog.get_shard_id_for_distribution_column(regclass, "any"), called
-// through the function manager. It reads its second argument's type from
-// the call expression, so the FmgrInfo carries one, made for the type of
-// the last call (a database's tenant keys have one type).
-struct ShardIdFunction {
-  bool ready;
-  Oid value_type;
-  FmgrInfo info;
-};
-ShardIdFunction shard_id_function{};
+MetadataStatement shard_here{
+    "SELECT pg_catalog.to_regclass(pg_catalog.shard_name($1, $2)),"
+    " EXISTS (SELECT FROM pg_catalog.pg_dist_placement p,"
+    " pg_catalog.pg_dist_local_group g"
+    " WHERE p.shardid OPERATOR(pg_catalog.=) $2"
+    " AND p.groupid OPERATOR(pg_catalog.=) g.groupid)",
+    2,
+    {REGCLASSOID, INT8OID},
+    nullptr};
 
-void prepare_shard_id_function(Oid type) {
-  if (shard_id_function.ready && shard_id_function.value_type == type)
-    return;
-  shard_id_function.ready = false;
-  Oid argument_types[2] = {REGCLASSOID, ANYOID};
-  List *name =
-      list_make2(makeString(pstrdup("pg_catalog")),
-                 makeString(pstrdup("get_shard_id_for_distribution_column")));
-  Oid function = LookupFuncName(name, 2, argument_types, false);
-  MemoryContext saved = MemoryContextSwitchTo(TopMemoryContext);
-  fmgr_info(function, &shard_id_function.info);
-  List *arguments = list_make2(makeNullConst(REGCLASSOID, -1, InvalidOid),
-                               makeNullConst(type, -1, get_typcollation(type)));
-  fmgr_info_set_expr(reinterpret_cast<Node *>(
-                         makeFuncExpr(function, INT8OID, arguments, InvalidOid,
-                                      InvalidOid, COERCE_EXPLICIT_CALL)),
-                     &shard_id_function.info);
-  MemoryContextSwitchTo(saved);
-  shard_id_function.value_type = type;
-  shard_id_function.ready = true;
+MetadataStatement local_shards{
+    "SELECT r FROM (SELECT pg_catalog.to_regclass(pg_catalog.shard_name("
+    "s.logicalrelid, s.shardid)) AS r FROM pg_catalog.pg_dist_shard s"
+    " WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1) AS shards"
+    " WHERE r IS NOT NULL",
+    1,
+    {REGCLASSOID},
+    nullptr};
+
+// Takes the lock Citus's executor takes before it writes a shard
+// (LockShardDistributionMetadata); Citus requires the table's owner.
+MetadataStatement lock_metadata{
+    "SELECT pg_catalog.lock_shard_metadata($1, ARRAY[$2])",
+    2,
+    {INT4OID, INT8OID},
+    nullptr};
+
+Oid relation_in_spi(int column) {
+  bool is_null = true;
+  Datum relid = first_value(column, &is_null);
+  return is_null ? InvalidOid : DatumGetObjectId(relid);
 }
 
 } // namespace
-
-uint64 shard_for_value(Oid relid, Oid type, Datum value) {
-  prepare_shard_id_function(type);
-  LOCAL_FCINFO(call, 2);
-  InitFunctionCallInfoData(*call, &shard_id_function.info, 2, InvalidOid,
-                           nullptr, nullptr);
-  call->args[0].value = ObjectIdGetDatum(relid);
-  call->args[0].isnull = false;
-  call->args[1].value = value;
-  call->args[1].isnull = false;
-  Datum shard = FunctionCallInvoke(call);
-  if (call->isnull)
-    elog(ERROR, "get_shard_id_for_distribution_column returned NULL");
-  return static_cast<uint64>(DatumGetInt64(shard));
-}
 
 void require_tested_citus() {
   if (!citus_loaded())
@@ -472,147 +422,85 @@ void require_tested_citus() {
           (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
            errmsg("tenant keys do not support Citus %s",
                   version != nullptr ? version : "of an unknown version"),
-           errdetail("Tenant keys read and write Citus's shards with Citus's "
-                     "catalogs, locks and functions as the Citus versions "
-                     "they were tested with have them."),
+           errdetail("Tenant keys read Citus's metadata and take its locks "
+                     "through its SQL API as the Citus versions they were "
+                     "tested with have it."),
            errhint("Use Citus %s (SHOW citus.version), or keep the keys on "
                    "the coordinator (idempotent_call, claim, complete). See "
                    "the extension's docs/scale-out.md.",
                    tested_citus_versions)));
 }
 
-void lock_shard_placement(uint64 shard, Oid owner) {
-  const ShardFunctions &citus = shards();
-  if (citus.lock_shard_distribution_metadata != nullptr) {
-    citus.lock_shard_distribution_metadata(static_cast<int64>(shard),
-                                           ShareLock);
-  } else {
-    // pg_catalog.lock_shard_metadata(lock_mode, shard_ids) of Citus's SQL
-    // API takes the same lock (LockShardDistributionMetadata). It requires
-    // the table's owner, whom the caller has made the current user.
-    static Oid function = InvalidOid;
-    if (!OidIsValid(function)) {
-      Oid types[2] = {INT4OID, INT8ARRAYOID};
-      function = citus_sql_function("lock_shard_metadata", 2, types);
-    }
-    Datum shard_datum = Int64GetDatum(static_cast<int64>(shard));
-    ArrayType *shards_array = construct_array(
-        &shard_datum, 1, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE);
-    table_owner::Saved saved = table_owner::become(owner);
-    OidFunctionCall2(function, Int32GetDatum(ShareLock),
-                     PointerGetDatum(shards_array));
-    table_owner::restore(saved);
+ShardOfValue shard_for_value(Oid relid, Oid owner, Oid type, Datum value) {
+  table_owner::Saved saved = table_owner::begin_spi(owner);
+  if (shard_of_value.types[1] != type && shard_of_value.plan != nullptr) {
+    SPI_freeplan(shard_of_value.plan);
+    shard_of_value.plan = nullptr;
   }
+  shard_of_value.types[1] = type;
+  Datum values[2] = {ObjectIdGetDatum(relid), value};
+  read_now(shard_of_value, values);
+  bool is_null = true;
+  Datum shard = first_value(1, &is_null);
+  if (is_null)
+    elog(ERROR, "get_shard_id_for_distribution_column returned NULL");
+  ShardOfValue found{static_cast<uint64>(DatumGetInt64(shard)),
+                     relation_in_spi(2)};
+  table_owner::finish_spi(saved);
+  return found;
+}
+
+void lock_shard_placement(uint64 shard, Oid owner) {
+  table_owner::Saved saved = table_owner::begin_spi(owner);
+  Datum values[2] = {Int32GetDatum(ShareLock),
+                     Int64GetDatum(static_cast<int64>(shard))};
+  int rc =
+      SPI_execute_plan(kept_plan(lock_metadata), values, nullptr, false, 0);
+  if (rc != SPI_OK_SELECT)
+    elog(ERROR, "lock_shard_metadata failed: %s", SPI_result_code_string(rc));
+  table_owner::finish_spi(saved);
   // Citus takes the lock as an advisory lock, which, unlike a relation's,
   // does not take in the invalidations of the transactions it waited for.
   AcceptInvalidationMessages();
 }
 
-int32 local_group() { return local_group_from_catalog(); }
+ShardHere shard_here_now(Oid relid, uint64 shard) {
+  connect_spi();
+  Datum values[2] = {ObjectIdGetDatum(relid),
+                     Int64GetDatum(static_cast<int64>(shard))};
+  read_now(shard_here, values);
+  bool is_null = true;
+  ShardHere here{relation_in_spi(1),
+                 DatumGetBool(first_value(2, &is_null)) && !is_null};
+  SPI_finish();
+  return here;
+}
 
-Oid shard_relation(Oid relid, uint64 shard) {
-  char name[NAMEDATALEN];
-  snprintf(name, sizeof name, "%s_" UINT64_FORMAT, get_rel_name(relid), shard);
-  return get_relname_relid(name, get_rel_namespace(relid));
+int32 local_group() {
+  connect_spi();
+  int32 group = local_group_in_spi();
+  SPI_finish();
+  return group;
 }
 
 ShardRelations local_shard_relations(Oid relid) {
   ShardRelations found{0, nullptr};
-  Oid shard_oid = get_relname_relid("pg_dist_shard", PG_CATALOG_NAMESPACE);
-  if (!OidIsValid(shard_oid))
+  if (!catalog_exists("pg_dist_shard"))
     return found;
-  Relation shards = table_open(shard_oid, AccessShareLock);
-  TupleDesc desc = RelationGetDescr(shards);
-  AttrNumber logicalrelid = column_named(desc, "logicalrelid");
-  AttrNumber shardid = column_named(desc, "shardid");
-  if (logicalrelid == InvalidAttrNumber || shardid == InvalidAttrNumber)
-    elog(ERROR, "pg_dist_shard has no column logicalrelid or shardid");
-  Oid index = get_relname_relid("pg_dist_shard_logical_relid_index",
-                                PG_CATALOG_NAMESPACE);
-  ScanKeyData key;
-  ScanKeyInit(&key, logicalrelid, BTEqualStrategyNumber, F_OIDEQ,
-              ObjectIdGetDatum(relid));
-  SysScanDesc scan =
-      systable_beginscan(shards, index, OidIsValid(index), nullptr, 1, &key);
-  int allocated = 0;
-  for (HeapTuple tuple = systable_getnext(scan); tuple != nullptr;
-       tuple = systable_getnext(scan)) {
-    bool isnull = true;
-    Datum shard = heap_getattr(tuple, shardid, desc, &isnull);
-    if (isnull)
-      continue;
-    Oid shard_relid =
-        shard_relation(relid, static_cast<uint64>(DatumGetInt64(shard)));
-    if (!OidIsValid(shard_relid))
-      continue;
-    if (found.count == allocated) {
-      allocated = allocated == 0 ? 16 : allocated * 2;
-      found.relids = static_cast<Oid *>(
-          found.relids == nullptr
-              ? palloc(sizeof(Oid) * allocated)
-              : repalloc(found.relids, sizeof(Oid) * allocated));
-    }
-    found.relids[found.count++] = shard_relid;
+  MemoryContext caller = CurrentMemoryContext;
+  connect_spi();
+  Datum values[1] = {ObjectIdGetDatum(relid)};
+  read_now(local_shards, values);
+  found.count = static_cast<int>(SPI_processed);
+  found.relids = static_cast<Oid *>(
+      MemoryContextAlloc(caller, sizeof(Oid) * (found.count + 1)));
+  for (int i = 0; i < found.count; i++) {
+    bool is_null = true;
+    found.relids[i] = DatumGetObjectId(SPI_getbinval(
+        SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &is_null));
   }
-  systable_endscan(scan);
-  table_close(shards, AccessShareLock);
+  SPI_finish();
   return found;
-}
-
-ShardPlacements shard_placements(uint64 shard) {
-  const ShardFunctions &citus = shards();
-  int32 group = citus.local_group_id != nullptr ? citus.local_group_id()
-                                                : local_group_from_catalog();
-  Oid placement_oid =
-      get_relname_relid("pg_dist_placement", PG_CATALOG_NAMESPACE);
-  ShardPlacements placed{false, 0};
-  if (!OidIsValid(placement_oid))
-    return placed;
-  // pg_dist_placement has no system cache: a scan without a snapshot of its
-  // own takes a new catalog snapshot (GetCatalogSnapshot).
-  Relation placements = table_open(placement_oid, AccessShareLock);
-  TupleDesc desc = RelationGetDescr(placements);
-  AttrNumber shardid = column_named(desc, "shardid");
-  AttrNumber groupid = column_named(desc, "groupid");
-  if (shardid == InvalidAttrNumber || groupid == InvalidAttrNumber)
-    elog(ERROR, "pg_dist_placement has no column shardid or groupid");
-  Oid index = get_relname_relid("pg_dist_placement_shardid_index",
-                                PG_CATALOG_NAMESPACE);
-  ScanKeyData key;
-  ScanKeyInit(&key, shardid, BTEqualStrategyNumber, F_INT8EQ,
-              Int64GetDatum(static_cast<int64>(shard)));
-  SysScanDesc scan = systable_beginscan(placements, index, OidIsValid(index),
-                                        nullptr, 1, &key);
-  for (HeapTuple tuple = systable_getnext(scan); tuple != nullptr;
-       tuple = systable_getnext(scan)) {
-    bool isnull = true;
-    Datum placement_group = heap_getattr(tuple, groupid, desc, &isnull);
-    placed.here |= !isnull && DatumGetInt32(placement_group) == group;
-    placed.count++;
-  }
-  systable_endscan(scan);
-  table_close(placements, AccessShareLock);
-  return placed;
-}
-
-bool may_write_local_shard() {
-  const ShardFunctions &citus = shards();
-  if (citus.ensure_task_execution_allowed == nullptr)
-    return false;
-  citus.ensure_task_execution_allowed(false);
-  const char *local_execution =
-      GetConfigOption("citus.enable_local_execution", true, false);
-  if (local_execution == nullptr || strcmp(local_execution, "on") != 0)
-    return false;
-  return citus.local_execution_status() != local_execution_disabled;
-}
-
-void note_local_shard_write() {
-  const ShardFunctions &citus = shards();
-  if (citus.set_local_execution_status == nullptr)
-    elog(ERROR, "note_local_shard_write without may_write_local_shard");
-  citus.set_local_execution_status(local_execution_required);
-  note_key_write();
 }
 
 } // namespace idempotency::storage::citus

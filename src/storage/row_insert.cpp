@@ -185,49 +185,6 @@ TriggeredRow fire_before_row_triggers(const RowInsert &insert,
   return TriggeredRow::kept;
 }
 
-// A tombstone's row (its key empty) is written by expiry, whose messages
-// name no key: the text is gone, and the log is no place for it.
-void check_tombstone_kept(TriggeredRow result, const char *table,
-                          const char *fixed_columns) {
-  if (result == TriggeredRow::skipped)
-    ereport(ERROR,
-            (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
-             errmsg("a BEFORE INSERT trigger on %s skipped the tombstone of "
-                    "an expired idempotency key",
-                    table),
-             errdetail("Without its tombstone, a late retry of the key would "
-                       "run its request again; expiry keeps the expired "
-                       "row instead.")));
-  if (result == TriggeredRow::moved)
-    ereport(ERROR,
-            (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
-             errmsg("a BEFORE INSERT trigger on %s changed the %s of the "
-                    "tombstone of an expired idempotency key",
-                    table, fixed_columns),
-             errdetail("The tombstone must stay under the key that ran.")));
-}
-
-void check_key_row_kept(TriggeredRow result, const char *table,
-                        const char *fixed_columns, const text *key) {
-  if (result != TriggeredRow::kept && VARSIZE_ANY_EXHDR(key) == 0)
-    check_tombstone_kept(result, table, fixed_columns);
-  if (result == TriggeredRow::skipped)
-    ereport(ERROR,
-            (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
-             errmsg("a BEFORE INSERT trigger on %s skipped the row of "
-                    "idempotency key \"%s\"",
-                    table, text_to_cstring(key)),
-             errdetail("Without its row, a retry of the key would run its "
-                       "request again.")));
-  if (result == TriggeredRow::moved)
-    ereport(ERROR,
-            (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
-             errmsg("a BEFORE INSERT trigger on %s changed the %s of "
-                    "idempotency key \"%s\"",
-                    table, fixed_columns, text_to_cstring(key)),
-             errdetail("The row must stay under the key that was claimed.")));
-}
-
 // What ExecSimpleRelationInsert does after the BEFORE row triggers.
 void write_row(const RowInsert &insert) {
   ResultRelInfo *target = insert.target;

@@ -4,7 +4,6 @@
 #include "idempotency/storage/columns.hpp"
 #include "idempotency/storage/keys.hpp"
 #include "idempotency/storage/role_marks.hpp"
-#include "idempotency/storage/row_insert.hpp"
 #include "idempotency/storage/schema.hpp"
 #include "idempotency/storage/table_owner.hpp"
 
@@ -86,21 +85,23 @@ public:
            SPI_result_code_string(rc));
     return rc;
   }
-  // The same through a plan kept for the backend's life: the statements of
-  // every call are parsed and planned (by Citus too) once, not per call.
-  // PostgreSQL's plan cache replans them when the table changes; a plan
-  // made for another tenant type is made again.
+  // The same through a statement kept for the backend's life: the
+  // statements of every call are parsed and analyzed once, not per call.
+  // PostgreSQL's plan cache analyzes them again when the table changes; a
+  // statement made for another tenant type is made again.
   int run_kept(KeptPlan &kept, const char *sql, int nargs, Oid *types,
                Datum *values, const char *nulls, bool read_only, int expected) {
     if (needs_preparing(kept, types[0])) {
       if (kept.plan != nullptr)
         SPI_freeplan(kept.plan);
       kept.plan = nullptr;
-      // A generic plan: Citus then keeps the local plan of the shard query
-      // with it, instead of deparsing, parsing and planning the shard query
-      // again on every execution (as it does for a custom plan).
+      // A custom plan, made and freed at each execution: Citus 13.2.2 and
+      // 14.0.1 add the shard's local plan to a generic plan that routes a
+      // write at each execution instead of finding the one it added (Citus
+      // pull request 8824), so a kept generic plan would grow without
+      // bound, at the same cost per call.
       SPIPlanPtr plan =
-          SPI_prepare_cursor(sql, nargs, types, CURSOR_OPT_GENERIC_PLAN);
+          SPI_prepare_cursor(sql, nargs, types, CURSOR_OPT_CUSTOM_PLAN);
       if (plan == nullptr)
         elog(ERROR, "idempotency.tenant_keys: preparing failed: %s",
              SPI_result_code_string(SPI_result));
@@ -161,17 +162,6 @@ void check_tenant_type(Oid relid, const KeyRef &key) {
                    format_type_be(column_type))));
 }
 
-// The tenant's shard of idempotency.tenant_keys, found through Citus's
-// metadata.
-uint64 shard_of(Oid relid, Oid owner, const KeyRef &key) {
-  // As the table's owner: Citus checks that its caller may read the table,
-  // and callers have no rights on it.
-  table_owner::Saved saved = table_owner::become(owner);
-  uint64 shard = citus::shard_for_value(relid, key.tenant_type, key.tenant);
-  table_owner::restore(saved);
-  return shard;
-}
-
 // The last placement table_for() checked, and where: while the transaction
 // is still in the subtransaction that checked it, the placement lock taken
 // before the check is held (a lock goes only when the (sub)transaction that
@@ -182,18 +172,15 @@ struct CheckedPlacement {
   LocalTransactionId transaction;
   SubTransactionId subtransaction;
   Oid local_shard;
-  // The shard has copies on other nodes too (a replicated table), which
-  // only Citus's executor writes together.
-  bool replicated;
 };
 static_assert(std::is_trivially_destructible_v<CheckedPlacement>);
 CheckedPlacement checked_placement{InvalidLocalTransactionId,
-                                   InvalidSubTransactionId, InvalidOid, false};
+                                   InvalidSubTransactionId, InvalidOid};
 
-void remember_checked(Oid local_shard, bool replicated) {
+void remember_checked(Oid local_shard) {
   checked_placement =
       CheckedPlacement{compat::my_local_transaction_id(),
-                       GetCurrentSubTransactionId(), local_shard, replicated};
+                       GetCurrentSubTransactionId(), local_shard};
 }
 
 bool placement_still_checked(Oid local_shard) {
@@ -328,82 +315,13 @@ ShardColumns shard_columns(Relation shard) {
   return columns;
 }
 
-bool is_key_column(const void *context, AttrNumber attnum) {
-  const ShardColumns &columns = *static_cast<const ShardColumns *>(context);
-  for (const ShardColumn &expected : shard_columns_expected)
-    if (columns.*expected.field == attnum)
-      return true;
-  return columns.expired_at == attnum || columns.remember_for == attnum;
-}
-
-TimestampTz timestamp_in(TupleTableSlot *slot, AttrNumber attnum) {
-  bool is_null = false;
-  return DatumGetTimestampTz(slot_getattr(slot, attnum, &is_null));
-}
-
-// The key's row, written into the tenant's shard relation on this node
-// through the executor (storage/row_insert.hpp: the shard's triggers fire,
-// its constraints are checked, its indexes are written), as Citus's local
-// executor would write it, with no statement to plan: through Citus, the
-// INSERT would be deparsed, parsed and planned again for the shard on every
-// call. As the table's owner: triggers run with the rights they would have
-// for the owner's INSERT. store() has checked the placement.
-StoredRow insert_into_shard(const KeyTable &table, const KeyRef &key,
-                            const NewRow &row, TimestampTz created_at,
-                            TimestampTz expires_at, int64 remember_usecs) {
-  Relation rel = table_open(table.local_shard, RowExclusiveLock);
-  ShardColumns columns = shard_columns(rel);
-  table_owner::Saved saved = table_owner::become(table.owner);
-
-  RowInsert insert = begin_row_insert(rel, InvalidOid);
-  clear_row(insert);
-  TupleTableSlot *slot = insert.slot;
-  auto set = [slot](AttrNumber attnum, Datum value, bool is_null) {
-    slot->tts_values[attnum - 1] = value;
-    slot->tts_isnull[attnum - 1] = is_null;
-  };
-  set(columns.tenant, key.tenant, false);
-  set(columns.scope, ObjectIdGetDatum(key.scope), false);
-  set(columns.key, PointerGetDatum(key.key), false);
-  set(columns.key_digest, PointerGetDatum(key.digest), false);
-  set(columns.request_hash, PointerGetDatum(row.request_hash), false);
-  set(columns.response, row.response, row.response_is_null);
-  set(columns.created_at, TimestampTzGetDatum(created_at), false);
-  set(columns.expires_at, TimestampTzGetDatum(expires_at), false);
-  if (columns.expired_at != InvalidAttrNumber)
-    set(columns.expired_at, (Datum)0, true); // a live key
-  if (columns.remember_for != InvalidAttrNumber) {
-    bool is_null = false;
-    Datum window = stored_window(remember_usecs, &is_null);
-    set(columns.remember_for, window, is_null);
-  }
-  DefaultColumn *defaults;
-  int default_count = plan_defaults(rel, is_key_column, &columns, &defaults);
-  evaluate_defaults(insert, defaults, default_count);
-  ExecStoreVirtualTuple(slot);
-
-  citus::note_local_shard_write();
-  const AttrNumber fixed[] = {columns.tenant, columns.scope, columns.key,
-                              columns.key_digest};
-  check_key_row_kept(fire_before_row_triggers(insert, fixed, 4),
-                     "idempotency.tenant_keys",
-                     "tenant, scope, key or key_digest", key.key);
-  write_row(insert);
-  StoredRow stored{timestamp_in(insert.slot, columns.created_at),
-                   timestamp_in(insert.slot, columns.expires_at)};
-  end_row_insert(insert);
-
-  table_owner::restore(saved);
-  table_close(rel, NoLock);
-  return stored;
-}
-
-// The key's row written through Citus's executor: where Citus would not
-// write this node's shard from this backend (citus::may_write_local_shard),
-// or the shard has copies on other nodes, which only Citus writes together.
-// Parameters as set by store(); leaves in SPI_tuptable the row's times and
-// whether the row is still the key's (a BEFORE trigger may have changed its
-// tenant, scope, key or key_digest).
+// The key's row, written by a statement Citus routes to the tenant's shard
+// (its local executor runs it here, in this transaction, and knows the
+// transaction wrote the shard: later statements see the row, and a
+// coordinated transaction commits through two-phase commit). Parameters as
+// set by store(); leaves in SPI_tuptable the row's times and whether the row
+// is still the key's (a BEFORE trigger may have changed its tenant, scope,
+// key or key_digest).
 void insert_through_citus(OwnerSpi &spi, bool with_window, Oid *types,
                           Datum *values, const char *nulls) {
 #define IDEMPOTENCY_TENANT_RETURNING                                           \
@@ -469,17 +387,19 @@ KeyTable table_for(const KeyRef &key) {
   citus::require_tested_citus();
   check_tenant_type(relid, key);
   Oid owner = table_owner::of(relid);
-  uint64 shard = shard_of(relid, owner, key);
-  // Whether a relation of the shard was on this node before the lock was
-  // taken: a request that waited for a move that took the shard away still
-  // knows it was sent here for it, should Citus drop the old placement
-  // before the request looks again.
-  bool was_here = OidIsValid(citus::shard_relation(relid, shard));
-  citus::lock_shard_placement(shard, owner);
-  Oid local_shard = citus::shard_relation(relid, shard);
-  citus::ShardPlacements placed = citus::shard_placements(shard);
-  if (OidIsValid(local_shard) && placed.here) {
-    remember_checked(local_shard, placed.count > 1);
+  // As the table's owner: Citus checks that its caller may read the table,
+  // and callers have no rights on it. Whether a relation of the shard was on
+  // this node before the lock was taken: a request that waited for a move
+  // that took the shard away still knows it was sent here for it, should
+  // Citus drop the old placement before the request looks again.
+  citus::ShardOfValue shard =
+      citus::shard_for_value(relid, owner, key.tenant_type, key.tenant);
+  bool was_here = OidIsValid(shard.local_relation);
+  citus::lock_shard_placement(shard.shard, owner);
+  citus::ShardHere here = citus::shard_here_now(relid, shard.shard);
+  Oid local_shard = here.local_relation;
+  if (OidIsValid(local_shard) && here.placed_here) {
+    remember_checked(local_shard);
     return KeyTable{relid, local_shard, owner};
   }
   // A relation of the shard here, placed elsewhere: Citus is moving the
@@ -605,9 +525,14 @@ struct ConditionValue {
   Datum value;
 };
 
+// The deletions of a key's rows: of the expired row a new one replaces, and
+// of a released key's.
+KeptPlan replace_plan;
+KeptPlan remove_plan;
+
 // Deletes the key's rows that also meet `condition` on `values`, through
-// Citus, as the table's owner; returns how many.
-uint64 delete_key_rows(const KeyTable &table, const KeyRef &key,
+// Citus, as the table's owner, by the statement `kept`; returns how many.
+uint64 delete_key_rows(KeptPlan &kept, const KeyTable &table, const KeyRef &key,
                        const char *condition,
                        std::initializer_list<ConditionValue> values) {
   constexpr int max_args = identity_args + 2;
@@ -625,7 +550,7 @@ uint64 delete_key_rows(const KeyTable &table, const KeyRef &key,
            "DELETE FROM idempotency.tenant_keys AS k WHERE %s AND %s",
            identity_filter, condition);
   OwnerSpi spi(table.owner);
-  spi.run(sql, nargs, types, args, nullptr, false, SPI_OK_DELETE);
+  spi.run_kept(kept, sql, nargs, types, args, nullptr, false, SPI_OK_DELETE);
   uint64 deleted = SPI_processed;
   spi.finish();
   return deleted;
@@ -697,7 +622,8 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
   role_marks::ensure_tenant(table.relid, key.scope);
   // The expired row the new one replaces.
   if (row.replaces != nullptr)
-    delete_key_rows(table, key, "k.expires_at OPERATOR(pg_catalog.<=) $4",
+    delete_key_rows(replace_plan, table, key,
+                    "k.expires_at OPERATOR(pg_catalog.<=) $4",
                     {{TIMESTAMPTZOID, TimestampTzGetDatum(created_at)}});
 
   // table_for() took the placement lock and then checked the placement; a
@@ -706,17 +632,13 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
   // another connection than fn's writes).
   KeyTable checked =
       placement_still_checked(table.local_shard) ? table : table_for(key);
-  bool through_citus =
-      checked_placement.replicated || !citus::may_write_local_shard();
 
   MemoryContext caller = CurrentMemoryContext;
   StoredRow stored{};
   PG_TRY();
   {
-    stored = through_citus ? store_through_citus(checked, key, row, created_at,
-                                                 expires_at, remember_usecs)
-                           : insert_into_shard(checked, key, row, created_at,
-                                               expires_at, remember_usecs);
+    stored = store_through_citus(checked, key, row, created_at, expires_at,
+                                 remember_usecs);
   }
   PG_CATCH();
   {
@@ -749,7 +671,7 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
 bool Backend::remove(const KeyTable &table, const KeyRef &key,
                      const KeyProbe &stored) const {
   return delete_key_rows(
-             table, key,
+             remove_plan, table, key,
              "(k.key OPERATOR(pg_catalog.=) $4 OR "
              "k.key OPERATOR(pg_catalog.=) '') AND "
              "k.created_at OPERATOR(pg_catalog.=) $5",

@@ -1,6 +1,6 @@
 # Where a tenant key is written, on a coordinator and two workers on
-# localhost: into the tenant's shard relation on the worker that holds it,
-# outside Citus's executor but under its placement lock, by sessions
+# localhost: into the tenant's shard on the worker that holds it, through
+# Citus's router and under its placement lock, by sessions
 # connected to the workers themselves (their backends keep the statements'
 # plans and what they last checked between calls).
 #
@@ -13,14 +13,16 @@
 #   transaction that already reached them through a connection writes its key
 #   through Citus (a later statement over that connection sees it); a key
 #   written here is seen by a later multi-shard statement of the same
-#   transaction.
+#   transaction. A backend's memory for the key's INSERT does not grow with
+#   the keys it stores.
 # - A shard move (logical replication) while a request is in flight on the
 #   old node: the move waits for it, and carries its key; a request that
 #   arrives during the switch-over, and a later one in a session that stored
 #   keys there before the move, get 40001 and write nothing into the old
-#   placement; on the new node every key is there once and replays, and each
-#   request ran once. Moved back, a session that stored keys in the shard's
-#   old relation writes into the new one.
+#   placement, nor does a transaction whose snapshot predates the move
+#   (Citus's metadata is read as of now); on the new node every key is there
+#   once and replays, and each request ran once. Moved back, a session that
+#   stored keys in the shard's old relation writes into the new one.
 # - Every replay answers byte for byte what the key's first run answered,
 #   and runs nothing: fn records each run with its key (table runs), and
 #   each key's runs are counted after each replay.
@@ -214,6 +216,21 @@ $ran++;
 is(stored('twice-in-one') . '|' . runs_for('twice-in-one') . '|' . withdrawals(), "1|1|$ran",
 	'it is stored once, and its request ran once');
 
+# The statement that writes keys keeps no plan that grows with the calls a
+# backend makes (a kept generic plan would: Citus 13.2.2 and 14.0.1 add the
+# shard's local plan to it at every call).
+$on_source->query_safe(
+	"SELECT count(*) FROM generate_series(1, 300) AS i, LATERAL (SELECT "
+	  . "idempotency.tenant_call(${tenant}::bigint, 'many-' || i, NULL, "
+	  . "'SELECT withdraw_as(\$1, \$2, \$3)', ${tenant}::bigint, 1::bigint, "
+	  . "('many-' || i)::text)) AS c");
+$ran += 300;
+is( $on_source->query_safe(q{
+SELECT coalesce(sum(total_bytes), 0) < 1048576 FROM pg_backend_memory_contexts
+ WHERE name = 'CachedPlan' AND ident LIKE 'INSERT INTO idempotency.tenant_keys%'}),
+	't', 'after 300 keys, a backend holds less than 1 MB of plans for their INSERT');
+is(withdrawals(), $ran, 'each of them ran once');
+
 # --- Citus's rules for the transaction -----------------------------------------
 # Statements that reached this node's shards through a connection: Citus
 # keeps the transaction on it, and so does the key.
@@ -267,6 +284,10 @@ ok( $source->poll_query_until('postgres', q{
 SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND objsubid = 1 AND NOT granted},
 		'1'),
 	'a request is in flight: past the placement check, held in fn');
+# A transaction whose snapshot is taken before the move.
+my $old_snapshot = session_on($source);
+$old_snapshot->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+$old_snapshot->query_safe('SELECT count(*) FROM pg_catalog.pg_class');
 my $move = start_psql($coordinator,
 	"SELECT citus_move_shard_placement($shard, '127.0.0.1', ${\ $source->port }, "
 	  . "'127.0.0.1', ${\ $target->port }, 'force_logical')");
@@ -296,6 +317,10 @@ is( $coordinator->safe_psql('postgres', "SELECT nodeport FROM citus_shards WHERE
 is(session_sqlstate($on_source, call_sql('after-move')), '40001',
 	'a session that stored keys on the old node gets 40001 for a new key');
 is(session_sqlstate($on_source, call_sql('before-move')), '40001', 'and for a stored one');
+is(session_sqlstate($old_snapshot, call_sql('old-snapshot')), '40001',
+	'so does a transaction whose snapshot predates the move: the placement is read as of now');
+$old_snapshot->query_safe('ROLLBACK');
+$old_snapshot->quit;
 
 # The old placement is still there: nothing was written into it after the
 # request in flight.
@@ -312,8 +337,8 @@ is($on_target->query_safe(call_sql('in-flight', 'withdraw_gated')), $in_flight_a
 	'the key written in flight during the move replays there its first answer, byte for byte');
 is($on_target->query_safe(call_sql('before-move')), $before_move,
 	'and so does the one before');
-is( join('|', map { runs_for($_) } qw(in-flight before-move after-move during-move)),
-	'1|1|1|0', 'each request ran once, per key; the refused one not at all');
+is( join('|', map { runs_for($_) } qw(in-flight before-move after-move during-move old-snapshot)),
+	'1|1|1|0|0', 'each request ran once, per key; the refused ones not at all');
 is(withdrawals(), $ran, 'each request ran once');
 is( $coordinator->safe_psql('postgres', q{
 SELECT string_agg(key || '=' || n, ',' ORDER BY key)

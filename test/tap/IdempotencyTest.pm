@@ -874,9 +874,15 @@ sub old_release_install_path
 {
 	my ($version) = @_;
 	my ($stdout, $stderr) = ('', '');
-	IPC::Run::run([ "$FindBin::RealBin/../old-release.sh", $version ],
-		'>', \$stdout, '2>', \$stderr)
-	  or die "cannot build release $version of the library:\n$stderr";
+	if (!IPC::Run::run([ "$FindBin::RealBin/../old-release.sh", $version ],
+		'>', \$stdout, '2>', \$stderr))
+	{
+		# On the console too: a die's message goes to the file's log only,
+		# and prove would show no more than "No plan found".
+		my $why = "cannot build release $version of the library:\n$stderr";
+		diag($why);
+		die $why;
+	}
 	chomp $stdout;
 	return $stdout;
 }

@@ -26,18 +26,24 @@
 //   would be split between the two. table_kind() tells; storage/keys.cpp
 //   refuses such a table (report_citus_table).
 //
-// Citus is never linked against: its functions are looked up in the library
-// the server loaded at start (Citus can only be loaded through
-// shared_preload_libraries), so without Citus nothing here does anything.
+// Citus is never linked against. Everything but the commit goes through
+// Citus's SQL API. The commit needs the only two C functions still called,
+// looked up in the library the server loaded at start (Citus can only be
+// loaded through shared_preload_libraries): InCoordinatedTransaction and
+// Use2PCForCoordinatedTransaction, since no SQL function asks Citus for
+// two-phase commit of a transaction whose local write it did not make.
+// Checked on Citus 13.2.2 (built for PostgreSQL 15, which exports them)
+// and in 14.0.1's source (built for 16 to 18 only, which export none:
+// then refused, see note_key_write). Without Citus nothing here does
+// anything.
 #pragma once
 
 #include "idempotency/pg.hpp"
 
 namespace idempotency::storage::citus {
 
-// Records that the current transaction wrote a key row that Citus's
-// executor did not write: in idempotency.keys, or in the local shard of a
-// tenant key (write_local_shard). When Citus is loaded, the transaction
+// Records that the current transaction wrote a key row in idempotency.keys,
+// which Citus's executor does not write. When Citus is loaded, the transaction
 // will commit through two-phase commit if it is a Citus coordinated
 // transaction now or becomes one before it commits; otherwise this does
 // nothing. Where Citus's library does not export the functions that ask for
@@ -65,11 +71,13 @@ void end_fn(int guc_level);
 
 // --- a shard of a hash-distributed table on this node ------------------------
 //
-// Tenant keys are read and written in the tenant's shard relation on this
-// node directly, with the guarantees Citus's own executor has when it runs
-// a statement on a local shard: these call the functions of the Citus
-// library that its executor calls (raising 0A000 when the loaded Citus
-// lacks one). Each needs a transaction.
+// Tenant keys are written through Citus (its router and executor), and read
+// in the tenant's shard relation on this node under the lock Citus's own
+// writes take. These read Citus's metadata and take that lock through its
+// SQL API, each statement prepared once per backend and read with a
+// snapshot taken at the statement, as Citus reads its catalogs. Each needs
+// a transaction; none needs any right on the distributed table but those
+// that take `owner`.
 
 // Raises 0A000, with the tested versions in its hint, unless the loaded
 // Citus is a major version tenant keys were tested with
@@ -77,67 +85,43 @@ void end_fn(int guc_level);
 void require_tested_citus();
 
 // The shard of `relid` (hash-distributed) that holds the distribution value
-// `value` of type `type` (the distribution column's type), as
-// get_shard_id_for_distribution_column() finds it. The current user must
-// be able to read `relid`.
-uint64 shard_for_value(Oid relid, Oid type, Datum value);
+// `value` of type `type` (the distribution column's type), by
+// get_shard_id_for_distribution_column(), as `owner` (Citus checks that its
+// caller may read the table), and its relation on this node (InvalidOid:
+// none).
+struct ShardOfValue {
+  uint64 shard;
+  Oid local_relation;
+};
+ShardOfValue shard_for_value(Oid relid, Oid owner, Oid type, Datum value);
 
 // Citus's lock on the placement metadata of `shard`, in share mode, until
-// the transaction ends: what Citus's executor takes before it writes a
+// the transaction ends, by lock_shard_metadata() as `owner` (the table's
+// owner, which it requires): what Citus's executor takes before it writes a
 // shard, and what a shard move takes in exclusive mode, on every node, for
 // its final switch-over (after it has copied the shard and while its
 // logical replication catches up with what was written to the old
 // placement). For a hash-distributed table it locks the shard's group of
 // co-located shards. Invalidations that arrived meanwhile are taken in.
-// Where Citus's library does not export the lock's function, Citus's SQL
-// function lock_shard_metadata() takes it, as `owner` (the table's owner,
-// which it requires).
 void lock_shard_placement(uint64 shard, Oid owner);
 
-// Where Citus's metadata places `shard`, read with a new catalog snapshot:
-// a move that committed before the lock was granted is seen.
-struct ShardPlacements {
-  bool here; // one of them is on this node (its local group)
-  int count; // how many there are (more than one: a replicated shard)
+// The relation of `shard` of `relid` on this node (InvalidOid: none; Citus's
+// shard_name()), and whether Citus's metadata places the shard here: a move
+// that committed before the lock was granted is seen.
+struct ShardHere {
+  Oid local_relation;
+  bool placed_here;
 };
-ShardPlacements shard_placements(uint64 shard);
-
-// Whether a write to a local shard may be made here, outside Citus's
-// executor, in the current transaction: the loaded Citus library exports the
-// functions that read and set its local-execution state (Citus built for
-// PostgreSQL 15 does; built for 16 and later, it exports only its SQL API,
-// and every tenant key is written through Citus's executor), its local
-// execution is on, and the transaction has not reached this node's shards
-// through a connection (Citus then sends every later statement for them that
-// way, and a row written here would be hidden from those statements). Raises
-// what Citus raises for a distributed statement where it allows none (a
-// function run by a query on a shard).
-bool may_write_local_shard();
-
-// Tells Citus that the transaction wrote a shard on this node, as its local
-// executor does: later statements of the transaction that reach this
-// node's shards run locally, in this transaction, and see the row; a
-// coordinated transaction commits through two-phase commit. Called before
-// the write, after may_write_local_shard() returned true.
-void note_local_shard_write();
+ShardHere shard_here_now(Oid relid, uint64 shard);
 
 // --- Citus's metadata --------------------------------------------------------
 //
-// Read here only, with catalog scans (pg_dist_partition, pg_dist_shard,
-// pg_dist_placement, pg_dist_local_group), each with a new catalog
-// snapshot; none needs the Citus library loaded or any right on the
-// distributed table.
+// Read through SQL (pg_dist_partition, pg_dist_shard, pg_dist_local_group),
+// which every role may read; none needs the Citus library loaded.
 
-// This node's group (0: the coordinator), as Citus's GetLocalGroupId()
-// reads pg_dist_local_group; an internal error where the database has no
-// such catalog.
+// This node's group (0: the coordinator), from pg_dist_local_group; an
+// error where the database has no such catalog.
 int32 local_group();
-
-// The relation on this node of shard `shard` of `relid`, InvalidOid when
-// there is none. Citus names a shard after its table and shard id, in the
-// table's schema ("tenant_keys_102008"): for a table whose name is short
-// enough that Citus never shortens it (idempotency.tenant_keys).
-Oid shard_relation(Oid relid, uint64 shard);
 
 // The relations on this node of the shards of `relid`, from pg_dist_shard:
 // those placed here, and those of a shard Citus is moving here or moved

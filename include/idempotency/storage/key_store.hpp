@@ -236,4 +236,18 @@ KeyStore expiry_store(int index);
 // 23505: a stored row has the key's scope and digest but another key text.
 [[noreturn]] void report_shared_digest();
 
+// What the BEFORE INSERT row triggers did with a key's row.
+enum class TriggeredRow {
+  kept,    // written as they left it (changed or not)
+  skipped, // a trigger returned NULL: no row
+  moved,   // a trigger changed one of the `fixed` columns
+};
+
+// Raises 09000 unless `result` is kept: a BEFORE trigger on `table` skipped
+// the row of idempotency key `key`, or changed its `fixed_columns` (named
+// in the message). An empty `key` is a tombstone's (a call's key is never
+// empty): its message names no key.
+void check_key_row_kept(TriggeredRow result, const char *table,
+                        const char *fixed_columns, const text *key);
+
 } // namespace idempotency::storage

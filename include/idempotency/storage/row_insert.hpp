@@ -17,6 +17,7 @@
 #pragma once
 
 #include "idempotency/pg.hpp"
+#include "idempotency/storage/key_store.hpp"
 
 extern "C" {
 #include "nodes/execnodes.h"
@@ -64,26 +65,12 @@ int plan_defaults(Relation rel,
 void evaluate_defaults(const RowInsert &insert, const DefaultColumn *defaults,
                        int count);
 
-// What the BEFORE INSERT row triggers did with the row.
-enum class TriggeredRow {
-  kept,    // written as they left it (changed or not)
-  skipped, // a trigger returned NULL: no row
-  moved,   // a trigger changed one of the `fixed` columns
-};
-
 // Fires the BEFORE INSERT row triggers (if any) on insert.slot, which they
 // may change, except for the `fixed_count` columns `fixed`: a key's row may
 // not be dropped or moved to another key, or a retry of the key would run
 // its request again.
 TriggeredRow fire_before_row_triggers(const RowInsert &insert,
                                       const AttrNumber *fixed, int fixed_count);
-
-// Raises 09000 unless `result` is kept: a BEFORE trigger on `table` skipped
-// the row of idempotency key `key`, or changed its `fixed_columns` (named
-// in the message). An empty `key` is a tombstone's (a call's key is never
-// empty): its message names no key.
-void check_key_row_kept(TriggeredRow result, const char *table,
-                        const char *fixed_columns, const text *key);
 
 // Computes the stored generated columns, checks the constraints, writes
 // the row into the heap and the indexes and queues the AFTER row triggers.

@@ -7,23 +7,20 @@
 // sit in the shard beside that tenant's rows. Calls of the tenant_* SQL
 // functions read and write it here.
 //
-// A call reads and writes the tenant's shard relation on this node
-// directly, as the local key table is read and written (a primary-key probe;
-// the row written through the executor, storage/row_insert.hpp), with no
-// statement to plan (through Citus, every statement would be planned,
-// deparsed and planned again for the shard on every call), under the lock
-// Citus's own writes take: Citus's
-// share lock on the shard's placement metadata, taken before the placement
-// is checked and held until the transaction ends. A shard move takes that
-// lock in exclusive mode for its final switch-over, so it waits for a
-// request that wrote a key to the old placement and carries the key with
-// the rest of the shard (its logical replication catches up after the
+// A call reads the tenant's shard relation on this node by its primary key,
+// and writes the table through statements Citus routes to that shard (its
+// local executor runs them here, in the call's transaction), each prepared
+// once per backend and kept, run as the table's owner: callers have no
+// rights on the table, and its triggers fire with the owner's rights. Both
+// happen under the lock Citus's own writes take: Citus's share lock on the
+// shard's placement metadata (lock_shard_metadata), taken before the
+// placement is checked and held until the transaction ends. A shard move
+// takes that lock in exclusive mode for its final switch-over, so it waits
+// for a request that wrote a key to the old placement and carries the key
+// with the rest of the shard (its logical replication catches up after the
 // lock), and a request that comes during the switch-over waits for it and
-// then finds the shard gone (40001). Citus is told of the write as its
-// local executor would be (citus::note_local_shard_write); where it would
-// not write the shard from this backend, the insert goes through Citus.
-// Writes run as the table's owner (its triggers fire with the owner's
-// rights): callers have no rights on the table.
+// then finds the shard gone (40001). Citus's metadata is read through its
+// SQL API (storage/citus.hpp).
 //
 // A tenant's keys are only read and written on the node that holds the
 // tenant's shard: the call, fn and the key then are one local transaction on
@@ -57,16 +54,17 @@ Oid tenant_type();
 //   snapshot a statement would take (never in_progress: rows of open
 //   transactions are not seen; the claim lock stands for them);
 // - store records the key's role on this node (storage/role_marks.hpp: a
-//   role with tenant keys cannot be dropped), inserts the row into the
-//   tenant's shard here (its triggers fire, its constraints are checked; a
-//   trigger that skips the row raises 09000), and raises 40001 when Citus
+//   role with tenant keys cannot be dropped), inserts the row through Citus
+//   (its triggers fire, its constraints are checked; a trigger that skips the
+//   row or moves it to another key raises 09000), and raises 40001 when Citus
 //   moved the tenant's shard to another node while the request ran (the
 //   request must run again, there; possible only when the lock table_for
 //   took went with a subtransaction that rolled back). A row of
 //   the key committed by a transaction that claimed it on another node
 //   (possible only around a shard move) makes the insert fail on the primary
 //   key: raised as IK409;
-// - remove deletes the key's live row; false when there is none;
+// - remove deletes the key's live row through Citus; false when there is
+//   none;
 // - expiry is one batch: one DELETE through Citus, which runs it on every
 //   shard, on the node that holds the shard now (so a shard moved by the
 //   rebalancer is neither missed nor visited twice). A no-op where
