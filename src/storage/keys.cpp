@@ -20,6 +20,8 @@ extern "C" {
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "utils/rel.h"
+#include "catalog/pg_trigger.h"
+#include "commands/trigger.h"
 #include "catalog/pg_collation.h"
 #include "common/int.h"
 #include "catalog/pg_proc.h"
@@ -67,9 +69,13 @@ struct TableCache {
   KeyColumns columns;
   Oid scope_type;
   Oid owner;
+  // Whether a BEFORE INSERT row trigger other than keys_loaded may change
+  // a row the extension inserts.
+  bool rows_may_change;
   // The statements that write the table (see "writing" below), freed once
   // the table changed (plans_stale) and none of them runs.
   KeptPlan insert_key;
+  KeptPlan insert_key_returning;
   KeptPlan insert_tombstones;
   KeptPlan delete_version;
   KeptPlan delete_expired;
@@ -243,13 +249,29 @@ KeyColumns locate_columns(Relation rel, Oid loader) {
   return columns;
 }
 
+bool has_row_changing_trigger(Relation rel, Oid loader) {
+  const TriggerDesc *triggers = rel->trigdesc;
+  if (triggers == nullptr || !triggers->trig_insert_before_row)
+    return false;
+  for (int i = 0; i < triggers->numtriggers; i++) {
+    const Trigger &trigger = triggers->triggers[i];
+    if (TRIGGER_FOR_ROW(trigger.tgtype) && TRIGGER_FOR_BEFORE(trigger.tgtype) &&
+        TRIGGER_FOR_INSERT(trigger.tgtype) && trigger.tgfoid != loader &&
+        trigger.tgenabled != TRIGGER_DISABLED)
+      return true;
+  }
+  return false;
+}
+
 // Replaces the cached columns. The catalog lookups below may take in
 // invalidations; if one concerns the table, what was found serves this call
 // and the next one looks again.
 void remember_columns(Relation rel) {
   uint64 invalidations = cache.invalidations;
-  KeyColumns columns = locate_columns(rel, loader_function());
+  Oid loader = loader_function();
+  KeyColumns columns = locate_columns(rel, loader);
   cache.columns = columns;
+  cache.rows_may_change = has_row_changing_trigger(rel, loader);
   cache.scope_type =
       TupleDescAttr(RelationGetDescr(rel), columns.scope - 1)->atttypid;
   cache.owner = rel->rd_rel->relowner;
@@ -647,7 +669,7 @@ constexpr const char *inserted_identity =
 // $1 scope, $2 key, $3 key_digest, $4 request_hash, $5 response,
 // $6 created_at, $7 expires_at, $8 remember_for; a live row's expired_at is
 // NULL.
-const char *insert_key_sql() {
+const char *insert_key_sql(bool returning) {
   StringInfoData sql;
   initStringInfo(&sql);
   append_key_columns(&sql);
@@ -656,9 +678,14 @@ const char *insert_key_sql() {
     appendStringInfoString(&sql, ", NULL");
   if (cache.columns.remember_for != InvalidAttrNumber)
     appendStringInfoString(&sql, ", $8");
-  appendStringInfo(&sql, ")%s, k.created_at, k.expires_at", inserted_identity);
+  appendStringInfoChar(&sql, ')');
+  if (returning)
+    appendStringInfo(&sql, "%s, k.created_at, k.expires_at", inserted_identity);
   return sql.data;
 }
+
+const char *insert_key_returning_sql() { return insert_key_sql(true); }
+const char *insert_key_plain_sql() { return insert_key_sql(false); }
 
 // The tombstones of a batch, one element of each array per key: $1 scope,
 // $2 key_digest, $3 request_hash, $4 created_at, $5 expires_at (when the
@@ -729,12 +756,12 @@ OwnInsert own_insert;
 // Runs `kept` with the row `key` marked as the extension's own.
 void run_own_insert(OwnerSpi &spi, KeptPlan &kept, const char *(*sql)(),
                     int nargs, Oid *types, Datum *values, const char *nulls,
-                    OwnInsert inserting) {
+                    OwnInsert inserting, int expected) {
   OwnInsert outer = own_insert;
   inserting.transaction = compat::my_local_transaction_id();
   own_insert = inserting;
   spi.run_kept(kept, kept.plan == nullptr ? sql() : nullptr, nargs, types,
-               values, nulls, false, SPI_OK_INSERT_RETURNING);
+               values, nulls, false, expected);
   own_insert = outer;
 }
 
@@ -765,8 +792,9 @@ OwnerSpi begin_statements() {
     cache.running = 0;
   }
   if (cache.plans_stale && cache.running == 0) {
-    for (KeptPlan *kept : {&cache.insert_key, &cache.insert_tombstones,
-                           &cache.delete_version, &cache.delete_expired})
+    for (KeptPlan *kept : {&cache.insert_key, &cache.insert_key_returning,
+                           &cache.insert_tombstones, &cache.delete_version,
+                           &cache.delete_expired})
       forget_plan(*kept);
     cache.plans_stale = false;
   }
@@ -846,8 +874,17 @@ StoredRow insert_key_row(OwnerSpi &spi, const KeyRef &key,
     nulls[4] = 'n';
   if (window_isnull)
     nulls[7] = 'n';
-  run_own_insert(spi, cache.insert_key, insert_key_sql, insert_key_args, types,
-                 values, nulls, OwnInsert{0, false, key.scope, key.digest});
+  OwnInsert inserting{0, false, key.scope, key.digest};
+  // Without a trigger that may change it, the row is as written: nothing
+  // to read back.
+  if (!cache.rows_may_change) {
+    run_own_insert(spi, cache.insert_key, insert_key_plain_sql, insert_key_args,
+                   types, values, nulls, inserting, SPI_OK_INSERT);
+    return StoredRow{row.created_at, row.expires_at};
+  }
+  run_own_insert(spi, cache.insert_key_returning, insert_key_returning_sql,
+                 insert_key_args, types, values, nulls, inserting,
+                 SPI_OK_INSERT_RETURNING);
   if (SPI_processed == 0)
     check_key_row_kept(TriggeredRow::skipped, "idempotency.keys",
                        "scope, key or key_digest", key.key);
@@ -996,7 +1033,8 @@ void insert_tombstones(OwnerSpi &spi, const Tombstone *tombstones, int count) {
       tombstone_array(tombstones, count, TIMESTAMPTZOID, expired_at),
       tombstone_array(tombstones, count, INTERVALOID, window)};
   run_own_insert(spi, cache.insert_tombstones, insert_tombstones_sql, 7, types,
-                 values, nullptr, OwnInsert{0, true, InvalidOid, nullptr});
+                 values, nullptr, OwnInsert{0, true, InvalidOid, nullptr},
+                 SPI_OK_INSERT_RETURNING);
   // A BEFORE trigger may change a tombstone, but not drop it or move it.
   text *empty_key = cstring_to_text("");
   if (SPI_processed < (uint64)count)
