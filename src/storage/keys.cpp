@@ -972,68 +972,47 @@ uint64 delete_expired_rows(OwnerSpi &spi, const ItemPointerData *tids,
   return SPI_processed;
 }
 
-namespace {
-
-// One array of a value of each tombstone, with NULL where `isnull` says.
-template <typename Value>
-Datum tombstone_array(const Tombstone *tombstones, int count, Oid type,
-                      Value value) {
-  auto *elements = static_cast<Datum *>(palloc(count * sizeof(Datum)));
-  bool *nulls = static_cast<bool *>(palloc0(count * sizeof(bool)));
-  for (int i = 0; i < count; i++)
-    elements[i] = value(tombstones[i], &nulls[i]);
-  int16 length;
-  bool by_value;
-  char align;
-  get_typlenbyvalalign(type, &length, &by_value, &align);
-  int dims[1] = {count};
-  int lower_bounds[1] = {1};
-  return PointerGetDatum(construct_md_array(
-      elements, nulls, 1, dims, lower_bounds, type, length, by_value, align));
-}
-
-} // namespace
-
 void insert_tombstones(OwnerSpi &spi, const Tombstone *tombstones, int count) {
   if (count == 0)
     return;
-  Oid array_type = get_array_type(cache.scope_type);
-  if (!OidIsValid(array_type))
-    elog(ERROR, "idempotency.keys: the scope column's type has no array type");
-  auto scope = [](const Tombstone &t, bool *) {
-    return ObjectIdGetDatum(t.scope);
-  };
-  auto digest = [](const Tombstone &t, bool *) {
-    return PointerGetDatum(t.digest);
-  };
-  auto hash = [](const Tombstone &t, bool *) {
-    return PointerGetDatum(t.request_hash);
-  };
-  auto created_at = [](const Tombstone &t, bool *) {
-    return TimestampTzGetDatum(t.created_at);
-  };
-  auto forgotten_at = [](const Tombstone &t, bool *) {
-    return TimestampTzGetDatum(t.forgotten_at);
-  };
-  auto expired_at = [](const Tombstone &t, bool *) {
-    return TimestampTzGetDatum(t.response_expired_at);
-  };
-  auto window = [](const Tombstone &t, bool *isnull) {
-    return stored_window(t.forgotten_at - t.response_expired_at, isnull);
-  };
-  Oid types[7] = {array_type,          BYTEAARRAYOID,       BYTEAARRAYOID,
-                  TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID,
-                  INTERVALARRAYOID};
-  Datum values[7] = {
-      tombstone_array(tombstones, count, cache.scope_type, scope),
-      tombstone_array(tombstones, count, BYTEAOID, digest),
-      tombstone_array(tombstones, count, BYTEAOID, hash),
-      tombstone_array(tombstones, count, TIMESTAMPTZOID, created_at),
-      tombstone_array(tombstones, count, TIMESTAMPTZOID, forgotten_at),
-      tombstone_array(tombstones, count, TIMESTAMPTZOID, expired_at),
-      tombstone_array(tombstones, count, INTERVALOID, window)};
-  run_own_insert(spi, cache.insert_tombstones, insert_tombstones_sql, 7, types,
-                 values, nullptr, OwnInsert{0, true, InvalidOid, nullptr},
+  // One array per column, in insert_tombstones_sql()'s order.
+  constexpr int arrays = 7;
+  const Oid element_types[arrays] = {
+      cache.scope_type, BYTEAOID,       BYTEAOID,   TIMESTAMPTZOID,
+      TIMESTAMPTZOID,   TIMESTAMPTZOID, INTERVALOID};
+  Datum *elements[arrays];
+  bool *nulls[arrays];
+  for (int a = 0; a < arrays; a++) {
+    elements[a] = static_cast<Datum *>(palloc(count * sizeof(Datum)));
+    nulls[a] = static_cast<bool *>(palloc0(count * sizeof(bool)));
+  }
+  for (int i = 0; i < count; i++) {
+    const Tombstone &t = tombstones[i];
+    elements[0][i] = ObjectIdGetDatum(t.scope);
+    elements[1][i] = PointerGetDatum(t.digest);
+    elements[2][i] = PointerGetDatum(t.request_hash);
+    elements[3][i] = TimestampTzGetDatum(t.created_at);
+    elements[4][i] = TimestampTzGetDatum(t.forgotten_at);
+    elements[5][i] = TimestampTzGetDatum(t.response_expired_at);
+    elements[6][i] =
+        stored_window(t.forgotten_at - t.response_expired_at, &nulls[6][i]);
+  }
+  Oid types[arrays];
+  Datum values[arrays];
+  for (int a = 0; a < arrays; a++) {
+    types[a] = get_array_type(element_types[a]);
+    int16 length;
+    bool by_value;
+    char align;
+    get_typlenbyvalalign(element_types[a], &length, &by_value, &align);
+    int lower_bound = 1;
+    values[a] = PointerGetDatum(
+        construct_md_array(elements[a], nulls[a], 1, &count, &lower_bound,
+                           element_types[a], length, by_value, align));
+  }
+  run_own_insert(spi, cache.insert_tombstones, insert_tombstones_sql, arrays,
+                 types, values, nullptr,
+                 OwnInsert{0, true, InvalidOid, nullptr},
                  SPI_OK_INSERT_RETURNING);
   // A BEFORE trigger may change a tombstone, but not drop it or move it.
   text *empty_key = cstring_to_text("");
