@@ -12,6 +12,8 @@
 
 #include "idempotency/settings/settings.hpp"
 
+#include "idempotency/boundary/subtransaction.hpp"
+
 #include "idempotency/compat.hpp"
 
 extern "C" {
@@ -811,8 +813,8 @@ void end_statements(OwnerSpi &spi) {
 // snapshot taken now (a row committed after the transaction's snapshot is
 // deleted as well). False when it is gone: deleted meanwhile (by expiry,
 // committed or waited for), or changed.
-bool delete_row_version(OwnerSpi &spi, const KeyRef &key,
-                        const RowVersion &version) {
+bool delete_version(OwnerSpi &spi, const KeyRef &key,
+                    const RowVersion &version) {
   Oid types[4] = {TIDOID, XIDOID, cache.scope_type, BYTEAOID};
   Datum values[4] = {PointerGetDatum(&version.tid),
                      TransactionIdGetDatum(version.xmin),
@@ -822,6 +824,41 @@ bool delete_row_version(OwnerSpi &spi, const KeyRef &key,
       cache.delete_version.plan == nullptr ? delete_version_sql() : nullptr, 4,
       types, values, nullptr, GetLatestSnapshot(), SPI_OK_DELETE);
   return SPI_processed > 0;
+}
+
+// Whether the row version is still there for a snapshot taken now.
+bool version_exists(const RowVersion &version) {
+  Oid types[2] = {TIDOID, XIDOID};
+  Datum values[2] = {PointerGetDatum(&version.tid),
+                     TransactionIdGetDatum(version.xmin)};
+  SPIPlanPtr plan = SPI_prepare("SELECT FROM idempotency.keys AS k"
+                                " WHERE k.ctid OPERATOR(pg_catalog.=) $1"
+                                " AND k.xmin OPERATOR(pg_catalog.=) $2",
+                                2, types);
+  if (plan == nullptr ||
+      SPI_execute_snapshot(plan, values, nullptr, GetLatestSnapshot(),
+                           InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
+    elog(ERROR, "idempotency: reading idempotency.keys failed");
+  bool exists = SPI_processed > 0;
+  SPI_freeplan(plan);
+  return exists;
+}
+
+// Under REPEATABLE READ and SERIALIZABLE, a DELETE that waited for another
+// transaction deleting the row raises 40001: the row is gone all the same,
+// as under READ COMMITTED (false).
+bool delete_row_version(OwnerSpi &spi, const KeyRef &key,
+                        const RowVersion &version) {
+  if (!IsolationUsesXactSnapshot())
+    return delete_version(spi, key, version);
+  bool deleted = false;
+  run_in_subtransaction([&] { deleted = delete_version(spi, key, version); },
+                        [&](const ErrorData *error) {
+                          return error->sqlerrcode ==
+                                     ERRCODE_T_R_SERIALIZATION_FAILURE &&
+                                 !version_exists(version);
+                        });
+  return deleted;
 }
 
 // Removes the expired row the new one replaces. No caller changes a row
