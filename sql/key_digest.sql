@@ -66,8 +66,8 @@ SELECT sqlstate_of($$INSERT INTO idempotency.keys (scope, key, request_hash, sta
 SELECT count(*) AS kd_4_rows FROM idempotency.keys WHERE key = 'kd-4';
 -- The loaded row is found through its digest: another request is IK422.
 SELECT sqlstate_of($$SELECT idempotency.idempotent_call('kd-3', NULL, 'SELECT 1')$$) AS other_request;
--- The trigger is for rows that arrive without idempotent_call: a call,
--- which writes every column itself, leaves it out.
+-- The trigger is for rows that arrive without idempotent_call: it fires
+-- for a call's INSERT too, and leaves the call's row as it is.
 BEGIN;
 SET LOCAL track_functions = 'all';
 SELECT idempotency.idempotent_call('kd-5', NULL, 'SELECT 5');
@@ -78,11 +78,8 @@ VALUES (current_user::text::idempotency.role_scope, 'kd-6', sha256('h'), '6', no
 SELECT calls AS trigger_calls_by_insert FROM pg_stat_xact_user_functions
  WHERE schemaname = 'idempotency' AND funcname = 'keys_loaded';
 ROLLBACK;
--- status, expired_at and remember_for (NULL under the default
--- idempotency.remember) cost a call's row nothing: a call writes its row
--- without trailing NULL columns, so the header takes 24 bytes with or
--- without a null bitmap. A row loaded by INSERT or COPY has all ten
--- columns (a 32-byte header).
+-- A call's row and a row loaded by INSERT or COPY have all ten columns
+-- (a 32-byte header with its null bitmap).
 CREATE EXTENSION pageinspect;
 CREATE TABLE kd_header AS
 SELECT t.t_hoff, t.t_infomask2 & 2047 AS natts, k.key

@@ -197,25 +197,6 @@ inline TableScanDesc table_beginscan(Relation rel, Snapshot snapshot, int nkeys,
 #endif
 }
 
-// Deletes a row version (PostgreSQL 19 made changingPart an option bit and
-// moved it before the snapshot).
-#if PG_VERSION_NUM < 190000
-constexpr uint32 TABLE_DELETE_CHANGING_PARTITION = 1 << 0;
-#endif
-inline TM_Result table_tuple_delete(Relation rel, ItemPointer tid,
-                                    CommandId cid, uint32 options,
-                                    Snapshot snapshot, Snapshot crosscheck,
-                                    bool wait, TM_FailureData *failure) {
-#if PG_VERSION_NUM >= 190000
-  return ::table_tuple_delete(rel, tid, cid, options, snapshot, crosscheck,
-                              wait, failure);
-#else
-  return ::table_tuple_delete(rel, tid, cid, snapshot, crosscheck, wait,
-                              failure,
-                              (options & TABLE_DELETE_CHANGING_PARTITION) != 0);
-#endif
-}
-
 // The cache a syscache callback is told about (PostgreSQL 19 typed it).
 #if PG_VERSION_NUM >= 190000
 using SysCacheIdentifier = ::SysCacheIdentifier;
@@ -306,6 +287,23 @@ inline LocalTransactionId my_local_transaction_id() {
 #endif
 }
 
+// Server internals storage/keys.cpp and keys_expiry.cpp still use, because
+// no statement or other public path does the job; checked on 15, 17, 18 and
+// 19, where each has the same meaning:
+// - the probe reads the primary key index with a dirty snapshot
+//   (InitDirtySnapshot, systable_beginscan): only it sees a key's row that
+//   an open transaction is writing or deleting, and that transaction's id
+//   (SnapshotData.xmin, .xmax), which a call waits for; any SQL statement
+//   sees committed rows only, or waits unasked on a row lock;
+// - the probe reads a row's raw xmin (HeapTupleHeaderGetRawXmin) and its
+//   address as the row version a DELETE later names (ctid, xmin), and under
+//   REPEATABLE READ tests the row against the transaction's snapshot
+//   (table_tuple_satisfies_snapshot) to raise 40001 as ON CONFLICT does;
+// - expiry collects expired row addresses from keys_expires_at_idx with an
+//   index-only read of the entries (index_beginscan, xs_want_itup,
+//   index_getnext_tid): a round resumes after the last entry it read, even
+//   among equal expires_at, which ORDER BY ... LIMIT cannot say of rows
+//   another transaction keeps changing.
 // The state of a statement analysed with variable parameter types: the
 // parser's VarParamState (parser/parse_param.c), which it keeps private.
 // The same in PostgreSQL 15 to 19; entry/untyped_parameters.cpp checks the

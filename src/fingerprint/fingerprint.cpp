@@ -80,9 +80,12 @@ struct HmacContext {
   bool open;
   int level;
 #ifdef IDEMPOTENCY_HASH_WITH_EVP
-  // A copy of the keyed context, made for each message and freed after it
-  // (or, after an error, when the context is next taken).
+  // A copy of the keyed context, made once per key and set back to its
+  // keyed state for each message: a copy and its freeing cost more than
+  // hashing a key.
   EVP_MAC_CTX *evp;
+  std::size_t key_size;
+  std::uint8_t key[HmacSha256::block_size];
 #else
   pg_hmac_ctx *pg;
 #endif
@@ -266,12 +269,22 @@ EVP_MAC_CTX *keyed_with(const std::uint8_t *key, std::size_t key_size) {
 }
 
 HmacContext *open_hmac(const std::uint8_t *key, std::size_t key_size) {
-  EVP_MAC_CTX *keyed = keyed_with(key, key_size);
   HmacContext &context = take(hmac_contexts, "HMAC-SHA256");
+  if (context.evp != nullptr && context.key_size == key_size &&
+      std::memcmp(context.key, key, key_size) == 0) {
+    // A NULL key starts a message with the key set before, also after an
+    // error abandoned one.
+    if (EVP_MAC_init(context.evp, nullptr, 0, nullptr) != 1)
+      openssl_failed("HMAC-SHA256");
+    return &context;
+  }
+  EVP_MAC_CTX *keyed = keyed_with(key, key_size);
   EVP_MAC_CTX_free(context.evp);
   context.evp = EVP_MAC_CTX_dup(keyed);
   if (context.evp == nullptr)
     openssl_failed("HMAC-SHA256");
+  std::memcpy(context.key, key, key_size);
+  context.key_size = key_size;
   return &context;
 }
 
@@ -288,8 +301,6 @@ void hmac_final(HmacContext &context,
     openssl_failed("HMAC-SHA256");
   if (written != sizeof mac)
     hashing_failed("HMAC-SHA256", "unexpected MAC size");
-  EVP_MAC_CTX_free(context.evp);
-  context.evp = nullptr;
 }
 
 #ifndef FRONTEND

@@ -2,6 +2,7 @@
 
 #include "idempotency/fingerprint/key_digest.hpp"
 #include "idempotency/protocol/loaded_rows.hpp"
+#include "idempotency/storage/keys.hpp"
 #include "idempotency/storage/role_marks.hpp"
 
 extern "C" {
@@ -79,6 +80,9 @@ bool is_tombstone(TupleDesc desc, HeapTuple row) {
 Datum keys_loaded_body(FunctionCallInfo fcinfo) {
   TriggerData *trigger = row_trigger_data(fcinfo);
   HeapTuple row = trigger->tg_trigtuple;
+  // The extension's own rows are whole already.
+  if (storage::is_own_insert(trigger->tg_relation, row))
+    return PointerGetDatum(row);
   TupleDesc desc = RelationGetDescr(trigger->tg_relation);
   int key_column = SPI_fnumber(desc, "key");
   int digest_column = SPI_fnumber(desc, "key_digest");

@@ -1,13 +1,17 @@
 #include "idempotency/storage/keys.hpp"
 
+#include <initializer_list>
+
 #include "idempotency/storage/citus.hpp"
 #include "idempotency/storage/columns.hpp"
 #include "idempotency/storage/commit_guard.hpp"
 #include "idempotency/storage/role_marks.hpp"
-#include "idempotency/storage/row_insert.hpp"
+#include "idempotency/storage/owner_statements.hpp"
 #include "idempotency/storage/schema.hpp"
 
 #include "idempotency/settings/settings.hpp"
+
+#include "idempotency/boundary/subtransaction.hpp"
 
 #include "idempotency/compat.hpp"
 
@@ -16,16 +20,16 @@ extern "C" {
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
-#include "storage/bufmgr.h"
 #include "utils/rel.h"
+#include "catalog/pg_trigger.h"
+#include "commands/trigger.h"
 #include "catalog/pg_collation.h"
 #include "common/int.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
-#include "executor/executor.h"
-#include "optimizer/optimizer.h"
+#include "lib/stringinfo.h"
 #include "parser/parse_func.h"
-#include "rewrite/rewriteHandler.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
@@ -64,10 +68,21 @@ struct TableCache {
   Oid relid;
   citus::TableKind citus_kind;
   KeyColumns columns;
-  int default_count;
-  DefaultColumn *defaults;
-  Oid loader_function;   // idempotency.keys_loaded()
-  MemoryContext context; // owns `defaults` and their expressions
+  Oid scope_type;
+  Oid owner;
+  // Whether a BEFORE INSERT row trigger other than keys_loaded may change
+  // a row the extension inserts.
+  bool rows_may_change;
+  // The statements that write the table (see "writing" below), freed once
+  // the table changed (plans_stale) and none of them runs.
+  KeptPlan insert_key;
+  KeptPlan insert_key_returning;
+  KeptPlan insert_tombstones;
+  KeptPlan delete_version;
+  KeptPlan delete_expired;
+  bool plans_stale;
+  int running;
+  LocalTransactionId running_in;
 };
 
 TableCache cache;
@@ -77,6 +92,7 @@ void forget_relation(Datum, Oid relid) {
     cache.relid_known = false;
     cache.columns_known = false;
     cache.citus_known = false;
+    cache.plans_stale = true;
     cache.invalidations++;
   }
 }
@@ -84,6 +100,7 @@ void forget_relation(Datum, Oid relid) {
 // A renamed or dropped schema may change what "idempotency.keys" names.
 void forget_namespaces(Datum, compat::SysCacheIdentifier, uint32) {
   cache.relid_known = false;
+  cache.plans_stale = true;
 }
 
 void watch_invalidations() {
@@ -233,38 +250,33 @@ KeyColumns locate_columns(Relation rel, Oid loader) {
   return columns;
 }
 
-bool is_ours(const KeyColumns &columns, AttrNumber attnum) {
-  if (attnum == InvalidAttrNumber)
+bool has_row_changing_trigger(Relation rel, Oid loader) {
+  const TriggerDesc *triggers = rel->trigdesc;
+  if (triggers == nullptr || !triggers->trig_insert_before_row)
     return false;
-  for (const ExpectedColumn &expected : expected_columns)
-    if (columns.*expected.field == attnum)
+  for (int i = 0; i < triggers->numtriggers; i++) {
+    const Trigger &trigger = triggers->triggers[i];
+    if (TRIGGER_FOR_ROW(trigger.tgtype) && TRIGGER_FOR_BEFORE(trigger.tgtype) &&
+        TRIGGER_FOR_INSERT(trigger.tgtype) && trigger.tgfoid != loader &&
+        trigger.tgenabled != TRIGGER_DISABLED)
       return true;
-  return columns.expired_at == attnum || columns.remember_for == attnum;
+  }
+  return false;
 }
 
-bool is_ours_column(const void *columns, AttrNumber attnum) {
-  return is_ours(*static_cast<const KeyColumns *>(columns), attnum);
-}
-
-// Replaces the cached columns. The old memory context may still be in use
-// by a store further up the stack (a trigger or default that calls
-// idempotent_call): it lives until the transaction ends. The catalog
-// lookups below may take in invalidations; if one concerns the table, what
-// was built serves this call and the next one looks again.
+// Replaces the cached columns. The catalog lookups below may take in
+// invalidations; if one concerns the table, what was found serves this call
+// and the next one looks again.
 void remember_columns(Relation rel) {
   uint64 invalidations = cache.invalidations;
   Oid loader = loader_function();
   KeyColumns columns = locate_columns(rel, loader);
-  if (cache.context != nullptr)
-    MemoryContextSetParent(cache.context, TopTransactionContext);
-  cache.context = AllocSetContextCreate(
-      CacheMemoryContext, "idempotency keys table", ALLOCSET_SMALL_SIZES);
-  MemoryContext previous = MemoryContextSwitchTo(cache.context);
-  cache.default_count =
-      plan_defaults(rel, is_ours_column, &columns, &cache.defaults);
-  MemoryContextSwitchTo(previous);
-  cache.loader_function = loader;
   cache.columns = columns;
+  cache.rows_may_change = has_row_changing_trigger(rel, loader);
+  cache.scope_type =
+      TupleDescAttr(RelationGetDescr(rel), columns.scope - 1)->atttypid;
+  cache.owner = rel->rd_rel->relowner;
+  cache.plans_stale = true;
   if (cache.relid != RelationGetRelid(rel))
     cache.citus_known = false;
   cache.relid = RelationGetRelid(rel);
@@ -613,6 +625,11 @@ KeyProbe LocalKeys::probe(const KeyTable &table, const KeyRef &key,
 }
 
 // --- writing ----------------------------------------------------------------
+//
+// Rows are written, replaced and deleted by statements on the table,
+// prepared once per backend and kept until the table changes, run as its
+// owner: defaults, generated columns, constraints, triggers, every index and
+// logical replication apply as to any INSERT or DELETE.
 
 [[noreturn]] void report_replaced_row_changed() {
   ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -624,80 +641,223 @@ KeyProbe LocalKeys::probe(const KeyTable &table, const KeyRef &key,
 
 namespace {
 
-// Whether `tuple` is a row of `key`: its scope and digest (the probe that
-// found the row compared the key's text). Reads only values kept in the
-// row, never out of line: the caller holds the page's lock.
-bool is_key_row(Relation rel, const KeyColumns &columns, HeapTuple tuple,
-                const KeyRef &key) {
-  TupleDesc desc = RelationGetDescr(rel);
-  bool isnull = false;
-  Datum scope = heap_getattr(tuple, columns.scope, desc, &isnull);
-  if (isnull || DatumGetObjectId(scope) != key.scope)
-    return false;
-  Datum stored = heap_getattr(tuple, columns.key_digest, desc, &isnull);
-  if (isnull || VARATT_IS_EXTERNAL(DatumGetPointer(stored)) ||
-      VARATT_IS_COMPRESSED(DatumGetPointer(stored)))
-    return false; // never so for a digest
-  return datum_image_eq(stored, PointerGetDatum(key.digest), false, -1);
+// The INSERT of a key's row, its parameters and RETURNING columns.
+constexpr int insert_key_args = 8;
+enum InsertedColumn { inserted_scope = 1, inserted_digest, inserted_key };
+
+// role_scope's own operator, or oid's for a scope of type regrole.
+const char *scope_operator() {
+  return getBaseType(cache.scope_type) == REGROLEOID
+             ? "OPERATOR(pg_catalog.=)"
+             : "OPERATOR(idempotency.=)";
 }
 
-// Pins the page of `version` if it still holds that row version of `key`;
-// InvalidBuffer when it does not (expiry deleted the row and vacuum freed or
-// reused its slot). While the page is pinned the row cannot be pruned, so
-// its slot keeps that row until the caller releases the pin.
-Buffer pin_row_version(Relation rel, const KeyColumns &columns,
-                       const KeyRef &key, const RowVersion &version) {
-  // The block is still there: the probe that found the row, in this
-  // transaction, has held the table's lock since, and vacuum truncates only
-  // under ACCESS EXCLUSIVE.
-  Buffer buffer = ReadBuffer(rel, ItemPointerGetBlockNumber(&version.tid));
-  LockBuffer(buffer, BUFFER_LOCK_SHARE);
-  Page page = BufferGetPage(buffer);
-  OffsetNumber offset = ItemPointerGetOffsetNumber(&version.tid);
-  bool same = false;
-  if (offset >= FirstOffsetNumber && offset <= PageGetMaxOffsetNumber(page)) {
-    ItemId item = PageGetItemId(page, offset);
-    if (ItemIdIsNormal(item)) {
-      HeapTupleData tuple;
-      tuple.t_data = reinterpret_cast<HeapTupleHeader>(PageGetItem(page, item));
-      tuple.t_len = ItemIdGetLength(item);
-      tuple.t_self = version.tid;
-      tuple.t_tableOid = RelationGetRelid(rel);
-      same = HeapTupleHeaderGetRawXmin(tuple.t_data) == version.xmin &&
-             is_key_row(rel, columns, &tuple, key);
-    }
-  }
-  LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
-  if (same)
-    return buffer;
-  ReleaseBuffer(buffer);
-  return InvalidBuffer;
+// The columns of the extension that the table has, as an INSERT names them.
+void append_key_columns(StringInfo sql) {
+  appendStringInfoString(sql, "INSERT INTO idempotency.keys AS k (scope, key, "
+                              "key_digest, request_hash, response, "
+                              "created_at, expires_at");
+  if (cache.columns.expired_at != InvalidAttrNumber)
+    appendStringInfoString(sql, ", expired_at");
+  if (cache.columns.remember_for != InvalidAttrNumber)
+    appendStringInfoString(sql, ", remember_for");
+  appendStringInfoChar(sql, ')');
 }
 
-enum class RowDeleted { deleted, already_gone, changed };
+constexpr const char *inserted_identity =
+    " RETURNING k.scope, k.key_digest, k.key";
 
-// Deletes the row version `version` of `key` as probe() found it. A row
-// that expiry deleted meanwhile (committed, or waited for) is already_gone;
-// changed means another transaction updated or locked it.
-RowDeleted delete_row_version(Relation rel, const KeyColumns &columns,
-                              const KeyRef &key, const RowVersion &version) {
-  Buffer pinned = pin_row_version(rel, columns, key, version);
-  if (!BufferIsValid(pinned))
-    return RowDeleted::already_gone;
-  TM_FailureData failure;
-  TM_Result result = compat::table_tuple_delete(
-      rel, const_cast<ItemPointer>(&version.tid), GetCurrentCommandId(true),
-      0 /* options */, GetActiveSnapshot(), InvalidSnapshot, true /* wait */,
-      &failure);
-  ReleaseBuffer(pinned);
-  switch (result) {
-  case TM_Ok:
-    return RowDeleted::deleted;
-  case TM_Deleted:
-    return RowDeleted::already_gone;
-  default:
-    return RowDeleted::changed;
+// $1 scope, $2 key, $3 key_digest, $4 request_hash, $5 response,
+// $6 created_at, $7 expires_at, $8 remember_for; a live row's expired_at is
+// NULL.
+const char *insert_key_sql(bool returning) {
+  StringInfoData sql;
+  initStringInfo(&sql);
+  append_key_columns(&sql);
+  appendStringInfoString(&sql, " VALUES ($1, $2, $3, $4, $5, $6, $7");
+  if (cache.columns.expired_at != InvalidAttrNumber)
+    appendStringInfoString(&sql, ", NULL");
+  if (cache.columns.remember_for != InvalidAttrNumber)
+    appendStringInfoString(&sql, ", $8");
+  appendStringInfoChar(&sql, ')');
+  if (returning)
+    appendStringInfo(&sql, "%s, k.created_at, k.expires_at", inserted_identity);
+  return sql.data;
+}
+
+const char *insert_key_returning_sql() { return insert_key_sql(true); }
+const char *insert_key_plain_sql() { return insert_key_sql(false); }
+
+// The tombstones of a batch, one element of each array per key: $1 scope,
+// $2 key_digest, $3 request_hash, $4 created_at, $5 expires_at (when the
+// tombstone goes), $6 expired_at, $7 remember_for.
+const char *insert_tombstones_sql() {
+  StringInfoData sql;
+  initStringInfo(&sql);
+  append_key_columns(&sql);
+  appendStringInfoString(&sql, " SELECT t.scope, '', t.digest, t.hash, NULL,"
+                               " t.created_at, t.forgotten_at, t.expired_at");
+  if (cache.columns.remember_for != InvalidAttrNumber)
+    appendStringInfoString(&sql, ", t.remember_for");
+  appendStringInfo(
+      &sql,
+      " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
+      " pg_catalog.unnest($3), pg_catalog.unnest($4),"
+      " pg_catalog.unnest($5), pg_catalog.unnest($6),"
+      " pg_catalog.unnest($7)) AS"
+      " t(scope, digest, hash, created_at, forgotten_at,"
+      " expired_at, remember_for)%s",
+      inserted_identity);
+  return sql.data;
+}
+
+// That row version of that key only: $1 ctid, $2 xmin, $3 scope,
+// $4 key_digest.
+const char *delete_version_sql() {
+  return psprintf("DELETE FROM idempotency.keys AS k"
+                  " WHERE k.ctid OPERATOR(pg_catalog.=) $1"
+                  " AND k.xmin OPERATOR(pg_catalog.=) $2"
+                  " AND k.scope %s $3"
+                  " AND k.key_digest OPERATOR(pg_catalog.=) $4",
+                  scope_operator());
+}
+
+// The rows $1 (tid[]) still expired at $2 that no other transaction is
+// changing: expiry waits for no one.
+const char *delete_expired_sql() {
+  const KeyColumns &columns = cache.columns;
+  return psprintf(
+      "DELETE FROM idempotency.keys AS k"
+      " WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT l.ctid"
+      " FROM idempotency.keys AS l"
+      " WHERE l.ctid OPERATOR(pg_catalog.=) ANY ($1)"
+      " AND l.expires_at OPERATOR(pg_catalog.<=) $2"
+      " FOR UPDATE OF l SKIP LOCKED))"
+      " AND k.expires_at OPERATOR(pg_catalog.<=) $2"
+      " RETURNING k.scope, k.key_digest, k.request_hash, k.created_at,"
+      " k.expires_at, %s, %s",
+      columns.expired_at != InvalidAttrNumber ? "k.expired_at"
+                                              : "NULL::pg_catalog.timestamptz",
+      columns.remember_for != InvalidAttrNumber ? "k.remember_for"
+                                                : "NULL::pg_catalog.interval");
+}
+
+// The rows the extension itself is inserting (keys_loaded leaves them
+// alone): a key's row, or a batch of tombstones.
+struct OwnInsert {
+  LocalTransactionId transaction;
+  bool tombstones;
+  Oid scope;
+  const bytea *digest;
+};
+static_assert(std::is_trivially_destructible_v<OwnInsert>);
+
+OwnInsert own_insert;
+
+// Runs `kept` with the row `key` marked as the extension's own.
+void run_own_insert(OwnerSpi &spi, KeptPlan &kept, const char *(*sql)(),
+                    int nargs, Oid *types, Datum *values, const char *nulls,
+                    OwnInsert inserting, int expected) {
+  OwnInsert outer = own_insert;
+  inserting.transaction = compat::my_local_transaction_id();
+  own_insert = inserting;
+  spi.run_kept(kept, kept.plan == nullptr ? sql() : nullptr, nargs, types,
+               values, nulls, false, expected);
+  own_insert = outer;
+}
+
+// Raises 09000 unless the inserted row `row` (RETURNING scope, key_digest,
+// key) is still `key`'s: a BEFORE trigger may change it, but not move it.
+void check_not_moved(HeapTuple row, TupleDesc desc, const KeyRef &key) {
+  bool scope_isnull = false;
+  bool digest_isnull = false;
+  bool key_isnull = false;
+  Datum scope = SPI_getbinval(row, desc, inserted_scope, &scope_isnull);
+  Datum digest = SPI_getbinval(row, desc, inserted_digest, &digest_isnull);
+  Datum text_key = SPI_getbinval(row, desc, inserted_key, &key_isnull);
+  if (scope_isnull || digest_isnull || key_isnull ||
+      DatumGetObjectId(scope) != key.scope ||
+      !datum_image_eq(digest, PointerGetDatum(key.digest), false, -1) ||
+      !datum_image_eq(text_key, PointerGetDatum(key.key), false, -1))
+    check_key_row_kept(TriggeredRow::moved, "idempotency.keys",
+                       "scope, key or key_digest", key.key);
+}
+
+// The kept plans are freed once the table changed, but never while one of
+// them runs (a trigger's own call may come here during the INSERT): the
+// count of running statements starts again with each transaction, as an
+// error ends the statements it interrupts.
+OwnerSpi begin_statements() {
+  if (cache.running_in != compat::my_local_transaction_id()) {
+    cache.running_in = compat::my_local_transaction_id();
+    cache.running = 0;
   }
+  if (cache.plans_stale && cache.running == 0) {
+    for (KeptPlan *kept : {&cache.insert_key, &cache.insert_key_returning,
+                           &cache.insert_tombstones, &cache.delete_version,
+                           &cache.delete_expired})
+      forget_plan(*kept);
+    cache.plans_stale = false;
+  }
+  cache.running++;
+  return OwnerSpi(cache.owner);
+}
+
+void end_statements(OwnerSpi &spi) {
+  spi.finish();
+  cache.running--;
+}
+
+// Deletes the row version `version` of `key` as probe() found it, with a
+// snapshot taken now (a row committed after the transaction's snapshot is
+// deleted as well). False when it is gone: deleted meanwhile (by expiry,
+// committed or waited for), or changed.
+bool delete_version(OwnerSpi &spi, const KeyRef &key,
+                    const RowVersion &version) {
+  Oid types[4] = {TIDOID, XIDOID, cache.scope_type, BYTEAOID};
+  Datum values[4] = {PointerGetDatum(&version.tid),
+                     TransactionIdGetDatum(version.xmin),
+                     ObjectIdGetDatum(key.scope), PointerGetDatum(key.digest)};
+  spi.run_kept_with_snapshot(
+      cache.delete_version,
+      cache.delete_version.plan == nullptr ? delete_version_sql() : nullptr, 4,
+      types, values, nullptr, GetLatestSnapshot(), SPI_OK_DELETE);
+  return SPI_processed > 0;
+}
+
+// Whether the row version is still there for a snapshot taken now.
+bool version_exists(const RowVersion &version) {
+  Oid types[2] = {TIDOID, XIDOID};
+  Datum values[2] = {PointerGetDatum(&version.tid),
+                     TransactionIdGetDatum(version.xmin)};
+  SPIPlanPtr plan = SPI_prepare("SELECT FROM idempotency.keys AS k"
+                                " WHERE k.ctid OPERATOR(pg_catalog.=) $1"
+                                " AND k.xmin OPERATOR(pg_catalog.=) $2",
+                                2, types);
+  if (plan == nullptr ||
+      SPI_execute_snapshot(plan, values, nullptr, GetLatestSnapshot(),
+                           InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
+    elog(ERROR, "idempotency: reading idempotency.keys failed");
+  bool exists = SPI_processed > 0;
+  SPI_freeplan(plan);
+  return exists;
+}
+
+// Under REPEATABLE READ and SERIALIZABLE, a DELETE that waited for another
+// transaction deleting the row raises 40001: the row is gone all the same,
+// as under READ COMMITTED (false).
+bool delete_row_version(OwnerSpi &spi, const KeyRef &key,
+                        const RowVersion &version) {
+  if (!IsolationUsesXactSnapshot())
+    return delete_version(spi, key, version);
+  bool deleted = false;
+  run_in_subtransaction([&] { deleted = delete_version(spi, key, version); },
+                        [&](const ErrorData *error) {
+                          return error->sqlerrcode ==
+                                     ERRCODE_T_R_SERIALIZATION_FAILURE &&
+                                 !version_exists(version);
+                        });
+  return deleted;
 }
 
 // Removes the expired row the new one replaces. No caller changes a row
@@ -707,78 +867,94 @@ RowDeleted delete_row_version(Relation rel, const KeyColumns &columns,
 // the claim judged the key by; one whose window had not (its
 // idempotency.remember differed) makes the call fail with 40001, and the
 // retry gets IK410.
-void delete_expired_row(const KeyTable &table, Relation rel,
-                        const KeyColumns &columns, const KeyRef &key,
+void delete_expired_row(OwnerSpi &spi, const KeyTable &table, const KeyRef &key,
                         const RowVersion &version, TimestampTz now) {
-  RowDeleted result = delete_row_version(rel, columns, key, version);
-  if (result == RowDeleted::deleted)
+  if (delete_row_version(spi, key, version))
     return;
-  if (result == RowDeleted::changed)
-    report_replaced_row_changed();
   KeyProbe later = local_keys.probe(table, key, now);
   if (later.state == KeyState::absent)
     return;
   if (later.state != KeyState::expired ||
-      delete_row_version(rel, columns, key, later.row) != RowDeleted::deleted)
+      !delete_row_version(spi, key, later.row))
     report_replaced_row_changed();
 }
 
 struct RowValues {
-  const KeyRef *key;
   bytea *request_hash;
   Datum response;
   bool response_is_null;
   TimestampTz created_at;
   TimestampTz expires_at;
-  TimestampTz expired_at; // a tombstone's; DT_NOBEGIN (NULL) for a live row
-  int64 remember_usecs;   // remember_for, exact time
+  int64 remember_usecs; // remember_for, exact time
 };
 
-// Our columns get the call's values, the others their defaults.
-void fill_row(const RowInsert &insert, const KeyColumns &columns,
-              const RowValues &row) {
-  TupleTableSlot *slot = insert.slot;
-  clear_row(insert);
-  auto set = [slot](AttrNumber attnum, Datum value, bool isnull) {
-    slot->tts_values[attnum - 1] = value;
-    slot->tts_isnull[attnum - 1] = isnull;
-  };
-  set(columns.scope, ObjectIdGetDatum(row.key->scope), false);
-  set(columns.key, PointerGetDatum(row.key->key), false);
-  set(columns.key_digest, PointerGetDatum(row.key->digest), false);
-  set(columns.request_hash, PointerGetDatum(row.request_hash), false);
-  set(columns.response, row.response, row.response_is_null);
-  set(columns.created_at, TimestampTzGetDatum(row.created_at), false);
-  set(columns.expires_at, TimestampTzGetDatum(row.expires_at), false);
-  if (columns.expired_at != InvalidAttrNumber)
-    set(columns.expired_at, TimestampTzGetDatum(row.expired_at),
-        row.expired_at == DT_NOBEGIN);
-  if (columns.remember_for != InvalidAttrNumber) {
-    bool isnull = false;
-    Datum window = stored_window(row.remember_usecs, &isnull);
-    set(columns.remember_for, window, isnull);
-  }
-
-  evaluate_defaults(insert, cache.defaults, cache.default_count);
-  ExecStoreVirtualTuple(slot);
-}
-
 // BEFORE row triggers may change the row, but not drop it or move it to
-// another key; then the row is written (storage/row_insert.hpp).
-void insert_row(const RowInsert &insert, const KeyColumns &columns,
-                const KeyRef &key) {
-  const AttrNumber fixed[] = {columns.scope, columns.key, columns.key_digest};
-  check_key_row_kept(fire_before_row_triggers(insert, fixed, lengthof(fixed)),
-                     "idempotency.keys", "scope, key or key_digest", key.key);
-  write_row(insert);
-}
-
-TimestampTz timestamp_in(TupleTableSlot *slot, AttrNumber attnum) {
+// another key.
+StoredRow insert_key_row(OwnerSpi &spi, const KeyRef &key,
+                         const RowValues &row) {
+  Oid types[insert_key_args] = {cache.scope_type, TEXTOID,    BYTEAOID,
+                                BYTEAOID,         JSONBOID,   TIMESTAMPTZOID,
+                                TIMESTAMPTZOID,   INTERVALOID};
+  bool window_isnull = false;
+  Datum window = stored_window(row.remember_usecs, &window_isnull);
+  Datum values[insert_key_args] = {ObjectIdGetDatum(key.scope),
+                                   PointerGetDatum(key.key),
+                                   PointerGetDatum(key.digest),
+                                   PointerGetDatum(row.request_hash),
+                                   row.response,
+                                   TimestampTzGetDatum(row.created_at),
+                                   TimestampTzGetDatum(row.expires_at),
+                                   window};
+  char nulls[insert_key_args + 1] = "        ";
+  if (row.response_is_null)
+    nulls[4] = 'n';
+  if (window_isnull)
+    nulls[7] = 'n';
+  OwnInsert inserting{0, false, key.scope, key.digest};
+  // Without a trigger that may change it, the row is as written: nothing
+  // to read back.
+  if (!cache.rows_may_change) {
+    run_own_insert(spi, cache.insert_key, insert_key_plain_sql, insert_key_args,
+                   types, values, nulls, inserting, SPI_OK_INSERT);
+    return StoredRow{row.created_at, row.expires_at};
+  }
+  run_own_insert(spi, cache.insert_key_returning, insert_key_returning_sql,
+                 insert_key_args, types, values, nulls, inserting,
+                 SPI_OK_INSERT_RETURNING);
+  if (SPI_processed == 0)
+    check_key_row_kept(TriggeredRow::skipped, "idempotency.keys",
+                       "scope, key or key_digest", key.key);
+  HeapTuple inserted = SPI_tuptable->vals[0];
+  TupleDesc desc = SPI_tuptable->tupdesc;
+  check_not_moved(inserted, desc, key);
   bool isnull = false;
-  return DatumGetTimestampTz(slot_getattr(slot, attnum, &isnull));
+  return StoredRow{
+      DatumGetTimestampTz(SPI_getbinval(inserted, desc, 4, &isnull)),
+      DatumGetTimestampTz(SPI_getbinval(inserted, desc, 5, &isnull))};
 }
 
 } // namespace
+
+bool is_own_insert(Relation rel, HeapTuple row) {
+  if (own_insert.transaction != compat::my_local_transaction_id() ||
+      own_insert.transaction == InvalidLocalTransactionId ||
+      RelationGetRelid(rel) != cache.relid)
+    return false;
+  const KeyColumns &columns = cache.columns;
+  TupleDesc desc = RelationGetDescr(rel);
+  bool isnull = true;
+  if (own_insert.tombstones) {
+    if (columns.expired_at != InvalidAttrNumber)
+      (void)heap_getattr(row, columns.expired_at, desc, &isnull);
+    return !isnull;
+  }
+  Datum scope = heap_getattr(row, columns.scope, desc, &isnull);
+  if (isnull || DatumGetObjectId(scope) != own_insert.scope)
+    return false;
+  Datum digest = heap_getattr(row, columns.key_digest, desc, &isnull);
+  return !isnull &&
+         datum_image_eq(digest, PointerGetDatum(own_insert.digest), false, -1);
+}
 
 StoredRow LocalKeys::store(const KeyTable &table, const KeyRef &key,
                            const NewRow &row) const {
@@ -788,98 +964,115 @@ StoredRow LocalKeys::store(const KeyTable &table, const KeyRef &key,
     report_missing_table();
   KeyColumns columns = key_columns(rel);
   role_marks::ensure(rel, columns.scope, key.scope);
+  table_close(rel, NoLock);
+
+  OwnerSpi spi = begin_statements();
   if (row.replaces != nullptr)
-    delete_expired_row(table, rel, columns, key, row.replaces->row,
-                       row.judged_at);
+    delete_expired_row(spi, table, key, row.replaces->row, row.judged_at);
 
   // The TTL counts from the write, not from the transaction's start: fn
   // may have run for a long time.
-  RowValues values{&key,
-                   row.request_hash,
-                   row.response,
-                   row.response_is_null,
-                   0,
-                   0,
-                   DT_NOBEGIN,
-                   0};
+  RowValues values{
+      row.request_hash, row.response, row.response_is_null, 0, 0, 0};
   values.created_at = GetCurrentTimestamp();
   values.expires_at = settings::key_expiry(values.created_at, row.ttl);
   // The window after the TTL is fixed now too, as exact time, so that
   // callers and expiry end it at the same instant.
   values.remember_usecs =
       settings::remember_usecs(values.expires_at, row.remember);
-
-  // keys_loaded (protocol/loaded_rows.hpp) computes what fill_row() has
-  // set: a call does not pay for it.
-  RowInsert insert = begin_row_insert(rel, cache.loader_function);
-  fill_row(insert, columns, values);
-  insert_row(insert, columns, key);
-  StoredRow stored{timestamp_in(insert.slot, columns.created_at),
-                   timestamp_in(insert.slot, columns.expires_at)};
-  end_row_insert(insert);
-  table_close(rel, NoLock);
+  StoredRow stored = insert_key_row(spi, key, values);
+  end_statements(spi);
 
   commit_guard::note_key_written(stored.expires_at);
   citus::note_key_write();
   return stored;
 }
 
-TombstoneWriter begin_tombstones(Relation rel) {
-  TombstoneWriter writer{};
-  (void)key_columns(rel);
-  writer.insert = begin_row_insert(rel, cache.loader_function);
-  writer.empty_key = cstring_to_text("");
-  writer.row_context = AllocSetContextCreate(
-      CurrentMemoryContext, "idempotency tombstone", ALLOCSET_SMALL_SIZES);
-  return writer;
+OwnerSpi begin_key_statements() { return begin_statements(); }
+
+void end_key_statements(OwnerSpi &spi) { end_statements(spi); }
+
+uint64 delete_expired_rows(OwnerSpi &spi, const ItemPointerData *tids,
+                           int count, TimestampTz cutoff) {
+  auto *elements = static_cast<Datum *>(palloc(count * sizeof(Datum)));
+  for (int i = 0; i < count; i++)
+    elements[i] = PointerGetDatum(&tids[i]);
+  ArrayType *array = construct_array(
+      elements, count, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT);
+  Oid types[2] = {TIDARRAYOID, TIMESTAMPTZOID};
+  Datum values[2] = {PointerGetDatum(array), TimestampTzGetDatum(cutoff)};
+  spi.run_kept(cache.delete_expired,
+               cache.delete_expired.plan == nullptr ? delete_expired_sql()
+                                                    : nullptr,
+               2, types, values, nullptr, false, SPI_OK_DELETE_RETURNING);
+  return SPI_processed;
 }
 
-void write_tombstone(TombstoneWriter &writer, Relation rel,
-                     const Tombstone &tombstone) {
-  const KeyColumns &columns = key_columns(rel);
-  MemoryContext caller = MemoryContextSwitchTo(writer.row_context);
-  KeyRef key{tombstone.scope, writer.empty_key, tombstone.digest,
-             false,           InvalidOid,       (Datum)0};
-  RowValues values{&key,
-                   tombstone.request_hash,
-                   (Datum)0,
-                   true,
-                   tombstone.created_at,
-                   tombstone.forgotten_at,
-                   tombstone.response_expired_at,
-                   tombstone.forgotten_at - tombstone.response_expired_at};
-  fill_row(writer.insert, columns, values);
-  insert_row(writer.insert, columns, key);
-  MemoryContextSwitchTo(caller);
-  MemoryContextReset(writer.row_context);
-}
-
-void end_tombstones(TombstoneWriter &writer) {
-  end_row_insert(writer.insert);
-  MemoryContextDelete(writer.row_context);
-  pfree(writer.empty_key);
+void insert_tombstones(OwnerSpi &spi, const Tombstone *tombstones, int count) {
+  if (count == 0)
+    return;
+  // One array per column, in insert_tombstones_sql()'s order.
+  constexpr int arrays = 7;
+  const Oid element_types[arrays] = {
+      cache.scope_type, BYTEAOID,       BYTEAOID,   TIMESTAMPTZOID,
+      TIMESTAMPTZOID,   TIMESTAMPTZOID, INTERVALOID};
+  Datum *elements[arrays];
+  bool *nulls[arrays];
+  for (int a = 0; a < arrays; a++) {
+    elements[a] = static_cast<Datum *>(palloc(count * sizeof(Datum)));
+    nulls[a] = static_cast<bool *>(palloc0(count * sizeof(bool)));
+  }
+  for (int i = 0; i < count; i++) {
+    const Tombstone &t = tombstones[i];
+    elements[0][i] = ObjectIdGetDatum(t.scope);
+    elements[1][i] = PointerGetDatum(t.digest);
+    elements[2][i] = PointerGetDatum(t.request_hash);
+    elements[3][i] = TimestampTzGetDatum(t.created_at);
+    elements[4][i] = TimestampTzGetDatum(t.forgotten_at);
+    elements[5][i] = TimestampTzGetDatum(t.response_expired_at);
+    elements[6][i] =
+        stored_window(t.forgotten_at - t.response_expired_at, &nulls[6][i]);
+  }
+  Oid types[arrays];
+  Datum values[arrays];
+  for (int a = 0; a < arrays; a++) {
+    types[a] = get_array_type(element_types[a]);
+    int16 length;
+    bool by_value;
+    char align;
+    get_typlenbyvalalign(element_types[a], &length, &by_value, &align);
+    int lower_bound = 1;
+    values[a] = PointerGetDatum(
+        construct_md_array(elements[a], nulls[a], 1, &count, &lower_bound,
+                           element_types[a], length, by_value, align));
+  }
+  run_own_insert(spi, cache.insert_tombstones, insert_tombstones_sql, arrays,
+                 types, values, nullptr,
+                 OwnInsert{0, true, InvalidOid, nullptr},
+                 SPI_OK_INSERT_RETURNING);
+  // A BEFORE trigger may change a tombstone, but not drop it or move it.
+  text *empty_key = cstring_to_text("");
+  if (SPI_processed < (uint64)count)
+    check_key_row_kept(TriggeredRow::skipped, "idempotency.keys",
+                       "scope, key or key_digest", empty_key);
+  for (int i = 0; i < count; i++) {
+    KeyRef key{tombstones[i].scope, empty_key, tombstones[i].digest, false,
+               InvalidOid,          (Datum)0};
+    check_not_moved(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, key);
+  }
 }
 
 bool LocalKeys::remove(const KeyTable &table, const KeyRef &key,
                        const KeyProbe &stored) const {
   Relation rel = table_open(table.relid, RowExclusiveLock);
-  KeyColumns columns = key_columns(rel); // refuses a table Citus has taken over
-  RowDeleted result = delete_row_version(rel, columns, key, stored.row);
+  (void)key_columns(rel); // refuses a table Citus has taken over
   table_close(rel, NoLock);
-  switch (result) {
-  case RowDeleted::deleted:
+  OwnerSpi spi = begin_statements();
+  bool deleted = delete_row_version(spi, key, stored.row);
+  end_statements(spi);
+  if (deleted)
     citus::note_key_write();
-    return true;
-  case RowDeleted::already_gone:
-    return false;
-  case RowDeleted::changed:
-    break;
-  }
-  ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-                  errmsg("could not serialize access due to concurrent update"),
-                  errdetail("The idempotency key was changed while being "
-                            "forgotten.")));
-  pg_unreachable();
+  return deleted;
 }
 
 Oid LocalKeys::relation() const { return schema::relation("keys"); }

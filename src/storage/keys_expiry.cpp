@@ -20,10 +20,10 @@ extern "C" {
 #include "catalog/pg_am.h"
 #include "catalog/pg_opfamily.h"
 #include "miscadmin.h"
-#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 }
 
@@ -117,60 +117,38 @@ void append(ExpiredKeys *keys, int *capacity, int limit, ItemPointer tid) {
   keys->tids[keys->count++] = *tid;
 }
 
-// Deletes the row in `slot` unless another transaction is changing it (a
-// caller replacing the expired key, or another expiry round): that row is
-// not waited for, and a later round looks at it again. No claim is taken: a
-// caller that saw the key expired claims it and replaces the row, waiting
-// at most for this transaction to end, so expiry never answers a caller
-// IK409.
-bool delete_unless_busy(Relation table, TupleTableSlot *slot,
-                        Snapshot snapshot) {
-  TM_FailureData failure;
-  TM_Result result = compat::table_tuple_delete(
-      table, &slot->tts_tid, GetCurrentCommandId(true), 0 /* options */,
-      snapshot, InvalidSnapshot, false /* wait */, &failure);
-  return result == TM_Ok;
-}
-
-TimestampTz expires_at_of(Relation table, TupleTableSlot *slot) {
-  bool isnull = false;
-  return DatumGetTimestampTz(
-      slot_getattr(slot, key_columns(table).expires_at, &isnull));
-}
-
-// The tombstone of the live key in `slot` whose response expired at
-// `expires_at`, with its values copied out of the slot, or none (false)
-// when the key is not to be remembered past `cutoff`: its window
-// (live_row_forgotten_at, the rule callers judge it by) is empty or has
-// passed too, or the table has no expired_at (0.7's).
-bool tombstone_of(Relation table, TupleTableSlot *slot, TimestampTz expires_at,
+// The tombstone of the deleted row `row` (delete_expired_rows' columns),
+// or none (false) when the key is not to be remembered past `cutoff`: its
+// window (live_row_forgotten_at, the rule callers judge it by) is empty or
+// has passed too, the row was a tombstone past its window, or the table has
+// no expired_at (0.7's).
+bool tombstone_of(const KeyColumns &columns, HeapTuple row, TupleDesc desc,
                   TimestampTz cutoff, Tombstone *tombstone) {
-  const KeyColumns &columns = key_columns(table);
   if (columns.expired_at == InvalidAttrNumber)
     return false;
+  enum { scope = 1, digest, hash, created_at, expires_at, expired_at, window };
   bool isnull = false;
-  (void)slot_getattr(slot, columns.expired_at, &isnull);
+  (void)SPI_getbinval(row, desc, expired_at, &isnull);
   if (!isnull)
     return false; // a tombstone past its window
-  RememberWindow window =
-      remember_window(columns, [slot](AttrNumber attnum, bool *null) {
-        return slot_getattr(slot, attnum, null);
+  TimestampTz response_expired_at =
+      DatumGetTimestampTz(SPI_getbinval(row, desc, expires_at, &isnull));
+  RememberWindow remembered =
+      remember_window(columns, [&](AttrNumber, bool *null) {
+        return SPI_getbinval(row, desc, window, null);
       });
-  TimestampTz forgotten_at = live_row_forgotten_at(window, expires_at);
+  TimestampTz forgotten_at =
+      live_row_forgotten_at(remembered, response_expired_at);
   if (forgotten_at <= cutoff)
     return false;
-  auto copy = [slot](AttrNumber attnum) {
-    bool value_isnull = false;
-    Datum value = slot_getattr(slot, attnum, &value_isnull);
-    return DatumGetByteaPCopy(value);
-  };
-  tombstone->scope =
-      DatumGetObjectId(slot_getattr(slot, columns.scope, &isnull));
-  tombstone->digest = copy(columns.key_digest);
-  tombstone->request_hash = copy(columns.request_hash);
+  tombstone->scope = DatumGetObjectId(SPI_getbinval(row, desc, scope, &isnull));
+  tombstone->digest =
+      DatumGetByteaPP(SPI_getbinval(row, desc, digest, &isnull));
+  tombstone->request_hash =
+      DatumGetByteaPP(SPI_getbinval(row, desc, hash, &isnull));
   tombstone->created_at =
-      DatumGetTimestampTz(slot_getattr(slot, columns.created_at, &isnull));
-  tombstone->response_expired_at = expires_at;
+      DatumGetTimestampTz(SPI_getbinval(row, desc, created_at, &isnull));
+  tombstone->response_expired_at = response_expired_at;
   tombstone->forgotten_at = forgotten_at;
   return true;
 }
@@ -254,57 +232,30 @@ ExpiredKeys collect_expired(TimestampTz cutoff, int limit, ExpiryCursor *cursor,
   return keys;
 }
 
-// Deletes, in the current transaction with the active snapshot, those of
-// the rows `tids` that are still expired and that no other transaction is
-// changing; returns how many it deleted. A live key's row whose window under
-// idempotency.remember has not passed by `cutoff` is replaced by its
-// tombstone (storage/keys.hpp, write_tombstone); a tombstone past its window,
-// or a key not remembered, is deleted.
+// Deletes, in the current transaction, those of the rows `tids` that are
+// still expired and that no other transaction is changing; returns how many
+// it deleted. A live key's row whose window under idempotency.remember has
+// not passed by `cutoff` is replaced by its tombstone (storage/keys.hpp,
+// insert_tombstones); a tombstone past its window, or a key not remembered,
+// is deleted.
 int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
                      int count) {
   Relation table = table_open(key_table().relid, RowExclusiveLock);
-  Snapshot snapshot = GetActiveSnapshot();
-  TupleTableSlot *slot = table_slot_create(table, nullptr);
-  // Rows collected earlier may be gone with their pages: VACUUM may have
-  // truncated the table before this transaction locked it.
-  BlockNumber blocks = RelationGetNumberOfBlocks(table);
-
-  int64 deleted = 0;
-  bool writing_tombstones = false;
-  TombstoneWriter tombstones{};
-  for (int i = 0; i < count; i++) {
-    CHECK_FOR_INTERRUPTS();
-    ItemPointerData tid = tids[i];
-    if (ItemPointerGetBlockNumber(&tid) >= blocks ||
-        !table_tuple_fetch_row_version(table, &tid, snapshot, slot))
-      continue;
-    // Replaced by a caller, or a new row in a reused slot: not expired.
-    TimestampTz expires_at = expires_at_of(table, slot);
-    if (expires_at > cutoff)
-      continue;
-    Tombstone tombstone{};
-    bool remembered = tombstone_of(table, slot, expires_at, cutoff, &tombstone);
-    bool deleted_row = delete_unless_busy(table, slot, snapshot);
-    if (deleted_row)
-      deleted++;
-    if (!remembered)
-      continue;
-    if (deleted_row) {
-      if (!writing_tombstones) {
-        tombstones = begin_tombstones(table);
-        writing_tombstones = true;
-      }
-      write_tombstone(tombstones, table, tombstone);
-    }
-    pfree(tombstone.digest);
-    pfree(tombstone.request_hash);
-  }
-  if (writing_tombstones)
-    end_tombstones(tombstones);
-
-  ExecDropSingleTupleTableSlot(slot);
+  const KeyColumns &columns = key_columns(table);
   table_close(table, NoLock);
-  return deleted;
+  OwnerSpi spi = begin_key_statements();
+  uint64 deleted = delete_expired_rows(spi, tids, count, cutoff);
+  SPITupleTable *rows = SPI_tuptable;
+  auto *tombstones =
+      static_cast<Tombstone *>(palloc(Max(deleted, 1) * sizeof(Tombstone)));
+  int remembered = 0;
+  for (uint64 i = 0; i < deleted; i++)
+    if (tombstone_of(columns, rows->vals[i], rows->tupdesc, cutoff,
+                     &tombstones[remembered]))
+      remembered++;
+  insert_tombstones(spi, tombstones, remembered);
+  end_key_statements(spi);
+  return (int64)deleted;
 }
 
 // An error writing a row's tombstone is the row's (a DBA's constraint,

@@ -3,6 +3,7 @@
 #include "idempotency/storage/citus.hpp"
 #include "idempotency/storage/columns.hpp"
 #include "idempotency/storage/keys.hpp"
+#include "idempotency/storage/owner_statements.hpp"
 #include "idempotency/storage/role_marks.hpp"
 #include "idempotency/storage/schema.hpp"
 #include "idempotency/storage/table_owner.hpp"
@@ -53,74 +54,11 @@ Oid tenant_keys_oid() { return schema::relation(table_name); }
 // owner, as it would for the extension's own writes). Every name is
 // schema-qualified, every operator too: the caller's search_path plays no
 // part.
-// A statement's plan, kept for the backend's life (see OwnerSpi::run_kept).
-struct KeptPlan {
-  Oid tenant_type;
-  SPIPlanPtr plan;
-};
-static_assert(std::is_trivially_destructible_v<KeptPlan>);
-
-KeptPlan insert_plan;
-KeptPlan insert_plan_with_window; // for a table with remember_for (1.1)
-
-// Whether `kept` is to be prepared (again) before it runs for a tenant of
-// type `tenant_type`.
-bool needs_preparing(const KeptPlan &kept, Oid tenant_type) {
-  return kept.plan == nullptr || kept.tenant_type != tenant_type;
-}
-
-class OwnerSpi {
-public:
-  explicit OwnerSpi(Oid owner) : saved_(table_owner::begin_spi(owner)) {}
-  // Not a destructor: frames that call PostgreSQL hold only trivially
-  // destructible values. On an error, the (sub)transaction's abort restores
-  // the user and closes SPI.
-  void finish() { table_owner::finish_spi(saved_); }
-  int run(const char *sql, int nargs, Oid *types, Datum *values,
-          const char *nulls, bool read_only, int expected) {
-    int rc =
-        SPI_execute_with_args(sql, nargs, types, values, nulls, read_only, 0);
-    if (rc != expected)
-      elog(ERROR, "idempotency.tenant_keys: statement failed: %s",
-           SPI_result_code_string(rc));
-    return rc;
-  }
-  // The same through a statement kept for the backend's life: the
-  // statements of every call are parsed and analyzed once, not per call.
-  // PostgreSQL's plan cache analyzes them again when the table changes; a
-  // statement made for another tenant type is made again.
-  int run_kept(KeptPlan &kept, const char *sql, int nargs, Oid *types,
-               Datum *values, const char *nulls, bool read_only, int expected) {
-    if (needs_preparing(kept, types[0])) {
-      if (kept.plan != nullptr)
-        SPI_freeplan(kept.plan);
-      kept.plan = nullptr;
-      // A custom plan, made and freed at each execution: Citus 13.2.2 and
-      // 14.0.1 add the shard's local plan to a generic plan that routes a
-      // write at each execution instead of finding the one it added (Citus
-      // pull request 8824), so a kept generic plan would grow without
-      // bound, at the same cost per call.
-      SPIPlanPtr plan =
-          SPI_prepare_cursor(sql, nargs, types, CURSOR_OPT_CUSTOM_PLAN);
-      if (plan == nullptr)
-        elog(ERROR, "idempotency.tenant_keys: preparing failed: %s",
-             SPI_result_code_string(SPI_result));
-      if (SPI_keepplan(plan) != 0)
-        elog(ERROR, "idempotency.tenant_keys: SPI_keepplan failed");
-      kept.plan = plan;
-      kept.tenant_type = types[0];
-    }
-    int rc = SPI_execute_plan(kept.plan, values, nulls, read_only, 0);
-    if (rc != expected)
-      elog(ERROR, "idempotency.tenant_keys: statement failed: %s",
-           SPI_result_code_string(rc));
-    return rc;
-  }
-
-private:
-  table_owner::Saved saved_;
-};
-static_assert(std::is_trivially_destructible_v<OwnerSpi>);
+// Kept plans (storage/owner_statements.hpp), each for one tenant type.
+// Citus routes these statements: custom plans (KeptPlan::custom).
+KeptPlan insert_plan{InvalidOid, nullptr, true};
+// For a table with remember_for (1.1).
+KeptPlan insert_plan_with_window{InvalidOid, nullptr, true};
 
 // The key's identity, as the statements' first three parameters.
 constexpr int identity_args = 3;
@@ -527,8 +465,8 @@ struct ConditionValue {
 
 // The deletions of a key's rows: of the expired row a new one replaces, and
 // of a released key's.
-KeptPlan replace_plan;
-KeptPlan remove_plan;
+KeptPlan replace_plan{InvalidOid, nullptr, true};
+KeptPlan remove_plan{InvalidOid, nullptr, true};
 
 // Deletes the key's rows that also meet `condition` on `values`, through
 // Citus, as the table's owner, by the statement `kept`; returns how many.

@@ -5,19 +5,20 @@
 // long keys are. The key's text is kept in the row and compared on every
 // lookup. Reads go straight to the index with a dirty snapshot, which also sees
 // rows of transactions still in progress: that is how a call learns that
-// another transaction holds a key, and which transaction to wait for. Writes go
-// through PostgreSQL's executor as a single-row INSERT does (the way logical
-// replication applies a row): defaults of columns a DBA added, constraints,
-// row triggers, every kind of index and exclusion constraints are honoured,
-// and indexes still being built concurrently are skipped until ready.
+// another transaction holds a key, and which transaction to wait for. Writes
+// are INSERT and DELETE statements, prepared once per backend and run as the
+// table's owner (storage/owner_statements.hpp): defaults of columns a DBA
+// added, constraints, triggers, every kind of index and logical replication
+// apply as to any statement.
 #pragma once
 
 #include "idempotency/pg.hpp"
 #include "idempotency/storage/citus.hpp"
 #include "idempotency/storage/key_store.hpp"
-#include "idempotency/storage/row_insert.hpp"
+#include "idempotency/storage/owner_statements.hpp"
 
 extern "C" {
+#include "access/htup.h"
 #include "datatype/timestamp.h"
 #include "storage/lockdefs.h"
 #include "utils/relcache.h"
@@ -71,7 +72,7 @@ const KeyColumns &key_columns(Relation rel);
 // - probe reads the primary key index with a dirty snapshot, so it also
 //   sees rows of transactions still in progress (in_progress, and the
 //   transaction to wait for);
-// - store inserts the row through the executor (after deleting the expired
+// - store inserts the row with an INSERT statement (after deleting the expired
 //   row it replaces); the transaction's commit is refused if a key it wrote
 //   has expired by then (storage/commit_guard.hpp);
 // - remove deletes the row probe found, waiting for a transaction changing
@@ -117,23 +118,30 @@ struct Tombstone {
 };
 static_assert(std::is_trivially_destructible_v<Tombstone>);
 
-// Writes tombstones into idempotency.keys (`rel`, locked RowExclusiveLock)
-// for expiry, which has deleted each key's live row in this transaction:
-// begin_tombstones, write_tombstone for each, end_tombstones, as one INSERT
-// of many rows (statement triggers fire once). A row's key text is empty
-// and its response NULL; expired_at holds when the response expired,
-// expires_at when the tombstone goes.
-struct TombstoneWriter {
-  RowInsert insert;
-  text *empty_key;
-  MemoryContext row_context; // reset after each row
-};
-static_assert(std::is_trivially_destructible_v<TombstoneWriter>);
+// Statements on idempotency.keys as its owner, for expiry: between
+// begin_key_statements() (after key_columns(), with the table locked
+// RowExclusiveLock) and end_key_statements().
+OwnerSpi begin_key_statements();
+void end_key_statements(OwnerSpi &spi);
 
-TombstoneWriter begin_tombstones(Relation rel);
-void write_tombstone(TombstoneWriter &writer, Relation rel,
-                     const Tombstone &tombstone);
-void end_tombstones(TombstoneWriter &writer);
+// Deletes those of the rows `tids` that are still expired at `cutoff` and
+// that no other transaction is changing (expiry waits for no one); returns
+// how many, and leaves them in SPI_tuptable: scope, key_digest,
+// request_hash, created_at, expires_at, expired_at, remember_for (NULL for
+// a column the table does not have).
+uint64 delete_expired_rows(OwnerSpi &spi, const ItemPointerData *tids,
+                           int count, TimestampTz cutoff);
+
+// Writes the tombstones of keys expiry has deleted in this transaction, as
+// one INSERT (statement triggers fire once). A row's key text is empty and
+// its response NULL; expired_at holds when the response expired, expires_at
+// when the tombstone goes. A BEFORE trigger may not skip or move one (09000).
+void insert_tombstones(OwnerSpi &spi, const Tombstone *tombstones, int count);
+
+// Whether `row`, which a BEFORE INSERT trigger on `rel` sees, is one the
+// extension itself is inserting into idempotency.keys in this transaction:
+// keys_loaded (protocol/loaded_rows.hpp) leaves those alone.
+bool is_own_insert(Relation rel, HeapTuple row);
 
 // Where a live row's window after its TTL comes from: none (0.7's table,
 // no tombstones), the reader's idempotency.remember (1.0's table, which
