@@ -72,25 +72,6 @@ struct IndexScanInstrumentation; // PostgreSQL 18's, never used before it
 
 namespace idempotency::compat {
 
-// The oldest minor release of the major the library is built for that it
-// runs in (_PG_init refuses an older one; docs/operations.md states them):
-// no later minor release changed the layout of a structure the library
-// allocates or shares with the server. 15.9, 16.5 and 17.1 grew
-// ResultRelInfo, which storage/row_insert.cpp allocates (makeNode) for
-// InitResultRelInfo to fill; 15.10, 16.6 and 17.2 restored its size.
-// 18.0 and 19.0 (also its betas and release candidates) came after.
-#if PG_VERSION_NUM >= 190000
-inline constexpr int minimum_server_version_num = 190000;
-#elif PG_VERSION_NUM >= 180000
-inline constexpr int minimum_server_version_num = 180000;
-#elif PG_VERSION_NUM >= 170000
-inline constexpr int minimum_server_version_num = 170002;
-#elif PG_VERSION_NUM >= 160000
-inline constexpr int minimum_server_version_num = 160006;
-#else
-inline constexpr int minimum_server_version_num = 150010;
-#endif
-
 // A wait event of the extension's own, shown under its name in
 // pg_stat_activity.wait_event (PostgreSQL 17 added named extension wait
 // events; before, every such wait is "Extension"). Takes shared memory the
@@ -101,63 +82,6 @@ inline uint32 wait_event(const char *name) {
 #else
   (void)name;
   return PG_WAIT_EXTENSION;
-#endif
-}
-
-// The range table of an executor state (PostgreSQL 16 split the permission
-// checks out of the entries, 18 added the unpruned relations).
-inline void ExecInitRangeTable(EState *estate, List *range_table,
-                               List *perm_infos, Bitmapset *unpruned_relids) {
-#if PG_VERSION_NUM >= 180000
-  ::ExecInitRangeTable(estate, range_table, perm_infos, unpruned_relids);
-#elif PG_VERSION_NUM >= 160000
-  (void)unpruned_relids;
-  ::ExecInitRangeTable(estate, range_table, perm_infos);
-#else
-  (void)perm_infos;
-  (void)unpruned_relids;
-  ::ExecInitRangeTable(estate, range_table);
-#endif
-}
-
-// The permission entry of a relation in a range table the extension builds
-// itself; PostgreSQL 16 keeps these apart from the range table entries,
-// and an executor that reports a failing row reads the entry's (15 keeps
-// everything in the range table entry).
-inline void addRTEPermissionInfo(List **perm_infos, RangeTblEntry *entry) {
-#if PG_VERSION_NUM >= 160000
-  ::addRTEPermissionInfo(perm_infos, entry);
-#else
-  (void)perm_infos;
-  (void)entry;
-#endif
-}
-
-// The flags of ExecInsertIndexTuples (PostgreSQL 19's; before, each was an
-// argument of its own).
-#if PG_VERSION_NUM < 190000
-constexpr uint32 EIIT_IS_UPDATE = 1 << 0;
-constexpr uint32 EIIT_NO_DUPE_ERROR = 1 << 1;
-constexpr uint32 EIIT_ONLY_SUMMARIZING = 1 << 2;
-#endif
-
-// The index entries of a new row (PostgreSQL 16 added onlySummarizing, 19
-// made the booleans flags and reordered the arguments).
-inline List *ExecInsertIndexTuples(ResultRelInfo *target, EState *estate,
-                                   uint32 flags, TupleTableSlot *slot,
-                                   List *arbiter_indexes, bool *spec_conflict) {
-#if PG_VERSION_NUM >= 190000
-  return ::ExecInsertIndexTuples(target, estate, flags, slot, arbiter_indexes,
-                                 spec_conflict);
-#elif PG_VERSION_NUM >= 160000
-  return ::ExecInsertIndexTuples(
-      target, slot, estate, (flags & EIIT_IS_UPDATE) != 0,
-      (flags & EIIT_NO_DUPE_ERROR) != 0, spec_conflict, arbiter_indexes,
-      (flags & EIIT_ONLY_SUMMARIZING) != 0);
-#else
-  return ::ExecInsertIndexTuples(
-      target, slot, estate, (flags & EIIT_IS_UPDATE) != 0,
-      (flags & EIIT_NO_DUPE_ERROR) != 0, spec_conflict, arbiter_indexes);
 #endif
 }
 

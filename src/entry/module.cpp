@@ -2,7 +2,6 @@
 // transaction callbacks, the DISCARD ALL hook, the typing of untyped
 // parameters, shared memory and the expiry launcher. The SQL-callable functions
 // are declared in entry/functions.cpp.
-#include "idempotency/entry/server_version.hpp"
 
 #include "idempotency/entry/transaction.hpp"
 #include "idempotency/entry/untyped_parameters.hpp"
@@ -74,41 +73,9 @@ void process_utility(PlannedStmt *statement, const char *query_string,
     idempotency::protocol::clear_last_call();
 }
 
-// The library is compiled against one major's headers; a minor release
-// older than compat::minimum_server_version_num lays out structures the
-// library shares with it otherwise. The running server says which it is.
-void require_minimum_minor() {
-  using idempotency::entry::ServerVersionCheck;
-  constexpr int minimum = idempotency::compat::minimum_server_version_num;
-  const char *text = GetConfigOption("server_version_num", false, false);
-  int running = 0;
-  switch (idempotency::entry::check_server_version(text, minimum, &running)) {
-  case ServerVersionCheck::supported:
-  case ServerVersionCheck::other_major: // the magic block refused it first
-    return;
-  case ServerVersionCheck::too_old:
-    ereport(ERROR,
-            (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-             errmsg("idempotency needs PostgreSQL %d.%d or later",
-                    minimum / 10000, minimum % 100),
-             errdetail("The server runs PostgreSQL %d.%d; the library needs "
-                       "%d.%d or a later %d.x release.",
-                       running / 10000, running % 100, minimum / 10000,
-                       minimum % 100, minimum / 10000),
-             errhint("Update PostgreSQL to its latest minor release.")));
-    break;
-  case ServerVersionCheck::malformed:
-    ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
-                    errmsg("idempotency cannot read server_version_num \"%s\"",
-                           text != nullptr ? text : "")));
-    break;
-  }
-}
-
 } // namespace
 
 void _PG_init(void) {
-  require_minimum_minor();
   // Before the return below: any part used in a binary upgrade still ends
   // with its transaction.
   idempotency::entry::register_transaction_callbacks();
