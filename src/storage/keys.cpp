@@ -1,11 +1,10 @@
 #include "idempotency/storage/keys.hpp"
 
 #include "idempotency/storage/citus.hpp"
-#include "idempotency/storage/columns.hpp"
+#include "idempotency/storage/key_store.hpp"
 #include "idempotency/storage/commit_guard.hpp"
 #include "idempotency/storage/role_marks.hpp"
 #include "idempotency/storage/row_insert.hpp"
-#include "idempotency/storage/schema.hpp"
 
 #include "idempotency/settings/settings.hpp"
 

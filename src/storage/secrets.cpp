@@ -1,7 +1,7 @@
 #include "idempotency/storage/secrets.hpp"
 
 #include "idempotency/compat.hpp"
-#include "idempotency/storage/schema.hpp"
+#include "idempotency/storage/key_store.hpp"
 
 extern "C" {
 #include "access/table.h"
