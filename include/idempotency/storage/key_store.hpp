@@ -13,7 +13,7 @@
 #pragma once
 
 #include "idempotency/pg.hpp"
-#include "idempotency/storage/role_keys.hpp"
+#include "idempotency/storage/role_marks.hpp"
 
 extern "C" {
 #include "access/tupdesc.h"
