@@ -1,3 +1,7 @@
+// The role a key belongs to: the marks that keep a role with keys from
+// being dropped, the statements that find and delete a role's keys
+// (role_keys), and the I/O of the scope column's type (role_scope, last).
+//
 // A role that has keys in a database cannot be dropped until they are gone.
 //
 // A key is stored under its role's OID, and a role created after the drop
@@ -136,3 +140,15 @@ Roles in_shard(Oid shard, Oid owner);
 uint64 delete_in_shard(Oid shard, Oid owner, Oid scope_type, Oid role);
 
 } // namespace idempotency::storage::role_keys
+
+// The SQL type idempotency.role_scope: a role's OID inside the cluster, its
+// name in text and binary I/O (see role_marks.cpp). Bodies of the type's
+// I/O functions, declared in entry/functions.cpp.
+namespace idempotency::storage {
+
+Datum role_scope_in(FunctionCallInfo fcinfo);
+Datum role_scope_out(FunctionCallInfo fcinfo);
+Datum role_scope_recv(FunctionCallInfo fcinfo);
+Datum role_scope_send(FunctionCallInfo fcinfo);
+
+} // namespace idempotency::storage
