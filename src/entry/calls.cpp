@@ -2,7 +2,7 @@
 #include "idempotency/entry/arguments.hpp"
 #include "idempotency/fingerprint/key_digest.hpp"
 #include "idempotency/protocol/call.hpp"
-#include "idempotency/storage/derived_key_secret.hpp"
+#include "idempotency/storage/secrets.hpp"
 
 extern "C" {
 #include "miscadmin.h"

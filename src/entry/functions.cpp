@@ -9,7 +9,7 @@
 #include "idempotency/boundary/boundary.hpp"
 #include "idempotency/entry/functions.hpp"
 #include "idempotency/protocol/loaded_rows.hpp"
-#include "idempotency/storage/role_scope.hpp"
+#include "idempotency/storage/role_marks.hpp"
 
 // clang-format off
 

@@ -2,7 +2,7 @@
 
 #include "idempotency/entry/untyped_parameters.hpp"
 #include "idempotency/pg.hpp"
-#include "idempotency/storage/schema.hpp"
+#include "idempotency/storage/key_store.hpp"
 #include "idempotency/storage/tenant_keys.hpp"
 
 #include "idempotency/compat.hpp"

@@ -8,7 +8,7 @@
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/stats/stats.hpp"
 #include "idempotency/storage/citus.hpp"
-#include "idempotency/storage/claim_secret.hpp"
+#include "idempotency/storage/secrets.hpp"
 #include "idempotency/storage/key_store.hpp"
 
 extern "C" {

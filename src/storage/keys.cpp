@@ -3,11 +3,10 @@
 #include <initializer_list>
 
 #include "idempotency/storage/citus.hpp"
-#include "idempotency/storage/columns.hpp"
+#include "idempotency/storage/key_store.hpp"
 #include "idempotency/storage/commit_guard.hpp"
 #include "idempotency/storage/role_marks.hpp"
 #include "idempotency/storage/owner_statements.hpp"
-#include "idempotency/storage/schema.hpp"
 
 #include "idempotency/settings/settings.hpp"
 

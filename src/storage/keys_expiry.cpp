@@ -6,7 +6,7 @@
 
 #include "idempotency/storage/keys.hpp"
 
-#include "idempotency/storage/schema.hpp"
+#include "idempotency/storage/key_store.hpp"
 
 #include "idempotency/boundary/subtransaction.hpp"
 

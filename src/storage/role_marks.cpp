@@ -1,29 +1,115 @@
 // The marks that keep a role with keys from being dropped (see
-// role_marks.hpp): when a role is marked, remembered per backend; which
-// roles to mark, and what DROP OWNED deletes. The rows themselves are
-// storage/shared_dependency's, the statements on the key tables
-// storage/role_keys's, Citus's shards storage/citus's.
+// role_marks.hpp): the pg_shdepend rows themselves; when a role is marked,
+// remembered per backend; which roles to mark, and what DROP OWNED deletes;
+// the statements on the key tables that find and delete a role's keys.
+// Citus's shards are storage/citus's. Last, the I/O of the scope column's
+// type, by which keys leave the cluster under their role's name.
 #include "idempotency/storage/role_marks.hpp"
 
 #include "idempotency/storage/key_store.hpp"
-#include "idempotency/storage/shared_dependency.hpp"
 #include "idempotency/storage/table_owner.hpp"
 
 #include "idempotency/compat.hpp"
 
 extern "C" {
+#include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/table.h"
+#include "access/tupdesc.h"
+#include "catalog/dependency.h"
 #include "catalog/namespace.h"
-#include "nodes/parsenodes.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_shdepend.h"
+#include "catalog/pg_type.h"
 #include "commands/event_trigger.h"
+#include "executor/spi.h"
+#include "libpq/pqformat.h"
 #include "miscadmin.h"
+#include "nodes/parsenodes.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/regproc.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 }
+
+// The pg_shdepend rows that mark a role on a key table: a shared
+// dependency of ACL kind (deptype 'a') of a column of a table of this
+// database on a role, the kind PostgreSQL records for a privilege granted on
+// that column. Only these three functions read or write them, writing
+// through the server's own updateAclDependencies(), as GRANT and REVOKE on
+// the column do. Each needs a transaction.
+namespace idempotency::storage::shared_dependency {
+
+namespace {
+
+bool is_column_acl(const FormData_pg_shdepend *dependency, Oid relid,
+                   AttrNumber column) {
+  return dependency->dbid == MyDatabaseId &&
+         dependency->classid == RelationRelationId &&
+         dependency->objid == relid && dependency->objsubid == column &&
+         dependency->deptype == SHARED_DEPENDENCY_ACL;
+}
+
+// Whether `role` has such a row on column `column` of `relid`, read through
+// pg_shdepend's index on the referenced object (a role has few rows).
+bool exists(Oid relid, AttrNumber column, Oid role) {
+  Relation shdepend = table_open(SharedDependRelationId, AccessShareLock);
+  ScanKeyData keys[2];
+  ScanKeyInit(&keys[0], Anum_pg_shdepend_refclassid, BTEqualStrategyNumber,
+              F_OIDEQ, ObjectIdGetDatum(AuthIdRelationId));
+  ScanKeyInit(&keys[1], Anum_pg_shdepend_refobjid, BTEqualStrategyNumber,
+              F_OIDEQ, ObjectIdGetDatum(role));
+  SysScanDesc scan = systable_beginscan(shdepend, SharedDependReferenceIndexId,
+                                        true, nullptr, 2, keys);
+  bool found = false;
+  HeapTuple tuple;
+  while (!found && (tuple = systable_getnext(scan)) != nullptr)
+    found = is_column_acl(reinterpret_cast<Form_pg_shdepend>(GETSTRUCT(tuple)),
+                          relid, column);
+  systable_endscan(scan);
+  table_close(shdepend, NoLock);
+  return found;
+}
+
+// updateAclDependencies() takes sorted, de-duplicated palloc'd arrays of
+// the roles in a privilege list before and after a change, and pfrees them.
+Oid *one_role(Oid role) {
+  Oid *roles = static_cast<Oid *>(palloc(sizeof(Oid)));
+  roles[0] = role;
+  return roles;
+}
+
+// Records the row as a GRANT on the column to `role` would: nothing for a
+// pinned role (the bootstrap superuser, which can never be dropped);
+// otherwise `role` locked against a concurrent DROP ROLE until the
+// transaction ends, 42704 if it is gone, then the row.
+//
+// No owner is passed (InvalidOid): the server leaves the owner's row out,
+// since the owner's own dependency keeps it, but the key table's owner may
+// change while a role keeps its keys.
+void record(Oid relid, AttrNumber column, Oid role) {
+  updateAclDependencies(RelationRelationId, relid, column, InvalidOid, 0,
+                        nullptr, 1, one_role(role));
+}
+
+// Deletes the rows as a REVOKE on the column from `role` would (there may
+// be more than one: a GRANT on the column to a marked role adds the
+// server's own).
+void remove(Oid relid, AttrNumber column, Oid role) {
+  updateAclDependencies(RelationRelationId, relid, column, InvalidOid, 1,
+                        one_role(role), 0, nullptr);
+}
+
+} // namespace
+
+} // namespace idempotency::storage::shared_dependency
 
 namespace idempotency::storage::role_marks {
 
@@ -324,3 +410,190 @@ void at_subtransaction_abort() {
 }
 
 } // namespace idempotency::storage::role_marks
+
+namespace idempotency::storage::role_keys {
+
+namespace {
+
+Oid scope_type(Relation keys, AttrNumber scope_column) {
+  return TupleDescAttr(RelationGetDescr(keys), scope_column - 1)->atttypid;
+}
+
+// The schema of the operators that compare the scope column: the
+// extension's role type, or regrole (which the column may still be).
+const char *scope_operator_schema(Oid type) {
+  return type == REGROLEOID ? "pg_catalog" : "idempotency";
+}
+
+const char *qualified_name(Oid relid) {
+  return quote_qualified_identifier(
+      get_namespace_name(get_rel_namespace(relid)), get_rel_name(relid));
+}
+
+// The first column of SPI_tuptable (a role), copied out of SPI's memory.
+// Inside SPI.
+Roles roles_read() {
+  Roles roles{SPI_processed, nullptr};
+  roles.oids = static_cast<Oid *>(
+      SPI_palloc(sizeof(Oid) * (roles.count > 0 ? roles.count : 1)));
+  for (uint64 i = 0; i < roles.count; i++) {
+    bool isnull;
+    roles.oids[i] = DatumGetObjectId(SPI_getbinval(
+        SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+  }
+  return roles;
+}
+
+// Runs `sql` (a DELETE whose $1 is the scope) for `role` with a snapshot
+// taken now. Inside SPI.
+uint64 delete_with_latest_snapshot(const char *sql, Oid type, Oid role,
+                                   const char *what) {
+  Datum value = ObjectIdGetDatum(role);
+  SPIPlanPtr plan = SPI_prepare(sql, 1, &type);
+  if (plan == nullptr)
+    elog(ERROR, "idempotency: preparing the deletion of a role's %s failed",
+         what);
+  int rc = SPI_execute_snapshot(plan, &value, nullptr, GetLatestSnapshot(),
+                                InvalidSnapshot, false, false, 0);
+  if (rc != SPI_OK_DELETE)
+    elog(ERROR, "idempotency: deleting a role's %s failed: %s", what,
+         SPI_result_code_string(rc));
+  SPI_freeplan(plan);
+  return SPI_processed;
+}
+
+} // namespace
+
+Roles in_keys(Relation keys, AttrNumber scope_column) {
+  char *sql = psprintf(
+      "WITH RECURSIVE r (scope) AS ("
+      "  (SELECT k.scope FROM idempotency.keys AS k ORDER BY k.scope LIMIT 1)"
+      "  UNION ALL"
+      "  SELECT (SELECT k.scope FROM idempotency.keys AS k"
+      "           WHERE k.scope OPERATOR(%s.>) r.scope"
+      "           ORDER BY k.scope LIMIT 1)"
+      "    FROM r WHERE r.scope IS NOT NULL)"
+      " SELECT r.scope FROM r WHERE r.scope IS NOT NULL",
+      scope_operator_schema(scope_type(keys, scope_column)));
+  table_owner::Saved saved = table_owner::begin_spi(keys->rd_rel->relowner);
+  int rc = SPI_execute(sql, true, 0);
+  if (rc != SPI_OK_SELECT)
+    elog(ERROR, "idempotency: listing the roles that have keys failed: %s",
+         SPI_result_code_string(rc));
+  Roles roles = roles_read();
+  table_owner::finish_spi(saved);
+  return roles;
+}
+
+uint64 delete_in_keys(Relation keys, AttrNumber scope_column, Oid role) {
+  Oid type = scope_type(keys, scope_column);
+  char *sql = psprintf("DELETE FROM idempotency.keys AS k WHERE k.scope "
+                       "OPERATOR(%s.=) $1",
+                       scope_operator_schema(type));
+  table_owner::Saved saved = table_owner::begin_spi(keys->rd_rel->relowner);
+  uint64 deleted = delete_with_latest_snapshot(sql, type, role, "keys");
+  table_owner::finish_spi(saved);
+  return deleted;
+}
+
+Roles in_shard(Oid shard, Oid owner) {
+  char *sql =
+      psprintf("SELECT DISTINCT k.scope FROM %s AS k", qualified_name(shard));
+  table_owner::Saved saved = table_owner::begin_spi(owner);
+  if (SPI_execute(sql, true, 0) != SPI_OK_SELECT)
+    elog(ERROR, "idempotency: listing the roles that have tenant keys failed");
+  Roles roles = roles_read();
+  table_owner::finish_spi(saved);
+  return roles;
+}
+
+uint64 delete_in_shard(Oid shard, Oid owner, Oid scope_type, Oid role) {
+  char *sql = psprintf("DELETE FROM %s AS k WHERE k.scope "
+                       "OPERATOR(idempotency.=) $1",
+                       qualified_name(shard));
+  table_owner::Saved saved = table_owner::begin_spi(owner);
+  uint64 deleted =
+      delete_with_latest_snapshot(sql, scope_type, role, "tenant keys");
+  table_owner::finish_spi(saved);
+  return deleted;
+}
+
+} // namespace idempotency::storage::role_keys
+
+// The SQL type idempotency.role_scope: the role a key belongs to.
+//
+// Inside a cluster a scope is the role's OID (4 bytes, compared with the oid
+// type's own functions), so renaming a role keeps its keys. Outside it - text
+// and binary I/O, hence COPY, pg_dump and logical replication in either mode
+// - a scope is the role's name, which the receiving node maps to its own role
+// of that name: an OID means another role, or none, on a node whose roles
+// were created in another order.
+//
+// The text form is a role name as an identifier (quoted where needed, as
+// regrole writes it); the binary form is the same text. A role that no longer
+// exists, or none, is written "-" and read back as no role (OID 0), which is
+// never the scope of a caller: its keys stay out of every role's reach
+// instead of passing, by OID, to whichever role holds that OID elsewhere.
+// For the same reason a number is read as no role, never as the role with
+// that OID: it is how regrole writes a role that no longer exists.
+namespace idempotency::storage {
+
+namespace {
+
+constexpr const char *no_role = "-";
+
+// The role a scope's text names, on this node; 42704 if there is none.
+// "-" and numbers name no role (OID 0).
+// Role names are global, so no search_path is involved.
+bool is_number(const char *scope_text) {
+  if (*scope_text == '\0')
+    return false;
+  for (const char *c = scope_text; *c != '\0'; c++)
+    if (*c < '0' || *c > '9')
+      return false;
+  return true;
+}
+
+Oid role_of_text(const char *scope_text) {
+  if (strcmp(scope_text, no_role) == 0 || is_number(scope_text))
+    return InvalidOid;
+  List *names = compat::stringToQualifiedNameList(scope_text, nullptr);
+  if (list_length(names) != 1)
+    ereport(ERROR, (errcode(ERRCODE_INVALID_NAME),
+                    errmsg("invalid role name \"%s\"", scope_text),
+                    errdetail("A role scope is one role name, or \"-\".")));
+  return get_role_oid(strVal(linitial(names)), false);
+}
+
+const char *text_of_role(Oid role) {
+  const char *name = GetUserNameFromId(role, true);
+  return name == nullptr ? no_role : quote_identifier(name);
+}
+
+} // namespace
+
+Datum role_scope_in(FunctionCallInfo fcinfo) {
+  return ObjectIdGetDatum(role_of_text(PG_GETARG_CSTRING(0)));
+}
+
+Datum role_scope_out(FunctionCallInfo fcinfo) {
+  PG_RETURN_CSTRING(pstrdup(text_of_role(PG_GETARG_OID(0))));
+}
+
+Datum role_scope_recv(FunctionCallInfo fcinfo) {
+  StringInfo message = reinterpret_cast<StringInfo>(PG_GETARG_POINTER(0));
+  int text_bytes;
+  char *scope_text =
+      pq_getmsgtext(message, message->len - message->cursor, &text_bytes);
+  return ObjectIdGetDatum(role_of_text(scope_text));
+}
+
+Datum role_scope_send(FunctionCallInfo fcinfo) {
+  const char *scope_text = text_of_role(PG_GETARG_OID(0));
+  StringInfoData message;
+  pq_begintypsend(&message);
+  pq_sendtext(&message, scope_text, strlen(scope_text));
+  PG_RETURN_BYTEA_P(pq_endtypsend(&message));
+}
+
+} // namespace idempotency::storage

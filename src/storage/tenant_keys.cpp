@@ -1,11 +1,10 @@
 #include "idempotency/storage/tenant_keys.hpp"
 
 #include "idempotency/storage/citus.hpp"
-#include "idempotency/storage/columns.hpp"
+#include "idempotency/storage/key_store.hpp"
 #include "idempotency/storage/keys.hpp"
 #include "idempotency/storage/owner_statements.hpp"
 #include "idempotency/storage/role_marks.hpp"
-#include "idempotency/storage/schema.hpp"
 #include "idempotency/storage/table_owner.hpp"
 
 #include "idempotency/boundary/sqlstates.hpp"

@@ -42,7 +42,7 @@ Size utf8_length(const char *bytes, Size size);
 // (docs/downstream.md).
 //
 // The derived key is HMAC-SHA256 keyed with the database's derived-key
-// secret (storage/derived_key_secret.hpp) over
+// secret (storage/secrets.hpp) over
 //   "idempotency derived-key v1", then the role's OID (4 bytes,
 //   big-endian), then the key, then the label, the key and the label each
 //   as a tag (UTF-8 or database encoding) and a length (8 bytes,

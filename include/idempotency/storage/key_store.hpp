@@ -7,12 +7,16 @@
 // (storage/tenant_keys.hpp). Both offer the same operations - probe, store,
 // remove, and expiry a batch at a time - behind KeyBackend; the protocol
 // never asks which one it has.
+//
+// Here too: the extension's schema, its relations and their columns, found
+// by name, as every table the library reads or writes is.
 #pragma once
 
 #include "idempotency/pg.hpp"
-#include "idempotency/storage/role_keys.hpp"
+#include "idempotency/storage/role_marks.hpp"
 
 extern "C" {
+#include "access/tupdesc.h"
 #include "datatype/timestamp.h"
 #include "storage/itemptr.h"
 }
@@ -249,5 +253,31 @@ enum class TriggeredRow {
 // empty): its message names no key.
 void check_key_row_kept(TriggeredRow result, const char *table,
                         const char *fixed_columns, const text *key);
+
+// The extension's schema, idempotency, and the relations in it, found by
+// name: the extension is not relocatable, so every object it made is there.
+// Each lookup is PostgreSQL's syscache one (cheap); a schema renamed or
+// dropped is seen at once.
+namespace schema {
+
+// The schema's OID; InvalidOid when it does not exist and `missing_ok`,
+// else 3F000.
+Oid oid(bool missing_ok);
+
+// The relation `name` of the schema; InvalidOid when it or the schema does
+// not exist.
+Oid relation(const char *name);
+
+} // namespace schema
+
+// Columns of the tables the extension reads and writes, found by name: a
+// DBA may add, drop and reorder others.
+
+// The live column `name` of `desc`, nullptr when there is none.
+Form_pg_attribute find_column(TupleDesc desc, const char *name);
+
+// Whether a column of `type` can hold a key's scope, a role's oid: regrole,
+// or the extension's own 4-byte by-value type for it.
+bool fits_scope(Oid type);
 
 } // namespace idempotency::storage

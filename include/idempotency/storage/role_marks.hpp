@@ -1,3 +1,7 @@
+// The role a key belongs to: the marks that keep a role with keys from
+// being dropped, the statements that find and delete a role's keys
+// (role_keys), and the I/O of the scope column's type (role_scope, last).
+//
 // A role that has keys in a database cannot be dropped until they are gone.
 //
 // A key is stored under its role's OID, and a role created after the drop
@@ -44,6 +48,7 @@
 #include "idempotency/pg.hpp"
 
 extern "C" {
+#include "access/attnum.h"
 #include "nodes/parsenodes.h"
 #include "nodes/pg_list.h"
 #include "utils/relcache.h"
@@ -101,3 +106,49 @@ void at_abort();
 void at_subtransaction_abort();
 
 } // namespace idempotency::storage::role_marks
+
+// The keys of one role, read and deleted by statements on the key tables as
+// their owner (storage/table_owner.hpp), for the role marks (above) and
+// the key tables' KeyBackend::roles_with_keys and delete_keys_of: which
+// roles have keys, and the deletion of a role's keys. Every name in the
+// statements is schema-qualified, every operator too. Each needs a transaction;
+// results are palloc'd in the caller's memory context.
+namespace idempotency::storage::role_keys {
+
+struct Roles {
+  uint64 count;
+  Oid *oids;
+};
+static_assert(std::is_trivially_destructible_v<Roles>);
+
+// The roles that have keys in idempotency.keys (`keys`, opened by the
+// caller; its scope column is `scope_column`), read through the primary key
+// (scope first) one role at a time, so that the cost grows with the number
+// of roles, not of keys.
+Roles in_keys(Relation keys, AttrNumber scope_column);
+
+// Deletes the keys of `role` in idempotency.keys with a snapshot taken now:
+// keys that transactions committed while the caller waited for the table's
+// lock go too, even under REPEATABLE READ. Returns how many.
+uint64 delete_in_keys(Relation keys, AttrNumber scope_column, Oid role);
+
+// The same for a shard relation of idempotency.tenant_keys on this node
+// (`shard`), as `owner` (the owner of idempotency.tenant_keys), whose scope
+// column has type `scope_type`. No index starts with the scope there (the
+// tenant comes first): in_shard reads the shard in full.
+Roles in_shard(Oid shard, Oid owner);
+uint64 delete_in_shard(Oid shard, Oid owner, Oid scope_type, Oid role);
+
+} // namespace idempotency::storage::role_keys
+
+// The SQL type idempotency.role_scope: a role's OID inside the cluster, its
+// name in text and binary I/O (see role_marks.cpp). Bodies of the type's
+// I/O functions, declared in entry/functions.cpp.
+namespace idempotency::storage {
+
+Datum role_scope_in(FunctionCallInfo fcinfo);
+Datum role_scope_out(FunctionCallInfo fcinfo);
+Datum role_scope_recv(FunctionCallInfo fcinfo);
+Datum role_scope_send(FunctionCallInfo fcinfo);
+
+} // namespace idempotency::storage

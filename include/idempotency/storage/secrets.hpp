@@ -1,3 +1,7 @@
+// The two secrets the library keys its MACs with: the cluster's claim
+// secret, in a file of the data directory, and each database's derived-key
+// secret, in a table.
+//
 // The cluster's claim secret: the key of the MAC in claim lock tags.
 //
 // Claim tags must be the same in every backend of the cluster (two callers
@@ -38,8 +42,35 @@ static_assert(std::is_trivially_destructible_v<ClaimSecret>);
 
 // The cluster's claim secret, read from its file in the data directory, which
 // is made first if it does not exist yet. Raises an error if the file cannot
-// be read or written. The caller keys its MAC with it (protocol/claim_lock)
+// be read or written. The caller keys its MAC with it (protocol/call)
 // once per backend, then wipes it.
 ClaimSecret read_claim_secret();
+
+// The database's derived-key secret: the key of the MAC behind
+// idempotency.derived_key (fingerprint/key_digest.hpp).
+//
+// Unlike the cluster's claim secret (above), which may change at every
+// restart, a derived key must be the same on every retry of a request,
+// whatever happened in between: so its secret lives in a table,
+// idempotency.derived_key_secret, one row that the install or update script
+// fills with 32 random bytes, and that WAL, physical replication,
+// pg_upgrade and pg_dump (a configuration table of the extension) carry
+// like any data. Only its owner has rights on the table: the library reads
+// it with a heap scan, which checks no privileges, in the caller's snapshot
+// - a rotation (UPDATE by a superuser) is seen as soon as it commits, and a
+// call never sees half of it. It is read on every call, not kept: the scan
+// of a one-page table costs less than the call, and nothing can go stale.
+
+constexpr std::size_t derived_key_secret_bytes = 32;
+
+struct DerivedKeySecret {
+  uint8 bytes[derived_key_secret_bytes];
+};
+static_assert(std::is_trivially_destructible_v<DerivedKeySecret>);
+
+// The secret of this database. 55000 when the table does not exist, holds
+// no row, more than one, or a secret of another size: never a key derived
+// from no secret. The caller wipes it after use.
+DerivedKeySecret read_derived_key_secret();
 
 } // namespace idempotency::storage
