@@ -2,7 +2,7 @@
 
 #include "idempotency/storage/citus.hpp"
 
-#include "idempotency/storage/table_owner.hpp"
+#include "idempotency/storage/owner_statements.hpp"
 
 extern "C" {
 #include "access/xact.h"

@@ -7,7 +7,7 @@
 #include "idempotency/storage/role_marks.hpp"
 
 #include "idempotency/storage/key_store.hpp"
-#include "idempotency/storage/table_owner.hpp"
+#include "idempotency/storage/owner_statements.hpp"
 
 #include "idempotency/compat.hpp"
 

@@ -5,7 +5,6 @@
 #include "idempotency/storage/keys.hpp"
 #include "idempotency/storage/owner_statements.hpp"
 #include "idempotency/storage/role_marks.hpp"
-#include "idempotency/storage/table_owner.hpp"
 
 #include "idempotency/boundary/sqlstates.hpp"
 

@@ -108,7 +108,7 @@ void at_subtransaction_abort();
 } // namespace idempotency::storage::role_marks
 
 // The keys of one role, read and deleted by statements on the key tables as
-// their owner (storage/table_owner.hpp), for the role marks (above) and
+// their owner (storage/owner_statements.hpp), for the role marks (above) and
 // the key tables' KeyBackend::roles_with_keys and delete_keys_of: which
 // roles have keys, and the deletion of a role's keys. Every name in the
 // statements is schema-qualified, every operator too. Each needs a transaction;
