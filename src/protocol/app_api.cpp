@@ -197,11 +197,13 @@ void check_no_unfinished_claims(const char *ending) {
 
 ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
   bytea *fingerprint = claim_fingerprint(client_hash);
+  // Claimed before it is looked up: claim() serves queue consumers, whose
+  // keys are mostly new, and a new key is then looked up once.
   storage::KeyStore store = storage::key_store_for(key);
   TakenKey taken = take_key(
       store, key, fingerprint, GetCurrentTransactionStartTimestamp(),
       key.has_tenant ? "idempotency.tenant_claim" : "idempotency.claim",
-      TopTransactionResourceOwner);
+      TopTransactionResourceOwner, KeyExpected::new_key);
   if (taken.replay) {
     const storage::KeyProbe &stored = taken.stored;
     record_last_call(is_error_document(stored.response, stored.response_is_null)

@@ -99,13 +99,15 @@ CallResult run_and_store(const storage::KeyStore &store, const Request &request,
 
 CallResult idempotent_call(const CallRequest &call) {
   Request request = prepare_request(call);
+  // Looked up before it is claimed: a replay then takes no lock, which
+  // saves more than a new key's second look costs.
   storage::KeyStore store = storage::key_store_for(request.key);
   TakenKey taken =
       take_key(store, request.key, request.fingerprint,
                GetCurrentTransactionStartTimestamp(),
                request.key.has_tenant ? "idempotency.tenant_call"
                                       : "idempotency.idempotent_call",
-               nullptr);
+               nullptr, KeyExpected::stored);
   if (taken.replay)
     return replay(taken.stored);
   return run_and_store(store, request, taken);
@@ -190,13 +192,26 @@ void report_in_progress(const storage::KeyRef &key) {
   pg_unreachable();
 }
 
+namespace {
+void try_claim(Claim &claim);
+} // namespace
+
 TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
                   const bytea *fingerprint, TimestampTz now,
-                  const char *command, ResourceOwner owner) {
+                  const char *command, ResourceOwner owner,
+                  KeyExpected expected) {
   TimestampTz deadline = wait_deadline();
-  // The claim's tag is derived only when the key must be claimed: a replay,
-  // the common retry, needs none.
+  // A key expected new is claimed first, so that it is looked up once, after
+  // the claim; a key expected stored (a retry) is looked up first and its
+  // replay needs no claim. Either way every outcome is decided by a look at
+  // the key: when the claim is not free at once, the loop below runs as for
+  // a retry.
   Claim claim{};
+  if (expected == KeyExpected::new_key && !XactReadOnly &&
+      !IsInParallelMode()) {
+    claim = claim_for(key, owner);
+    try_claim(claim);
+  }
 
   // Each pass looks at the key afresh: after a wait the holder may have
   // committed (replay), rolled back (proceed), or still hold it (wait or
@@ -480,6 +495,18 @@ ClaimResult acquire_as_owner(Claim &claim, TimestampTz deadline) {
                                                  : ClaimResult::busy;
   return wait_for_claim(claim, deadline) ? ClaimResult::acquired
                                          : ClaimResult::busy;
+}
+
+// Takes the claim (claim.held) only if that is immediate: nobody else holds
+// it or waits for it, and this transaction does not hold it already.
+void try_claim(Claim &claim) {
+  with_owner(claim.owner, [&claim] {
+    LockAcquireResult taken = LockAcquire(&claim.tag, claim_mode, false, true);
+    claim.held = taken == LOCKACQUIRE_OK;
+    if (taken != LOCKACQUIRE_OK && taken != LOCKACQUIRE_NOT_AVAIL)
+      LockRelease(&claim.tag, claim_mode, false);
+    return claim.held;
+  });
 }
 
 } // namespace

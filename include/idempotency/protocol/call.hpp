@@ -95,8 +95,9 @@ bool wait_for_transaction(TransactionId holder, TimestampTz deadline);
 // --- taking a key ------------------------------------------------------------
 //
 // The one probe/claim loop of idempotent_call and claim(): the key is
-// looked up, claimed (above), and looked up again, until
-// it is found done (a replay) or held by this transaction.
+// looked up and claimed (above), in either order, and looked up again
+// after each wait, until it is found done (a replay) or held by this
+// transaction.
 
 // What taking a key found: a done row with the request's fingerprint
 // (replay), or the key claimed by this transaction (proceed), ready to store.
@@ -113,10 +114,14 @@ struct TakenKey {
 // (done or gone with another fingerprint), IK508 (held by this transaction),
 // and PostgreSQL's read-only error when the key must be written on a standby.
 // `command` names the SQL function in those errors; `owner` is the claim
-// lock's resource owner (nullptr: the current one).
+// lock's resource owner (nullptr: the current one). `expected` changes only
+// the cost: a new key is cheapest claimed before it is looked up (once), a
+// stored one looked up without a claim.
+enum class KeyExpected { new_key, stored };
 TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
                   const bytea *fingerprint, TimestampTz now,
-                  const char *command, ResourceOwner owner);
+                  const char *command, ResourceOwner owner,
+                  KeyExpected expected);
 
 // IK409 for a key another transaction holds.
 [[noreturn]] void report_in_progress(const storage::KeyRef &key);
