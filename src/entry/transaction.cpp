@@ -82,13 +82,10 @@ void on_transaction_event(XactEvent event, void *) {
     break;
   case XACT_EVENT_ABORT:
   case XACT_EVENT_PARALLEL_ABORT:
-    forget_transaction_state();
-    storage::role_marks::at_abort();
-    break;
   case XACT_EVENT_PREPARE:
+    // At PREPARE as at abort: a mark the prepared transaction recorded is
+    // not committed yet, and ROLLBACK PREPARED may still take it.
     forget_transaction_state();
-    // A mark the prepared transaction recorded is not committed yet:
-    // ROLLBACK PREPARED may still take it.
     storage::role_marks::at_abort();
     break;
   case XACT_EVENT_PARALLEL_PRE_COMMIT:
