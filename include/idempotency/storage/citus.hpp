@@ -7,8 +7,8 @@
 // - Commit. Citus commits the workers' part of a transaction itself, from
 //   its own callback at XACT_EVENT_PRE_COMMIT. It uses two-phase commit only
 //   when it knows the transaction wrote on more than one node, and it does
-//   not see writes to local tables that are not its own (the key row is
-//   written through the executor, outside Citus's planner). A transaction
+//   not see writes to local tables that are not its own (idempotency.keys
+//   is a plain local table to Citus). A transaction
 //   that changed one shard would then commit that shard with a plain COMMIT
 //   before the coordinator commits the key: a crash in between keeps the
 //   work and loses the key, and the retry runs the request again.
