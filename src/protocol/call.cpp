@@ -192,10 +192,6 @@ void report_in_progress(const storage::KeyRef &key) {
   pg_unreachable();
 }
 
-namespace {
-void try_claim(Claim &claim);
-} // namespace
-
 TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
                   const bytea *fingerprint, TimestampTz now,
                   const char *command, ResourceOwner owner,
@@ -209,8 +205,10 @@ TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
   Claim claim{};
   if (expected == KeyExpected::new_key && !XactReadOnly &&
       !IsInParallelMode()) {
+    // Taken only if that is immediate (no wait: deadline 0); busy or
+    // already held by this transaction, the loop below decides.
     claim = claim_for(key, owner);
-    try_claim(claim);
+    (void)acquire(claim, 0);
   }
 
   // Each pass looks at the key afresh: after a wait the holder may have
@@ -495,18 +493,6 @@ ClaimResult acquire_as_owner(Claim &claim, TimestampTz deadline) {
                                                  : ClaimResult::busy;
   return wait_for_claim(claim, deadline) ? ClaimResult::acquired
                                          : ClaimResult::busy;
-}
-
-// Takes the claim (claim.held) only if that is immediate: nobody else holds
-// it or waits for it, and this transaction does not hold it already.
-void try_claim(Claim &claim) {
-  with_owner(claim.owner, [&claim] {
-    LockAcquireResult taken = LockAcquire(&claim.tag, claim_mode, false, true);
-    claim.held = taken == LOCKACQUIRE_OK;
-    if (taken != LOCKACQUIRE_OK && taken != LOCKACQUIRE_NOT_AVAIL)
-      LockRelease(&claim.tag, claim_mode, false);
-    return claim.held;
-  });
 }
 
 } // namespace
