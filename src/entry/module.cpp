@@ -8,7 +8,7 @@
 #include "idempotency/protocol/call.hpp"
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/stats/stats.hpp"
-#include "idempotency/worker/launcher.hpp"
+#include "idempotency/worker/expire.hpp"
 #include "idempotency/worker/status.hpp"
 
 #include "idempotency/compat.hpp"
