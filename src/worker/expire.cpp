@@ -494,27 +494,18 @@ constexpr const char *launcher_type = "idempotency launcher";
 // starts the launcher again after this many seconds.
 constexpr int launcher_restart_seconds = 5;
 
-struct DatabaseList {
-  Oid *oids;
-  int count;
-};
-static_assert(std::is_trivially_destructible_v<DatabaseList>);
-
 // Databases a round serves: those that accept connections. Templates are
 // left alone (they are copied rather than used, and a connection to one
 // would hold up CREATE DATABASE), and so are databases a DROP DATABASE left
-// half-dropped. Allocated in the caller's memory context.
-DatabaseList list_databases() {
+// half-dropped. Listed in the caller's memory context.
+List *list_databases() {
   MemoryContext caller_context = CurrentMemoryContext;
   SetCurrentStatementStartTimestamp();
   StartTransactionCommand();
   (void)GetTransactionSnapshot();
 
   Relation pg_database = table_open(DatabaseRelationId, AccessShareLock);
-  int capacity = 16;
-  DatabaseList list{static_cast<Oid *>(MemoryContextAlloc(
-                        caller_context, capacity * sizeof(Oid))),
-                    0};
+  List *databases = NIL;
   TableScanDesc scan = table_beginscan_catalog(pg_database, 0, nullptr);
   HeapTuple tuple;
   while ((tuple = heap_getnext(scan, ForwardScanDirection)) != nullptr) {
@@ -522,18 +513,15 @@ DatabaseList list_databases() {
     if (!form->datallowconn || form->datistemplate ||
         database_is_invalid_form(form))
       continue;
-    if (list.count == capacity) {
-      capacity *= 2;
-      list.oids =
-          static_cast<Oid *>(repalloc(list.oids, capacity * sizeof(Oid)));
-    }
-    list.oids[list.count++] = form->oid;
+    MemoryContext scan_context = MemoryContextSwitchTo(caller_context);
+    databases = lappend_oid(databases, form->oid);
+    MemoryContextSwitchTo(scan_context);
   }
   table_endscan(scan);
   table_close(pg_database, AccessShareLock);
   CommitTransactionCommand();
   MemoryContextSwitchTo(caller_context);
-  return list;
+  return databases;
 }
 
 // Starts the round's worker for `database` and waits until it has ended.
@@ -565,14 +553,15 @@ bool serve_database(Oid database) {
 }
 
 void run_launcher_round() {
-  DatabaseList databases = list_databases();
-  status::forget_all_but(databases.oids, databases.count);
-  for (int i = 0; i < databases.count; i++) {
+  List *databases = list_databases();
+  status::forget_all_but(databases);
+  ListCell *cell;
+  foreach (cell, databases) {
     CHECK_FOR_INTERRUPTS();
     (void)reload_settings_if_asked();
-    if (database_wanted_alone(databases.oids[i]))
+    if (database_wanted_alone(lfirst_oid(cell)))
       continue;
-    if (!serve_database(databases.oids[i]))
+    if (!serve_database(lfirst_oid(cell)))
       break;
   }
 }
@@ -647,9 +636,7 @@ void register_launcher() {
 int64 expire_now() {
   TimestampTz cutoff = expiry_cutoff(GetCurrentTransactionStartTimestamp());
   int batch_size = settings::expire_batch_size();
-  int64 deleted = 0;
-  int64 kept = 0;
-  const char *kept_reason = nullptr;
+  RoundTally tally{CurrentMemoryContext, 0, 0, nullptr};
   for (int i = 0; i < storage::key_backend_count; i++) {
     storage::KeyStore store = storage::expiry_store(i);
     MemoryContext context =
@@ -659,16 +646,15 @@ int64 expire_now() {
     do {
       store.collect_expired(round, batch_size);
       while (round.has_batch)
-        deleted += expire_batch(store, round, INT_MAX).deleted;
+        tally.deleted += expire_batch(store, round, INT_MAX).deleted;
     } while (!round.finished);
-    if (round.kept > 0 && kept_reason == nullptr)
-      kept_reason = pstrdup(round.kept_reason);
-    kept += round.kept;
+    tally_kept(round, &tally);
     MemoryContextDelete(context);
   }
-  if (kept > 0)
-    warn_kept_rows(get_database_name(MyDatabaseId), kept, kept_reason);
-  return deleted;
+  if (tally.kept > 0)
+    warn_kept_rows(get_database_name(MyDatabaseId), tally.kept,
+                   tally.kept_reason);
+  return tally.deleted;
 }
 
 } // namespace idempotency::worker
@@ -678,7 +664,7 @@ void idempotency_launcher_main(Datum) {
   pqsignal(SIGTERM, die);
   BackgroundWorkerUnblockSignals();
   BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
-  pgstat_report_appname("idempotency launcher");
+  pgstat_report_appname(idempotency::worker::launcher_type);
   idempotency::worker::sleep_wait_event =
       idempotency::compat::wait_event("IdempotencyLauncherSleep");
   idempotency::worker::launcher_loop();

@@ -131,17 +131,13 @@ void forget(Oid database) {
   SpinLockRelease(&shared->mutex);
 }
 
-void forget_all_but(const Oid *databases, int count) {
+void forget_all_but(const List *databases) {
   if (shared == nullptr)
     return;
   SpinLockAcquire(&shared->mutex);
-  for (RoundStatus &slot : shared->databases) {
-    bool listed = false;
-    for (int i = 0; i < count && !listed; i++)
-      listed = databases[i] == slot.database;
-    if (!listed)
+  for (RoundStatus &slot : shared->databases)
+    if (!list_member_oid(databases, slot.database))
       memset(&slot, 0, sizeof(slot));
-  }
   SpinLockRelease(&shared->mutex);
 }
 
