@@ -40,8 +40,7 @@ namespace idempotency::entry {
 
 namespace {
 
-// --- arguments
-// -----------------------------------------------------------------
+// --- arguments ---------------------------------------------------------------
 
 // How an SQL function names its key: by key alone (idempotency.keys), or by
 // tenant and key, the tenant first (the tenant_* functions, whose keys live

@@ -49,12 +49,6 @@ void attach_shared_memory() {
   idempotency::worker::status::attach_shared_memory();
 }
 
-bool discards_all(const PlannedStmt *statement) {
-  const Node *utility = statement->utilityStmt;
-  return utility != nullptr && IsA(utility, DiscardStmt) &&
-         reinterpret_cast<const DiscardStmt *>(utility)->target == DISCARD_ALL;
-}
-
 // DISCARD ALL resets the session's state; last_call_replayed() is part of
 // it. Connection poolers send DISCARD ALL before they hand a server
 // connection to another client, who must not see the previous one's call.
@@ -62,7 +56,10 @@ void process_utility(PlannedStmt *statement, const char *query_string,
                      bool read_only_tree, ProcessUtilityContext context,
                      ParamListInfo params, QueryEnvironment *query_env,
                      DestReceiver *dest, QueryCompletion *completion) {
-  bool discarding_all = discards_all(statement);
+  const Node *utility = statement->utilityStmt;
+  bool discarding_all =
+      utility != nullptr && IsA(utility, DiscardStmt) &&
+      reinterpret_cast<const DiscardStmt *>(utility)->target == DISCARD_ALL;
   if (previous_process_utility_hook != nullptr)
     previous_process_utility_hook(statement, query_string, read_only_tree,
                                   context, params, query_env, dest, completion);
