@@ -362,38 +362,44 @@ RoundEnd run_stores(TimestampTz cutoff, MemoryContext pass_context,
   return RoundEnd::finished;
 }
 
-enum class RoundStart { no_extension, keys_in_citus, ready };
-
 // Looks up whether the extension is installed and, if so, the round's
-// cutoff; without the extension the database is left alone, silently.
-// `skipped` is the reason when Citus has taken idempotency.keys over: the
-// keys are in its shards, and the local table is not theirs to expire (calls
-// refuse the table too), so the round deletes nothing and warns.
-RoundStart prepare_round(TimestampTz started, TimestampTz *cutoff,
-                         const char **skipped, const char **database_name) {
+// cutoff, and records the round's start; false when no round runs. Without
+// the extension the database is left alone, silently. When Citus has taken
+// idempotency.keys over, the keys are in its shards and the local table is
+// not theirs to expire (calls refuse the table too): the round deletes
+// nothing, warns, and is recorded as failed, so that monitoring on
+// expiry_status sees that keys no longer expire here.
+bool prepare_round(TimestampTz started, TimestampTz *cutoff,
+                   const char **database_name) {
   SetCurrentStatementStartTimestamp();
   StartTransactionCommand();
-  RoundStart start = RoundStart::no_extension;
   // For the log, when the round ends outside a transaction.
   *database_name =
       MemoryContextStrdup(TopMemoryContext, get_database_name(MyDatabaseId));
-  if (OidIsValid(get_extension_oid("idempotency", true))) {
-    storage::citus::TableKind kind = storage::key_table_citus_kind();
-    start = RoundStart::ready;
-    if (kind != storage::citus::TableKind::not_citus) {
-      *skipped = storage::citus::citus_table_message(kind);
-      ereport(WARNING,
-              (errmsg("idempotency expiry skipped database \"%s\": %s",
-                      *database_name, *skipped),
-               errhint("Make idempotency.keys a local table again with the "
-                       "steps in the extension's docs/scale-out.md.")));
-      start = RoundStart::keys_in_citus;
-    } else {
-      *cutoff = expiry_cutoff(started);
-    }
+  bool installed = OidIsValid(get_extension_oid("idempotency", true));
+  storage::citus::TableKind kind = installed
+                                       ? storage::key_table_citus_kind()
+                                       : storage::citus::TableKind::not_citus;
+  const char *skipped = nullptr;
+  if (kind != storage::citus::TableKind::not_citus) {
+    skipped = storage::citus::citus_table_message(kind);
+    ereport(WARNING,
+            (errmsg("idempotency expiry skipped database \"%s\": %s",
+                    *database_name, skipped),
+             errhint("Make idempotency.keys a local table again with the "
+                     "steps in the extension's docs/scale-out.md.")));
+  } else if (installed) {
+    *cutoff = expiry_cutoff(started);
   }
   CommitTransactionCommand();
-  return start;
+  if (!installed) {
+    status::forget(MyDatabaseId);
+    return false;
+  }
+  status::round_started(MyDatabaseId, started);
+  if (skipped != nullptr)
+    status::round_finished(MyDatabaseId, GetCurrentTimestamp(), 0, skipped);
+  return skipped == nullptr;
 }
 
 // Errors a round gives way to rather than fails with: a lock or statement
@@ -428,23 +434,9 @@ void run_database_round() {
   Oid database = MyDatabaseId;
   TimestampTz started = GetCurrentTimestamp();
   TimestampTz cutoff = 0;
-  const char *skipped_by_citus = nullptr;
   const char *database_name = nullptr;
-  switch (prepare_round(started, &cutoff, &skipped_by_citus, &database_name)) {
-  case RoundStart::no_extension:
-    status::forget(database);
+  if (!prepare_round(started, &cutoff, &database_name))
     return;
-  case RoundStart::keys_in_citus:
-    // Recorded as a failed round, so that monitoring on expiry_status sees
-    // that keys no longer expire here.
-    status::round_started(database, started);
-    status::round_finished(database, GetCurrentTimestamp(), 0,
-                           skipped_by_citus);
-    return;
-  case RoundStart::ready:
-    break;
-  }
-  status::round_started(database, started);
 
   // Read after an error; volatile so the longjmp keeps its value.
   volatile RoundEnd end = RoundEnd::finished;
