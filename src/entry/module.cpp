@@ -1,10 +1,8 @@
-// Module initialisation: the running server's minor release, settings,
-// transaction callbacks, the DISCARD ALL hook, the typing of untyped
-// parameters, shared memory and the expiry launcher. The SQL-callable functions
-// are declared in entry/functions.cpp.
+// Module initialisation: settings, transaction callbacks, the DISCARD ALL
+// hook, the typing of untyped parameters, shared memory and the expiry
+// launcher. The SQL-callable functions are declared in entry/functions.cpp.
 
-#include "idempotency/entry/transaction.hpp"
-#include "idempotency/entry/untyped_parameters.hpp"
+#include "idempotency/entry/module.hpp"
 #include "idempotency/protocol/call.hpp"
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/stats/stats.hpp"

@@ -1,6 +1,6 @@
 #include "idempotency/protocol/fn.hpp"
 
-#include "idempotency/entry/untyped_parameters.hpp"
+#include "idempotency/entry/module.hpp"
 #include "idempotency/pg.hpp"
 #include "idempotency/storage/key_store.hpp"
 #include "idempotency/storage/tenant_keys.hpp"
@@ -221,13 +221,10 @@ void type_untyped_parameters(ParseState *state, Query *statement,
       state->p_ref_hook_state == nullptr)
     return;
   auto *parameters = static_cast<VariableParameters *>(state->p_ref_hook_state);
-  if (!has_untyped(*parameters))
-    return;
-  if (!IsTransactionState())
+  if (!has_untyped(*parameters) || !IsTransactionState() ||
+      !OidIsValid(get_extension_oid("idempotency", true)))
     return;
   // The extension is not relocatable: its schema is idempotency.
-  if (!OidIsValid(get_extension_oid("idempotency", true)))
-    return;
   Search search{statement, storage::schema::oid(true), parameters};
   find_calls(reinterpret_cast<Node *>(statement), &search);
 }
