@@ -387,22 +387,18 @@ bool ttl_valid(char **newval, void **extra, GucSource source) {
   return keep_parsed(parsed, extra);
 }
 
+// The assign hooks of idempotency.ttl and idempotency.max_ttl.
+template <CallSetting setting, Interval *value>
 void assign_ttl(const char *, void *extra) {
-  ttl_value = *static_cast<Interval *>(extra);
+  *value = *static_cast<Interval *>(extra);
   update_key_ttl();
-  forget_refusal(CallSetting::ttl);
+  forget_refusal(setting);
 }
 
 bool max_ttl_valid(char **newval, void **extra, GucSource) {
   Interval parsed;
   return check_span("idempotency.max_ttl", *newval, &parsed) &&
          keep_parsed(parsed, extra);
-}
-
-void assign_max_ttl(const char *, void *extra) {
-  max_ttl_value = *static_cast<Interval *>(extra);
-  update_key_ttl();
-  forget_refusal(CallSetting::max_ttl);
 }
 
 // The longest idempotency.remember: a year of tombstones, as intervals
@@ -525,7 +521,8 @@ void define() {
       "SET, ALTER ROLE ... SET and ALTER DATABASE ... SET refuse a longer "
       "idempotency.ttl; a ttl set before this was lowered is cut to it.",
       &max_ttl_text, "30 days", PGC_SUSET, 0,
-      check<CallSetting::max_ttl, max_ttl_valid>, assign_max_ttl, nullptr);
+      check<CallSetting::max_ttl, max_ttl_valid>,
+      assign_ttl<CallSetting::max_ttl, &max_ttl_value>, nullptr);
 
   DefineCustomStringVariable(
       "idempotency.ttl",
@@ -533,7 +530,7 @@ void define() {
       "The value in force when a key is claimed is that key's TTL; "
       "a key past its TTL is treated as absent.",
       &ttl_text, "24h", PGC_USERSET, 0, check<CallSetting::ttl, ttl_valid>,
-      assign_ttl, nullptr);
+      assign_ttl<CallSetting::ttl, &ttl_value>, nullptr);
 
   DefineCustomStringVariable(
       "idempotency.remember",
