@@ -328,7 +328,7 @@ bool check_span(const char *name, char *text, Interval *parsed) {
     GUC_check_errdetail("%s must be positive.", name);
     return false;
   }
-  // Whether a key of this TTL, claimed now, gets an expiry time within
+  // A key of this TTL, claimed now, must get an expiry time within
   // timestamptz's range; a month counts as 31 days, its longest.
   if (GetCurrentTimestamp() + span_usecs(*parsed, HOURS_PER_DAY, 31) >=
       END_TIMESTAMP) {
