@@ -1,15 +1,568 @@
-// Every SQL-callable function of the library, in the order the versions'
-// scripts created them; the symbols that only schemas before 0.7 name refuse,
-// saying how to update (and keep pg_upgrade and restores of such schemas from
-// failing on a missing symbol). Each is declared through the error boundary
-// (boundary/boundary.hpp); its body lives in its module, declared in
-// entry/functions.hpp (role_scope's I/O functions and the keys_loaded trigger
-// in their module's header). A C symbol named in the install or update script
-// and missing here fails CREATE EXTENSION ("could not find function").
+// Every SQL-callable function of the library: the bodies, each reading its
+// SQL arguments, calling the layer below with plain values and turning the
+// answer into the SQL function's result (fcinfo never leaves this file), then
+// the declarations, in the order the versions' scripts created them. The
+// symbols that only schemas before 0.7 name refuse, saying how to update (and
+// keep pg_upgrade and restores of such schemas from failing on a missing
+// symbol). Each is declared through the error boundary
+// (boundary/boundary.hpp); role_scope's I/O functions and the keys_loaded
+// trigger have their bodies in their module. A C symbol named in the install
+// or update script and missing here fails CREATE EXTENSION ("could not find
+// function").
+#include "idempotency/protocol/rules.hpp"
+
 #include "idempotency/boundary/boundary.hpp"
-#include "idempotency/entry/functions.hpp"
+#include "idempotency/fingerprint/key_digest.hpp"
+#include "idempotency/protocol/app_api.hpp"
+#include "idempotency/protocol/call.hpp"
 #include "idempotency/protocol/loaded_rows.hpp"
+#include "idempotency/stats/stats.hpp"
+#include "idempotency/storage/keys.hpp"
 #include "idempotency/storage/role_marks.hpp"
+#include "idempotency/storage/secrets.hpp"
+#include "idempotency/worker/expire.hpp"
+#include "idempotency/worker/status.hpp"
+
+extern "C" {
+#include "access/detoast.h"
+#include "commands/event_trigger.h"
+#include "funcapi.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+}
+
+namespace idempotency::entry {
+
+namespace {
+
+// --- arguments ---------------------------------------------------------------
+
+// How an SQL function names its key: by key alone (idempotency.keys), or by
+// tenant and key, the tenant first (the tenant_* functions, whose keys live
+// in idempotency.tenant_keys). The arguments after the key shift by one.
+enum class Keying { by_role, by_tenant };
+
+constexpr int key_argno(Keying keying) {
+  return keying == Keying::by_tenant ? 1 : 0;
+}
+
+// `counted` is the length the limit counts (UTF-8); `stored` the length in
+// the database encoding, named when it differs.
+[[noreturn]] void refuse_too_long(const char *what, Size counted, Size stored) {
+  ereport(ERROR,
+          (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+           errmsg("%s is %zu bytes long, the limit is %zu", what,
+                  (size_t)counted, max_key_bytes),
+           counted != stored
+               ? errdetail("The limit counts bytes of UTF-8; in the database "
+                           "encoding %s it is %zu bytes long.",
+                           GetDatabaseEncodingName(), (size_t)stored)
+               : 0));
+  pg_unreachable();
+}
+
+// A text value sized like a key (a key, or derived_key's label; `what` names
+// it in the messages): 22004 when NULL, 22023 when empty or its UTF-8 form
+// over max_key_bytes. The limit counts the bytes of the text's UTF-8 form
+// whatever the database encoding, so that a key accepted here is accepted
+// again after a dump, replication or pg_upgrade moves it into a database of
+// another encoding. A character takes at most
+// pg_database_encoding_max_length() bytes here and at least one in UTF-8: a
+// value longer than the limit times that is too long in UTF-8 too, and is
+// refused before it is read.
+text *sized_text(Datum value, bool is_null, const char *what) {
+  if (is_null)
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                    errmsg("%s must not be null", what)));
+  Size stored = toast_raw_datum_size(value) - VARHDRSZ;
+  if (stored > max_key_bytes * pg_database_encoding_max_length())
+    refuse_too_long(what, stored, stored);
+  text *sized = DatumGetTextPP(value);
+  Size counted = fingerprint::utf8_length(VARDATA_ANY(sized), stored);
+  switch (check_key_size(counted)) {
+  case KeyCheck::ok:
+    break;
+  case KeyCheck::empty:
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("%s must not be empty", what)));
+    break;
+  case KeyCheck::too_long:
+    refuse_too_long(what, counted, stored);
+  }
+  return sized;
+}
+
+text *sized_text_argument(FunctionCallInfo fcinfo, int argno,
+                          const char *what) {
+  return sized_text(PG_GETARG_DATUM(argno), PG_ARGISNULL(argno), what);
+}
+
+// A key that passed sized_text, with the digest its table holds.
+storage::KeyRef key_ref(text *key, bytea *(*digest_of)(const text *)) {
+  storage::KeyRef ref{};
+  ref.scope = GetUserId();
+  ref.key = key;
+  ref.digest = digest_of(key);
+  return ref;
+}
+
+// The key of a call, read as `keying` says; for tenant keys also the tenant
+// (22004 when NULL, 42804 when its type is unknown).
+storage::KeyRef request_key(FunctionCallInfo fcinfo, Keying keying) {
+  if (keying == Keying::by_role)
+    return key_ref(sized_text_argument(fcinfo, 0, "idempotency key"),
+                   fingerprint::digest_of_key);
+  if (PG_ARGISNULL(0))
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                    errmsg("tenant must not be null")));
+  Oid tenant_type = get_fn_expr_argtype(fcinfo->flinfo, 0);
+  if (!OidIsValid(tenant_type) || tenant_type == UNKNOWNOID)
+    ereport(ERROR,
+            (errcode(ERRCODE_DATATYPE_MISMATCH), errmsg("tenant has no type"),
+             errhint("Cast the tenant to the type of the distribution "
+                     "column, e.g. 42::bigint.")));
+  storage::KeyRef key =
+      key_ref(sized_text_argument(fcinfo, 1, "idempotency key"),
+              fingerprint::tenant_digest_of_key);
+  key.has_tenant = true;
+  key.tenant_type = tenant_type;
+  key.tenant = PG_GETARG_DATUM(0);
+  return key;
+}
+
+// Argument `argno` as text, or nullptr when it is NULL.
+text *text_or_null(FunctionCallInfo fcinfo, int argno) {
+  return PG_ARGISNULL(argno) ? nullptr : PG_GETARG_TEXT_PP(argno);
+}
+
+struct Elements {
+  Oid type;
+  Datum *values;
+  bool *nulls;
+  int count;
+};
+
+Elements elements_of(ArrayType *array) {
+  Elements elements{ARR_ELEMTYPE(array), nullptr, nullptr, 0};
+  int16 length;
+  bool by_value;
+  char align;
+  get_typlenbyvalalign(elements.type, &length, &by_value, &align);
+  deconstruct_array(array, elements.type, length, by_value, align,
+                    &elements.values, &elements.nulls, &elements.count);
+  return elements;
+}
+
+// The elements of array argument `argno`, named `name` in errors: 22004
+// when the array is NULL, 22023 when it has more than one dimension.
+Elements array_argument(FunctionCallInfo fcinfo, int argno, const char *name) {
+  if (PG_ARGISNULL(argno))
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                    errmsg("%s must not be null", name)));
+  ArrayType *array = PG_GETARG_ARRAYTYPE_P(argno);
+  if (ARR_NDIM(array) > 1)
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("%s must be a one-dimensional array", name)));
+  return elements_of(array);
+}
+
+void add_arg(FnArgs &args, Oid type, Datum value, bool is_null) {
+  // An untyped literal arrives as a C string of type unknown; bind it as text.
+  if (type == UNKNOWNOID) {
+    type = TEXTOID;
+    if (!is_null)
+      value = CStringGetTextDatum(DatumGetCString(value));
+  }
+  args.types[args.count] = type;
+  args.values[args.count] = value;
+  args.nulls[args.count] = is_null;
+  args.count++;
+}
+
+// The arguments after the first `first` ones, as bound to $1 ... $n: a
+// spread VARIADIC "any" list, or the elements of an explicit VARIADIC array.
+FnArgs fn_arguments(FunctionCallInfo fcinfo, int first) {
+  bool array_given = PG_NARGS() > first && get_fn_expr_variadic(fcinfo->flinfo);
+  Elements array{};
+  if (array_given && !PG_ARGISNULL(first))
+    array = elements_of(PG_GETARG_ARRAYTYPE_P(first));
+  int spread = array_given ? 0 : PG_NARGS() - first;
+  int capacity = Max(spread + array.count, 1);
+  FnArgs args{0, static_cast<Oid *>(palloc(sizeof(Oid) * capacity)),
+              static_cast<Datum *>(palloc(sizeof(Datum) * capacity)),
+              static_cast<bool *>(palloc(sizeof(bool) * capacity))};
+  for (int i = first; i < first + spread; i++)
+    add_arg(args, get_fn_expr_argtype(fcinfo->flinfo, i), PG_GETARG_DATUM(i),
+            PG_ARGISNULL(i));
+  for (int i = 0; i < array.count; i++)
+    add_arg(args, array.type, array.values[i], array.nulls[i]);
+  return args;
+}
+
+// --- results -----------------------------------------------------------------
+
+// Materializes the result with the row type the caller expects when it
+// gives one: building it from the function's catalog entry costs more than
+// the rest of a claim's result.
+ReturnSetInfo *materialize(FunctionCallInfo fcinfo) {
+  auto *result = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+  bool expected = result != nullptr && IsA(result, ReturnSetInfo) &&
+                  result->expectedDesc != nullptr;
+  InitMaterializedSRF(fcinfo, expected ? MAT_SRF_USE_EXPECTED_DESC : 0);
+  return result;
+}
+
+// A table function's one row, or none when `values` is nullptr.
+Datum one_row(FunctionCallInfo fcinfo, Datum *values, bool *nulls) {
+  ReturnSetInfo *result = materialize(fcinfo);
+  if (values != nullptr)
+    tuplestore_putvalues(result->setResult, result->setDesc, values, nulls);
+  return (Datum)0;
+}
+
+// --- idempotent_call and tenant_call -----------------------------------------
+
+// idempotent_call(key, request_hash, fn, VARIADIC args), tenant_call with the
+// tenant first. The key's size is checked before it is read, fn's presence
+// before its arguments are collected.
+template <Keying keying> Datum call_body(FunctionCallInfo fcinfo) {
+  // A call that fails on its arguments leaves no last call behind.
+  protocol::clear_last_call();
+  int key = key_argno(keying);
+  protocol::CallRequest call;
+  call.key = request_key(fcinfo, keying);
+  if (PG_ARGISNULL(key + 2))
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                    errmsg("fn must not be null")));
+  call.fn = PG_GETARG_TEXT_PP(key + 2);
+  call.given = fn_arguments(fcinfo, key + 3);
+  call.client_hash = text_or_null(fcinfo, key + 1);
+  protocol::CallResult result = protocol::idempotent_call(call);
+  if (result.is_null)
+    PG_RETURN_NULL();
+  return result.response;
+}
+
+// --- what SQL may ask about the calling session ------------------------------
+
+// The role keys are scoped to, the current user (idempotency.keys' row-level
+// security policy uses it).
+Datum current_scope_body(FunctionCallInfo) {
+  return ObjectIdGetDatum(GetUserId());
+}
+
+// NULL before any call or after a call that raised an error.
+Datum last_call_replayed_body(FunctionCallInfo fcinfo) {
+  switch (protocol::last_call().outcome) {
+  case protocol::Outcome::none:
+    PG_RETURN_NULL();
+  case protocol::Outcome::ran:
+  case protocol::Outcome::stored_error:
+    PG_RETURN_BOOL(false);
+  case protocol::Outcome::replayed:
+  case protocol::Outcome::replayed_error:
+    PG_RETURN_BOOL(true);
+  }
+  pg_unreachable();
+}
+
+Datum last_call_body(FunctionCallInfo fcinfo) {
+  const protocol::LastCall &last = protocol::last_call();
+  if (last.outcome == protocol::Outcome::none)
+    return one_row(fcinfo, nullptr, nullptr);
+  Datum values[] = {CStringGetTextDatum(protocol::outcome_name(last.outcome)),
+                    TimestampTzGetDatum(last.created_at),
+                    TimestampTzGetDatum(last.expires_at)};
+  bool nulls[] = {false, !last.has_times, !last.has_times};
+  return one_row(fcinfo, values, nulls);
+}
+
+// The key derived for the current role (the role keys are scoped to) from
+// `key` and `label` with the database's derived-key secret, for the calls a
+// request's handler makes downstream (docs/downstream.md).
+Datum derived_key_body(FunctionCallInfo fcinfo) {
+  text *key = sized_text_argument(fcinfo, 0, "idempotency key");
+  text *label = sized_text_argument(fcinfo, 1, "label");
+  storage::DerivedKeySecret secret = storage::read_derived_key_secret();
+  text *derived = fingerprint::derived_key(secret.bytes, sizeof secret.bytes,
+                                           GetUserId(), key, label);
+  explicit_bzero(secret.bytes, sizeof secret.bytes);
+  PG_RETURN_TEXT_P(derived);
+}
+
+// --- the application API: claim, complete, release, lookup, forget -----------
+
+template <Keying keying> Datum claim_body(FunctionCallInfo fcinfo) {
+  // A claim that fails on its arguments leaves no last call behind.
+  protocol::clear_last_call();
+  storage::KeyRef key = request_key(fcinfo, keying);
+  protocol::ClaimRow claimed =
+      protocol::claim_key(key, text_or_null(fcinfo, key_argno(keying) + 1));
+  Datum values[] = {BoolGetDatum(claimed.replayed), claimed.response,
+                    TimestampTzGetDatum(claimed.created_at),
+                    TimestampTzGetDatum(claimed.expires_at)};
+  bool nulls[] = {false, claimed.response_is_null, !claimed.has_times,
+                  !claimed.has_times};
+  return one_row(fcinfo, values, nulls);
+}
+
+template <Keying keying> Datum complete_body(FunctionCallInfo fcinfo) {
+  storage::KeyRef key = request_key(fcinfo, keying);
+  int response = key_argno(keying) + 1;
+  bool response_is_null = PG_ARGISNULL(response);
+  protocol::complete_key(
+      key, response_is_null ? (Datum)0 : PG_GETARG_DATUM(response),
+      response_is_null);
+  PG_RETURN_VOID();
+}
+
+template <Keying keying> Datum release_body(FunctionCallInfo fcinfo) {
+  protocol::release_key(request_key(fcinfo, keying));
+  PG_RETURN_VOID();
+}
+
+template <Keying keying> Datum lookup_body(FunctionCallInfo fcinfo) {
+  protocol::LookupRow found = protocol::lookup_key(request_key(fcinfo, keying));
+  Datum values[] = {
+      CStringGetTextDatum(protocol::lookup_state_name(found.state)),
+      TimestampTzGetDatum(found.created_at),
+      TimestampTzGetDatum(found.expires_at), found.response};
+  bool nulls[] = {false, !found.has_times, !found.has_times,
+                  found.response_is_null};
+  return one_row(fcinfo, values, nulls);
+}
+
+template <Keying keying> Datum forget_body(FunctionCallInfo fcinfo) {
+  PG_RETURN_BOOL(protocol::forget_key(request_key(fcinfo, keying)));
+}
+
+// --- claim_batch and complete_batch ------------------------------------------
+
+void check_same_length(const Elements &keys, const Elements &other,
+                       const char *name) {
+  if (other.count != keys.count)
+    ereport(ERROR,
+            (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+             errmsg("%s has %d elements and keys %d", name, other.count,
+                    keys.count),
+             errdetail("Element i of %s belongs to element i of keys.", name)));
+}
+
+// Every key of a batch, checked before any is taken: 22004 for a NULL key,
+// 22023 for an empty or too long one.
+storage::KeyRef *batch_keys(const Elements &keys) {
+  auto *refs = static_cast<storage::KeyRef *>(
+      palloc(sizeof(storage::KeyRef) * Max(keys.count, 1)));
+  for (int i = 0; i < keys.count; i++)
+    refs[i] =
+        key_ref(sized_text(keys.values[i], keys.nulls[i], "idempotency key"),
+                fingerprint::digest_of_key);
+  return refs;
+}
+
+const char *batch_outcome_name(protocol::BatchOutcome outcome) {
+  switch (outcome) {
+  case protocol::BatchOutcome::claimed:
+    return "claimed";
+  case protocol::BatchOutcome::replayed:
+    return "replayed";
+  case protocol::BatchOutcome::refused:
+    return "refused";
+  }
+  return nullptr;
+}
+
+Datum claim_batch_body(FunctionCallInfo fcinfo) {
+  Elements keys = array_argument(fcinfo, 0, "keys");
+  Elements hashes{};
+  if (!PG_ARGISNULL(1)) {
+    hashes = array_argument(fcinfo, 1, "request_hashes");
+    check_same_length(keys, hashes, "request_hashes");
+  }
+  storage::KeyRef *refs = batch_keys(keys);
+  auto *client_hashes =
+      static_cast<text **>(palloc0(sizeof(text *) * Max(keys.count, 1)));
+  for (int i = 0; i < hashes.count; i++)
+    if (!hashes.nulls[i])
+      client_hashes[i] = DatumGetTextPP(hashes.values[i]);
+  auto *answers = static_cast<protocol::BatchAnswer *>(
+      palloc0(sizeof(protocol::BatchAnswer) * Max(keys.count, 1)));
+
+  protocol::claim_batch(refs, client_hashes, keys.count, answers);
+
+  ReturnSetInfo *result = materialize(fcinfo);
+  for (int i = 0; i < keys.count; i++) {
+    const protocol::BatchAnswer &answer = answers[i];
+    bool refused = answer.outcome == protocol::BatchOutcome::refused;
+    const protocol::ClaimRow &row = answer.row;
+    Datum values[] = {
+        Int32GetDatum(i + 1),
+        keys.values[i],
+        CStringGetTextDatum(batch_outcome_name(answer.outcome)),
+        refused ? CStringGetTextDatum(unpack_sql_state(answer.sqlerrcode))
+                : (Datum)0,
+        refused ? CStringGetTextDatum(answer.message) : (Datum)0,
+        refused ? (Datum)0 : row.response,
+        refused ? (Datum)0 : TimestampTzGetDatum(row.created_at),
+        refused ? (Datum)0 : TimestampTzGetDatum(row.expires_at)};
+    bool has_times = !refused && row.has_times;
+    bool nulls[] = {false,      false,     false,
+                    !refused,   !refused,  refused || row.response_is_null,
+                    !has_times, !has_times};
+    tuplestore_putvalues(result->setResult, result->setDesc, values, nulls);
+  }
+  return (Datum)0;
+}
+
+Datum complete_batch_body(FunctionCallInfo fcinfo) {
+  Elements keys = array_argument(fcinfo, 0, "keys");
+  Elements responses = array_argument(fcinfo, 1, "responses");
+  check_same_length(keys, responses, "responses");
+  storage::KeyRef *refs = batch_keys(keys);
+  for (int i = 0; i < keys.count; i++)
+    protocol::complete_key(refs[i], responses.values[i], responses.nulls[i]);
+  PG_RETURN_VOID();
+}
+
+// --- for DBAs and monitoring -------------------------------------------------
+
+Datum expire_body(FunctionCallInfo) {
+  PreventCommandDuringRecovery("idempotency.expire()");
+  PreventCommandIfReadOnly("idempotency.expire()");
+  PreventCommandIfParallelMode("idempotency.expire()");
+  PG_RETURN_INT64(worker::expire_now());
+}
+
+// One row per remembered database.
+Datum expiry_status_body(FunctionCallInfo fcinfo) {
+  auto *copy = static_cast<worker::status::RoundStatus *>(palloc(
+      sizeof(worker::status::RoundStatus) * worker::status::max_databases));
+  int count = worker::status::copy_status(copy);
+  if (count < 0)
+    ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                    errmsg("the idempotency expiry worker is not running"),
+                    errhint("Add idempotency to shared_preload_libraries and "
+                            "restart the server.")));
+  InitMaterializedSRF(fcinfo, 0);
+  auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+  for (int i = 0; i < count; i++) {
+    const worker::status::RoundStatus &slot = copy[i];
+    bool finished = slot.last_finished != 0;
+    bool kept_reason = slot.last_kept_reason[0] != '\0';
+    // From last_kept on, 1.1's columns: the 1.0 schema's tuple descriptor
+    // reads no further than failed_rounds.
+    Datum values[] = {
+        ObjectIdGetDatum(slot.database),
+        TimestampTzGetDatum(slot.running_since),
+        TimestampTzGetDatum(slot.last_started),
+        TimestampTzGetDatum(slot.last_finished),
+        Int64GetDatum(slot.last_deleted),
+        slot.last_failed ? CStringGetTextDatum(slot.last_error) : (Datum)0,
+        Int64GetDatum(slot.rounds),
+        Int64GetDatum(slot.total_deleted),
+        Int64GetDatum(slot.failed_rounds),
+        Int64GetDatum(slot.last_kept),
+        kept_reason ? CStringGetTextDatum(slot.last_kept_reason) : (Datum)0,
+        Int64GetDatum(slot.skipped_rounds)};
+    bool nulls[] = {false,
+                    !slot.running || slot.running_since == 0,
+                    slot.last_started == 0,
+                    !finished,
+                    !finished,
+                    !slot.last_failed,
+                    false,
+                    false,
+                    false,
+                    !finished,
+                    !kept_reason,
+                    false};
+    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+  }
+  return (Datum)0;
+}
+
+// One row per counted database; this database always has one when the
+// counters exist. late_retries comes last: the 0.7 schema declares the first
+// seven columns only, and its tuple descriptor reads no further.
+Datum stats_counters_body(FunctionCallInfo fcinfo) {
+  InitMaterializedSRF(fcinfo, 0);
+  auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+  auto *rows = static_cast<stats::CounterRow *>(
+      palloc(sizeof(stats::CounterRow) * stats::max_counted_databases));
+  int count = stats::copy_counters(rows);
+  for (int i = 0; i < count; i++) {
+    const stats::CounterRow &row = rows[i];
+    Datum values[] = {
+        ObjectIdGetDatum(row.database),    Int64GetDatum(row.ran),
+        Int64GetDatum(row.replayed),       Int64GetDatum(row.conflict),
+        Int64GetDatum(row.mismatch),       Int64GetDatum(row.expired),
+        TimestampTzGetDatum(row.reset_at), Int64GetDatum(row.late_retry)};
+    bool nulls[8] = {};
+    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+  }
+  return (Datum)0;
+}
+
+// Zeroes this database's counters.
+Datum stats_reset_body(FunctionCallInfo) {
+  stats::reset();
+  PG_RETURN_VOID();
+}
+
+// Any text: the key's size limits apply to calls, not to the keys a DBA
+// looks up.
+Datum key_digest_body(FunctionCallInfo fcinfo) {
+  PG_RETURN_BYTEA_P(fingerprint::digest_of_key(PG_GETARG_TEXT_PP(0)));
+}
+
+// The C functions that only schemas before 0.7 name (key_digest() and
+// keys_loaded() of 0.4 to 0.6): they say how to update.
+[[noreturn]] Datum schema_before_0_7_body(FunctionCallInfo) {
+  storage::report_schema_before_0_7();
+}
+
+// Marks the roles that have keys; deletes the keys of roles that are gone.
+Datum mark_key_roles_body(FunctionCallInfo) {
+  PG_RETURN_INT64(storage::role_marks::mark_key_roles());
+}
+
+// The statement an event trigger fires for; `name` is the function's.
+Node *event_statement(FunctionCallInfo fcinfo, const char *name) {
+  if (!CALLED_AS_EVENT_TRIGGER(fcinfo))
+    ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                    errmsg("%s must be called as an event trigger", name)));
+  return reinterpret_cast<EventTriggerData *>(fcinfo->context)->parsetree;
+}
+
+// The event trigger on ddl_command_start, for DROP OWNED only (its WHEN
+// TAG): the roles come from the statement's parse tree.
+Datum drop_owned_keys_body(FunctionCallInfo fcinfo) {
+  Node *statement = event_statement(fcinfo, "idempotency.drop_owned_keys()");
+  if (statement != nullptr && IsA(statement, DropOwnedStmt))
+    storage::role_marks::drop_owned_keys(
+        castNode(DropOwnedStmt, statement)->roles);
+  PG_RETURN_VOID();
+}
+
+// The event trigger on ddl_command_end, for GRANT and REVOKE only (its
+// WHEN TAG): the objects come from the statement's parse tree.
+Datum keep_role_marks_body(FunctionCallInfo fcinfo) {
+  Node *statement = event_statement(fcinfo, "idempotency.keep_role_marks()");
+  if (statement != nullptr && IsA(statement, GrantStmt))
+    storage::role_marks::keep_marks_after_grant(castNode(GrantStmt, statement));
+  PG_RETURN_VOID();
+}
+
+} // namespace
+
+} // namespace idempotency::entry
+
+using idempotency::entry::Keying;
 
 // clang-format off
 
@@ -18,7 +571,7 @@
 // idempotency.current_scope() RETURNS idempotency.role_scope
 IDEMPOTENCY_SQL_FUNCTION(idempotency_current_scope, idempotency::entry::current_scope_body)
 // idempotency.idempotent_call(key, request_hash, fn [, VARIADIC args "any"]) RETURNS jsonb
-IDEMPOTENCY_SQL_FUNCTION(idempotency_idempotent_call, idempotency::entry::idempotent_call_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_idempotent_call, idempotency::entry::call_body<Keying::by_role>)
 // idempotency.last_call_replayed() RETURNS boolean
 IDEMPOTENCY_SQL_FUNCTION(idempotency_last_call_replayed, idempotency::entry::last_call_replayed_body)
 // idempotency.expire() RETURNS bigint
@@ -41,17 +594,17 @@ IDEMPOTENCY_SQL_FUNCTION(idempotency_role_scope_out, idempotency::storage::role_
 IDEMPOTENCY_SQL_FUNCTION(idempotency_role_scope_recv, idempotency::storage::role_scope_recv)
 IDEMPOTENCY_SQL_FUNCTION(idempotency_role_scope_send, idempotency::storage::role_scope_send)
 // idempotency.claim(key, request_hash) RETURNS TABLE (replayed, response, created_at, expires_at)
-IDEMPOTENCY_SQL_FUNCTION(idempotency_claim, idempotency::entry::claim_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_claim, idempotency::entry::claim_body<Keying::by_role>)
 // idempotency.complete(key, response) RETURNS void
-IDEMPOTENCY_SQL_FUNCTION(idempotency_complete, idempotency::entry::complete_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_complete, idempotency::entry::complete_body<Keying::by_role>)
 // idempotency.release(key) RETURNS void
-IDEMPOTENCY_SQL_FUNCTION(idempotency_release, idempotency::entry::release_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_release, idempotency::entry::release_body<Keying::by_role>)
 // idempotency.last_call() RETURNS TABLE (outcome, created_at, expires_at)
 IDEMPOTENCY_SQL_FUNCTION(idempotency_last_call, idempotency::entry::last_call_body)
 // idempotency.lookup(key) RETURNS TABLE (state, created_at, expires_at, response)
-IDEMPOTENCY_SQL_FUNCTION(idempotency_lookup, idempotency::entry::lookup_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_lookup, idempotency::entry::lookup_body<Keying::by_role>)
 // idempotency.forget(key) RETURNS boolean
-IDEMPOTENCY_SQL_FUNCTION(idempotency_forget, idempotency::entry::forget_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_forget, idempotency::entry::forget_body<Keying::by_role>)
 
 // since 0.4
 
@@ -60,17 +613,17 @@ IDEMPOTENCY_SQL_FUNCTION(idempotency_key_digest, idempotency::entry::schema_befo
 
 // since 0.5
 // idempotency.tenant_call(tenant, key, request_hash, fn [, VARIADIC args "any"]) RETURNS jsonb
-IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_call, idempotency::entry::tenant_call_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_call, idempotency::entry::call_body<Keying::by_tenant>)
 // idempotency.tenant_claim(tenant, key, request_hash) RETURNS TABLE (replayed, response, created_at, expires_at)
-IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_claim, idempotency::entry::tenant_claim_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_claim, idempotency::entry::claim_body<Keying::by_tenant>)
 // idempotency.tenant_complete(tenant, key, response) RETURNS void
-IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_complete, idempotency::entry::tenant_complete_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_complete, idempotency::entry::complete_body<Keying::by_tenant>)
 // idempotency.tenant_release(tenant, key) RETURNS void
-IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_release, idempotency::entry::tenant_release_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_release, idempotency::entry::release_body<Keying::by_tenant>)
 // idempotency.tenant_lookup(tenant, key) RETURNS TABLE (state, created_at, expires_at, response)
-IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_lookup, idempotency::entry::tenant_lookup_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_lookup, idempotency::entry::lookup_body<Keying::by_tenant>)
 // idempotency.tenant_forget(tenant, key) RETURNS boolean
-IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_forget, idempotency::entry::tenant_forget_body)
+IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_forget, idempotency::entry::forget_body<Keying::by_tenant>)
 
 // since 0.6
 

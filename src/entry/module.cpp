@@ -1,14 +1,12 @@
-// Module initialisation: the running server's minor release, settings,
-// transaction callbacks, the DISCARD ALL hook, the typing of untyped
-// parameters, shared memory and the expiry launcher. The SQL-callable functions
-// are declared in entry/functions.cpp.
+// Module initialisation: settings, transaction callbacks, the DISCARD ALL
+// hook, the typing of untyped parameters, shared memory and the expiry
+// launcher. The SQL-callable functions are declared in entry/functions.cpp.
 
-#include "idempotency/entry/transaction.hpp"
-#include "idempotency/entry/untyped_parameters.hpp"
+#include "idempotency/entry/module.hpp"
 #include "idempotency/protocol/call.hpp"
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/stats/stats.hpp"
-#include "idempotency/worker/launcher.hpp"
+#include "idempotency/worker/expire.hpp"
 #include "idempotency/worker/status.hpp"
 
 #include "idempotency/compat.hpp"
@@ -49,12 +47,6 @@ void attach_shared_memory() {
   idempotency::worker::status::attach_shared_memory();
 }
 
-bool discards_all(const PlannedStmt *statement) {
-  const Node *utility = statement->utilityStmt;
-  return utility != nullptr && IsA(utility, DiscardStmt) &&
-         reinterpret_cast<const DiscardStmt *>(utility)->target == DISCARD_ALL;
-}
-
 // DISCARD ALL resets the session's state; last_call_replayed() is part of
 // it. Connection poolers send DISCARD ALL before they hand a server
 // connection to another client, who must not see the previous one's call.
@@ -62,7 +54,10 @@ void process_utility(PlannedStmt *statement, const char *query_string,
                      bool read_only_tree, ProcessUtilityContext context,
                      ParamListInfo params, QueryEnvironment *query_env,
                      DestReceiver *dest, QueryCompletion *completion) {
-  bool discarding_all = discards_all(statement);
+  const Node *utility = statement->utilityStmt;
+  bool discarding_all =
+      utility != nullptr && IsA(utility, DiscardStmt) &&
+      reinterpret_cast<const DiscardStmt *>(utility)->target == DISCARD_ALL;
   if (previous_process_utility_hook != nullptr)
     previous_process_utility_hook(statement, query_string, read_only_tree,
                                   context, params, query_env, dest, completion);

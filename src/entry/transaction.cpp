@@ -26,7 +26,7 @@
 // inferred for a fn text).
 #include "idempotency/fingerprint/fingerprint.hpp"
 
-#include "idempotency/entry/transaction.hpp"
+#include "idempotency/entry/module.hpp"
 
 #include "idempotency/protocol/app_api.hpp"
 #include "idempotency/storage/citus.hpp"

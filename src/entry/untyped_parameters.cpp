@@ -1,6 +1,6 @@
 #include "idempotency/protocol/fn.hpp"
 
-#include "idempotency/entry/untyped_parameters.hpp"
+#include "idempotency/entry/module.hpp"
 #include "idempotency/pg.hpp"
 #include "idempotency/storage/key_store.hpp"
 #include "idempotency/storage/tenant_keys.hpp"
@@ -80,8 +80,9 @@ bool has_untyped(const VariableParameters &parameters) {
   return false;
 }
 
-// What one walk over the statement needs and decides.
-struct Typing {
+// What one walk over the statement needs.
+struct Search {
+  Query *statement;
   Oid schema;                     // the extension's
   VariableParameters *parameters; // the statement's
 };
@@ -167,7 +168,7 @@ Oid *fn_types(const Call &call) {
   return types;
 }
 
-void type_call(Query *statement, const FuncExpr *expression, Typing *typing) {
+void type_call(const FuncExpr *expression, const Search *search) {
   Call call = describe_call(expression);
   Oid *types = nullptr;
   bool types_known = false;
@@ -187,17 +188,12 @@ void type_call(Query *statement, const FuncExpr *expression, Typing *typing) {
         type = types[i - call.variadic_position];
     }
     Retyping retyping{reinterpret_cast<Param *>(arg)->paramid, type};
-    if (retyping.id < 1 || retyping.id > *typing->parameters->count)
+    if (retyping.id < 1 || retyping.id > *search->parameters->count)
       continue;
-    (*typing->parameters->types)[retyping.id - 1] = type;
-    retype_uses(reinterpret_cast<Node *>(statement), &retyping);
+    (*search->parameters->types)[retyping.id - 1] = type;
+    retype_uses(reinterpret_cast<Node *>(search->statement), &retyping);
   }
 }
-
-struct Search {
-  Query *statement;
-  Typing *typing;
-};
 
 bool find_calls(Node *node, Search *search) {
   if (node == nullptr)
@@ -209,8 +205,8 @@ bool find_calls(Node *node, Search *search) {
       expression_tree_walker(node, as_tree_walker(find_calls), search);
   if (IsA(node, FuncExpr)) {
     auto *call = reinterpret_cast<FuncExpr *>(node);
-    if (get_func_namespace(call->funcid) == search->typing->schema)
-      type_call(search->statement, call, search->typing);
+    if (get_func_namespace(call->funcid) == search->schema)
+      type_call(call, search);
   }
   return walked;
 }
@@ -225,16 +221,11 @@ void type_untyped_parameters(ParseState *state, Query *statement,
       state->p_ref_hook_state == nullptr)
     return;
   auto *parameters = static_cast<VariableParameters *>(state->p_ref_hook_state);
-  if (!has_untyped(*parameters))
-    return;
-  if (!IsTransactionState())
+  if (!has_untyped(*parameters) || !IsTransactionState() ||
+      !OidIsValid(get_extension_oid("idempotency", true)))
     return;
   // The extension is not relocatable: its schema is idempotency.
-  if (!OidIsValid(get_extension_oid("idempotency", true)))
-    return;
-  Oid schema = storage::schema::oid(true);
-  Typing typing{schema, parameters};
-  Search search{statement, &typing};
+  Search search{statement, storage::schema::oid(true), parameters};
   find_calls(reinterpret_cast<Node *>(statement), &search);
 }
 

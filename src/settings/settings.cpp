@@ -17,9 +17,14 @@ extern "C" {
 
 namespace idempotency::settings {
 
-// The expiry worker's settings (idempotency.expire_*).
+// idempotency.debug_statement_hash_bits.
+namespace detail {
+uint64 statement_hash_mask = ~(uint64)0;
+}
+
 namespace {
 
+// The expiry worker's settings (idempotency.expire_*).
 constexpr int default_interval_seconds = 60;
 constexpr int default_batch_size = 1000;
 // A batch is one transaction; its keys stay locked until it commits, so it
@@ -35,69 +40,12 @@ int interval_seconds = default_interval_seconds;
 int batch_size = default_batch_size;
 int rate = default_rate;
 
-void define_expiry_settings() {
-  DefineCustomIntVariable(
-      "idempotency.expire_interval",
-      "Time the expiry worker sleeps between rounds.",
-      "Each round deletes the expired keys of every database where the "
-      "extension is installed. 0 turns the worker off.",
-      &interval_seconds, default_interval_seconds, 0, INT_MAX, PGC_SIGHUP,
-      GUC_UNIT_S, nullptr, nullptr, nullptr);
-
-  DefineCustomIntVariable(
-      "idempotency.expire_batch_size",
-      "Expired keys examined per batch; the worker commits each batch.",
-      "Smaller batches hold fewer row locks for less time; larger ones "
-      "finish a backlog with fewer transactions.",
-      &batch_size, default_batch_size, 1, max_batch_size, PGC_SUSET, 0, nullptr,
-      nullptr, nullptr);
-
-  DefineCustomIntVariable(
-      "idempotency.expire_rate",
-      "Expired keys per second the expiry worker deletes at most.",
-      "After each batch the worker sleeps as long as it takes for the "
-      "round's average to stay at or under this rate, leaving CPU and I/O "
-      "to callers while a large backlog is deleted; 0 deletes flat out.",
-      &rate, default_rate, 0, INT_MAX, PGC_SUSET, 0, nullptr, nullptr, nullptr);
-}
-
-} // namespace
-
-// idempotency.debug_statement_hash_bits.
-namespace detail {
-uint64 statement_hash_mask = ~(uint64)0;
-}
-
-namespace {
-
 int statement_hash_bits = 64;
 
 void assign_statement_hash_bits(int bits, void *) {
   detail::statement_hash_mask =
       bits >= 64 ? ~(uint64)0 : ((uint64)1 << bits) - 1;
 }
-
-// Like PostgreSQL's own debug_* settings: for superusers, left out of
-// postgresql.conf.sample, no use in production.
-void define_debug_settings() {
-  DefineCustomIntVariable(
-      "idempotency.debug_statement_hash_bits",
-      "Bits of a fn statement's hash the backend's statement caches key it "
-      "by.",
-      "A developer setting that makes different fn statements share a hash "
-      "(0: all of them), to test that the caches still tell them apart by "
-      "text and argument types. 64, the default, keeps the whole hash.",
-      &statement_hash_bits, 64, 0, 64, PGC_SUSET, GUC_NOT_IN_SAMPLE, nullptr,
-      assign_statement_hash_bits, nullptr);
-}
-
-} // namespace
-
-int expire_interval_seconds() { return interval_seconds; }
-
-int expire_batch_size() { return batch_size; }
-
-int expire_rate() { return rate; }
 
 // Values PostgreSQL skips with only a WARNING. A value of the call's
 // settings that PostgreSQL does not take where it does not raise an error
@@ -111,7 +59,6 @@ int expire_rate() { return rate; }
 // fails with the setting's error until the setting is set again. All of it
 // is seen through the public GUC API: the check hooks' source, and the
 // placeholder's text before define() against the value in force after it.
-namespace {
 
 enum class CallSetting {
   max_ttl,
@@ -296,10 +243,7 @@ void raise_if_refused(CallSetting setting) {
     report_refused(i);
 }
 
-} // namespace
-
 // The call's settings (idempotency.ttl, idempotency.wait_timeout).
-namespace {
 
 char *ttl_text = nullptr;
 Interval ttl_value;
@@ -348,19 +292,21 @@ bool parse_interval(const char *text, Interval *out) {
   return itmin2interval(&itm, out) == 0;
 }
 
+// An interval's length in microseconds, a day counted as `day_hours` hours
+// and a month as `month_days` days.
+long double span_usecs(const Interval &span, int day_hours, int month_days) {
+  return span.time + (long double)span.day * day_hours * USECS_PER_HOUR +
+         (long double)span.month * month_days * USECS_PER_DAY;
+}
+
 // An interval's length as PostgreSQL orders intervals: a month is 30 days,
 // a day 24 hours.
 long double comparable_usecs(const Interval &span) {
-  return span.time + (long double)span.day * USECS_PER_DAY +
-         (long double)span.month * DAYS_PER_MONTH * USECS_PER_DAY;
+  return span_usecs(span, HOURS_PER_DAY, DAYS_PER_MONTH);
 }
 
-// Whether a key of this TTL, claimed now, gets an expiry time within
-// timestamptz's range; a month counts as 31 days, its longest.
-bool expiry_in_range(const Interval &span) {
-  long double longest = span.time + (long double)span.day * USECS_PER_DAY +
-                        (long double)span.month * 31 * USECS_PER_DAY;
-  return GetCurrentTimestamp() + longest < END_TIMESTAMP;
+bool is_zero(const Interval &span) {
+  return span.month == 0 && span.day == 0 && span.time == 0;
 }
 
 // What a TTL (or its maximum) must be, whatever it is compared with: an
@@ -382,7 +328,10 @@ bool check_span(const char *name, char *text, Interval *parsed) {
     GUC_check_errdetail("%s must be positive.", name);
     return false;
   }
-  if (!expiry_in_range(*parsed)) {
+  // A key of this TTL, claimed now, must get an expiry time within
+  // timestamptz's range; a month counts as 31 days, its longest.
+  if (GetCurrentTimestamp() + span_usecs(*parsed, HOURS_PER_DAY, 31) >=
+      END_TIMESTAMP) {
     GUC_check_errdetail("%s puts expiry times past the end of timestamptz's "
                         "range.",
                         name);
@@ -393,14 +342,25 @@ bool check_span(const char *name, char *text, Interval *parsed) {
 
 // Hands the parsed value to the assign hook. GUC frees extra itself, so it
 // is GUC's memory (guc_malloc: PostgreSQL 16 on frees it with guc_free).
-bool keep_parsed(const Interval &parsed, void **extra) {
-  auto *copy =
-      static_cast<Interval *>(compat::guc_malloc(LOG, sizeof(Interval)));
+template <typename Parsed>
+bool keep_parsed(const Parsed &parsed, void **extra) {
+  auto *copy = static_cast<Parsed *>(compat::guc_malloc(LOG, sizeof(Parsed)));
   if (copy == nullptr)
     return false;
   *copy = parsed;
   *extra = copy;
   return true;
+}
+
+// A call setting's check hook: `valid`'s verdict, noted.
+template <CallSetting setting, bool (*valid)(char **, void **, GucSource)>
+bool check(char **newval, void **extra, GucSource source) {
+  return noted(setting, valid(newval, extra, source), *newval, source);
+}
+
+// The assign hook of a call setting whose value needs no parsing.
+template <CallSetting setting> void assign_int(int, void *) {
+  forget_refusal(setting);
 }
 
 // The TTL keys get: idempotency.ttl, or idempotency.max_ttl if a superuser
@@ -413,9 +373,8 @@ void update_key_ttl() {
 
 bool ttl_valid(char **newval, void **extra, GucSource source) {
   Interval parsed;
-  if (!check_span("idempotency.ttl", *newval, &parsed)) {
+  if (!check_span("idempotency.ttl", *newval, &parsed))
     return false;
-  }
   // The built-in default is never refused (that would fail loading the
   // library when max_ttl is under 24h): keys of it are cut to max_ttl.
   if (source != PGC_S_DEFAULT &&
@@ -428,34 +387,18 @@ bool ttl_valid(char **newval, void **extra, GucSource source) {
   return keep_parsed(parsed, extra);
 }
 
-bool check_ttl(char **newval, void **extra, GucSource source) {
-  return noted(CallSetting::ttl, ttl_valid(newval, extra, source), *newval,
-               source);
-}
-
+// The assign hooks of idempotency.ttl and idempotency.max_ttl.
+template <CallSetting setting, Interval *value>
 void assign_ttl(const char *, void *extra) {
-  ttl_value = *static_cast<Interval *>(extra);
+  *value = *static_cast<Interval *>(extra);
   update_key_ttl();
-  forget_refusal(CallSetting::ttl);
+  forget_refusal(setting);
 }
 
-bool max_ttl_valid(char **newval, void **extra) {
+bool max_ttl_valid(char **newval, void **extra, GucSource) {
   Interval parsed;
-  if (!check_span("idempotency.max_ttl", *newval, &parsed)) {
-    return false;
-  }
-  return keep_parsed(parsed, extra);
-}
-
-bool check_max_ttl(char **newval, void **extra, GucSource source) {
-  return noted(CallSetting::max_ttl, max_ttl_valid(newval, extra), *newval,
-               source);
-}
-
-void assign_max_ttl(const char *, void *extra) {
-  max_ttl_value = *static_cast<Interval *>(extra);
-  update_key_ttl();
-  forget_refusal(CallSetting::max_ttl);
+  return check_span("idempotency.max_ttl", *newval, &parsed) &&
+         keep_parsed(parsed, extra);
 }
 
 // The longest idempotency.remember: a year of tombstones, as intervals
@@ -464,14 +407,12 @@ constexpr long double longest_remember_usecs = 365.0L * USECS_PER_DAY;
 
 // idempotency.remember: 0 (tombstones off), or a span as check_span() wants
 // one, at most a year.
-bool remember_valid(char **newval, void **extra) {
+bool remember_valid(char **newval, void **extra, GucSource) {
   Interval parsed;
-  if (*newval != nullptr && parse_interval(*newval, &parsed) &&
-      parsed.month == 0 && parsed.day == 0 && parsed.time == 0)
+  if (*newval != nullptr && parse_interval(*newval, &parsed) && is_zero(parsed))
     return keep_parsed(parsed, extra);
-  if (!check_span("idempotency.remember", *newval, &parsed)) {
+  if (!check_span("idempotency.remember", *newval, &parsed))
     return false;
-  }
   if (comparable_usecs(parsed) > longest_remember_usecs) {
     GUC_check_errdetail("idempotency.remember must be at most 365 days.");
     return false;
@@ -479,15 +420,9 @@ bool remember_valid(char **newval, void **extra) {
   return keep_parsed(parsed, extra);
 }
 
-bool check_remember(char **newval, void **extra, GucSource source) {
-  return noted(CallSetting::remember, remember_valid(newval, extra), *newval,
-               source);
-}
-
 void assign_remember(const char *, void *extra) {
   remember_value = *static_cast<Interval *>(extra);
-  remembers = remember_value.month != 0 || remember_value.day != 0 ||
-              remember_value.time != 0;
+  remembers = !is_zero(remember_value);
   forget_refusal(CallSetting::remember);
 }
 
@@ -510,7 +445,7 @@ const char *sqlstate_list_problem(SqlstateListCheck check) {
   return "";
 }
 
-bool store_errors_valid(char **newval, void **extra) {
+bool store_errors_valid(char **newval, void **extra, GucSource) {
   SqlstateList parsed;
   const char *text = *newval == nullptr ? "" : *newval;
   SqlstateListResult result = parse_sqlstate_list(text, parsed);
@@ -523,18 +458,13 @@ bool store_errors_valid(char **newval, void **extra) {
         sqlstate_list_problem(result.check), SqlstateList::capacity);
     return false;
   }
-  auto *copy = static_cast<SqlstateList *>(
-      compat::guc_malloc(LOG, sizeof(SqlstateList)));
-  if (copy == nullptr)
-    return false;
-  *copy = parsed;
-  *extra = copy;
-  return true;
+  return keep_parsed(parsed, extra);
 }
 
-bool check_store_errors(char **newval, void **extra, GucSource source) {
-  return noted(CallSetting::store_errors, store_errors_valid(newval, extra),
-               *newval, source);
+TimestampTz plus_interval(TimestampTz start, const Interval &span) {
+  return DatumGetTimestampTz(
+      DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(start),
+                          IntervalPGetDatum(const_cast<Interval *>(&span))));
 }
 
 void assign_store_errors(const char *, void *extra) {
@@ -544,35 +474,63 @@ void assign_store_errors(const char *, void *extra) {
   forget_refusal(CallSetting::store_errors);
 }
 
-void assign_wait_timeout(int, void *) {
-  forget_refusal(CallSetting::wait_timeout);
-}
-
-void assign_max_response_size(int, void *) {
-  forget_refusal(CallSetting::max_response_size);
-}
-
 } // namespace
 
 void define() {
   capture_placeholders();
   defining = true;
-  define_expiry_settings();
-  define_debug_settings();
+  DefineCustomIntVariable(
+      "idempotency.expire_interval",
+      "Time the expiry worker sleeps between rounds.",
+      "Each round deletes the expired keys of every database where the "
+      "extension is installed. 0 turns the worker off.",
+      &interval_seconds, default_interval_seconds, 0, INT_MAX, PGC_SIGHUP,
+      GUC_UNIT_S, nullptr, nullptr, nullptr);
+
+  DefineCustomIntVariable(
+      "idempotency.expire_batch_size",
+      "Expired keys examined per batch; the worker commits each batch.",
+      "Smaller batches hold fewer row locks for less time; larger ones "
+      "finish a backlog with fewer transactions.",
+      &batch_size, default_batch_size, 1, max_batch_size, PGC_SUSET, 0, nullptr,
+      nullptr, nullptr);
+
+  DefineCustomIntVariable(
+      "idempotency.expire_rate",
+      "Expired keys per second the expiry worker deletes at most.",
+      "After each batch the worker sleeps as long as it takes for the "
+      "round's average to stay at or under this rate, leaving CPU and I/O "
+      "to callers while a large backlog is deleted; 0 deletes flat out.",
+      &rate, default_rate, 0, INT_MAX, PGC_SUSET, 0, nullptr, nullptr, nullptr);
+
+  // Like PostgreSQL's own debug_* settings: for superusers, left out of
+  // postgresql.conf.sample, no use in production.
+  DefineCustomIntVariable(
+      "idempotency.debug_statement_hash_bits",
+      "Bits of a fn statement's hash the backend's statement caches key it "
+      "by.",
+      "A developer setting that makes different fn statements share a hash "
+      "(0: all of them), to test that the caches still tell them apart by "
+      "text and argument types. 64, the default, keeps the whole hash.",
+      &statement_hash_bits, 64, 0, 64, PGC_SUSET, GUC_NOT_IN_SAMPLE, nullptr,
+      assign_statement_hash_bits, nullptr);
+
   // Defined before idempotency.ttl, whose check compares with it.
   DefineCustomStringVariable(
       "idempotency.max_ttl", "The longest idempotency.ttl any role may set.",
       "SET, ALTER ROLE ... SET and ALTER DATABASE ... SET refuse a longer "
       "idempotency.ttl; a ttl set before this was lowered is cut to it.",
-      &max_ttl_text, "30 days", PGC_SUSET, 0, check_max_ttl, assign_max_ttl,
-      nullptr);
+      &max_ttl_text, "30 days", PGC_SUSET, 0,
+      check<CallSetting::max_ttl, max_ttl_valid>,
+      assign_ttl<CallSetting::max_ttl, &max_ttl_value>, nullptr);
 
   DefineCustomStringVariable(
       "idempotency.ttl",
       "How long a processed idempotency key is kept and replayed.",
       "The value in force when a key is claimed is that key's TTL; "
       "a key past its TTL is treated as absent.",
-      &ttl_text, "24h", PGC_USERSET, 0, check_ttl, assign_ttl, nullptr);
+      &ttl_text, "24h", PGC_USERSET, 0, check<CallSetting::ttl, ttl_valid>,
+      assign_ttl<CallSetting::ttl, &ttl_value>, nullptr);
 
   DefineCustomStringVariable(
       "idempotency.remember",
@@ -580,8 +538,8 @@ void define() {
       "Within this span a retry of the same request gets IK410 instead of "
       "running again, another request with the key IK422; 0 turns "
       "tombstones off. At most 365 days.",
-      &remember_text, "7 days", PGC_SUSET, 0, check_remember, assign_remember,
-      nullptr);
+      &remember_text, "7 days", PGC_SUSET, 0,
+      check<CallSetting::remember, remember_valid>, assign_remember, nullptr);
 
   DefineCustomIntVariable(
       "idempotency.wait_timeout",
@@ -590,7 +548,7 @@ void define() {
       "then replays the finished response, or runs fn if the holder rolled "
       "back.",
       &wait_timeout, 0, 0, INT_MAX, PGC_USERSET, GUC_UNIT_MS, nullptr,
-      assign_wait_timeout, nullptr);
+      assign_int<CallSetting::wait_timeout>, nullptr);
 
   DefineCustomIntVariable(
       "idempotency.max_response_size",
@@ -598,7 +556,8 @@ void define() {
       "A larger response is an error, and nothing is stored. "
       "Measured as the response's jsonb size before compression.",
       &max_response_size, default_max_response_size, 0, INT_MAX, PGC_SUSET,
-      GUC_UNIT_BYTE, nullptr, assign_max_response_size, nullptr);
+      GUC_UNIT_BYTE, nullptr, assign_int<CallSetting::max_response_size>,
+      nullptr);
 
   DefineCustomStringVariable(
       "idempotency.store_errors",
@@ -607,8 +566,9 @@ void define() {
       "a subtransaction; an error it raises with a listed SQLSTATE undoes "
       "fn's effects and is stored and returned as {\"error\": {...}}; "
       "retries get the same document.",
-      &store_errors_text, "", PGC_USERSET, GUC_LIST_INPUT, check_store_errors,
-      assign_store_errors, nullptr);
+      &store_errors_text, "", PGC_USERSET, GUC_LIST_INPUT,
+      check<CallSetting::store_errors, store_errors_valid>, assign_store_errors,
+      nullptr);
   defining = false;
   note_untaken_placeholders();
 }
@@ -617,16 +577,6 @@ const Interval &ttl() {
   raise_if_value_refused();
   return key_ttl_value;
 }
-
-namespace {
-
-TimestampTz plus_interval(TimestampTz start, const Interval &span) {
-  return DatumGetTimestampTz(
-      DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(start),
-                          IntervalPGetDatum(const_cast<Interval *>(&span))));
-}
-
-} // namespace
 
 TimestampTz key_expiry(TimestampTz created_at, const Interval &ttl) {
   raise_if_value_refused();
@@ -652,17 +602,13 @@ TimestampTz forgotten_at(TimestampTz response_expired_at) {
 }
 
 int64 remember_usecs(TimestampTz expires_at, const Interval &remember) {
-  if (remember.month == 0 && remember.day == 0 && remember.time == 0)
+  if (is_zero(remember) || TIMESTAMP_NOT_FINITE(expires_at))
     return 0;
   // A window that would pass the end of the timestamp range (a key that
   // lives until then) lasts until that end. A month is at most 31 days, a
   // day 25 hours.
-  long double longest = remember.time +
-                        (long double)remember.day * 25 * USECS_PER_HOUR +
-                        (long double)remember.month * 31 * USECS_PER_DAY;
-  if (TIMESTAMP_NOT_FINITE(expires_at))
-    return 0;
-  if ((long double)expires_at + longest >= (long double)END_TIMESTAMP)
+  if ((long double)expires_at + span_usecs(remember, 25, 31) >=
+      (long double)END_TIMESTAMP)
     return END_TIMESTAMP - 1 - expires_at;
   return plus_interval(expires_at, remember) - expires_at;
 }
@@ -681,5 +627,11 @@ const SqlstateList &stored_errors() {
   raise_if_value_refused();
   return *stored_errors_value;
 }
+
+int expire_interval_seconds() { return interval_seconds; }
+
+int expire_batch_size() { return batch_size; }
+
+int expire_rate() { return rate; }
 
 } // namespace idempotency::settings

@@ -20,31 +20,27 @@ bool is_sqlstate_char(char c) noexcept {
 
 char upper(char c) noexcept { return c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c; }
 
+bool starts_with(const char *text, const char *prefix) noexcept {
+  return std::strncmp(text, prefix, std::strlen(prefix)) == 0;
+}
+
+// Whether `text` starts with one of the classes or SQLSTATEs listed.
+template <std::size_t N>
+bool in(const char *text, const char *const (&listed)[N]) noexcept {
+  for (const char *prefix : listed)
+    if (starts_with(text, prefix))
+      return true;
+  return false;
+}
+
 constexpr const char *not_error_classes[] = {"00", "01", "02"};
-// The classes whose every condition is transient (see sqlstate_transient);
-// IK is refused in the setting too: the extension's own answers (IK409) are
-// never fn's outcome.
+// The classes whose every condition is transient (see sqlstate_transient),
+// and the transient conditions in classes that are not transient as a
+// whole.
 constexpr const char *transient_classes[] = {"08", "40", "53", "57",
                                              "58", "72", "XX"};
-constexpr const char *own_class = "IK";
-// Transient conditions in classes that are not transient as a whole.
 constexpr const char *transient_sqlstates[] = {"25P03", "25P04", "55P03",
                                                "55006", "HV00N"};
-
-template <std::size_t N>
-bool class_in(const char *entry, const char *const (&classes)[N]) noexcept {
-  for (const char *cls : classes)
-    if (entry[0] == cls[0] && entry[1] == cls[1])
-      return true;
-  return false;
-}
-
-bool is_transient_sqlstate(const char *entry) noexcept {
-  for (const char *sqlstate : transient_sqlstates)
-    if (std::strcmp(entry, sqlstate) == 0)
-      return true;
-  return false;
-}
 
 } // namespace
 
@@ -79,11 +75,12 @@ SqlstateListResult parse_sqlstate_list(const char *text,
     for (std::size_t i = 0; i < size; i++)
       entry[i] = upper(text[first + i]);
     entry[size] = '\0';
-    if (class_in(entry, not_error_classes))
+    if (in(entry, not_error_classes))
       return {SqlstateListCheck::not_an_error, first, size};
-    if (class_in(entry, transient_classes) ||
-        (entry[0] == own_class[0] && entry[1] == own_class[1]) ||
-        is_transient_sqlstate(entry))
+    // IK is refused too: the extension's own answers (IK409) are never fn's
+    // outcome.
+    if (in(entry, transient_classes) || in(entry, transient_sqlstates) ||
+        starts_with(entry, "IK"))
       return {SqlstateListCheck::transient, first, size};
     out.count++;
     start = end + 1;
@@ -92,18 +89,15 @@ SqlstateListResult parse_sqlstate_list(const char *text,
 }
 
 bool sqlstate_listed(const SqlstateList &list, const char *sqlstate) noexcept {
-  for (int i = 0; i < list.count; i++) {
-    const char *entry = list.entries[i];
-    std::size_t size = std::strlen(entry);
-    if (std::strncmp(entry, sqlstate, size) == 0)
+  for (int i = 0; i < list.count; i++)
+    if (starts_with(sqlstate, list.entries[i]))
       return true;
-  }
   return false;
 }
 
 bool sqlstate_transient(const char *sqlstate) noexcept {
-  return std::strlen(sqlstate) == 5 && (class_in(sqlstate, transient_classes) ||
-                                        is_transient_sqlstate(sqlstate));
+  return std::strlen(sqlstate) == 5 &&
+         (in(sqlstate, transient_classes) || in(sqlstate, transient_sqlstates));
 }
 
 } // namespace idempotency

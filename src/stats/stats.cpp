@@ -41,18 +41,6 @@ void init_counters(DatabaseCounters &slot, Oid database) {
   slot.database = database;
 }
 
-bool database_exists(Oid database) {
-  return SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(database));
-}
-
-// The slot of `database` when it has one, under the mutex.
-DatabaseCounters *existing_slot(Oid database) {
-  for (auto &slot : shared->databases)
-    if (slot.database == database)
-      return &slot;
-  return nullptr;
-}
-
 // The slot of `database`, created on first use; nullptr when every slot
 // belongs to a live database.
 //
@@ -73,14 +61,18 @@ DatabaseCounters *slot_of(Oid database) {
     bool reusable[max_databases];
     bool any_reusable = false;
     for (int i = 0; i < max_databases; i++) {
-      reusable[i] =
-          seen_owner[i] == InvalidOid ||
-          (seen_owner[i] != database && !database_exists(seen_owner[i]));
+      reusable[i] = seen_owner[i] == InvalidOid ||
+                    (seen_owner[i] != database &&
+                     !SearchSysCacheExists1(DATABASEOID,
+                                            ObjectIdGetDatum(seen_owner[i])));
       any_reusable |= reusable[i];
     }
 
     SpinLockAcquire(&shared->mutex);
-    DatabaseCounters *found = existing_slot(database);
+    DatabaseCounters *found = nullptr;
+    for (auto &slot : shared->databases)
+      if (slot.database == database)
+        found = &slot;
     for (int i = 0; found == nullptr && i < max_databases; i++)
       if (reusable[i] && shared->databases[i].database == seen_owner[i]) {
         found = &shared->databases[i];
@@ -98,6 +90,21 @@ DatabaseCounters *own_slot() {
   if (own == nullptr)
     own = slot_of(MyDatabaseId);
   return own;
+}
+
+CounterRow row_of(DatabaseCounters &slot) {
+  auto event = [&slot](Event kind) {
+    return static_cast<int64>(
+        pg_atomic_read_u64(&slot.events[static_cast<int>(kind)]));
+  };
+  return CounterRow{slot.database,
+                    event(Event::ran),
+                    event(Event::replayed),
+                    event(Event::conflict),
+                    event(Event::mismatch),
+                    static_cast<int64>(pg_atomic_read_u64(&slot.expired)),
+                    (TimestampTz)pg_atomic_read_u64(&slot.reset_at),
+                    event(Event::late_retry)};
 }
 
 } // namespace
@@ -126,25 +133,6 @@ void count_expired(int64 keys) {
   if (DatabaseCounters *slot = own_slot())
     pg_atomic_fetch_add_u64(&slot->expired, keys);
 }
-
-namespace {
-
-CounterRow row_of(DatabaseCounters &slot) {
-  auto event = [&slot](Event kind) {
-    return static_cast<int64>(
-        pg_atomic_read_u64(&slot.events[static_cast<int>(kind)]));
-  };
-  return CounterRow{slot.database,
-                    event(Event::ran),
-                    event(Event::replayed),
-                    event(Event::conflict),
-                    event(Event::mismatch),
-                    static_cast<int64>(pg_atomic_read_u64(&slot.expired)),
-                    (TimestampTz)pg_atomic_read_u64(&slot.reset_at),
-                    event(Event::late_retry)};
-}
-
-} // namespace
 
 // This database always has a row when the counters exist.
 int copy_counters(CounterRow *out) {

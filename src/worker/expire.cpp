@@ -1,3 +1,16 @@
+// Expiry: the background worker and idempotency.expire(). The launcher, a
+// background worker connected to no database, lists the databases from the
+// shared catalog pg_database each round and, one at a time, starts a
+// short-lived worker in each and waits for it to end, then sleeps
+// idempotency.expire_interval. A round visits the key stores
+// (storage/key_store.hpp) in turn, collecting and deleting expired keys a
+// batch at a time; the stores know their tables, the worker only paces the
+// batches and runs them in transactions.
+//
+// Connecting to no database itself, the launcher never stands in the way of
+// DROP DATABASE; the per-database workers connect only for a round and leave
+// early when such a command waits for their database.
+#include <algorithm>
 #include <climits>
 
 #include "idempotency/worker/expire.hpp"
@@ -5,25 +18,50 @@
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/stats/stats.hpp"
 #include "idempotency/storage/key_store.hpp"
+#include "idempotency/storage/keys.hpp"
+#include "idempotency/storage/role_marks.hpp"
+#include "idempotency/worker/status.hpp"
 
 #include "idempotency/compat.hpp"
 
 extern "C" {
+#include "access/heapam.h"
 #include "access/xact.h"
+#include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
 #include "commands/extension.h"
+#include "commands/trigger.h"
 #include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lock.h"
+#include "tcop/tcopprot.h"
 #include "utils/backend_status.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/wait_event.h"
+}
+
+extern "C" {
+PGDLLEXPORT void idempotency_launcher_main(Datum main_arg);
+PGDLLEXPORT void idempotency_database_worker_main(Datum main_arg);
 }
 
 namespace idempotency::worker {
 
-bool extension_installed() {
-  return OidIsValid(get_extension_oid("idempotency", true));
-}
+namespace {
 
+// --- what rounds of the worker and of idempotency.expire() share -------------
+
+// The cutoff of a round that starts at `now` in this database: keys whose
+// expires_at is at or before it are expired for every transaction running in
+// the database and every one that starts later. idempotent_call compares
+// expires_at with its transaction's start, so a transaction that started
+// before `now` keeps the keys that are still live for it.
+//
 // A key's created_at is the clock when its row was written and its
 // expires_at counts from there, so a key's lifetime starts after its
 // transaction did; callers still compare expires_at with their own
@@ -55,18 +93,24 @@ TimestampTz expiry_cutoff(TimestampTz now) {
   return cutoff;
 }
 
-ExpiryBatch expire_batch(const storage::KeyStore &store,
-                         storage::ExpiryRound &round, int batch_size) {
-  storage::ExpiryBatch batch = store.expire_batch(round, batch_size);
-  stats::count_expired(batch.deleted);
-  return batch;
-}
-
+// A round in one store, its work kept in `context` (the caller's, which it
+// deletes when the round ends).
 storage::ExpiryRound begin_expiry(TimestampTz cutoff, MemoryContext context) {
   return storage::ExpiryRound{cutoff, context, nullptr, false,
                               false,  true,    0,       nullptr};
 }
 
+// store.expire_batch(), its deletions counted in the statistics.
+storage::ExpiryBatch expire_batch(const storage::KeyStore &store,
+                                  storage::ExpiryRound &round, int batch_size) {
+  storage::ExpiryBatch batch = store.expire_batch(round, batch_size);
+  stats::count_expired(batch.deleted);
+  return batch;
+}
+
+// Reports that a round kept `kept` expired rows because their tombstones
+// were refused, with the first refusal (storage::ExpiryRound::kept_reason):
+// a WARNING naming the cause, never a key.
 void warn_kept_rows(const char *database, int64 kept, const char *reason) {
   ereport(WARNING,
           (errmsg("idempotency expiry kept " INT64_FORMAT
@@ -81,18 +125,510 @@ void warn_kept_rows(const char *database, int64 kept, const char *reason) {
                    "object and the next round expires them.")));
 }
 
+// A reload (SIGHUP) of postgresql.conf, when one was asked for; whether it
+// was.
+bool reload_settings_if_asked() {
+  if (!ConfigReloadPending)
+    return false;
+  ConfigReloadPending = false;
+  ProcessConfigFile(PGC_SIGHUP);
+  return true;
+}
+
+// The per-database worker's name in pg_stat_activity.backend_type.
+constexpr const char *database_worker_type = "idempotency expiry";
+
+// A background worker of this library that runs `function`.
+BackgroundWorker describe_worker(const char *function, const char *type,
+                                 int restart_seconds) {
+  BackgroundWorker worker;
+  memset(&worker, 0, sizeof(worker));
+  // A database connection (to none, for the launcher) is what lets it read
+  // pg_database.
+  worker.bgw_flags =
+      BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+  // Not on a hot standby: the postmaster starts it at promotion.
+  worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+  worker.bgw_restart_time = restart_seconds;
+  strlcpy(worker.bgw_library_name, "idempotency", BGW_MAXLEN);
+  strlcpy(worker.bgw_function_name, function, BGW_MAXLEN);
+  strlcpy(worker.bgw_name, type, BGW_MAXLEN);
+  strlcpy(worker.bgw_type, type, BGW_MAXLEN);
+  return worker;
+}
+
+// Whether a command that must be alone in `database` (DROP DATABASE,
+// CREATE DATABASE ... TEMPLATE, ALTER DATABASE ... RENAME or SET TABLESPACE)
+// is waiting for it: they hold a lock on the database that conflicts with
+// the one every new connection takes. Works outside transactions.
+bool database_wanted_alone(Oid database) {
+  LOCKTAG tag;
+  SET_LOCKTAG_OBJECT(tag, InvalidOid, DatabaseRelationId, database, 0);
+  if (LockAcquire(&tag, RowExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
+    return true;
+  LockRelease(&tag, RowExclusiveLock, true);
+  return false;
+}
+
+// --- a round in one database, by a short-lived worker ------------------------
+
+// What pg_stat_activity shows while a round waits to keep its pace.
+uint32 pace_wait_event = PG_WAIT_EXTENSION;
+
+void commit_transaction() {
+  PopActiveSnapshot();
+  CommitTransactionCommand();
+}
+
+// Whether to stop the round early: when the database is wanted alone, so
+// that DROP DATABASE and CREATE DATABASE ... TEMPLATE, which wait a few
+// seconds for other connections to leave, find this one gone.
+bool must_leave() {
+  CHECK_FOR_INTERRUPTS();
+  if (!database_wanted_alone(MyDatabaseId))
+    return false;
+  elog(DEBUG1, "idempotency expiry round stopped early: another command "
+               "needs the database alone");
+  return true;
+}
+
+// A round that falls behind its schedule (while it collects keys, or on a
+// busy machine) catches up on at most this much of it at full speed.
+constexpr int64 max_catch_up_usecs = USECS_PER_SEC / 10;
+// The longest the worker sleeps without looking whether its database is
+// wanted alone: DROP DATABASE and CREATE DATABASE ... TEMPLATE wait only a
+// few seconds for other connections, and do not wake them.
+constexpr long max_wait_ms = 100;
+
+// idempotency.expire_rate, kept from the round's start: before each batch
+// the worker waits until the keys it has handled since then (deleted or
+// skipped) are no more than the rate allows for the time elapsed.
+struct Pace {
+  int rate; // keys per second; 0: no limit
+  TimestampTz since;
+  int64 keys;
+};
+static_assert(std::is_trivially_destructible_v<Pace>);
+
+Pace start_pace() {
+  return Pace{settings::expire_rate(), GetCurrentTimestamp(), 0};
+}
+
+// How long to wait before the next batch, in microseconds; 0: go on now.
+int64 wait_before_next_batch(Pace *pace) {
+  if (pace->rate == 0)
+    return 0;
+  TimestampTz now = GetCurrentTimestamp();
+  TimestampTz due =
+      pace->since + pace->keys * USECS_PER_SEC / static_cast<int64>(pace->rate);
+  if (due > now)
+    return due - now;
+  // Behind schedule: forget what is more than max_catch_up_usecs late, so
+  // that the round never runs flat out for long to make up for it.
+  if (now - due > max_catch_up_usecs)
+    pace->since += now - due - max_catch_up_usecs;
+  return 0;
+}
+
+// Waits for the next batch's turn under idempotency.expire_rate. Every wake
+// (its time come, SIGTERM, a barrier that DROP DATABASE waits for, a
+// reload, any other signal) first checks must_leave(); false when the round
+// must stop.
+bool wait_for_turn(Pace *pace) {
+  for (;;) {
+    if (must_leave())
+      return false;
+    // A new idempotency.expire_rate applies to the running round, counted
+    // from the reload on.
+    if (reload_settings_if_asked() && settings::expire_rate() != pace->rate)
+      *pace = start_pace();
+    int64 wait_usecs = wait_before_next_batch(pace);
+    if (wait_usecs == 0)
+      return true;
+    long wait_ms =
+        std::min(max_wait_ms, static_cast<long>((wait_usecs + 999) / 1000));
+    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                    wait_ms, pace_wait_event);
+    ResetLatch(MyLatch);
+  }
+}
+
+enum class RoundEnd { finished, left_early, extension_dropped, gave_way };
+
+// What the round has done so far; kept in the worker's memory, so that it
+// is still there after an error.
+struct RoundTally {
+  MemoryContext context;
+  int64 deleted;
+  int64 kept;
+  const char *kept_reason; // the first refusal, in `context`
+};
+static_assert(std::is_trivially_destructible_v<RoundTally>);
+
+// Moves the rows a store kept since the last call into the tally.
+void tally_kept(storage::ExpiryRound &round, RoundTally *tally) {
+  if (round.kept == 0)
+    return;
+  if (tally->kept_reason == nullptr)
+    tally->kept_reason = MemoryContextStrdup(tally->context, round.kept_reason);
+  tally->kept += round.kept;
+  round.kept = 0;
+}
+
+// Starts a transaction of the round holding idempotency.keys in `mode`;
+// false (and no transaction) when the extension was dropped meanwhile.
+bool begin_round_transaction(const char *activity, LOCKMODE mode) {
+  SetCurrentStatementStartTimestamp();
+  StartTransactionCommand();
+  PushActiveSnapshot(GetTransactionSnapshot());
+  pgstat_report_activity(STATE_RUNNING, activity);
+  if (storage::lock_key_table(mode))
+    return true;
+  commit_transaction();
+  elog(DEBUG1, "idempotency expiry round stopped: the extension was dropped");
+  return false;
+}
+
+// SET CONSTRAINTS ALL IMMEDIATE for the transaction: a DBA's deferred
+// constraint (trigger) on the key table then checks each tombstone as it is
+// written, where a refusal is that row's (storage::KeyStore::expire_batch
+// keeps it), and not at the commit, where it would undo the whole batch
+// every round.
+void check_constraints_at_once() {
+  ConstraintsSetStmt *all_immediate = makeNode(ConstraintsSetStmt);
+  all_immediate->constraints = NIL;
+  all_immediate->deferred = false;
+  AfterTriggerSetState(all_immediate);
+}
+
+// Runs the round in one key store: passes until no expired key is left;
+// each collects keys in a read-only transaction, then deletes them in
+// batches of idempotency.expire_batch_size, each batch its own short
+// transaction, at most idempotency.expire_rate keys a second (where the
+// store's batches are paced). The store keeps its work in `context`.
+RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
+                    MemoryContext context, Pace *pace, RoundTally *tally) {
+  // Marks made again where they are missing (pg_upgrade does not carry
+  // them), and keys of roles that no longer exist deleted.
+  if (!begin_round_transaction("marking the roles that have idempotency keys",
+                               RowExclusiveLock))
+    return RoundEnd::extension_dropped;
+  if (storage::role_marks::database_marks_roles())
+    tally->deleted += storage::role_marks::mark_key_roles();
+  commit_transaction();
+
+  int batch_size = settings::expire_batch_size();
+  storage::ExpiryRound round = begin_expiry(cutoff, context);
+  do {
+    if (must_leave())
+      return RoundEnd::left_early;
+    if (!begin_round_transaction("collecting expired idempotency keys",
+                                 AccessShareLock))
+      return RoundEnd::extension_dropped;
+    store.collect_expired(round, batch_size);
+    commit_transaction();
+
+    while (round.has_batch) {
+      if (round.paced ? !wait_for_turn(pace) : must_leave())
+        return RoundEnd::left_early;
+      if (!begin_round_transaction("deleting expired idempotency keys",
+                                   RowExclusiveLock))
+        return RoundEnd::extension_dropped;
+      check_constraints_at_once();
+      storage::ExpiryBatch batch = expire_batch(store, round, batch_size);
+      tally->deleted += batch.deleted;
+      commit_transaction();
+      tally_kept(round, tally);
+      if (round.paced)
+        pace->keys += batch.handled;
+    }
+  } while (!round.finished);
+  return RoundEnd::finished;
+}
+
+// Runs the round in every key store (storage::expiry_store): the local
+// table, then the tenant keys of the Citus coordinator, which one DELETE
+// expires on every shard, where the shard is now.
+RoundEnd run_stores(TimestampTz cutoff, MemoryContext pass_context,
+                    RoundTally *tally) {
+  Pace pace = start_pace();
+  for (int i = 0; i < storage::key_backend_count; i++) {
+    RoundEnd end = run_passes(storage::expiry_store(i), cutoff, pass_context,
+                              &pace, tally);
+    MemoryContextReset(pass_context);
+    if (end != RoundEnd::finished)
+      return end;
+  }
+  return RoundEnd::finished;
+}
+
+// Looks up whether the extension is installed and, if so, the round's
+// cutoff, and records the round's start; false when no round runs. Without
+// the extension the database is left alone, silently. When Citus has taken
+// idempotency.keys over, the keys are in its shards and the local table is
+// not theirs to expire (calls refuse the table too): the round deletes
+// nothing, warns, and is recorded as failed, so that monitoring on
+// expiry_status sees that keys no longer expire here.
+bool prepare_round(TimestampTz started, TimestampTz *cutoff,
+                   const char **database_name) {
+  SetCurrentStatementStartTimestamp();
+  StartTransactionCommand();
+  // For the log, when the round ends outside a transaction.
+  *database_name =
+      MemoryContextStrdup(TopMemoryContext, get_database_name(MyDatabaseId));
+  bool installed = OidIsValid(get_extension_oid("idempotency", true));
+  storage::citus::TableKind kind = installed
+                                       ? storage::key_table_citus_kind()
+                                       : storage::citus::TableKind::not_citus;
+  const char *skipped = nullptr;
+  if (kind != storage::citus::TableKind::not_citus) {
+    skipped = storage::citus::citus_table_message(kind);
+    ereport(WARNING,
+            (errmsg("idempotency expiry skipped database \"%s\": %s",
+                    *database_name, skipped),
+             errhint("Make idempotency.keys a local table again with the "
+                     "steps in the extension's docs/scale-out.md.")));
+  } else if (installed) {
+    *cutoff = expiry_cutoff(started);
+  }
+  CommitTransactionCommand();
+  if (!installed) {
+    status::forget(MyDatabaseId);
+    return false;
+  }
+  status::round_started(MyDatabaseId, started);
+  if (skipped != nullptr)
+    status::round_finished(MyDatabaseId, GetCurrentTimestamp(), 0, skipped);
+  return skipped == nullptr;
+}
+
+// Errors a round gives way to rather than fails with: a lock or statement
+// timeout (a lock_timeout set for the database, while a DBA holds the key
+// table), a cancel, a deadlock. The next round tries again.
+bool gives_way_to(const ErrorData *error) {
+  switch (error->sqlerrcode) {
+  case ERRCODE_LOCK_NOT_AVAILABLE:
+  case ERRCODE_QUERY_CANCELED:
+  case ERRCODE_T_R_DEADLOCK_DETECTED:
+  case ERRCODE_T_R_SERIALIZATION_FAILURE:
+    return true;
+  default:
+    return false;
+  }
+}
+
+// Ends the round's transaction after an error it gave way to, and says so
+// in the log; returns what the status records as the round's error.
+const char *give_way(const ErrorData *error, const char *database_name) {
+  AbortOutOfAnyTransaction();
+  ereport(LOG, (errcode(error->sqlerrcode),
+                errmsg("idempotency expiry skipped the rest of its round in "
+                       "database \"%s\": %s",
+                       database_name, error->message),
+                errhint("The next round tries again.")));
+  return psprintf("round skipped: %s (SQLSTATE %s)", error->message,
+                  unpack_sql_state(error->sqlerrcode));
+}
+
+void run_database_round() {
+  Oid database = MyDatabaseId;
+  TimestampTz started = GetCurrentTimestamp();
+  TimestampTz cutoff = 0;
+  const char *database_name = nullptr;
+  if (!prepare_round(started, &cutoff, &database_name))
+    return;
+
+  // Read after an error; volatile so the longjmp keeps its value.
+  volatile RoundEnd end = RoundEnd::finished;
+  const char *volatile skipped = nullptr;
+  MemoryContext context = CurrentMemoryContext;
+  auto *tally = static_cast<RoundTally *>(
+      MemoryContextAllocZero(context, sizeof(RoundTally)));
+  tally->context = context;
+  MemoryContext pass_context = AllocSetContextCreate(
+      context, "idempotency expiry pass", ALLOCSET_DEFAULT_SIZES);
+  PG_TRY();
+  { end = run_stores(cutoff, pass_context, tally); }
+  PG_CATCH();
+  {
+    MemoryContextSwitchTo(context);
+    ErrorData *error = CopyErrorData();
+    if (!gives_way_to(error)) {
+      // Record the error, then let the worker's own error handling log it
+      // and end the process; the launcher goes on with the next database.
+      status::round_finished(database, GetCurrentTimestamp(), tally->deleted,
+                             error->message,
+                             {false, tally->kept, tally->kept_reason});
+      PG_RE_THROW();
+    }
+    FlushErrorState();
+    skipped = give_way(error, database_name);
+    end = RoundEnd::gave_way;
+  }
+  PG_END_TRY();
+  MemoryContextDelete(pass_context);
+  pgstat_report_activity(STATE_IDLE, nullptr);
+  if (tally->kept > 0)
+    warn_kept_rows(database_name, tally->kept, tally->kept_reason);
+  // As when the extension was not installed at the start of the round.
+  if (end == RoundEnd::extension_dropped)
+    status::forget(database);
+  else
+    status::round_finished(
+        database, GetCurrentTimestamp(), tally->deleted, skipped,
+        {skipped != nullptr, tally->kept, tally->kept_reason});
+}
+
+// --- the launcher: one round per database -----------------------------------
+
+constexpr const char *launcher_type = "idempotency launcher";
+// After pg_terminate_backend, or a crash of the server, the postmaster
+// starts the launcher again after this many seconds.
+constexpr int launcher_restart_seconds = 5;
+
+// Databases a round serves: those that accept connections. Templates are
+// left alone (they are copied rather than used, and a connection to one
+// would hold up CREATE DATABASE), and so are databases a DROP DATABASE left
+// half-dropped. Listed in the caller's memory context.
+List *list_databases() {
+  MemoryContext caller_context = CurrentMemoryContext;
+  SetCurrentStatementStartTimestamp();
+  StartTransactionCommand();
+  (void)GetTransactionSnapshot();
+
+  Relation pg_database = table_open(DatabaseRelationId, AccessShareLock);
+  List *databases = NIL;
+  TableScanDesc scan = table_beginscan_catalog(pg_database, 0, nullptr);
+  HeapTuple tuple;
+  while ((tuple = heap_getnext(scan, ForwardScanDirection)) != nullptr) {
+    auto *form = reinterpret_cast<Form_pg_database>(GETSTRUCT(tuple));
+    if (!form->datallowconn || form->datistemplate ||
+        database_is_invalid_form(form))
+      continue;
+    MemoryContext scan_context = MemoryContextSwitchTo(caller_context);
+    databases = lappend_oid(databases, form->oid);
+    MemoryContextSwitchTo(scan_context);
+  }
+  table_endscan(scan);
+  table_close(pg_database, AccessShareLock);
+  CommitTransactionCommand();
+  MemoryContextSwitchTo(caller_context);
+  return databases;
+}
+
+// Starts the round's worker for `database` and waits until it has ended.
+// Returns false when no worker could be started (all
+// max_worker_processes slots taken): the round ends, the next one retries.
+bool serve_database(Oid database) {
+  BackgroundWorker worker =
+      describe_worker("idempotency_database_worker_main", database_worker_type,
+                      BGW_NEVER_RESTART);
+  snprintf(worker.bgw_name, BGW_MAXLEN, "idempotency expiry for database %u",
+           database);
+  worker.bgw_main_arg = ObjectIdGetDatum(database);
+  worker.bgw_notify_pid = MyProcPid;
+  BackgroundWorkerHandle *handle = nullptr;
+  if (!RegisterDynamicBackgroundWorker(&worker, &handle)) {
+    ereport(LOG,
+            (errmsg("idempotency launcher could not start an expiry worker"),
+             errhint("Raise max_worker_processes; the next round tries "
+                     "again.")));
+    return false;
+  }
+  pgstat_report_activity(STATE_RUNNING, "waiting for an expiry worker");
+  if (WaitForBackgroundWorkerShutdown(handle) == BGWH_POSTMASTER_DIED)
+    proc_exit(1);
+  pfree(handle);
+  status::round_abandoned(database, GetCurrentTimestamp(),
+                          "the expiry worker ended before its round did");
+  return true;
+}
+
+void run_launcher_round() {
+  List *databases = list_databases();
+  status::forget_all_but(databases);
+  ListCell *cell;
+  foreach (cell, databases) {
+    CHECK_FOR_INTERRUPTS();
+    (void)reload_settings_if_asked();
+    if (database_wanted_alone(lfirst_oid(cell)))
+      continue;
+    if (!serve_database(lfirst_oid(cell)))
+      break;
+  }
+}
+
+// An error in a round is logged and the launcher sleeps until the next one,
+// rather than exiting into a restart loop.
+void run_round_logging_errors(MemoryContext round_context) {
+  MemoryContextSwitchTo(round_context);
+  PG_TRY();
+  { run_launcher_round(); }
+  PG_CATCH();
+  {
+    MemoryContextSwitchTo(round_context);
+    EmitErrorReport();
+    AbortOutOfAnyTransaction();
+    LockReleaseAll(DEFAULT_LOCKMETHOD, true);
+    FlushErrorState();
+  }
+  PG_END_TRY();
+  MemoryContextSwitchTo(TopMemoryContext);
+  MemoryContextReset(round_context);
+  pgstat_report_activity(STATE_IDLE, nullptr);
+}
+
+// What pg_stat_activity shows while the launcher sleeps between rounds.
+uint32 sleep_wait_event = PG_WAIT_EXTENSION;
+
+[[noreturn]] void launcher_loop() {
+  MemoryContext round_context = AllocSetContextCreate(
+      TopMemoryContext, "idempotency expiry round", ALLOCSET_DEFAULT_SIZES);
+  bool ran_once = false;
+  TimestampTz last_round_end = 0;
+  for (;;) {
+    CHECK_FOR_INTERRUPTS();
+    (void)reload_settings_if_asked();
+
+    // 0 turns the worker off: sleep until a reload changes that.
+    long interval_ms = settings::expire_interval_seconds() * 1000L;
+    long sleep_ms = -1;
+    if (interval_ms > 0) {
+      TimestampTz now = GetCurrentTimestamp();
+      TimestampTz due =
+          ran_once ? TimestampTzPlusMilliseconds(last_round_end, interval_ms)
+                   : now;
+      if (now >= due) {
+        run_round_logging_errors(round_context);
+        last_round_end = GetCurrentTimestamp();
+        ran_once = true;
+        continue;
+      }
+      sleep_ms = TimestampDifferenceMilliseconds(now, due);
+    }
+
+    int events = WL_LATCH_SET | WL_EXIT_ON_PM_DEATH;
+    if (sleep_ms >= 0)
+      events |= WL_TIMEOUT;
+    (void)WaitLatch(MyLatch, events, sleep_ms, sleep_wait_event);
+    ResetLatch(MyLatch);
+  }
+}
+
+} // namespace
+
+void register_launcher() {
+  BackgroundWorker worker = describe_worker(
+      "idempotency_launcher_main", launcher_type, launcher_restart_seconds);
+  RegisterBackgroundWorker(&worker);
+}
+
 // The cutoff is the transaction's start, the instant idempotent_call
 // compares expires_at with. Each pass is deleted at once.
 int64 expire_now() {
-  PreventCommandDuringRecovery("idempotency.expire()");
-  PreventCommandIfReadOnly("idempotency.expire()");
-  PreventCommandIfParallelMode("idempotency.expire()");
-
   TimestampTz cutoff = expiry_cutoff(GetCurrentTransactionStartTimestamp());
   int batch_size = settings::expire_batch_size();
-  int64 deleted = 0;
-  int64 kept = 0;
-  const char *kept_reason = nullptr;
+  RoundTally tally{CurrentMemoryContext, 0, 0, nullptr};
   for (int i = 0; i < storage::key_backend_count; i++) {
     storage::KeyStore store = storage::expiry_store(i);
     MemoryContext context =
@@ -102,16 +638,44 @@ int64 expire_now() {
     do {
       store.collect_expired(round, batch_size);
       while (round.has_batch)
-        deleted += expire_batch(store, round, INT_MAX).deleted;
+        tally.deleted += expire_batch(store, round, INT_MAX).deleted;
     } while (!round.finished);
-    if (round.kept > 0 && kept_reason == nullptr)
-      kept_reason = pstrdup(round.kept_reason);
-    kept += round.kept;
+    tally_kept(round, &tally);
     MemoryContextDelete(context);
   }
-  if (kept > 0)
-    warn_kept_rows(get_database_name(MyDatabaseId), kept, kept_reason);
-  return deleted;
+  if (tally.kept > 0)
+    warn_kept_rows(get_database_name(MyDatabaseId), tally.kept,
+                   tally.kept_reason);
+  return tally.deleted;
 }
 
 } // namespace idempotency::worker
+
+void idempotency_launcher_main(Datum) {
+  pqsignal(SIGHUP, SignalHandlerForConfigReload);
+  pqsignal(SIGTERM, die);
+  BackgroundWorkerUnblockSignals();
+  BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
+  pgstat_report_appname(idempotency::worker::launcher_type);
+  idempotency::worker::sleep_wait_event =
+      idempotency::compat::wait_event("IdempotencyLauncherSleep");
+  idempotency::worker::launcher_loop();
+}
+
+void idempotency_database_worker_main(Datum main_arg) {
+  pqsignal(SIGHUP, SignalHandlerForConfigReload);
+  pqsignal(SIGTERM, die);
+  BackgroundWorkerUnblockSignals();
+  BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg),
+                                            InvalidOid, 0);
+  pgstat_report_appname(idempotency::worker::database_worker_type);
+  idempotency::worker::pace_wait_event =
+      idempotency::compat::wait_event("IdempotencyExpiryPace");
+  // No batch waits for its commit to reach the disk: the WAL writer
+  // flushes it soon after, and a crash that loses it loses only deletions
+  // that a later round makes again. Callers meanwhile flush their own
+  // commits without queueing behind the worker's.
+  SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+  idempotency::worker::run_database_round();
+  proc_exit(0);
+}

@@ -11,21 +11,19 @@ namespace idempotency::worker::status {
 
 namespace {
 
-using DatabaseRounds = RoundStatus;
-
 struct SharedStatus {
   slock_t mutex;
-  DatabaseRounds databases[max_databases];
+  RoundStatus databases[max_databases];
 };
 
 SharedStatus *shared = nullptr;
 
 // Callers hold the mutex. Never fails: when every slot is taken, the one
 // whose last round is oldest is reused.
-DatabaseRounds &slot_for(Oid database) {
-  DatabaseRounds *free_slot = nullptr;
-  DatabaseRounds *oldest = &shared->databases[0];
-  for (DatabaseRounds &slot : shared->databases) {
+RoundStatus &slot_for(Oid database) {
+  RoundStatus *free_slot = nullptr;
+  RoundStatus *oldest = &shared->databases[0];
+  for (RoundStatus &slot : shared->databases) {
     if (slot.database == database)
       return slot;
     if (slot.database == InvalidOid && free_slot == nullptr)
@@ -33,39 +31,31 @@ DatabaseRounds &slot_for(Oid database) {
     if (slot.last_finished < oldest->last_finished)
       oldest = &slot;
   }
-  DatabaseRounds &slot = free_slot != nullptr ? *free_slot : *oldest;
+  RoundStatus &slot = free_slot != nullptr ? *free_slot : *oldest;
   memset(&slot, 0, sizeof(slot));
   slot.database = database;
   return slot;
 }
 
 // Must run outside the spinlock: clipping may call into the encoding
-// routines.
-int clipped_length(const char *error) {
-  return pg_mbcliplen(error, strlen(error), max_error_bytes - 1);
+// routines. 0 for no text.
+int clipped_length(const char *text) {
+  return text != nullptr ? pg_mbcliplen(text, strlen(text), max_error_bytes - 1)
+                         : 0;
 }
 
-struct ClippedShortfall {
-  RoundShortfall shortfall;
-  int reason_length;
-};
-
-ClippedShortfall clip(const RoundShortfall &shortfall) {
-  return ClippedShortfall{shortfall, shortfall.kept_reason != nullptr
-                                         ? clipped_length(shortfall.kept_reason)
-                                         : 0};
+// `text` clipped to `length` into `field`; empty for no text.
+void copy_clipped(char *field, const char *text, int length) {
+  if (length > 0)
+    memcpy(field, text, length);
+  field[length] = '\0';
 }
 
-void finish(DatabaseRounds &slot, TimestampTz at, int64 deleted,
-            const char *error, int error_length,
-            const ClippedShortfall &clipped = {}) {
-  const RoundShortfall &shortfall = clipped.shortfall;
+void finish(RoundStatus &slot, TimestampTz at, int64 deleted, const char *error,
+            int error_length, const RoundShortfall &shortfall = {},
+            int reason_length = 0) {
   slot.last_kept = shortfall.kept;
-  slot.last_kept_reason[0] = '\0';
-  if (shortfall.kept_reason != nullptr) {
-    memcpy(slot.last_kept_reason, shortfall.kept_reason, clipped.reason_length);
-    slot.last_kept_reason[clipped.reason_length] = '\0';
-  }
+  copy_clipped(slot.last_kept_reason, shortfall.kept_reason, reason_length);
   if (shortfall.skipped)
     slot.skipped_rounds++;
   slot.running = false;
@@ -73,11 +63,7 @@ void finish(DatabaseRounds &slot, TimestampTz at, int64 deleted,
   slot.last_finished = at;
   slot.last_deleted = deleted;
   slot.last_failed = error != nullptr;
-  slot.last_error[0] = '\0';
-  if (error != nullptr) {
-    memcpy(slot.last_error, error, error_length);
-    slot.last_error[error_length] = '\0';
-  }
+  copy_clipped(slot.last_error, error, error_length);
   slot.rounds++;
   slot.total_deleted += deleted;
   if (error != nullptr && !shortfall.skipped)
@@ -106,7 +92,7 @@ void round_started(Oid database, TimestampTz at) {
   if (shared == nullptr)
     return;
   SpinLockAcquire(&shared->mutex);
-  DatabaseRounds &slot = slot_for(database);
+  RoundStatus &slot = slot_for(database);
   slot.running = true;
   slot.running_since = at;
   SpinLockRelease(&shared->mutex);
@@ -116,10 +102,11 @@ void round_finished(Oid database, TimestampTz at, int64 deleted,
                     const char *error, const RoundShortfall &shortfall) {
   if (shared == nullptr)
     return;
-  int error_length = error != nullptr ? clipped_length(error) : 0;
-  ClippedShortfall clipped = clip(shortfall);
+  int error_length = clipped_length(error);
+  int reason_length = clipped_length(shortfall.kept_reason);
   SpinLockAcquire(&shared->mutex);
-  finish(slot_for(database), at, deleted, error, error_length, clipped);
+  finish(slot_for(database), at, deleted, error, error_length, shortfall,
+         reason_length);
   SpinLockRelease(&shared->mutex);
 }
 
@@ -128,7 +115,7 @@ void round_abandoned(Oid database, TimestampTz at, const char *error) {
     return;
   int error_length = clipped_length(error);
   SpinLockAcquire(&shared->mutex);
-  for (DatabaseRounds &slot : shared->databases)
+  for (RoundStatus &slot : shared->databases)
     if (slot.database == database && slot.running)
       finish(slot, at, 0, error, error_length);
   SpinLockRelease(&shared->mutex);
@@ -138,23 +125,19 @@ void forget(Oid database) {
   if (shared == nullptr)
     return;
   SpinLockAcquire(&shared->mutex);
-  for (DatabaseRounds &slot : shared->databases)
+  for (RoundStatus &slot : shared->databases)
     if (slot.database == database)
       memset(&slot, 0, sizeof(slot));
   SpinLockRelease(&shared->mutex);
 }
 
-void forget_all_but(const Oid *databases, int count) {
+void forget_all_but(const List *databases) {
   if (shared == nullptr)
     return;
   SpinLockAcquire(&shared->mutex);
-  for (DatabaseRounds &slot : shared->databases) {
-    bool listed = false;
-    for (int i = 0; i < count && !listed; i++)
-      listed = databases[i] == slot.database;
-    if (!listed)
+  for (RoundStatus &slot : shared->databases)
+    if (!list_member_oid(databases, slot.database))
       memset(&slot, 0, sizeof(slot));
-  }
   SpinLockRelease(&shared->mutex);
 }
 
@@ -162,7 +145,7 @@ int copy_status(RoundStatus *out) {
   if (shared == nullptr)
     return -1;
   SpinLockAcquire(&shared->mutex);
-  memcpy(out, shared->databases, sizeof(DatabaseRounds) * max_databases);
+  memcpy(out, shared->databases, sizeof(RoundStatus) * max_databases);
   SpinLockRelease(&shared->mutex);
   int count = 0;
   for (int i = 0; i < max_databases; i++)

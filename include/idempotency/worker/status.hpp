@@ -11,6 +11,7 @@
 
 extern "C" {
 #include "datatype/timestamp.h"
+#include "nodes/pg_list.h"
 }
 
 namespace idempotency::worker::status {
@@ -71,7 +72,7 @@ void round_abandoned(Oid database, TimestampTz at, const char *error);
 void forget(Oid database);
 
 // Keeps only the databases listed (the others were dropped).
-void forget_all_but(const Oid *databases, int count);
+void forget_all_but(const List *databases);
 
 // Copies the remembered databases into out[0 .. max_databases) and returns
 // how many there are (first in `out`); -1 when the status is not in shared

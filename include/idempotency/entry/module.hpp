@@ -1,3 +1,14 @@
+// What _PG_init (entry/module.cpp) installs from the other files of entry/,
+// once per process.
+#pragma once
+
+namespace idempotency::entry {
+
+// What happens when a transaction or subtransaction ends: the extension's
+// one transaction callback and one subtransaction callback
+// (src/entry/transaction.cpp lists every part they call, in order).
+void register_transaction_callbacks();
+
 // Untyped parameters of the extension's calls get their types from fn.
 //
 // Most drivers send a statement's parameters untyped and let the server
@@ -14,10 +25,6 @@
 // A hook only works where the library is loaded: shared_preload_libraries
 // (the documented installation) or session_preload_libraries loads it
 // before a session's first statement.
-#pragma once
-
-namespace idempotency::entry {
-
 void install_untyped_parameters_hook();
 
 } // namespace idempotency::entry
