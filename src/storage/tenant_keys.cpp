@@ -255,18 +255,15 @@ ShardColumns shard_columns(Relation shard) {
 // (its local executor runs it here, in this transaction, and knows the
 // transaction wrote the shard: later statements see the row, and a
 // coordinated transaction commits through two-phase commit). Parameters as
-// set by store(); leaves in SPI_tuptable the row's times and whether the row
-// is still the key's (a BEFORE trigger may have changed its tenant, scope,
-// key or key_digest).
+// set by store(); leaves in SPI_tuptable the row's times and the columns of
+// its identity, which a BEFORE trigger may have changed (row_is_the_keys).
+// Citus deparses, parses and plans the statement for the shard at each
+// execution: the fewer expressions it has, the less that costs.
 void insert_through_citus(OwnerSpi &spi, bool with_window, Oid *types,
                           Datum *values, const char *nulls) {
 #define IDEMPOTENCY_TENANT_RETURNING                                           \
-  " RETURNING k.created_at, k.expires_at,"                                     \
-  " (k.tenant OPERATOR(pg_catalog.=) $1"                                       \
-  " AND k.scope OPERATOR(idempotency.=)"                                       \
-  " $2::pg_catalog.regrole::idempotency.role_scope"                            \
-  " AND k.key_digest OPERATOR(pg_catalog.=) $3"                                \
-  " AND k.key OPERATOR(pg_catalog.=) $4) IS TRUE"
+  " RETURNING k.created_at, k.expires_at, k.tenant, k.scope, k.key_digest,"    \
+  " k.key"
   constexpr const char *sql =
       "INSERT INTO idempotency.tenant_keys AS k"
       " (tenant, scope, key, key_digest, request_hash, response, created_at,"
@@ -286,6 +283,33 @@ void insert_through_citus(OwnerSpi &spi, bool with_window, Oid *types,
   else
     spi.run_kept(insert_plan, sql, 8, types, values, nulls, false,
                  SPI_OK_INSERT_RETURNING);
+}
+
+// Whether the row insert_through_citus() returned is still the key's: its
+// tenant (by the tenant type's equality, as the primary key compares it),
+// scope, key_digest and key, returned as columns 3 to 6.
+bool row_is_the_keys(HeapTuple row, TupleDesc desc, const KeyRef &key) {
+  bool is_null = false;
+  Datum tenant = SPI_getbinval(row, desc, 3, &is_null);
+  if (is_null)
+    return false;
+  TypeCacheEntry *tenant_type =
+      lookup_type_cache(key.tenant_type, TYPECACHE_EQ_OPR_FINFO);
+  if (!OidIsValid(tenant_type->eq_opr_finfo.fn_oid) ||
+      !DatumGetBool(FunctionCall2Coll(&tenant_type->eq_opr_finfo,
+                                      TupleDescAttr(desc, 2)->attcollation,
+                                      tenant, key.tenant)))
+    return false;
+  Datum scope = SPI_getbinval(row, desc, 4, &is_null);
+  if (is_null || DatumGetObjectId(scope) != key.scope)
+    return false;
+  Datum digest = SPI_getbinval(row, desc, 5, &is_null);
+  if (is_null ||
+      !datum_image_eq(digest, PointerGetDatum(key.digest), false, -1))
+    return false;
+  Datum stored_key = SPI_getbinval(row, desc, 6, &is_null);
+  return !is_null &&
+         datum_image_eq(stored_key, PointerGetDatum(key.key), false, -1);
 }
 
 } // namespace
@@ -529,8 +553,7 @@ StoredRow store_through_citus(const KeyTable &table, const KeyRef &key,
     check_key_row_kept(TriggeredRow::skipped, "idempotency.tenant_keys", "",
                        key.key);
   bool is_null = false;
-  if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-                                  3, &is_null)))
+  if (!row_is_the_keys(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, key))
     check_key_row_kept(TriggeredRow::moved, "idempotency.tenant_keys",
                        "tenant, scope, key or key_digest", key.key);
   StoredRow stored{};
