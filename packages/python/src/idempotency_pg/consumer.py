@@ -567,11 +567,10 @@ class Consumer:
             return None
         return key, payload
 
-    def _settle_answer(self, delivery, key, outcome, response, text, told=False):
-        """After the commit: reply, then ack (told: the committed event is out already)."""
+    def _settle_answer(self, delivery, key, outcome, response, text):
+        """After the commit: reply, then ack."""
         self.in_progress_attempts.pop(key, None)
-        if not told:
-            self._emit("committed", delivery, key=key, outcome=outcome, response=response)
+        self._emit("committed", delivery, key=key, outcome=outcome, response=response)
         self._reply(delivery, response, text, outcome)
         self.channel.basic_ack(delivery.method.delivery_tag)
         self._emit("acked", delivery, key=key, outcome=outcome)
@@ -608,14 +607,30 @@ class Consumer:
         for (delivery, key, _), result in zip(prepared, results):
             if not isinstance(result, BaseException):
                 self._emit("committed", delivery, key=key, outcome=result[0], response=result[1])
+        # Then every reply (each confirmed before basic_publish returns, on a
+        # channel with confirm_delivery()), then the acks together: acks
+        # between the replies would let the broker send the next deliveries
+        # while each reply waits for its confirm.
+        replied = []
         for (delivery, key, _), result in zip(prepared, results):
             if isinstance(result, BaseException):
                 self._settle_failure(delivery, key, result)
                 continue
+            outcome, response, text = result
             try:
-                self._settle_answer(delivery, key, *result, told=True)
+                self.in_progress_attempts.pop(key, None)
+                self._reply(delivery, response, text, outcome)
             except Exception as error:  # noqa: BLE001
                 self._settle_failure(delivery, key, error)
+                continue
+            replied.append((delivery, key, outcome))
+        for delivery, key, outcome in replied:
+            try:
+                self.channel.basic_ack(delivery.method.delivery_tag)
+            except Exception as error:  # noqa: BLE001
+                self._settle_failure(delivery, key, error)
+                continue
+            self._emit("acked", delivery, key=key, outcome=outcome)
 
     def _emit(self, kind, delivery, **extra):
         self.on_event(dict(type=kind, delivery=delivery, **extra))
