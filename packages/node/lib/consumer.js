@@ -87,11 +87,26 @@ const isTransient = (error) => typeof error?.code === 'string' && error.code.len
 // the handler's work, COMMIT): BEGIN goes with the claim in one simple-query
 // message, and the complete with COMMIT in another. The simple-query
 // protocol takes no parameters, so the key, request hash and response go in
-// as literals (escapeLiteral). No savepoint guards the handler's work: a
-// stored error, the rare case, rolls the transaction back and stores the
-// error under a new claim (storeError), so the common case pays for no
-// subtransaction.
-const literal = (client, value) => (value === null || value === undefined ? 'NULL' : client.escapeLiteral(value));
+// as literals (escapeLiteral's: E'...' when the text has a backslash, made
+// with two replaces rather than a loop over its characters). No savepoint
+// guards the handler's work: a stored error, the rare case, rolls the
+// transaction back and stores the error under a new claim (storeError), so
+// the common case pays for no subtransaction.
+const escapeLiteral = (text) => (text.includes('\\')
+  ? ` E'${text.replace(/\\/g, '\\\\').replace(/'/g, "''")}'` : `'${text.replace(/'/g, "''")}'`);
+const literal = (value) => (value === null || value === undefined ? 'NULL' : escapeLiteral(value));
+
+// jsonb comes back as the server's text of it (jsonb_out's, the bytes every
+// replay has), not parsed: the statements select the jsonb itself rather
+// than a cast to text, which the server would plan and fold at every call.
+// A jsonb[] comes back as an array of those texts.
+const JSONB_ARRAY_OID = 3807;
+const TEXT_ARRAY_OID = 1009;
+const asText = (value) => value;
+const textTypes = { getTypeParser: () => asText };
+const textArrayTypes = (client) => ({
+  getTypeParser: (oid, format) => (oid === JSONB_ARRAY_OID ? client.getTypeParser(TEXT_ARRAY_OID, format) : asText),
+});
 
 // The replayed flag and the response's jsonb text from claim()'s row in a
 // record's text form: "(f,,,)" for a key claimed now, "(t,<response>,...)"
@@ -121,14 +136,14 @@ async function beginAndClaim(client, { key, requestHash, waitTimeout }) {
     // Apart from the claim: a wait timeout the server refuses (22023) is not
     // an invalid key.
     statements.push(`SELECT pg_catalog.set_config('idempotency.wait_timeout', ${
-      literal(client, waitTimeoutSetting(waitTimeout))}, true)`);
+      literal(waitTimeoutSetting(waitTimeout))}, true)`);
     await client.query(statements.join('; '));
     statements = [];
   }
   // node-postgres hands a record over as its text (no parser for type
   // record); a cast to text here would cost the server more than the claim's
   // form saves.
-  statements.push(`SELECT idempotency.claim(${literal(client, key)}, ${literal(client, requestHash)}) AS claimed`);
+  statements.push(`SELECT idempotency.claim(${literal(key)}, ${literal(requestHash)}) AS claimed`);
   try {
     const results = [await client.query(statements.join('; '))].flat();
     return claimFromRecord(results.find((result) => result.fields[0]?.name === 'claimed').rows[0].claimed);
@@ -141,9 +156,11 @@ async function beginAndClaim(client, { key, requestHash, waitTimeout }) {
 // (its key order, its spacing).
 async function completeAndCommit(client, key, response) {
   const json = response === undefined || response === null ? null : JSON.stringify(response);
-  const [{ rows: [stored] }] = await client.query(
-    `SELECT idempotency.complete(${literal(client, key)}, answer), answer::text AS text`
-    + ` FROM CAST(${literal(client, json)} AS jsonb) AS answer; COMMIT`);
+  const [{ rows: [stored] }] = await client.query({
+    text: `SELECT idempotency.complete(${literal(key)}, answer), answer AS text`
+      + ` FROM CAST(${literal(json)} AS jsonb) AS answer; COMMIT`,
+    types: textTypes,
+  });
   return stored.text;
 }
 
@@ -214,35 +231,41 @@ async function applyOnce(pool, { key, requestHash, waitTimeout, isStoredError, b
 // input function, for less than a constant per element in ARRAY[...].
 const arrayElement = (value) => (value === null || value === undefined
   ? 'NULL' : `"${value.replace(/[\\"]/g, (character) => `\\${character}`)}"`);
-const arrayLiteral = (client, values, elementType) => {
+const arrayLiteral = (values, elementType) => {
   if (values.some((value) => typeof value === 'string' && value.includes('\0')))
     throw new InvalidKeyError('a key or request hash has a NUL character, which PostgreSQL text cannot hold');
-  return `CAST(${client.escapeLiteral(`{${values.map(arrayElement).join(',')}}`)} AS ${elementType}[])`;
+  return `CAST(${escapeLiteral(`{${values.map(arrayElement).join(',')}}`)} AS ${elementType}[])`;
 };
 
 // BEGIN and claim_batch in one message, as a single message's BEGIN goes
 // with its claim: the answers of claim_batch, one per key in the order
-// given, with the stored response as jsonb's text.
+// given (placed by their ordinality here, for less than an ORDER BY costs
+// the server), with the stored response as jsonb's text.
 async function beginAndClaimBatch(client, keys, requestHashes, waitTimeout) {
   const statements = ['BEGIN'];
   if (waitTimeout !== undefined)
     statements.push(`SELECT pg_catalog.set_config('idempotency.wait_timeout', ${
-      literal(client, waitTimeoutSetting(waitTimeout))}, true)`);
-  statements.push('SELECT outcome, sqlstate, message, response::text AS text FROM idempotency.claim_batch('
-    + `${arrayLiteral(client, keys, 'text')}, ${arrayLiteral(client, requestHashes, 'text')}) ORDER BY ordinality`);
+      literal(waitTimeoutSetting(waitTimeout))}, true)`);
+  statements.push('SELECT ordinality, outcome, sqlstate, message, response::text AS text FROM idempotency.claim_batch('
+    + `${arrayLiteral(keys, 'text')}, ${arrayLiteral(requestHashes, 'text')})`);
   const results = await client.query(statements.join('; '));
-  return results.find((result) => result.fields[0]?.name === 'outcome').rows;
+  const rows = [results].flat().find((result) => result.fields[0]?.name === 'ordinality').rows;
+  const ordered = new Array(rows.length);
+  for (const row of rows)
+    ordered[row.ordinality - 1] = row;
+  return ordered;
 }
 
 // Stores the answers and commits, in one message; returns the answers as
 // stored: jsonb's text (its key order, its spacing).
 async function completeBatchAndCommit(client, keys, responses) {
-  const answers = arrayLiteral(client, responses.map((response) => (response === undefined || response === null
+  const answers = arrayLiteral(responses.map((response) => (response === undefined || response === null
     ? null : JSON.stringify(response))), 'jsonb');
-  const [{ rows: [stored] }] = await client.query(
-    `SELECT idempotency.complete_batch(${arrayLiteral(client, keys, 'text')}, answers) AS done,`
-    + ' ARRAY(SELECT r::text FROM unnest(answers) WITH ORDINALITY AS u(r, n) ORDER BY n) AS texts'
-    + ` FROM ${answers} AS answers; COMMIT`);
+  const [{ rows: [stored] }] = await client.query({
+    text: `SELECT idempotency.complete_batch(${arrayLiteral(keys, 'text')}, answers) AS done, answers AS texts`
+      + ` FROM ${answers} AS answers; COMMIT`,
+    types: textArrayTypes(client),
+  });
   return stored.texts;
 }
 

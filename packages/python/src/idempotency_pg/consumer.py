@@ -135,16 +135,47 @@ def _array(values, element_type):
     return f"CAST({_literal('{' + ','.join(_array_element(value) for value in values) + '}')} AS {element_type}[])"
 
 
+def _is_psycopg2(cursor):
+    return type(cursor).__module__.startswith("psycopg2")
+
+
 def _last_rows(cursor):
     """The rows of the last statement the cursor ran (psycopg 3 starts at the
-    first result; psycopg2 keeps only the last and has no nextset)."""
-    nextset = getattr(cursor, "nextset", None)
-    try:
-        while nextset is not None and nextset():
+    first result; psycopg2 keeps only the last, and its nextset raises)."""
+    if not _is_psycopg2(cursor):
+        nextset = getattr(cursor, "nextset", None)
+        try:
+            while nextset is not None and nextset():
+                pass
+        except Exception:  # noqa: BLE001 -- a driver without more results: it is at the last already
             pass
-    except Exception:  # noqa: BLE001 -- psycopg2's NotSupportedError: it is at the last already
-        pass
     return cursor.fetchall()
+
+
+_JSONB_OID, _JSONB_ARRAY_OID = 3802, 3807
+_jsonb_text_casters = None
+
+
+def _jsonb_text_cursor(conn, cursor):
+    """For a psycopg2 cursor, another cursor of conn that returns jsonb and
+    jsonb[] as the server's text of them (jsonb_out's, the bytes every replay
+    has) rather than parsed, so that the statements select the jsonb itself,
+    not a cast to text that the server would plan and fold at every call.
+    The handler's cursor keeps the driver's types. None for other drivers:
+    their statements keep the cast."""
+    global _jsonb_text_casters
+    if not _is_psycopg2(cursor):
+        return None
+    if _jsonb_text_casters is None:
+        from psycopg2 import extensions  # a psycopg2 cursor: psycopg2 is there
+        text = extensions.new_type((_JSONB_OID,), "IDEMPOTENCY_JSONB_TEXT", lambda value, _: value)
+        _jsonb_text_casters = (extensions.register_type, text, extensions.new_array_type(
+            (_JSONB_ARRAY_OID,), "IDEMPOTENCY_JSONB_TEXT_ARRAY", text))
+    register, text, array = _jsonb_text_casters
+    raw = conn.cursor()
+    register(text, raw)
+    register(array, raw)
+    return raw
 
 
 @contextlib.contextmanager
@@ -235,7 +266,10 @@ def _complete_and_commit(conn, cursor, own, key, response):
     """Stores the answer and commits; returns the answer as stored: jsonb's
     text (its key order, its spacing)."""
     given = _literal(None if response is None else json.dumps(response))
-    stored = f"SELECT {given}::jsonb::text"
+    raw = _jsonb_text_cursor(conn, cursor)
+    if raw is not None:
+        cursor = raw
+    stored = f"SELECT {given}::jsonb" if raw is not None else f"SELECT {given}::jsonb::text"
     if not own:
         cursor.execute(f"SELECT idempotency.complete({_literal(key)}, {given}::jsonb); {stored}")
         [(text,)] = _last_rows(cursor)
@@ -357,11 +391,15 @@ def apply_batch(conn, items, wait_timeout=None, is_stored_error=None, before_com
             if wait_timeout is not None:
                 begin += ("SELECT pg_catalog.set_config('idempotency.wait_timeout', "
                           f"{_literal(_wait_timeout_setting(wait_timeout))}, true); ")
+            # The rows placed by their ordinality here, for less than an
+            # ORDER BY costs the server.
             cursor.execute(
-                f"{begin}SELECT outcome, sqlstate, message, response::text FROM idempotency.claim_batch("
-                f"{_array([items[i][0] for i in pending], 'text')}, {_array([items[i][1] for i in pending], 'text')})"
-                " ORDER BY ordinality")
-            rows = _last_rows(cursor)
+                f"{begin}SELECT ordinality, outcome, sqlstate, message, response::text"
+                f" FROM idempotency.claim_batch({_array([items[i][0] for i in pending], 'text')},"
+                f" {_array([items[i][1] for i in pending], 'text')})")
+            rows = [None] * len(pending)
+            for row in _last_rows(cursor):
+                rows[row[0] - 1] = row[1:]
             completed = []  # (index, response, outcome)
             for index, (outcome, sqlstate, message, text) in zip(pending, rows):
                 if outcome == "replayed":
@@ -390,13 +428,16 @@ def apply_batch(conn, items, wait_timeout=None, is_stored_error=None, before_com
                                "jsonb")
                 keys = _array([items[index][0] for index, _, _ in completed], "text")
                 # The answers as stored: jsonb's text (its key order, its spacing), after the COMMIT.
-                stored = f"SELECT ARRAY(SELECT r::text FROM unnest({given}) WITH ORDINALITY AS u(r, n) ORDER BY n)"
+                raw = _jsonb_text_cursor(conn, cursor)
+                ours = cursor if raw is None else raw
+                stored = (f"SELECT {given}" if raw is not None else
+                          f"SELECT ARRAY(SELECT r::text FROM unnest({given}) WITH ORDINALITY AS u(r, n) ORDER BY n)")
                 if own:
-                    cursor.execute(f"SELECT idempotency.complete_batch({keys}, {given}); COMMIT; {stored}")
-                    [(texts,)] = _last_rows(cursor)
+                    ours.execute(f"SELECT idempotency.complete_batch({keys}, {given}); COMMIT; {stored}")
+                    [(texts,)] = _last_rows(ours)
                 else:
-                    cursor.execute(f"SELECT idempotency.complete_batch({keys}, {given}); {stored}")
-                    [(texts,)] = _last_rows(cursor)
+                    ours.execute(f"SELECT idempotency.complete_batch({keys}, {given}); {stored}")
+                    [(texts,)] = _last_rows(ours)
                     conn.commit()
                 for (index, _, outcome), text in zip(completed, texts):
                     answers[index] = (outcome, None if text is None else json.loads(text), text)
@@ -526,11 +567,10 @@ class Consumer:
             return None
         return key, payload
 
-    def _settle_answer(self, delivery, key, outcome, response, text, told=False):
-        """After the commit: reply, then ack (told: the committed event is out already)."""
+    def _settle_answer(self, delivery, key, outcome, response, text):
+        """After the commit: reply, then ack."""
         self.in_progress_attempts.pop(key, None)
-        if not told:
-            self._emit("committed", delivery, key=key, outcome=outcome, response=response)
+        self._emit("committed", delivery, key=key, outcome=outcome, response=response)
         self._reply(delivery, response, text, outcome)
         self.channel.basic_ack(delivery.method.delivery_tag)
         self._emit("acked", delivery, key=key, outcome=outcome)
@@ -567,14 +607,30 @@ class Consumer:
         for (delivery, key, _), result in zip(prepared, results):
             if not isinstance(result, BaseException):
                 self._emit("committed", delivery, key=key, outcome=result[0], response=result[1])
+        # Then every reply (each confirmed before basic_publish returns, on a
+        # channel with confirm_delivery()), then the acks together: acks
+        # between the replies would let the broker send the next deliveries
+        # while each reply waits for its confirm.
+        replied = []
         for (delivery, key, _), result in zip(prepared, results):
             if isinstance(result, BaseException):
                 self._settle_failure(delivery, key, result)
                 continue
+            outcome, response, text = result
             try:
-                self._settle_answer(delivery, key, *result, told=True)
+                self.in_progress_attempts.pop(key, None)
+                self._reply(delivery, response, text, outcome)
             except Exception as error:  # noqa: BLE001
                 self._settle_failure(delivery, key, error)
+                continue
+            replied.append((delivery, key, outcome))
+        for delivery, key, outcome in replied:
+            try:
+                self.channel.basic_ack(delivery.method.delivery_tag)
+            except Exception as error:  # noqa: BLE001
+                self._settle_failure(delivery, key, error)
+                continue
+            self._emit("acked", delivery, key=key, outcome=outcome)
 
     def _emit(self, kind, delivery, **extra):
         self.on_event(dict(type=kind, delivery=delivery, **extra))
