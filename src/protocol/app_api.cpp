@@ -125,19 +125,6 @@ void hold(const storage::KeyRef &key, bytea *fingerprint,
   MemoryContextSwitchTo(caller);
 }
 
-// A claim() request's fingerprint: the claim marker and the client's text
-// (or NULL), so a claim never matches an idempotent_call of the same key.
-bytea *claim_fingerprint(text *client_hash) {
-  if (client_hash != nullptr)
-    return fingerprint::client_fingerprint(nullptr, client_hash);
-  fingerprint::RequestFingerprint framed =
-      fingerprint::RequestFingerprint::for_claim();
-  framed.add_null();
-  fingerprint::Fingerprint digest;
-  framed.finish(digest);
-  return fingerprint::as_bytea(digest);
-}
-
 [[noreturn]] void report_not_claimed(const storage::KeyRef &key,
                                      const char *command) {
   const char *shown = key_text(key);
@@ -196,7 +183,9 @@ void check_no_unfinished_claims(const char *ending) {
 } // namespace
 
 ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
-  bytea *fingerprint = claim_fingerprint(client_hash);
+  // The claim marker and the client's text (or NULL), so a claim never
+  // matches an idempotent_call of the same key.
+  bytea *fingerprint = fingerprint::client_fingerprint(nullptr, client_hash);
   // Claimed before it is looked up: claim() serves queue consumers, whose
   // keys are mostly new, and a new key is then looked up once.
   storage::KeyStore store = storage::key_store_for(key);
