@@ -30,7 +30,6 @@ struct HeldKey {
   Claim claim; // owned by the transaction's resource owner
   Interval ttl;
   Interval remember;
-  bool replaces_expired_row;
   storage::KeyProbe expired_row; // as probe() found it; no pointers
   bool completed;
   // Subtransactions are numbered in the order they start, so every
@@ -103,9 +102,7 @@ void hold(const storage::KeyRef &key, bytea *fingerprint,
   held->claim = taken.claim;
   held->ttl = settings::ttl();
   held->remember = settings::remember();
-  held->replaces_expired_row = taken.stored.state == storage::KeyState::expired;
   held->expired_row = taken.stored;
-  held->completed = false;
   held->claimed_in = GetCurrentSubTransactionId();
   held->next = held_keys;
   held_keys = held;
@@ -203,11 +200,13 @@ void complete_key(const storage::KeyRef &key, Datum response,
   HeldKey &held = claimed_key(key, "idempotency.complete()");
   check_response_size(key, response, response_is_null);
   storage::KeyStore store = storage::key_store_for(key);
-  store.store(key, storage::NewRow{held.fingerprint, response, response_is_null,
-                                   held.ttl, held.remember,
-                                   held.replaces_expired_row ? &held.expired_row
-                                                             : nullptr,
-                                   GetCurrentTransactionStartTimestamp()});
+  store.store(
+      key, storage::NewRow{held.fingerprint, response, response_is_null,
+                           held.ttl, held.remember,
+                           held.expired_row.state == storage::KeyState::expired
+                               ? &held.expired_row
+                               : nullptr,
+                           GetCurrentTransactionStartTimestamp()});
   held.completed = true;
   held.completed_in = GetCurrentSubTransactionId();
   stats::count(stats::Event::ran);
