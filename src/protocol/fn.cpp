@@ -141,8 +141,6 @@ bool analyse(const char *sql, int nargs, Analysis *analysis) {
   return true;
 }
 
-bool is_string(Oid type) { return TypeCategory(type) == TYPCATEGORY_STRING; }
-
 // PostgreSQL types an untyped parameter text by default where nothing asks
 // for a type (`SELECT $1`, `ARRAY[$1, $2]`, `VALUES ($1)`); fn does not need
 // text there, it passes the value on. A parameter the open analysis made
@@ -154,7 +152,7 @@ void keep_passed_through_types(const char *sql, int nargs, const Oid *given,
   bool any = false;
   for (int i = 0; i < nargs; i++)
     if (open->types[i] == TEXTOID && OidIsValid(given[i]) &&
-        !is_string(given[i])) {
+        TypeCategory(given[i]) != TYPCATEGORY_STRING) {
       seeded.types[i] = given[i];
       any = true;
     }
