@@ -41,9 +41,9 @@ namespace idempotency::protocol {
 // Never raises for what fn's text says: an fn that cannot be analysed
 // raises its own error when it is prepared to run. The answer is kept per
 // fn text and given types for the life of the backend (up to a bound), until
-// parameter_types_generation() changes: a client's statement with untyped
-// parameters that is parsed for every call (an unnamed statement) asks again
-// each time.
+// a catalog that decides the types changes (fn.cpp's generation): a client's
+// statement with untyped parameters that is parsed for every call (an
+// unnamed statement) asks again each time.
 void infer_parameter_types(const char *sql, int nargs, const Oid *given,
                            Oid *types);
 
