@@ -509,9 +509,13 @@ void RequestFingerprint::add_field(std::uint8_t tag, const void *data,
                                    std::size_t size) noexcept {
   // The length is little-endian (a choice of this encoding, not of
   // SHA-256); fixed width so a length can never run into the bytes after it.
-  std::uint8_t header[1 + 8] = {tag};
-  for (int i = 0; i < 8; ++i)
-    header[1 + i] = static_cast<std::uint8_t>(size >> (8 * i));
+  std::uint8_t header[1 + 8];
+  header[0] = tag;
+  std::uint64_t length = size;
+  for (int i = 1; i < 9; ++i) {
+    header[i] = static_cast<std::uint8_t>(length);
+    length >>= 8;
+  }
   if (!started_ && in_prefix(tag)) {
     append_to_prefix(header, sizeof header);
     append_to_prefix(data, size);
