@@ -379,15 +379,6 @@ void hmac_final(HmacContext &context,
 
 #endif
 
-// Frame lengths are little-endian (a choice of this encoding, not of
-// SHA-256); fixed width so a length can never run into the bytes after it.
-void store_le64(std::uint64_t v, std::uint8_t *p) noexcept {
-  for (int i = 0; i < 8; ++i) {
-    p[i] = static_cast<std::uint8_t>(v);
-    v >>= 8;
-  }
-}
-
 } // namespace
 
 void Sha256::update(const void *data, std::size_t size) noexcept {
@@ -407,16 +398,25 @@ void Sha256::finish(std::uint8_t (&digest)[digest_size]) noexcept {
   context_ = nullptr;
 }
 
+namespace {
+
+// The first `size` bytes of the hash's digest.
+void finish_into(Sha256 &hash, std::uint8_t *out, std::size_t size) noexcept {
+  std::uint8_t digest[Sha256::digest_size];
+  hash.finish(digest);
+  std::memcpy(out, digest, size);
+}
+
+} // namespace
+
 // RFC 2104: a key longer than a block is replaced by its digest.
 HmacSha256::HmacSha256(const void *key, std::size_t key_size) noexcept
     : key_{}, key_size_(0) {
   if (key_size > block_size) {
     Sha256 long_key;
     long_key.update(key, key_size);
-    std::uint8_t digest[Sha256::digest_size];
-    long_key.finish(digest);
-    std::memcpy(key_, digest, sizeof digest);
-    key_size_ = sizeof digest;
+    finish_into(long_key, key_, Sha256::digest_size);
+    key_size_ = Sha256::digest_size;
   } else if (key_size > 0) {
     std::memcpy(key_, key, key_size);
     key_size_ = key_size;
@@ -461,14 +461,6 @@ constexpr std::uint8_t tag_type_name = 0x04;
 constexpr std::uint8_t tag_value = 0x05;
 constexpr std::uint8_t tag_client_hash = 0x06;
 constexpr std::uint8_t tag_claim_api = 0x07;
-
-constexpr std::size_t frame_header_size = 1 + 8;
-
-void write_frame_header(std::uint8_t tag, std::uint64_t size,
-                        std::uint8_t (&out)[frame_header_size]) noexcept {
-  out[0] = tag;
-  store_le64(size, out + 1);
-}
 
 // Fields that belong to the prefix: the ones before the values.
 bool in_prefix(std::uint8_t tag) noexcept {
@@ -515,8 +507,15 @@ void RequestFingerprint::append_to_prefix(const void *data,
 
 void RequestFingerprint::add_field(std::uint8_t tag, const void *data,
                                    std::size_t size) noexcept {
-  std::uint8_t header[frame_header_size];
-  write_frame_header(tag, size, header);
+  // The length is little-endian (a choice of this encoding, not of
+  // SHA-256); fixed width so a length can never run into the bytes after it.
+  std::uint8_t header[1 + 8];
+  header[0] = tag;
+  std::uint64_t length = size;
+  for (int i = 1; i < 9; ++i) {
+    header[i] = static_cast<std::uint8_t>(length);
+    length >>= 8;
+  }
   if (!started_ && in_prefix(tag)) {
     append_to_prefix(header, sizeof header);
     append_to_prefix(data, size);
@@ -586,22 +585,11 @@ void RequestFingerprint::finish(Fingerprint &out) noexcept {
   hash_.finish(out);
 }
 
-namespace {
-
-void finish_key_digest(Sha256 &hash,
-                       std::uint8_t (&out)[key_digest_size]) noexcept {
-  std::uint8_t digest[Sha256::digest_size];
-  hash.finish(digest);
-  std::memcpy(out, digest, key_digest_size);
-}
-
-} // namespace
-
 void key_digest(const char *key, std::size_t key_size,
                 std::uint8_t (&out)[key_digest_size]) noexcept {
   Sha256 hash;
   hash.update(key, key_size);
-  finish_key_digest(hash, out);
+  finish_into(hash, out, key_digest_size);
 }
 
 void unconverted_key_digest(const char *key, std::size_t key_size,
@@ -610,7 +598,7 @@ void unconverted_key_digest(const char *key, std::size_t key_size,
   Sha256 hash;
   hash.update(&not_utf8, 1);
   hash.update(key, key_size);
-  finish_key_digest(hash, out);
+  finish_into(hash, out, key_digest_size);
 }
 
 namespace {
@@ -650,13 +638,6 @@ void put_uuid7_timestamp(const char *key, std::uint8_t *out) noexcept {
   // NOLINTEND(clang-analyzer-core.UndefinedBinaryOperatorResult)
 }
 
-void put_sha256_prefix(Sha256 &hash, std::uint8_t *out,
-                       std::size_t size) noexcept {
-  std::uint8_t digest[Sha256::digest_size];
-  hash.finish(digest);
-  std::memcpy(out, digest, size);
-}
-
 constexpr std::size_t min_sequence_digits = 6;
 // 10^18 - 1 fits in 63 bits.
 constexpr std::size_t max_sequence_digits = 18;
@@ -689,12 +670,10 @@ void ordered_key_digest(const char *key, std::size_t key_size,
   constexpr std::size_t hash_bytes = 8;
   if (is_uuid7_text(key, key_size)) {
     constexpr std::size_t timestamp_bytes = 6;
-    std::uint8_t key_hash[Sha256::digest_size];
     Sha256 hash;
     hash.update(key, key_size);
-    hash.finish(key_hash);
     put_uuid7_timestamp(key, out.bytes);
-    std::memcpy(out.bytes + timestamp_bytes, key_hash, hash_bytes);
+    finish_into(hash, out.bytes + timestamp_bytes, hash_bytes);
     out.size = timestamp_bytes + hash_bytes;
     return;
   }
@@ -707,7 +686,7 @@ void ordered_key_digest(const char *key, std::size_t key_size,
     Sha256 prefix_hash;
     prefix_hash.update(key, prefix_size);
     prefix_hash.update(&digit_count, 1);
-    put_sha256_prefix(prefix_hash, out.bytes, hash_bytes);
+    finish_into(prefix_hash, out.bytes, hash_bytes);
     std::uint64_t number = 0;
     for (std::size_t i = prefix_size; i < key_size; i++)
       number = number * 10 + static_cast<std::uint64_t>(key[i] - '0');
@@ -717,9 +696,9 @@ void ordered_key_digest(const char *key, std::size_t key_size,
     out.size = hash_bytes + 8;
     return;
   }
-  std::uint8_t plain[key_digest_size];
-  key_digest(key, key_size, plain);
-  std::memcpy(out.bytes, plain, key_digest_size);
+  Sha256 hash;
+  hash.update(key, key_size);
+  finish_into(hash, out.bytes, key_digest_size);
   out.size = key_digest_size;
 }
 

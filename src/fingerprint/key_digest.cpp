@@ -20,26 +20,15 @@ namespace {
 // a conversion that a user declares default in a schema of the search_path
 // must not change which key a text names. Looked up once per backend, whose
 // database, hence encoding, never changes.
-struct ToUtf8 {
-  bool looked_up;
-  Oid proc; // InvalidOid: there is none
-};
-ToUtf8 to_utf8{false, InvalidOid};
-
 Oid conversion_to_utf8() {
-  if (!to_utf8.looked_up) {
-    to_utf8.proc = FindDefaultConversion(PG_CATALOG_NAMESPACE,
-                                         GetDatabaseEncoding(), PG_UTF8);
-    to_utf8.looked_up = true;
+  static bool looked_up = false;
+  static Oid proc = InvalidOid; // InvalidOid: there is none
+  if (!looked_up) {
+    proc = FindDefaultConversion(PG_CATALOG_NAMESPACE, GetDatabaseEncoding(),
+                                 PG_UTF8);
+    looked_up = true;
   }
-  return to_utf8.proc;
-}
-
-bool is_ascii(const char *bytes, Size size) {
-  for (Size i = 0; i < size; i++)
-    if (IS_HIGHBIT_SET(bytes[i]))
-      return false;
-  return true;
+  return proc;
 }
 
 // The bytes already are the key's UTF-8 form: in a UTF8 database; in an
@@ -48,19 +37,18 @@ bool is_ascii(const char *bytes, Size size) {
 // ASCII key, the same bytes in every server encoding.
 bool bytes_are_canonical(const char *bytes, Size size) {
   int encoding = GetDatabaseEncoding();
-  return encoding == PG_UTF8 || encoding == PG_SQL_ASCII ||
-         is_ascii(bytes, size);
+  if (encoding == PG_UTF8 || encoding == PG_SQL_ASCII)
+    return true;
+  for (Size i = 0; i < size; i++)
+    if (IS_HIGHBIT_SET(bytes[i]))
+      return false;
+  return true;
 }
 
-bytea *as_bytea(const uint8 *digest_bytes, Size size) {
-  bytea *digest = static_cast<bytea *>(palloc(VARHDRSZ + size));
-  SET_VARSIZE(digest, VARHDRSZ + size);
-  memcpy(VARDATA(digest), digest_bytes, size);
-  return digest;
-}
-
-} // namespace
-
+// The UTF-8 form of `size` bytes of text in the database encoding: the
+// bytes themselves where they already are, else a palloc'd conversion,
+// `*owned` set and `*utf8_size` its length; nullptr when the text has no
+// UTF-8 form (a character of the database encoding that Unicode lacks).
 const char *utf8_form(const char *bytes, Size size, bool *owned,
                       Size *utf8_size) {
   *owned = false;
@@ -91,6 +79,27 @@ const char *utf8_form(const char *bytes, Size size, bool *owned,
   return reinterpret_cast<const char *>(utf8);
 }
 
+// The last key digested and its digest: claim() and complete() of one
+// message digest the same key, and a digest costs more than comparing the
+// key. It depends only on the key's bytes, the database encoding being the
+// backend's for its life. Longer keys are not kept.
+struct LastDigest {
+  bool valid;
+  Size key_size;
+  char key[128];
+  OrderedKeyDigest digest;
+};
+LastDigest last_digest{};
+
+} // namespace
+
+bytea *as_bytea(const void *bytes, Size size) {
+  bytea *value = static_cast<bytea *>(palloc(VARHDRSZ + size));
+  SET_VARSIZE(value, VARHDRSZ + size);
+  memcpy(VARDATA(value), bytes, size);
+  return value;
+}
+
 Size utf8_length(const char *bytes, Size size) {
   bool owned;
   Size utf8_size;
@@ -102,66 +111,12 @@ Size utf8_length(const char *bytes, Size size) {
   return utf8_size;
 }
 
-namespace {
-
-// The digest of a tenant key: over its UTF-8 form, or, for a
-// key that has none, over its own bytes, marked
-// (fingerprint::unconverted_key_digest).
-void tenant_digest(const char *bytes, Size size,
-                   uint8 (&out)[key_digest_size]) {
-  bool owned;
-  Size utf8_size;
-  const char *utf8 = utf8_form(bytes, size, &owned, &utf8_size);
-  if (utf8 == nullptr) {
-    unconverted_key_digest(bytes, size, out);
-    return;
-  }
-  key_digest(utf8, utf8_size, out);
-  if (owned)
-    pfree(const_cast<char *>(utf8));
-}
-
-} // namespace
-
-namespace {
-
-// The last key digested and its digest: claim() and complete() of one
-// message digest the same key, and a digest costs more than comparing the
-// key. It depends only on the key's bytes, the database encoding being the
-// backend's for its life. Longer keys are not kept.
-struct LastDigest {
-  bool valid;
-  Size key_size;
-  char key[128];
-  uint8 digest[max_ordered_key_digest_size];
-  Size digest_size;
-};
-LastDigest last_digest{};
-
-bool is_last_digested(const char *bytes, Size size) {
-  return last_digest.valid && last_digest.key_size == size &&
-         memcmp(last_digest.key, bytes, size) == 0;
-}
-
-void keep_last_digest(const char *bytes, Size size, const uint8 *digest,
-                      Size digest_size) {
-  last_digest.valid = false;
-  if (size > sizeof last_digest.key)
-    return;
-  memcpy(last_digest.key, bytes, size);
-  last_digest.key_size = size;
-  memcpy(last_digest.digest, digest, digest_size);
-  last_digest.digest_size = digest_size;
-  last_digest.valid = true;
-}
-
-} // namespace
-
 bytea *digest_of_key(const text *key) {
   const char *bytes = VARDATA_ANY(key);
   Size size = VARSIZE_ANY_EXHDR(key);
-  if (is_last_digested(bytes, size))
-    return as_bytea(last_digest.digest, last_digest.digest_size);
+  if (last_digest.valid && last_digest.key_size == size &&
+      memcmp(last_digest.key, bytes, size) == 0)
+    return as_bytea(last_digest.digest.bytes, last_digest.digest.size);
   bool owned;
   Size utf8_size;
   const char *utf8 = utf8_form(bytes, size, &owned, &utf8_size);
@@ -174,16 +129,32 @@ bytea *digest_of_key(const text *key) {
   ordered_key_digest(utf8, utf8_size, digest);
   if (owned)
     pfree(const_cast<char *>(utf8));
-  keep_last_digest(bytes, size, digest.bytes, digest.size);
+  last_digest.valid = size <= sizeof last_digest.key;
+  if (last_digest.valid) {
+    memcpy(last_digest.key, bytes, size);
+    last_digest.key_size = size;
+    last_digest.digest = digest;
+  }
   return as_bytea(digest.bytes, digest.size);
 }
 
+// A key that has no UTF-8 form is digested over its own bytes, marked
+// (fingerprint::unconverted_key_digest).
 bytea *tenant_digest_of_key(const text *key) {
   const char *bytes = VARDATA_ANY(key);
   Size size = VARSIZE_ANY_EXHDR(key);
-  uint8 digest_bytes[key_digest_size];
-  tenant_digest(bytes, size, digest_bytes);
-  return as_bytea(digest_bytes, key_digest_size);
+  uint8 digest[key_digest_size];
+  bool owned;
+  Size utf8_size;
+  const char *utf8 = utf8_form(bytes, size, &owned, &utf8_size);
+  if (utf8 == nullptr) {
+    unconverted_key_digest(bytes, size, digest);
+  } else {
+    key_digest(utf8, utf8_size, digest);
+    if (owned)
+      pfree(const_cast<char *>(utf8));
+  }
+  return as_bytea(digest, key_digest_size);
 }
 
 // --- derived keys: a key's keyed digest, for calls downstream ----------------
@@ -209,13 +180,9 @@ void update_with_text(HmacSha256 &mac, const text *value, uint8 utf8_tag,
   const char *utf8 = utf8_form(bytes, size, &owned, &utf8_size);
   const char *field = utf8 != nullptr ? utf8 : bytes;
   Size field_size = utf8 != nullptr ? utf8_size : size;
-  uint8 header[1 + 8];
-  header[0] = utf8 != nullptr ? utf8_tag : unconverted_tag;
-  uint64 length = field_size;
-  for (int i = 0; i < 8; i++) {
-    header[1 + i] = static_cast<uint8>(length);
-    length >>= 8;
-  }
+  uint8 header[1 + 8] = {utf8 != nullptr ? utf8_tag : unconverted_tag};
+  for (int i = 0; i < 8; i++)
+    header[1 + i] = static_cast<uint8>(uint64{field_size} >> (8 * i));
   mac.update(header, sizeof header);
   mac.update(field, field_size);
   if (owned)

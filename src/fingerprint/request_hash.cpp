@@ -1,5 +1,7 @@
 #include "idempotency/fingerprint/request_hash.hpp"
 
+#include "idempotency/fingerprint/key_digest.hpp"
+
 extern "C" {
 #include "access/htup_details.h"
 #include "catalog/pg_type.h"
@@ -47,19 +49,6 @@ Bytes encode(const ValueEncoder &encoder, Datum value) {
   return {text_form, strlen(text_form)};
 }
 
-void hash_values(RequestFingerprint fingerprint, const ValueEncoder *encoders,
-                 const FnArgs &args, Fingerprint &out) {
-  for (int i = 0; i < args.count; i++) {
-    if (args.nulls[i]) {
-      fingerprint.add_null();
-      continue;
-    }
-    Bytes encoded = encode(encoders[i], args.values[i]);
-    fingerprint.add_value(encoded.data, encoded.size);
-  }
-  fingerprint.finish(out);
-}
-
 // Send functions of text-like types convert to the client encoding; hashing
 // with the client encoding set to UTF8 keeps a request's fingerprint the
 // same whatever client_encoding the retry arrives with.
@@ -78,14 +67,6 @@ template <typename Body> void with_utf8_client_encoding(Body body) {
   PG_FINALLY();
   { SetClientEncoding(client_encoding); }
   PG_END_TRY();
-}
-
-bytea *framed_client_text(RequestFingerprint framed, const text *client_hash) {
-  Bytes hash = utf8_form(client_hash);
-  framed.add_client_hash(hash.data, hash.size);
-  Fingerprint digest;
-  framed.finish(digest);
-  return as_bytea(digest);
 }
 
 RequestFingerprint framing(text *fn) {
@@ -123,21 +104,33 @@ RequestFingerprint prefix_for(text *fn, int nargs, const Oid *types) {
 
 bytea *request_hash(const RequestFingerprint &prefix,
                     const ValueEncoder *encoders, const FnArgs &args) {
+  RequestFingerprint fingerprint = prefix;
   Fingerprint digest;
-  with_utf8_client_encoding(
-      [&] { hash_values(prefix, encoders, args, digest); });
-  return as_bytea(digest);
-}
-
-bytea *as_bytea(const Fingerprint &fingerprint) {
-  bytea *value = static_cast<bytea *>(palloc(VARHDRSZ + fingerprint_size));
-  SET_VARSIZE(value, VARHDRSZ + fingerprint_size);
-  memcpy(VARDATA(value), fingerprint, fingerprint_size);
-  return value;
+  with_utf8_client_encoding([&] {
+    for (int i = 0; i < args.count; i++) {
+      if (args.nulls[i]) {
+        fingerprint.add_null();
+        continue;
+      }
+      Bytes encoded = encode(encoders[i], args.values[i]);
+      fingerprint.add_value(encoded.data, encoded.size);
+    }
+    fingerprint.finish(digest);
+  });
+  return as_bytea(digest, fingerprint_size);
 }
 
 bytea *client_fingerprint(text *fn, text *client_hash) {
-  return framed_client_text(framing(fn), client_hash);
+  RequestFingerprint framed = framing(fn);
+  if (client_hash == nullptr) {
+    framed.add_null();
+  } else {
+    Bytes hash = utf8_form(client_hash);
+    framed.add_client_hash(hash.data, hash.size);
+  }
+  Fingerprint digest;
+  framed.finish(digest);
+  return as_bytea(digest, fingerprint_size);
 }
 
 } // namespace idempotency::fingerprint

@@ -30,7 +30,6 @@ struct HeldKey {
   Claim claim; // owned by the transaction's resource owner
   Interval ttl;
   Interval remember;
-  bool replaces_expired_row;
   storage::KeyProbe expired_row; // as probe() found it; no pointers
   bool completed;
   // Subtransactions are numbered in the order they start, so every
@@ -44,34 +43,19 @@ struct HeldKey {
 
 HeldKey *held_keys = nullptr; // this transaction's, newest first
 
-// The tenant's byte layout, for copying and comparing it as a Datum.
-struct TypeLayout {
-  int16 length;
-  bool by_value;
-};
-
-TypeLayout tenant_layout(const storage::KeyRef &key) {
-  TypeLayout layout{};
-  get_typlenbyval(key.tenant_type, &layout.length, &layout.by_value);
-  return layout;
-}
-
-bool same_tenant(const storage::KeyRef &a, const storage::KeyRef &b) {
-  if (a.has_tenant != b.has_tenant)
+bool same_key(const storage::KeyRef &a, const storage::KeyRef &b) {
+  if (a.scope != b.scope || a.has_tenant != b.has_tenant ||
+      VARSIZE_ANY_EXHDR(a.key) != VARSIZE_ANY_EXHDR(b.key) ||
+      memcmp(VARDATA_ANY(a.key), VARDATA_ANY(b.key),
+             VARSIZE_ANY_EXHDR(b.key)) != 0)
     return false;
   if (!a.has_tenant)
     return true;
-  if (a.tenant_type != b.tenant_type)
-    return false;
-  TypeLayout layout = tenant_layout(a);
-  return datumIsEqual(a.tenant, b.tenant, layout.by_value, layout.length);
-}
-
-bool same_key(const storage::KeyRef &a, const storage::KeyRef &b) {
-  return a.scope == b.scope && same_tenant(a, b) &&
-         VARSIZE_ANY_EXHDR(a.key) == VARSIZE_ANY_EXHDR(b.key) &&
-         memcmp(VARDATA_ANY(a.key), VARDATA_ANY(b.key),
-                VARSIZE_ANY_EXHDR(b.key)) == 0;
+  int16 length;
+  bool by_value;
+  get_typlenbyval(a.tenant_type, &length, &by_value);
+  return a.tenant_type == b.tenant_type &&
+         datumIsEqual(a.tenant, b.tenant, by_value, length);
 }
 
 HeldKey *find_held(const storage::KeyRef &key) {
@@ -101,8 +85,10 @@ storage::KeyRef copy_key(const storage::KeyRef &key) {
   copy.key = copy_text(key.key);
   copy.digest = copy_text(key.digest);
   if (key.has_tenant) {
-    TypeLayout layout = tenant_layout(key);
-    copy.tenant = datumCopy(key.tenant, layout.by_value, layout.length);
+    int16 length;
+    bool by_value;
+    get_typlenbyval(key.tenant_type, &length, &by_value);
+    copy.tenant = datumCopy(key.tenant, by_value, length);
   }
   return copy;
 }
@@ -116,49 +102,29 @@ void hold(const storage::KeyRef &key, bytea *fingerprint,
   held->claim = taken.claim;
   held->ttl = settings::ttl();
   held->remember = settings::remember();
-  held->replaces_expired_row = taken.stored.state == storage::KeyState::expired;
   held->expired_row = taken.stored;
-  held->completed = false;
   held->claimed_in = GetCurrentSubTransactionId();
   held->next = held_keys;
   held_keys = held;
   MemoryContextSwitchTo(caller);
 }
 
-// A claim() request's fingerprint: the claim marker and the client's text
-// (or NULL), so a claim never matches an idempotent_call of the same key.
-bytea *claim_fingerprint(text *client_hash) {
-  if (client_hash != nullptr)
-    return fingerprint::client_fingerprint(nullptr, client_hash);
-  fingerprint::RequestFingerprint framed =
-      fingerprint::RequestFingerprint::for_claim();
-  framed.add_null();
-  fingerprint::Fingerprint digest;
-  framed.finish(digest);
-  return fingerprint::as_bytea(digest);
-}
-
-[[noreturn]] void report_not_claimed(const storage::KeyRef &key,
-                                     const char *command) {
-  const char *shown = key_text(key);
-  ereport(ERROR,
-          (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-           errmsg("idempotency key \"%s\" is not claimed by this transaction",
-                  shown),
-           errdetail("%s needs a key that idempotency.claim() returned with "
-                     "replayed = false in this transaction, not yet completed "
-                     "or released.",
-                     command),
-           errhint("Call idempotency.claim(key, request_hash) first, in the "
-                   "same transaction.")));
-  pg_unreachable();
-}
-
 // The claimed, not yet completed key of this transaction, or an error.
 HeldKey &claimed_key(const storage::KeyRef &key, const char *command) {
   HeldKey *held = find_held(key);
-  if (held == nullptr)
-    report_not_claimed(key, command);
+  if (held == nullptr) {
+    const char *shown = key_text(key);
+    ereport(ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("idempotency key \"%s\" is not claimed by this transaction",
+                    shown),
+             errdetail("%s needs a key that idempotency.claim() returned with "
+                       "replayed = false in this transaction, not yet "
+                       "completed or released.",
+                       command),
+             errhint("Call idempotency.claim(key, request_hash) first, in the "
+                     "same transaction.")));
+  }
   if (held->completed) {
     const char *shown = key_text(key);
     ereport(ERROR,
@@ -193,10 +159,21 @@ void check_no_unfinished_claims(const char *ending) {
   }
 }
 
+int compare_bytes(const varlena *a, const varlena *b) {
+  Size a_size = VARSIZE_ANY_EXHDR(a);
+  Size b_size = VARSIZE_ANY_EXHDR(b);
+  int order = memcmp(VARDATA_ANY(a), VARDATA_ANY(b), Min(a_size, b_size));
+  if (order != 0)
+    return order;
+  return a_size < b_size ? -1 : (a_size > b_size ? 1 : 0);
+}
+
 } // namespace
 
 ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
-  bytea *fingerprint = claim_fingerprint(client_hash);
+  // The claim marker and the client's text (or NULL), so a claim never
+  // matches an idempotent_call of the same key.
+  bytea *fingerprint = fingerprint::client_fingerprint(nullptr, client_hash);
   // Claimed before it is looked up: claim() serves queue consumers, whose
   // keys are mostly new, and a new key is then looked up once.
   storage::KeyStore store = storage::key_store_for(key);
@@ -223,11 +200,13 @@ void complete_key(const storage::KeyRef &key, Datum response,
   HeldKey &held = claimed_key(key, "idempotency.complete()");
   check_response_size(key, response, response_is_null);
   storage::KeyStore store = storage::key_store_for(key);
-  store.store(key, storage::NewRow{held.fingerprint, response, response_is_null,
-                                   held.ttl, held.remember,
-                                   held.replaces_expired_row ? &held.expired_row
-                                                             : nullptr,
-                                   GetCurrentTransactionStartTimestamp()});
+  store.store(
+      key, storage::NewRow{held.fingerprint, response, response_is_null,
+                           held.ttl, held.remember,
+                           held.expired_row.state == storage::KeyState::expired
+                               ? &held.expired_row
+                               : nullptr,
+                           GetCurrentTransactionStartTimestamp()});
   held.completed = true;
   held.completed_in = GetCurrentSubTransactionId();
   stats::count(stats::Event::ran);
@@ -249,45 +228,38 @@ void release_key(const storage::KeyRef &key) {
 LookupRow lookup_key(const storage::KeyRef &key) {
   storage::KeyProbe stored = storage::key_store_for(key).probe(
       key, GetCurrentTransactionStartTimestamp());
-  LookupRow row{};
-  row.response_is_null = true;
+  HeldKey *held = find_held(key);
+  LookupState state = LookupState::in_progress;
   switch (stored.state) {
   case storage::KeyState::done:
-    row.state = LookupState::done;
-    row.has_times = true;
-    row.response = stored.response;
-    row.response_is_null = stored.response_is_null;
+    state = LookupState::done;
     break;
   case storage::KeyState::in_progress:
-    row.state = LookupState::in_progress;
     break;
   case storage::KeyState::gone:
-    row.state = LookupState::gone;
-    row.has_times = true;
+    state = LookupState::gone;
     break;
   case storage::KeyState::expired:
   case storage::KeyState::absent:
     // A claimed key has no new row until it is completed.
-    if (find_held(key) != nullptr || claimed_elsewhere(key)) {
-      row.state = LookupState::in_progress;
-      break;
-    }
-    row.state = stored.state == storage::KeyState::expired
-                    ? LookupState::expired
-                    : LookupState::absent;
-    row.has_times = stored.state == storage::KeyState::expired;
+    if (held == nullptr && !claimed_elsewhere(key))
+      state = stored.state == storage::KeyState::expired ? LookupState::expired
+                                                         : LookupState::absent;
     break;
   }
   // A key this transaction claimed and has not completed is in progress,
   // whatever expired row it is to replace.
-  HeldKey *held = find_held(key);
   if (held != nullptr && !held->completed)
-    row = LookupRow{LookupState::in_progress, false, 0, 0, (Datum)0, true};
-  if (row.has_times) {
-    row.created_at = stored.created_at;
-    row.expires_at = stored.expires_at;
-  }
-  return row;
+    state = LookupState::in_progress;
+  bool done = state == LookupState::done;
+  bool has_times =
+      done || state == LookupState::gone || state == LookupState::expired;
+  return LookupRow{state,
+                   has_times,
+                   has_times ? stored.created_at : 0,
+                   has_times ? stored.expires_at : 0,
+                   done ? stored.response : (Datum)0,
+                   !done || stored.response_is_null};
 }
 
 bool forget_key(const storage::KeyRef &key) {
@@ -317,19 +289,6 @@ bool forget_key(const storage::KeyRef &key) {
   }
   pg_unreachable();
 }
-
-namespace {
-
-int compare_bytes(const varlena *a, const varlena *b) {
-  Size a_size = VARSIZE_ANY_EXHDR(a);
-  Size b_size = VARSIZE_ANY_EXHDR(b);
-  int order = memcmp(VARDATA_ANY(a), VARDATA_ANY(b), Min(a_size, b_size));
-  if (order != 0)
-    return order;
-  return a_size < b_size ? -1 : (a_size > b_size ? 1 : 0);
-}
-
-} // namespace
 
 void claim_batch(const storage::KeyRef *keys, text *const *client_hashes,
                  int count, BatchAnswer *answers) {
@@ -364,19 +323,9 @@ void claim_batch(const storage::KeyRef *keys, text *const *client_hashes,
 }
 
 const char *lookup_state_name(LookupState state) {
-  switch (state) {
-  case LookupState::absent:
-    return "absent";
-  case LookupState::in_progress:
-    return "in_progress";
-  case LookupState::done:
-    return "done";
-  case LookupState::expired:
-    return "expired";
-  case LookupState::gone:
-    return "gone";
-  }
-  return nullptr;
+  static const char *const names[] = {"absent", "in_progress", "done",
+                                      "expired", "gone"};
+  return names[static_cast<int>(state)];
 }
 
 namespace claims {

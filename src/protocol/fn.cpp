@@ -15,10 +15,12 @@ extern "C" {
 #include "funcapi.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
+#include "nodes/params.h"
 #include "parser/analyze.h"
 #include "parser/parse_coerce.h"
 #include "parser/parse_param.h"
 #include "tcop/tcopprot.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
@@ -67,13 +69,7 @@ uint64 statement_hash(const char *sql, size_t sql_size, int nargs,
          settings::statement_hash_mask();
 }
 
-} // namespace
-
 // --- what fn receives: its parameters' types, each argument's conversion -----
-
-namespace {
-
-const int errcode_datatype_mismatch = ERRCODE_DATATYPE_MISMATCH;
 
 // What one analysis of fn found: the type of each parameter (InvalidOid
 // where it stayed open) and the types of fn's result columns.
@@ -121,17 +117,15 @@ bool analyse(const char *sql, int nargs, Analysis *analysis) {
   if (IsInParallelMode())
     return false;
   int count = nargs;
-  Oid **types = &analysis->types;
-  int *counted = &count;
   bool finished = run_in_subtransaction(
-      [sql, types, counted, analysis] {
+      [sql, &count, analysis] {
         List *statements = pg_parse_query(sql);
         if (list_length(statements) != 1)
           ereport(ERROR, (errcode(ERRCODE_SYNTAX_ERROR),
                           errmsg("fn must be exactly one SQL statement")));
         ParseState *state = make_parsestate(nullptr);
         state->p_sourcetext = sql;
-        setup_parse_variable_parameters(state, types, counted);
+        setup_parse_variable_parameters(state, &analysis->types, &count);
         Query *query =
             transformTopLevelStmt(state, linitial_node(RawStmt, statements));
         check_variable_parameters(state, query);
@@ -147,8 +141,6 @@ bool analyse(const char *sql, int nargs, Analysis *analysis) {
   return true;
 }
 
-bool is_string(Oid type) { return TypeCategory(type) == TYPCATEGORY_STRING; }
-
 // PostgreSQL types an untyped parameter text by default where nothing asks
 // for a type (`SELECT $1`, `ARRAY[$1, $2]`, `VALUES ($1)`); fn does not need
 // text there, it passes the value on. A parameter the open analysis made
@@ -160,7 +152,7 @@ void keep_passed_through_types(const char *sql, int nargs, const Oid *given,
   bool any = false;
   for (int i = 0; i < nargs; i++)
     if (open->types[i] == TEXTOID && OidIsValid(given[i]) &&
-        !is_string(given[i])) {
+        TypeCategory(given[i]) != TYPCATEGORY_STRING) {
       seeded.types[i] = given[i];
       any = true;
     }
@@ -174,15 +166,20 @@ void catalog_changed(Datum, compat::SysCacheIdentifier, uint32) {
   generation++;
 }
 
-void watch_catalogs() {
+// Counts the changes this backend has seen to the catalogs that decide fn's
+// parameter types or their names (types, schemas, functions, operators,
+// casts, columns): what was worked out at an older generation is worked out
+// again.
+uint64 parameter_types_generation() {
   static bool watching = false;
-  if (watching)
-    return;
-  static const SysCacheIdentifier caches[] = {
-      TYPEOID, NAMESPACEOID, PROCOID, OPEROID, CASTSOURCETARGET, ATTNUM};
-  for (SysCacheIdentifier cache : caches)
-    CacheRegisterSyscacheCallback(cache, catalog_changed, (Datum)0);
-  watching = true;
+  if (!watching) {
+    static const SysCacheIdentifier caches[] = {
+        TYPEOID, NAMESPACEOID, PROCOID, OPEROID, CASTSOURCETARGET, ATTNUM};
+    for (SysCacheIdentifier cache : caches)
+      CacheRegisterSyscacheCallback(cache, catalog_changed, (Datum)0);
+    watching = true;
+  }
+  return generation;
 }
 
 // The answers of infer_parameter_types, per fn text and given types.
@@ -262,11 +259,6 @@ void infer(const char *sql, int nargs, const Oid *given, Oid *types) {
 
 } // namespace
 
-uint64 parameter_types_generation() {
-  watch_catalogs();
-  return generation;
-}
-
 void infer_parameter_types(const char *sql, int nargs, const Oid *given,
                            Oid *types) {
   uint64 at = parameter_types_generation();
@@ -280,6 +272,24 @@ void infer_parameter_types(const char *sql, int nargs, const Oid *given,
   keep_inferred(hash, sql, nargs, given, types, at);
 }
 
+// How one argument becomes the value fn receives: nothing to do when the
+// caller's type is fn's, else PostgreSQL's own conversion - the assignment
+// cast (as INSERT applies it), or for a string argument the target type's
+// input function (as for an untyped literal).
+struct Conversion {
+  ExprState *expression; // nullptr: passed as it is
+  Oid given;
+  ExprContext *context;
+  ParamListInfo argument;
+  int16 result_length;
+  bool result_by_value;
+};
+static_assert(std::is_trivially_destructible_v<Conversion>);
+
+namespace {
+
+// The conversion of argument `position` (0-based) from `given` to `target`,
+// allocated in the current memory context. Raises 42804 when there is none.
 Conversion conversion_between(Oid given, Oid target, int position) {
   Conversion conversion;
   memset(&conversion, 0, sizeof(conversion));
@@ -304,7 +314,7 @@ Conversion conversion_between(Oid given, Oid target, int position) {
   if (converted == nullptr)
     ereport(
         ERROR,
-        (errcode(errcode_datatype_mismatch),
+        (errcode(ERRCODE_DATATYPE_MISMATCH),
          errmsg("argument $%d of type %s cannot be converted to %s",
                 position + 1, format_type_be(given), format_type_be(target)),
          errdetail("fn's text gives parameter $%d the type %s.", position + 1,
@@ -323,6 +333,8 @@ Conversion conversion_between(Oid given, Oid target, int position) {
   return conversion;
 }
 
+// The value fn receives for a non-null argument, in the current memory
+// context (*is_null: a cast may answer NULL).
 Datum convert(const Conversion &conversion, Datum value, bool *is_null) {
   ParamExternData &argument = conversion.argument->params[0];
   argument.value = value;
@@ -339,8 +351,6 @@ Datum convert(const Conversion &conversion, Datum value, bool *is_null) {
 }
 
 // --- the statement: what is kept per fn text and argument types --------------
-
-namespace {
 
 // Applications have a handful of fn texts; this only bounds a pathological
 // caller (one fn text per call). Beyond it statements are not kept.
@@ -367,10 +377,6 @@ void create_table() {
 template <typename T> T *allocate(MemoryContext context, int count) {
   return static_cast<T *>(
       MemoryContextAlloc(context, sizeof(T) * Max(count, 1)));
-}
-
-bool same_types(const Oid *a, const Oid *b, int count) {
-  return memcmp(a, b, sizeof(Oid) * count) == 0;
 }
 
 // Fills the fingerprint prefix and encoders from the statement's types.
@@ -436,7 +442,7 @@ Oid *inferred_types(const Statement &statement) {
 void refresh(Statement &statement, text *fn) {
   uint64 generation = parameter_types_generation();
   Oid *types = inferred_types(statement);
-  if (!same_types(types, statement.types, statement.nargs)) {
+  if (memcmp(types, statement.types, sizeof(Oid) * statement.nargs) != 0) {
     // The old plan is left to its memory context, not freed: a call further
     // up this backend's stack may still be running it.
     describe(statement, fn, types, statements_context);
@@ -547,27 +553,7 @@ void check_single_statement(const char *sql) {
                     errmsg("fn must be exactly one SQL statement")));
 }
 
-} // namespace
-
-SPIPlanPtr plan_of(Statement &statement) {
-  if (statement.plan != nullptr)
-    return statement.plan;
-  check_single_statement(statement.sql);
-  SPIPlanPtr plan =
-      SPI_prepare(statement.sql, statement.nargs, statement.types);
-  if (plan == nullptr)
-    elog(ERROR, "SPI_prepare failed for fn: %s",
-         SPI_result_code_string(SPI_result));
-  // A statement that is not kept gets a plan that SPI_finish frees.
-  if (statement.kept && SPI_keepplan(plan) != 0)
-    elog(ERROR, "SPI_keepplan failed for fn");
-  statement.plan = plan;
-  return plan;
-}
-
 // --- running fn: SPI, its result as jsonb ------------------------------------
-
-namespace {
 
 // to_jsonb() learns its argument's type from the call expression, so it is
 // called through an FmgrInfo whose fn_expr carries a typed placeholder.
@@ -581,20 +567,17 @@ Datum to_jsonb_of(Datum value, Oid type) {
   return FunctionCall1(&flinfo, value);
 }
 
-Datum jsonb_null() {
-  JsonbValue null_value;
-  null_value.type = jbvNull;
-  return JsonbPGetDatum(JsonbValueToJsonb(&null_value));
-}
-
 // One row as jsonb: its single value, or an object of its columns.
 Datum row_to_jsonb(HeapTuple row, TupleDesc desc) {
   if (row_is_object(desc->natts))
     return to_jsonb_of(heap_copy_tuple_as_datum(row, desc), RECORDOID);
   bool is_null;
   Datum value = SPI_getbinval(row, desc, 1, &is_null);
-  if (is_null)
-    return jsonb_null();
+  if (is_null) {
+    JsonbValue null_value;
+    null_value.type = jbvNull;
+    return JsonbPGetDatum(JsonbValueToJsonb(&null_value));
+  }
   return to_jsonb_of(value, SPI_gettypeid(desc, 1));
 }
 
@@ -642,17 +625,27 @@ void check_execution(int rc) {
     elog(ERROR, "running fn failed: %s", SPI_result_code_string(rc));
 }
 
-} // namespace
-
 Datum run_fn(Statement &statement, const FnArgs &args, bool *is_null) {
   MemoryContext result_context = CurrentMemoryContext;
   if (SPI_connect() != SPI_OK_CONNECT)
     elog(ERROR, "SPI_connect failed");
-  SPIPlanPtr plan = plan_of(statement);
+  if (statement.plan == nullptr) {
+    check_single_statement(statement.sql);
+    SPIPlanPtr plan =
+        SPI_prepare(statement.sql, statement.nargs, statement.types);
+    if (plan == nullptr)
+      elog(ERROR, "SPI_prepare failed for fn: %s",
+           SPI_result_code_string(SPI_result));
+    // A statement that is not kept gets a plan that SPI_finish frees.
+    if (statement.kept && SPI_keepplan(plan) != 0)
+      elog(ERROR, "SPI_keepplan failed for fn");
+    statement.plan = plan;
+  }
   auto *nulls = static_cast<char *>(palloc(Max(args.count, 1)));
   for (int i = 0; i < args.count; i++)
     nulls[i] = args.nulls[i] ? 'n' : ' ';
-  check_execution(SPI_execute_plan(plan, args.values, nulls, false, 0));
+  check_execution(
+      SPI_execute_plan(statement.plan, args.values, nulls, false, 0));
 
   // The response outlives the SPI connection.
   MemoryContext spi_context = MemoryContextSwitchTo(result_context);
@@ -664,40 +657,32 @@ Datum run_fn(Statement &statement, const FnArgs &args, bool *is_null) {
 
 // --- stored errors: fn's error as the response -------------------------------
 
-namespace {
-
-void push_key(compat::JsonbInState *state, const char *key) {
-  JsonbValue value;
-  value.type = jbvString;
-  value.val.string.val = const_cast<char *>(key);
-  value.val.string.len = (int)strlen(key);
-  compat::pushJsonbValue(state, WJB_KEY, &value);
-}
-
-// A string member, or JSON null when the error has no such field.
-void push_member(compat::JsonbInState *state, const char *key,
+// A key, or a member's value: a string, or JSON null when the error has no
+// such field.
+void push_string(compat::JsonbInState *state, JsonbIteratorToken token,
                  const char *text) {
-  push_key(state, key);
   JsonbValue value;
-  if (text == nullptr) {
-    value.type = jbvNull;
-  } else {
-    value.type = jbvString;
+  value.type = text == nullptr ? jbvNull : jbvString;
+  if (text != nullptr) {
     value.val.string.val = const_cast<char *>(text);
     value.val.string.len = (int)strlen(text);
   }
-  compat::pushJsonbValue(state, WJB_VALUE, &value);
+  compat::pushJsonbValue(state, token, &value);
 }
 
 Datum error_document(const ErrorData *error) {
+  const char *members[][2] = {{"sqlstate", unpack_sql_state(error->sqlerrcode)},
+                              {"message", error->message},
+                              {"detail", error->detail},
+                              {"hint", error->hint}};
   compat::JsonbInState state{};
   compat::pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
-  push_key(&state, "error");
+  push_string(&state, WJB_KEY, "error");
   compat::pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
-  push_member(&state, "sqlstate", unpack_sql_state(error->sqlerrcode));
-  push_member(&state, "message", error->message);
-  push_member(&state, "detail", error->detail);
-  push_member(&state, "hint", error->hint);
+  for (const auto &member : members) {
+    push_string(&state, WJB_KEY, member[0]);
+    push_string(&state, WJB_VALUE, member[1]);
+  }
   compat::pushJsonbValue(&state, WJB_END_OBJECT, nullptr);
   compat::pushJsonbValue(&state, WJB_END_OBJECT, nullptr);
   return JsonbPGetDatum(JsonbValueToJsonb(state.result));

@@ -30,26 +30,6 @@ TriggerData *row_trigger_data(FunctionCallInfo fcinfo) {
   return trigger;
 }
 
-// Rows of dumps made before 0.4 hold request_hash as text (the hex of the
-// fingerprint, or before 0.3 the client's own text) and, before 0.3, a
-// status of 'done': neither can be read as a fingerprint.
-[[noreturn]] void report_row_before_0_4() {
-  ereport(ERROR,
-          (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-           errmsg("row of idempotency.keys from a version before 0.4 cannot "
-                  "be loaded"),
-           errdetail("Its request_hash is not a fingerprint of %d bytes, or "
-                     "it has a status.",
-                     (int)fingerprint::fingerprint_size),
-           errhint("Restore the dump into a database with version 0.7 of the "
-                   "extension, then dump that database again.")));
-  pg_unreachable();
-}
-
-bool is_fingerprint(Datum hash) {
-  return toast_raw_datum_size(hash) - VARHDRSZ == fingerprint::fingerprint_size;
-}
-
 // A loaded key's role gets its mark, as when the role stores a key: the
 // keys of a restored dump hold their roles from the start.
 void mark_role_of(Relation keys, HeapTuple row) {
@@ -63,15 +43,12 @@ void mark_role_of(Relation keys, HeapTuple row) {
     storage::role_marks::ensure(keys, scope_column, DatumGetObjectId(scope));
 }
 
-// A tombstone (expired_at set, from 1.0 on) keeps no key text to compute a
-// digest from: its digest is loaded as it was dumped, in the form 1.0
-// computes.
-bool is_tombstone(TupleDesc desc, HeapTuple row) {
-  int expired_at_column = SPI_fnumber(desc, "expired_at");
-  if (expired_at_column <= 0)
-    return false;
+// Whether the row has a column of this name, and it is not NULL.
+bool column_is_set(TupleDesc desc, HeapTuple row, const char *name) {
+  int column = SPI_fnumber(desc, name);
   bool isnull = true;
-  (void)heap_getattr(row, expired_at_column, desc, &isnull);
+  if (column > 0)
+    (void)heap_getattr(row, column, desc, &isnull);
   return !isnull;
 }
 
@@ -87,26 +64,38 @@ Datum keys_loaded_body(FunctionCallInfo fcinfo) {
   int key_column = SPI_fnumber(desc, "key");
   int digest_column = SPI_fnumber(desc, "key_digest");
   int hash_column = SPI_fnumber(desc, "request_hash");
-  int status_column = SPI_fnumber(desc, "status");
   if (key_column <= 0 || digest_column <= 0 || hash_column <= 0)
     return PointerGetDatum(row); // not the table this trigger is for
 
   // NULLs are refused by NOT NULL after this trigger.
-  bool key_isnull, hash_isnull, status_isnull = true;
+  bool key_isnull, hash_isnull;
   Datum key = heap_getattr(row, key_column, desc, &key_isnull);
   Datum hash = heap_getattr(row, hash_column, desc, &hash_isnull);
-  if (status_column > 0)
-    (void)heap_getattr(row, status_column, desc, &status_isnull);
-  if ((!hash_isnull && !is_fingerprint(hash)) || !status_isnull)
-    report_row_before_0_4();
+  // Rows of dumps made before 0.4 hold request_hash as text (the hex of the
+  // fingerprint, or before 0.3 the client's own text) and, before 0.3, a
+  // status of 'done': neither can be read as a fingerprint.
+  if ((!hash_isnull && toast_raw_datum_size(hash) - VARHDRSZ !=
+                           fingerprint::fingerprint_size) ||
+      column_is_set(desc, row, "status"))
+    ereport(ERROR,
+            (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+             errmsg("row of idempotency.keys from a version before 0.4 "
+                    "cannot be loaded"),
+             errdetail("Its request_hash is not a fingerprint of %d bytes, "
+                       "or it has a status.",
+                       (int)fingerprint::fingerprint_size),
+             errhint("Restore the dump into a database with version 0.7 of "
+                     "the extension, then dump that database again.")));
   mark_role_of(trigger->tg_relation, row);
-  if (key_isnull || is_tombstone(desc, row))
+  // A tombstone (expired_at set, from 1.0 on) keeps no key text to compute
+  // a digest from: its digest is loaded as it was dumped, in the form 1.0
+  // computes.
+  if (key_isnull || column_is_set(desc, row, "expired_at"))
     return PointerGetDatum(row);
-  int column = digest_column;
   Datum digest =
       PointerGetDatum(fingerprint::digest_of_key(DatumGetTextPP(key)));
   bool digest_isnull = false;
-  return PointerGetDatum(heap_modify_tuple_by_cols(row, desc, 1, &column,
+  return PointerGetDatum(heap_modify_tuple_by_cols(row, desc, 1, &digest_column,
                                                    &digest, &digest_isnull));
 }
 

@@ -21,18 +21,13 @@ bytea *digest_of_key(const text *key);
 // written with.
 bytea *tenant_digest_of_key(const text *key);
 
-// The UTF-8 form of `size` bytes of text in the database encoding: the
-// bytes themselves where they already are (a UTF8 or SQL_ASCII database, or
-// ASCII text), else a palloc'd conversion, `*owned` set and `*utf8_size`
-// its length; nullptr when the text has no UTF-8 form (a character of the
-// database encoding that Unicode lacks).
-const char *utf8_form(const char *bytes, Size size, bool *owned,
-                      Size *utf8_size);
-
 // The length in bytes of the UTF-8 form of `size` bytes of text in the
-// database encoding (utf8_form), or `size` when the text has none: what a
-// key's limit counts, the same in every database the key can move to.
+// database encoding, or `size` when the text has none: what a key's limit
+// counts, the same in every database the key can move to.
 Size utf8_length(const char *bytes, Size size);
+
+// `size` bytes as a bytea, in the current memory context.
+bytea *as_bytea(const void *bytes, Size size);
 
 // --- derived keys ------------------------------------------------------------
 //
@@ -49,9 +44,9 @@ Size utf8_length(const char *bytes, Size size);
 //   little-endian) before its bytes,
 // so that no two (role, key, label) share a message, whatever their bytes
 // ("ab","c" and "a","bc" differ). Key and label are taken in UTF-8 whatever
-// the database encoding (utf8_form, above), so a restore into a
-// database of another encoding derives the same keys; text that has no
-// UTF-8 form is taken as it is, under another tag.
+// the database encoding, so a restore into a database of another encoding
+// derives the same keys; text that has no UTF-8 form is taken as it is, under
+// another tag.
 //
 // Its text is the MAC's first 16 bytes as a UUID of version 8 (RFC 9562's
 // version for custom layouts): 36 characters of [0-9a-f-], 122 bits of the

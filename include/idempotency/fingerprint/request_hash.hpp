@@ -38,9 +38,8 @@ bytea *request_hash(const RequestFingerprint &prefix,
                     const ValueEncoder *encoders, const FnArgs &args);
 
 // A request whose client passed its own hash, framed by fn (or, with fn
-// nullptr, by the claim marker of the application API).
+// nullptr, by the claim marker of the application API). A client_hash of
+// nullptr is framed as NULL.
 bytea *client_fingerprint(text *fn, text *client_hash);
-
-bytea *as_bytea(const Fingerprint &fingerprint);
 
 } // namespace idempotency::fingerprint

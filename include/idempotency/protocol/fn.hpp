@@ -11,8 +11,6 @@
 
 extern "C" {
 #include "executor/spi.h"
-#include "nodes/params.h"
-#include "utils/array.h"
 }
 
 namespace idempotency::protocol {
@@ -43,39 +41,11 @@ namespace idempotency::protocol {
 // Never raises for what fn's text says: an fn that cannot be analysed
 // raises its own error when it is prepared to run. The answer is kept per
 // fn text and given types for the life of the backend (up to a bound), until
-// parameter_types_generation() changes: a client's statement with untyped
-// parameters that is parsed for every call (an unnamed statement) asks again
-// each time.
+// a catalog that decides the types changes (fn.cpp's generation): a client's
+// statement with untyped parameters that is parsed for every call (an
+// unnamed statement) asks again each time.
 void infer_parameter_types(const char *sql, int nargs, const Oid *given,
                            Oid *types);
-
-// Counts the changes this backend has seen to the catalogs that decide fn's
-// parameter types or their names (types, schemas, functions, operators,
-// casts, columns): what was worked out at an older generation is worked out
-// again.
-uint64 parameter_types_generation();
-
-// How one argument becomes the value fn receives: nothing to do when the
-// caller's type is fn's, else PostgreSQL's own conversion - the assignment
-// cast (as INSERT applies it), or for a string argument the target type's
-// input function (as for an untyped literal).
-struct Conversion {
-  ExprState *expression; // nullptr: passed as it is
-  Oid given;
-  ExprContext *context;
-  ParamListInfo argument;
-  int16 result_length;
-  bool result_by_value;
-};
-static_assert(std::is_trivially_destructible_v<Conversion>);
-
-// The conversion of argument `position` (0-based) from `given` to `target`,
-// allocated in the current memory context. Raises 42804 when there is none.
-Conversion conversion_between(Oid given, Oid target, int position);
-
-// The value fn receives for a non-null argument, in the current memory
-// context (*is_null: a cast may answer NULL).
-Datum convert(const Conversion &conversion, Datum value, bool *is_null);
 
 // --- the statement -----------------------------------------------------------
 //
@@ -90,6 +60,8 @@ Datum convert(const Conversion &conversion, Datum value, bool *is_null);
 // their names (types, schemas, functions, operators, casts, columns) makes
 // the statement work them out again on next use, so every backend answers
 // alike.
+
+struct Conversion; // how each argument becomes what fn receives (fn.cpp)
 
 struct Statement {
   uint64 hash; // the cache's key
@@ -118,18 +90,6 @@ Statement *statement_for(text *fn, const FnArgs &args);
 // The arguments as fn receives them: `args` itself when nothing converts.
 FnArgs received_args(const Statement &statement, const FnArgs &args);
 
-// The statement's plan, prepared on first use. Raises 42601 unless fn is
-// exactly one statement. Needs an SPI connection.
-SPIPlanPtr plan_of(Statement &statement);
-
-// --- running fn --------------------------------------------------------------
-
-// Runs fn - the statement's plan - with the caller's rights, through SPI, and
-// returns its result as jsonb in the current memory context (see
-// docs/how-it-works.md, "Result to jsonb"). *is_null is set when fn returned no
-// rows.
-Datum run_fn(Statement &statement, const FnArgs &args, bool *is_null);
-
 // --- stored errors -----------------------------------------------------------
 //
 // With idempotency.store_errors set, an error of a listed SQLSTATE raised
@@ -142,7 +102,10 @@ Datum run_fn(Statement &statement, const FnArgs &args, bool *is_null);
 //
 // With the setting empty fn runs as it always did, without a subtransaction.
 
-// Runs fn as run_fn() does. With idempotency.store_errors set, an error of a
+// Runs fn - the statement's plan, prepared on first use - with the caller's
+// rights, through SPI, and returns its result as jsonb in the current memory
+// context (see docs/how-it-works.md, "Result to jsonb"); *is_null is set when
+// fn returned no rows. With idempotency.store_errors set, an error of a
 // listed SQLSTATE is caught, fn's effects are rolled back, and its document
 // is returned with *is_error set; any other error propagates unchanged.
 Datum run_fn_storing_errors(Statement &statement, const FnArgs &args,

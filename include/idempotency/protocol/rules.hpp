@@ -16,7 +16,11 @@ enum class KeyCheck { ok, empty, too_long };
 
 // Checks a key by its size in bytes (of its UTF-8 form) alone, so an
 // oversized key is refused before it reaches an index.
-KeyCheck check_key_size(std::size_t bytes) noexcept;
+inline KeyCheck check_key_size(std::size_t bytes) noexcept {
+  if (bytes == 0)
+    return KeyCheck::empty;
+  return bytes > max_key_bytes ? KeyCheck::too_long : KeyCheck::ok;
+}
 
 // How fn's result becomes the response (see docs/how-it-works.md,
 // "Result to jsonb"):
@@ -28,9 +32,17 @@ KeyCheck check_key_size(std::size_t bytes) noexcept;
 //                  each element a value or an object as above.
 enum class ResultShape { no_response, value, object, array };
 
-ResultShape result_shape(std::uint64_t rows, int columns) noexcept;
-
 // Whether each row is represented as a bare value (one column) or an object.
 inline bool row_is_object(int columns) noexcept { return columns > 1; }
+
+inline ResultShape result_shape(std::uint64_t rows, int columns) noexcept {
+  // A statement that returns no tuple descriptor (columns <= 0) has nothing
+  // to turn into a response, whatever its row count says.
+  if (rows == 0 || columns <= 0)
+    return ResultShape::no_response;
+  if (rows > 1)
+    return ResultShape::array;
+  return row_is_object(columns) ? ResultShape::object : ResultShape::value;
+}
 
 } // namespace idempotency
