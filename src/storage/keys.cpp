@@ -1078,18 +1078,12 @@ Oid LocalKeys::relation() const { return schema::relation("keys"); }
 
 role_keys::Roles LocalKeys::roles_with_keys(Oid relid,
                                             AttrNumber scope_column) const {
-  Relation rel = table_open(relid, NoLock); // locked by the caller
-  role_keys::Roles roles = role_keys::in_keys(rel, scope_column);
-  table_close(rel, NoLock);
-  return roles;
+  return role_keys::in_keys(relid, scope_column);
 }
 
 uint64 LocalKeys::delete_keys_of(Oid relid, AttrNumber scope_column,
                                  Oid role) const {
-  Relation rel = table_open(relid, NoLock); // locked by the caller
-  uint64 deleted = role_keys::delete_in_keys(rel, scope_column, role);
-  table_close(rel, NoLock);
-  return deleted;
+  return role_keys::delete_in_keys(relid, scope_column, role);
 }
 
 } // namespace idempotency::storage
