@@ -39,23 +39,16 @@ KeyTable key_table();
 // when the table does not exist.
 citus::TableKind key_table_citus_kind();
 
-// idempotency.keys as a KeyBackend (storage/key_store.hpp):
-// - probe reads the primary key index with a dirty snapshot, so it also
-//   sees rows of transactions still in progress (in_progress, and the
-//   transaction to wait for);
-// - store inserts the row with an INSERT statement (after deleting the expired
-//   row it replaces); the transaction's commit is refused if a key it wrote
-//   has expired by then (storage/commit_guard.hpp);
-// - remove deletes the row probe found, waiting for a transaction changing
-//   it;
-// - expiry walks the index keys_expires_at_idx (expires_at
-//   idempotency.expiry_ops) up to the cutoff in passes: a pass collects the
-//   expired keys' row addresses with one read-only scan, and the rows are
-//   then deleted in heap order, a batch at a time. Expiry takes no claim and
-//   waits for no one: a row another transaction has locked or changed is
-//   skipped and left for a later round. A caller that sees a key expired
-//   runs fn at once; its write of the new row waits only for an expiry
-//   transaction that deleted the old row and has not yet ended.
+// idempotency.keys as a KeyBackend (storage/key_store.hpp). The commit of
+// a transaction is refused if a key it stored has expired by then
+// (storage/commit_guard.hpp). Expiry walks the index keys_expires_at_idx
+// (expires_at idempotency.expiry_ops) up to the cutoff in passes: a pass
+// collects the expired keys' row addresses with one read-only scan, and the
+// rows are then deleted in heap order, a batch at a time. Expiry takes no
+// claim and waits for no one: a row another transaction has locked or
+// changed is skipped and left for a later round. A caller that sees a key
+// expired runs fn at once; its write of the new row waits only for an
+// expiry transaction that deleted the old row and has not yet ended.
 class LocalKeys final : public KeyBackend {
 public:
   KeyProbe probe(const KeyTable &table, const KeyRef &key,
