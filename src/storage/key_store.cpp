@@ -21,10 +21,10 @@ KeyStore key_store_for(const KeyRef &key) {
 }
 
 const KeyBackend &key_backend(int index) {
-  static const KeyBackend *const backends[key_backend_count] = {
-      &local_keys, &tenant_keys::backend};
   Assert(index >= 0 && index < key_backend_count);
-  return *backends[index];
+  if (index == 0)
+    return local_keys;
+  return tenant_keys::backend;
 }
 
 // Expiry finds its tables itself, in each of its transactions: a round runs

@@ -268,13 +268,22 @@ void remember_columns(Relation rel) {
   cache.columns_known = cache.invalidations == invalidations;
 }
 
-void remember_relid(Oid relid) {
+// Finds idempotency.keys unless its oid is known; false when it does not
+// exist.
+bool find_table() {
+  watch_invalidations();
+  if (cache.relid_known)
+    return true;
+  Oid relid = schema::relation("keys");
+  if (!OidIsValid(relid))
+    return false;
   if (relid != cache.relid) {
     cache.columns_known = false;
     cache.citus_known = false;
   }
   cache.relid = relid;
   cache.relid_known = true;
+  return true;
 }
 
 // Whether Citus has taken the cached table over. The lookup may take in
@@ -375,26 +384,14 @@ void report_schema_before_0_7() {
 }
 
 KeyTable key_table() {
-  watch_invalidations();
-  if (!cache.relid_known) {
-    Oid relid = schema::relation("keys");
-    if (!OidIsValid(relid))
-      report_missing_table();
-    remember_relid(relid);
-  }
+  if (!find_table())
+    report_missing_table();
   refuse_citus_table();
   return KeyTable{cache.relid, InvalidOid, InvalidOid};
 }
 
 citus::TableKind key_table_citus_kind() {
-  watch_invalidations();
-  if (!cache.relid_known) {
-    Oid relid = schema::relation("keys");
-    if (!OidIsValid(relid))
-      return citus::TableKind::not_citus;
-    remember_relid(relid);
-  }
-  return cached_citus_kind();
+  return find_table() ? cached_citus_kind() : citus::TableKind::not_citus;
 }
 
 namespace {
@@ -980,27 +977,6 @@ struct Tombstone {
 };
 static_assert(std::is_trivially_destructible_v<Tombstone>);
 
-// Deletes those of the rows `tids` that are still expired at `cutoff` and
-// that no other transaction is changing (expiry waits for no one); returns
-// how many, and leaves them in SPI_tuptable: scope, key_digest,
-// request_hash, created_at, expires_at, expired_at, remember_for (NULL for
-// a column the table does not have).
-uint64 delete_expired_rows(OwnerSpi &spi, const ItemPointerData *tids,
-                           int count, TimestampTz cutoff) {
-  auto *elements = static_cast<Datum *>(palloc(count * sizeof(Datum)));
-  for (int i = 0; i < count; i++)
-    elements[i] = PointerGetDatum(&tids[i]);
-  ArrayType *array = construct_array(
-      elements, count, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT);
-  Oid types[2] = {TIDARRAYOID, TIMESTAMPTZOID};
-  Datum values[2] = {PointerGetDatum(array), TimestampTzGetDatum(cutoff)};
-  spi.run_kept(cache.delete_expired,
-               cache.delete_expired.plan == nullptr ? delete_expired_sql()
-                                                    : nullptr,
-               2, types, values, nullptr, false, SPI_OK_DELETE_RETURNING);
-  return SPI_processed;
-}
-
 // Writes the tombstones of keys expiry has deleted in this transaction, as
 // one INSERT (statement triggers fire once). A row's key text is empty and
 // its response NULL; expired_at holds when the response expired, expires_at
@@ -1120,7 +1096,7 @@ Relation open_expires_at_index(Relation table) {
   return rel;
 }
 
-// The tombstone of the deleted row `row` (delete_expired_rows' columns),
+// The tombstone of the deleted row `row` (delete_expired_sql()'s columns),
 // or none (false) when the key is not to be remembered past `cutoff`: its
 // window (live_row_forgotten_at, the rule callers judge it by) is empty or
 // has passed too, the row was a tombstone past its window, or the table has
@@ -1237,7 +1213,18 @@ int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
   const KeyColumns &columns = key_columns(table);
   table_close(table, NoLock);
   OwnerSpi spi = begin_statements();
-  uint64 deleted = delete_expired_rows(spi, tids, count, cutoff);
+  auto *elements = static_cast<Datum *>(palloc(count * sizeof(Datum)));
+  for (int i = 0; i < count; i++)
+    elements[i] = PointerGetDatum(&tids[i]);
+  ArrayType *array = construct_array(
+      elements, count, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT);
+  Oid types[2] = {TIDARRAYOID, TIMESTAMPTZOID};
+  Datum values[2] = {PointerGetDatum(array), TimestampTzGetDatum(cutoff)};
+  spi.run_kept(cache.delete_expired,
+               cache.delete_expired.plan == nullptr ? delete_expired_sql()
+                                                    : nullptr,
+               2, types, values, nullptr, false, SPI_OK_DELETE_RETURNING);
+  uint64 deleted = SPI_processed;
   SPITupleTable *rows = SPI_tuptable;
   auto *tombstones =
       static_cast<Tombstone *>(palloc(Max(deleted, 1) * sizeof(Tombstone)));

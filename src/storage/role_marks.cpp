@@ -45,14 +45,6 @@ namespace idempotency::storage::shared_dependency {
 
 namespace {
 
-bool is_column_acl(const FormData_pg_shdepend *dependency, Oid relid,
-                   AttrNumber column) {
-  return dependency->dbid == MyDatabaseId &&
-         dependency->classid == RelationRelationId &&
-         dependency->objid == relid && dependency->objsubid == column &&
-         dependency->deptype == SHARED_DEPENDENCY_ACL;
-}
-
 // Whether `role` has such a row on column `column` of `relid`, read through
 // pg_shdepend's index on the referenced object (a role has few rows).
 bool exists(Oid relid, AttrNumber column, Oid role) {
@@ -66,9 +58,12 @@ bool exists(Oid relid, AttrNumber column, Oid role) {
                                         true, nullptr, 2, keys);
   bool found = false;
   HeapTuple tuple;
-  while (!found && (tuple = systable_getnext(scan)) != nullptr)
-    found = is_column_acl(reinterpret_cast<Form_pg_shdepend>(GETSTRUCT(tuple)),
-                          relid, column);
+  while (!found && (tuple = systable_getnext(scan)) != nullptr) {
+    auto *row = reinterpret_cast<Form_pg_shdepend>(GETSTRUCT(tuple));
+    found = row->dbid == MyDatabaseId && row->classid == RelationRelationId &&
+            row->objid == relid && row->objsubid == column &&
+            row->deptype == SHARED_DEPENDENCY_ACL;
+  }
   systable_endscan(scan);
   table_close(shdepend, NoLock);
   return found;
