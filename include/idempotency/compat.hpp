@@ -211,9 +211,9 @@ inline LocalTransactionId my_local_transaction_id() {
 #endif
 }
 
-// Server internals storage/keys.cpp and keys_expiry.cpp still use, because
-// no statement or other public path does the job; checked on 15, 17, 18 and
-// 19, where each has the same meaning:
+// Server internals storage/keys.cpp still uses, because no statement or
+// other public path does the job; checked on 15, 17, 18 and 19, where each
+// has the same meaning:
 // - the probe reads the primary key index with a dirty snapshot
 //   (InitDirtySnapshot, systable_beginscan): only it sees a key's row that
 //   an open transaction is writing or deleting, and that transaction's id

@@ -33,15 +33,12 @@ void forget_from(int level) {
     deepest = level - 1;
 }
 
-TimestampTz earliest_written() {
-  TimestampTz result = DT_NOEND;
-  for (int level = 1; level <= deepest; level++)
-    result = Min(result, earliest[level]);
-  return result;
-}
+} // namespace
 
-void refuse_if_expired() {
-  TimestampTz expires_at = earliest_written();
+void at_pre_commit() {
+  TimestampTz expires_at = DT_NOEND;
+  for (int level = 1; level <= deepest; level++)
+    expires_at = Min(expires_at, earliest[level]);
   if (expires_at == DT_NOEND || expires_at > GetCurrentTimestamp())
     return;
   ereport(ERROR,
@@ -56,8 +53,6 @@ void refuse_if_expired() {
                    "shorter or raise idempotency.ttl.")));
 }
 
-} // namespace
-
 void note_key_written(TimestampTz expires_at) {
   int level = GetCurrentTransactionNestLevel();
   make_room(level);
@@ -66,8 +61,6 @@ void note_key_written(TimestampTz expires_at) {
   deepest = Max(deepest, level);
   earliest[level] = Min(earliest[level], expires_at);
 }
-
-void at_pre_commit() { refuse_if_expired(); }
 
 void at_transaction_end() { deepest = 0; }
 

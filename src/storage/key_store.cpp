@@ -21,10 +21,10 @@ KeyStore key_store_for(const KeyRef &key) {
 }
 
 const KeyBackend &key_backend(int index) {
-  static const KeyBackend *const backends[key_backend_count] = {
-      &local_keys, &tenant_keys::backend};
   Assert(index >= 0 && index < key_backend_count);
-  return *backends[index];
+  if (index == 0)
+    return local_keys;
+  return tenant_keys::backend;
 }
 
 // Expiry finds its tables itself, in each of its transactions: a round runs
@@ -50,13 +50,13 @@ void report_shared_digest() {
   pg_unreachable();
 }
 
-namespace {
-
-// A tombstone's row (its key empty) is written by expiry, whose messages
-// name no key: the text is gone, and the log is no place for it.
-void check_tombstone_kept(TriggeredRow result, const char *table,
-                          const char *fixed_columns) {
-  if (result == TriggeredRow::skipped)
+void check_key_row_kept(TriggeredRow result, const char *table,
+                        const char *fixed_columns, const text *key) {
+  if (result == TriggeredRow::kept)
+    return;
+  // A tombstone's row (its key empty) is written by expiry, whose messages
+  // name no key: the text is gone, and the log is no place for it.
+  if (VARSIZE_ANY_EXHDR(key) == 0 && result == TriggeredRow::skipped)
     ereport(ERROR,
             (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
              errmsg("a BEFORE INSERT trigger on %s skipped the tombstone of "
@@ -65,21 +65,13 @@ void check_tombstone_kept(TriggeredRow result, const char *table,
              errdetail("Without its tombstone, a late retry of the key would "
                        "run its request again; expiry keeps the expired "
                        "row instead.")));
-  if (result == TriggeredRow::moved)
+  if (VARSIZE_ANY_EXHDR(key) == 0)
     ereport(ERROR,
             (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
              errmsg("a BEFORE INSERT trigger on %s changed the %s of the "
                     "tombstone of an expired idempotency key",
                     table, fixed_columns),
              errdetail("The tombstone must stay under the key that ran.")));
-}
-
-} // namespace
-
-void check_key_row_kept(TriggeredRow result, const char *table,
-                        const char *fixed_columns, const text *key) {
-  if (result != TriggeredRow::kept && VARSIZE_ANY_EXHDR(key) == 0)
-    check_tombstone_kept(result, table, fixed_columns);
   if (result == TriggeredRow::skipped)
     ereport(ERROR,
             (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
@@ -88,13 +80,12 @@ void check_key_row_kept(TriggeredRow result, const char *table,
                     table, text_to_cstring(key)),
              errdetail("Without its row, a retry of the key would run its "
                        "request again.")));
-  if (result == TriggeredRow::moved)
-    ereport(ERROR,
-            (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
-             errmsg("a BEFORE INSERT trigger on %s changed the %s of "
-                    "idempotency key \"%s\"",
-                    table, fixed_columns, text_to_cstring(key)),
-             errdetail("The row must stay under the key that was claimed.")));
+  ereport(ERROR,
+          (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+           errmsg("a BEFORE INSERT trigger on %s changed the %s of "
+                  "idempotency key \"%s\"",
+                  table, fixed_columns, text_to_cstring(key)),
+           errdetail("The row must stay under the key that was claimed.")));
 }
 
 namespace schema {

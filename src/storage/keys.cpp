@@ -1,5 +1,8 @@
+#include "idempotency/settings/sqlstate_list.hpp"
+
 #include "idempotency/storage/keys.hpp"
 
+#include <algorithm>
 #include <initializer_list>
 
 #include "idempotency/storage/citus.hpp"
@@ -22,10 +25,15 @@ extern "C" {
 #include "utils/rel.h"
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_collation.h"
+#include "catalog/pg_opfamily.h"
 #include "common/int.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "lib/stringinfo.h"
 #include "parser/parse_func.h"
 #include "utils/array.h"
@@ -51,13 +59,33 @@ namespace {
 
 // --- what this backend knows about idempotency.keys -----------------------
 //
-// The table's oid, where our columns are, the default expressions of the
-// columns a DBA added and whether Citus has taken the table over are looked
-// up once and kept until an invalidation says the table (or a schema)
-// changed. A table rebuilt by ALTER TABLE, VACUUM FULL or CLUSTER keeps its
-// oid; its relcache entry is invalidated all the same, so the next call
-// looks again. Citus invalidates the relcache entry of a table whenever it
-// adds it to its metadata or removes it.
+// The table's oid, where our columns are, its owner, whether a trigger may
+// change the rows written, the statements that write them and whether Citus
+// has taken the table over are looked up once and kept until an invalidation
+// says the table (or a schema) changed. A table rebuilt by ALTER TABLE, VACUUM
+// FULL or CLUSTER keeps its oid; its relcache entry is invalidated all the
+// same, so the next call looks again. Citus invalidates the relcache entry of a
+// table whenever it adds it to its metadata or removes it.
+
+// Where the extension's columns are in idempotency.keys, found by name. A
+// DBA may add and drop other columns; ours must keep their names and types.
+struct KeyColumns {
+  AttrNumber scope;
+  AttrNumber key;
+  AttrNumber key_digest;
+  AttrNumber request_hash;
+  AttrNumber response;
+  AttrNumber created_at;
+  AttrNumber expires_at;
+  // When a tombstone's response expired; NULL in a live key's row.
+  // InvalidAttrNumber in the table of 0.7 before its update, which keeps
+  // no tombstones.
+  AttrNumber expired_at;
+  // How long after expires_at a live key is remembered, fixed when it was
+  // claimed (remember_window). InvalidAttrNumber in the table of 1.0 and 0.7
+  // before their update.
+  AttrNumber remember_for;
+};
 
 struct TableCache {
   bool relid_known;
@@ -111,29 +139,27 @@ void watch_invalidations() {
   watching = true;
 }
 
-Oid keys_table_oid() {
-  Oid table = schema::relation("keys");
-  if (!OidIsValid(table))
-    report_missing_table();
-  return table;
-}
-
 // --- the extension's columns ------------------------------------------------
 
 struct ExpectedColumn {
   const char *name;
   Oid type; // InvalidOid: scope, see fits_scope()
   AttrNumber KeyColumns::*field;
+  // Added by an update (expired_at by 1.0, remember_for by 1.1): a table not
+  // yet updated has none, and is judged as its version judged it.
+  bool optional;
 };
 
 constexpr ExpectedColumn expected_columns[] = {
-    {"scope", InvalidOid, &KeyColumns::scope},
-    {"key", TEXTOID, &KeyColumns::key},
-    {"key_digest", BYTEAOID, &KeyColumns::key_digest},
-    {"request_hash", BYTEAOID, &KeyColumns::request_hash},
-    {"response", JSONBOID, &KeyColumns::response},
-    {"created_at", TIMESTAMPTZOID, &KeyColumns::created_at},
-    {"expires_at", TIMESTAMPTZOID, &KeyColumns::expires_at},
+    {"scope", InvalidOid, &KeyColumns::scope, false},
+    {"key", TEXTOID, &KeyColumns::key, false},
+    {"key_digest", BYTEAOID, &KeyColumns::key_digest, false},
+    {"request_hash", BYTEAOID, &KeyColumns::request_hash, false},
+    {"response", JSONBOID, &KeyColumns::response, false},
+    {"created_at", TIMESTAMPTZOID, &KeyColumns::created_at, false},
+    {"expires_at", TIMESTAMPTZOID, &KeyColumns::expires_at, false},
+    {"expired_at", TIMESTAMPTZOID, &KeyColumns::expired_at, true},
+    {"remember_for", INTERVALOID, &KeyColumns::remember_for, true},
 };
 
 // The C function of the trigger keys_loaded (protocol/loaded_rows.hpp),
@@ -168,46 +194,6 @@ bool holds_current_digests(TupleDesc desc, Oid loader) {
   return current;
 }
 
-// expired_at, which 1.0 added: the table of 0.7, before its update, has
-// none and keeps no tombstones.
-AttrNumber locate_expired_at(TupleDesc desc) {
-  Form_pg_attribute attribute = find_column(desc, "expired_at");
-  if (attribute == nullptr)
-    return InvalidAttrNumber;
-  if (attribute->atttypid != TIMESTAMPTZOID || attribute->attgenerated != '\0')
-    ereport(ERROR,
-            (errcode(ERRCODE_DATATYPE_MISMATCH),
-             errmsg("column \"expired_at\" of idempotency.keys has type %s, "
-                    "which idempotent_call cannot store",
-                    format_type_be(attribute->atttypid)),
-             errdetail("idempotent_call stores timestamp with time zone in "
-                       "this column, unchanged and not generated."),
-             errhint("Change the column back with ALTER TABLE "
-                     "idempotency.keys ALTER COLUMN expired_at TYPE "
-                     "timestamptz.")));
-  return attribute->attnum;
-}
-
-// remember_for, which 1.1 added: the tables of 1.0 and 0.7, before their
-// update, have none and are judged as 1.0 judged them.
-AttrNumber locate_remember_for(TupleDesc desc) {
-  Form_pg_attribute attribute = find_column(desc, "remember_for");
-  if (attribute == nullptr)
-    return InvalidAttrNumber;
-  if (attribute->atttypid != INTERVALOID || attribute->attgenerated != '\0')
-    ereport(ERROR,
-            (errcode(ERRCODE_DATATYPE_MISMATCH),
-             errmsg("column \"remember_for\" of idempotency.keys has type %s, "
-                    "which idempotent_call cannot store",
-                    format_type_be(attribute->atttypid)),
-             errdetail("idempotent_call stores interval in this column, "
-                       "unchanged and not generated."),
-             errhint("Change the column back with ALTER TABLE "
-                     "idempotency.keys ALTER COLUMN remember_for TYPE "
-                     "interval.")));
-  return attribute->attnum;
-}
-
 // Refuses a table whose columns the extension could not read or write
 // correctly: a value stored under another type would be misread later.
 KeyColumns locate_columns(Relation rel, Oid loader) {
@@ -217,6 +203,8 @@ KeyColumns locate_columns(Relation rel, Oid loader) {
   KeyColumns columns{};
   for (ExpectedColumn expected : expected_columns) {
     Form_pg_attribute attribute = find_column(desc, expected.name);
+    if (attribute == nullptr && expected.optional)
+      continue;
     if (attribute == nullptr)
       ereport(ERROR,
               (errcode(ERRCODE_UNDEFINED_COLUMN),
@@ -244,8 +232,6 @@ KeyColumns locate_columns(Relation rel, Oid loader) {
                                                             : REGROLEOID))));
     columns.*expected.field = attribute->attnum;
   }
-  columns.expired_at = locate_expired_at(desc);
-  columns.remember_for = locate_remember_for(desc);
   return columns;
 }
 
@@ -282,13 +268,22 @@ void remember_columns(Relation rel) {
   cache.columns_known = cache.invalidations == invalidations;
 }
 
-void remember_relid(Oid relid) {
+// Finds idempotency.keys unless its oid is known; false when it does not
+// exist.
+bool find_table() {
+  watch_invalidations();
+  if (cache.relid_known)
+    return true;
+  Oid relid = schema::relation("keys");
+  if (!OidIsValid(relid))
+    return false;
   if (relid != cache.relid) {
     cache.columns_known = false;
     cache.citus_known = false;
   }
   cache.relid = relid;
   cache.relid_known = true;
+  return true;
 }
 
 // Whether Citus has taken the cached table over. The lookup may take in
@@ -309,10 +304,6 @@ void refuse_citus_table() {
   if (kind != citus::TableKind::not_citus)
     citus::report_citus_table(kind);
 }
-
-} // namespace
-
-namespace {
 
 // A stored span as exact time, as intervals compare (a day 24 hours, a
 // month 30 days): the same instant for every reader.
@@ -393,26 +384,25 @@ void report_schema_before_0_7() {
 }
 
 KeyTable key_table() {
-  watch_invalidations();
-  if (!cache.relid_known)
-    remember_relid(keys_table_oid());
+  if (!find_table())
+    report_missing_table();
   refuse_citus_table();
   return KeyTable{cache.relid, InvalidOid, InvalidOid};
 }
 
 citus::TableKind key_table_citus_kind() {
-  watch_invalidations();
-  if (!cache.relid_known) {
-    Oid relid = schema::relation("keys");
-    if (!OidIsValid(relid))
-      return citus::TableKind::not_citus;
-    remember_relid(relid);
-  }
-  return cached_citus_kind();
+  return find_table() ? cached_citus_kind() : citus::TableKind::not_citus;
 }
 
-// Checked again with the table open: a conversion by Citus that committed
-// while this transaction waited for the table's lock arrives with the lock.
+namespace {
+
+// The columns of `rel` (idempotency.keys, opened by the caller), cached
+// until the table's definition changes. Raises 42703 when one of the
+// extension's columns is missing, 42804 when its type was changed, 55000 for
+// the table of a version before 0.7, and, as key_table() does, 0A000 when
+// Citus has taken the table over: checked again with the table open, since a
+// conversion that committed while this transaction waited for the table's
+// lock arrives with the lock.
 const KeyColumns &key_columns(Relation rel) {
   watch_invalidations();
   if (!cache.columns_known || cache.relid != RelationGetRelid(rel))
@@ -422,8 +412,6 @@ const KeyColumns &key_columns(Relation rel) {
 }
 
 // --- reading ----------------------------------------------------------------
-
-namespace {
 
 Datum copy_varlena(HeapTuple tuple, AttrNumber attnum, TupleDesc desc,
                    bool *isnull) {
@@ -478,66 +466,6 @@ RowLife row_times(Relation rel, const KeyColumns &columns, HeapTuple tuple,
   return row_life(tombstone, window, expires_at, expired_at, now);
 }
 
-void read_times(Relation rel, const KeyColumns &columns, HeapTuple tuple,
-                KeyProbe &result) {
-  TupleDesc desc = RelationGetDescr(rel);
-  bool isnull = false;
-  result.created_at = DatumGetTimestampTz(
-      heap_getattr(tuple, columns.created_at, desc, &isnull));
-  result.expires_at = DatumGetTimestampTz(
-      heap_getattr(tuple, columns.expires_at, desc, &isnull));
-}
-
-RowVersion row_version(HeapTuple tuple) {
-  return RowVersion{tuple->t_self, HeapTupleHeaderGetRawXmin(tuple->t_data)};
-}
-
-KeyProbe expired_row(Relation rel, const KeyColumns &columns, HeapTuple tuple) {
-  KeyProbe result{};
-  result.state = KeyState::expired;
-  result.row = row_version(tuple);
-  read_times(rel, columns, tuple, result);
-  return result;
-}
-
-KeyProbe done_row(Relation rel, const KeyColumns &columns, SysScanDesc scan,
-                  HeapTuple tuple) {
-  check_visible_to_snapshot(rel, scan, tuple);
-  KeyProbe result{};
-  TupleDesc desc = RelationGetDescr(rel);
-  bool isnull = false;
-  result.state = KeyState::done;
-  result.row = row_version(tuple);
-  read_times(rel, columns, tuple, result);
-  result.request_hash = reinterpret_cast<bytea *>(DatumGetPointer(
-      copy_varlena(tuple, columns.request_hash, desc, &isnull)));
-  result.response =
-      copy_varlena(tuple, columns.response, desc, &result.response_is_null);
-  return result;
-}
-
-// The fingerprint is kept until the key is forgotten, and its retry is
-// refused by times alone: a tombstone that expiry is writing (or a row it
-// is turning into one) answers as the committed one will, and under
-// REPEATABLE READ the tombstone written after the snapshot stands for the
-// live row the snapshot saw.
-KeyProbe gone_row(Relation rel, const KeyColumns &columns, HeapTuple tuple,
-                  const RowLife &times) {
-  KeyProbe result{};
-  TupleDesc desc = RelationGetDescr(rel);
-  bool isnull = false;
-  result.state = KeyState::gone;
-  result.row = row_version(tuple);
-  result.created_at = DatumGetTimestampTz(
-      heap_getattr(tuple, columns.created_at, desc, &isnull));
-  result.expires_at = times.forgotten_at;
-  result.response_expired_at = times.response_expired_at;
-  result.request_hash = reinterpret_cast<bytea *>(DatumGetPointer(
-      copy_varlena(tuple, columns.request_hash, desc, &isnull)));
-  result.response_is_null = true;
-  return result;
-}
-
 KeyProbe in_progress(TransactionId holder) {
   KeyProbe result{};
   result.state = KeyState::in_progress;
@@ -545,16 +473,52 @@ KeyProbe in_progress(TransactionId holder) {
   return result;
 }
 
-} // namespace
-
-namespace {
-
 bool same_key(Relation rel, const KeyColumns &columns, HeapTuple tuple,
               const text *key) {
   bool isnull = false;
   Datum stored =
       heap_getattr(tuple, columns.key, RelationGetDescr(rel), &isnull);
   return !isnull && datum_image_eq(stored, PointerGetDatum(key), false, -1);
+}
+
+// The row `tuple` of the key, judged `times` and written by no open
+// transaction but expiry (a tombstone, or a row it deletes) or a caller
+// replacing it.
+KeyProbe row_probe(Relation rel, const KeyColumns &columns, SysScanDesc scan,
+                   HeapTuple tuple, const RowLife &times) {
+  TupleDesc desc = RelationGetDescr(rel);
+  bool isnull = false;
+  KeyProbe result{};
+  result.row =
+      RowVersion{tuple->t_self, HeapTupleHeaderGetRawXmin(tuple->t_data)};
+  result.created_at = DatumGetTimestampTz(
+      heap_getattr(tuple, columns.created_at, desc, &isnull));
+  if (times.age == RowAge::forgotten) {
+    result.state = KeyState::expired;
+    result.expires_at = times.forgotten_at;
+    return result;
+  }
+  result.request_hash = reinterpret_cast<bytea *>(DatumGetPointer(
+      copy_varlena(tuple, columns.request_hash, desc, &isnull)));
+  // A gone key's fingerprint is kept until the key is forgotten, and its
+  // retry is refused by times alone: a tombstone that expiry is writing (or a
+  // row it is turning into one) answers as the committed one will, and under
+  // REPEATABLE READ the tombstone written after the snapshot stands for the
+  // live row the snapshot saw.
+  if (times.age == RowAge::gone) {
+    result.state = KeyState::gone;
+    result.expires_at = times.forgotten_at;
+    result.response_expired_at = times.response_expired_at;
+    result.response_is_null = true;
+    return result;
+  }
+  check_visible_to_snapshot(rel, scan, tuple);
+  result.state = KeyState::done;
+  result.expires_at = DatumGetTimestampTz(
+      heap_getattr(tuple, columns.expires_at, desc, &isnull));
+  result.response =
+      copy_varlena(tuple, columns.response, desc, &result.response_is_null);
+  return result;
 }
 
 } // namespace
@@ -605,17 +569,10 @@ KeyProbe LocalKeys::probe(const KeyTable &table, const KeyRef &key,
       result = in_progress(dirty.xmax);
       break;
     }
-    if (times.age == RowAge::forgotten) {
-      result = expired_row(rel, columns, tuple);
-      result.expires_at = times.forgotten_at;
-      continue; // the key's new row, if any, may come next
-    }
-    if (times.age == RowAge::gone) {
-      result = gone_row(rel, columns, tuple, times);
+    result = row_probe(rel, columns, scan, tuple, times);
+    if (result.state != KeyState::expired)
       break;
-    }
-    result = done_row(rel, columns, scan, tuple);
-    break;
+    // An expired row: the key's new row, if any, may come next.
   }
 
   systable_endscan(scan);
@@ -684,9 +641,6 @@ const char *insert_key_sql(bool returning) {
   return sql.data;
 }
 
-const char *insert_key_returning_sql() { return insert_key_sql(true); }
-const char *insert_key_plain_sql() { return insert_key_sql(false); }
-
 // The tombstones of a batch, one element of each array per key: $1 scope,
 // $2 key_digest, $3 request_hash, $4 created_at, $5 expires_at (when the
 // tombstone goes), $6 expired_at, $7 remember_for.
@@ -753,15 +707,15 @@ static_assert(std::is_trivially_destructible_v<OwnInsert>);
 
 OwnInsert own_insert;
 
-// Runs `kept` with the row `key` marked as the extension's own.
-void run_own_insert(OwnerSpi &spi, KeptPlan &kept, const char *(*sql)(),
-                    int nargs, Oid *types, Datum *values, const char *nulls,
+// Runs `kept` (prepared from `sql`, needed only when it is not yet) with the
+// rows `inserting` marked as the extension's own.
+void run_own_insert(OwnerSpi &spi, KeptPlan &kept, const char *sql, int nargs,
+                    Oid *types, Datum *values, const char *nulls,
                     OwnInsert inserting, int expected) {
   OwnInsert outer = own_insert;
   inserting.transaction = compat::my_local_transaction_id();
   own_insert = inserting;
-  spi.run_kept(kept, kept.plan == nullptr ? sql() : nullptr, nargs, types,
-               values, nulls, false, expected);
+  spi.run_kept(kept, sql, nargs, types, values, nulls, false, expected);
   own_insert = outer;
 }
 
@@ -878,48 +832,44 @@ void delete_expired_row(OwnerSpi &spi, const KeyTable &table, const KeyRef &key,
     report_replaced_row_changed();
 }
 
-struct RowValues {
-  bytea *request_hash;
-  Datum response;
-  bool response_is_null;
-  TimestampTz created_at;
-  TimestampTz expires_at;
-  int64 remember_usecs; // remember_for, exact time
-};
-
-// BEFORE row triggers may change the row, but not drop it or move it to
-// another key.
-StoredRow insert_key_row(OwnerSpi &spi, const KeyRef &key,
-                         const RowValues &row) {
+// Writes the key's row. The TTL counts from the write, not from the
+// transaction's start: fn may have run for a long time. The window after the
+// TTL is fixed now too, as exact time, so that callers and expiry end it at
+// the same instant. BEFORE row triggers may change the row, but not drop it
+// or move it to another key.
+StoredRow insert_key_row(OwnerSpi &spi, const KeyRef &key, const NewRow &row) {
+  TimestampTz created_at = GetCurrentTimestamp();
+  TimestampTz expires_at = settings::key_expiry(created_at, row.ttl);
+  bool window_isnull = false;
+  Datum window = stored_window(
+      settings::remember_usecs(expires_at, row.remember), &window_isnull);
   Oid types[insert_key_args] = {cache.scope_type, TEXTOID,    BYTEAOID,
                                 BYTEAOID,         JSONBOID,   TIMESTAMPTZOID,
                                 TIMESTAMPTZOID,   INTERVALOID};
-  bool window_isnull = false;
-  Datum window = stored_window(row.remember_usecs, &window_isnull);
   Datum values[insert_key_args] = {ObjectIdGetDatum(key.scope),
                                    PointerGetDatum(key.key),
                                    PointerGetDatum(key.digest),
                                    PointerGetDatum(row.request_hash),
                                    row.response,
-                                   TimestampTzGetDatum(row.created_at),
-                                   TimestampTzGetDatum(row.expires_at),
+                                   TimestampTzGetDatum(created_at),
+                                   TimestampTzGetDatum(expires_at),
                                    window};
   char nulls[insert_key_args + 1] = "        ";
   if (row.response_is_null)
     nulls[4] = 'n';
   if (window_isnull)
     nulls[7] = 'n';
-  OwnInsert inserting{0, false, key.scope, key.digest};
   // Without a trigger that may change it, the row is as written: nothing
   // to read back.
-  if (!cache.rows_may_change) {
-    run_own_insert(spi, cache.insert_key, insert_key_plain_sql, insert_key_args,
-                   types, values, nulls, inserting, SPI_OK_INSERT);
-    return StoredRow{row.created_at, row.expires_at};
-  }
-  run_own_insert(spi, cache.insert_key_returning, insert_key_returning_sql,
-                 insert_key_args, types, values, nulls, inserting,
-                 SPI_OK_INSERT_RETURNING);
+  bool returning = cache.rows_may_change;
+  KeptPlan &kept = returning ? cache.insert_key_returning : cache.insert_key;
+  run_own_insert(spi, kept,
+                 kept.plan == nullptr ? insert_key_sql(returning) : nullptr,
+                 insert_key_args, types, values, nulls,
+                 OwnInsert{0, false, key.scope, key.digest},
+                 returning ? SPI_OK_INSERT_RETURNING : SPI_OK_INSERT);
+  if (!returning)
+    return StoredRow{created_at, expires_at};
   if (SPI_processed == 0)
     check_key_row_kept(TriggeredRow::skipped, "idempotency.keys",
                        "scope, key or key_digest", key.key);
@@ -968,18 +918,7 @@ StoredRow LocalKeys::store(const KeyTable &table, const KeyRef &key,
   OwnerSpi spi = begin_statements();
   if (row.replaces != nullptr)
     delete_expired_row(spi, table, key, row.replaces->row, row.judged_at);
-
-  // The TTL counts from the write, not from the transaction's start: fn
-  // may have run for a long time.
-  RowValues values{
-      row.request_hash, row.response, row.response_is_null, 0, 0, 0};
-  values.created_at = GetCurrentTimestamp();
-  values.expires_at = settings::key_expiry(values.created_at, row.ttl);
-  // The window after the TTL is fixed now too, as exact time, so that
-  // callers and expiry end it at the same instant.
-  values.remember_usecs =
-      settings::remember_usecs(values.expires_at, row.remember);
-  StoredRow stored = insert_key_row(spi, key, values);
+  StoredRow stored = insert_key_row(spi, key, row);
   end_statements(spi);
 
   commit_guard::note_key_written(stored.expires_at);
@@ -987,26 +926,61 @@ StoredRow LocalKeys::store(const KeyTable &table, const KeyRef &key,
   return stored;
 }
 
-OwnerSpi begin_key_statements() { return begin_statements(); }
-
-void end_key_statements(OwnerSpi &spi) { end_statements(spi); }
-
-uint64 delete_expired_rows(OwnerSpi &spi, const ItemPointerData *tids,
-                           int count, TimestampTz cutoff) {
-  auto *elements = static_cast<Datum *>(palloc(count * sizeof(Datum)));
-  for (int i = 0; i < count; i++)
-    elements[i] = PointerGetDatum(&tids[i]);
-  ArrayType *array = construct_array(
-      elements, count, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT);
-  Oid types[2] = {TIDARRAYOID, TIMESTAMPTZOID};
-  Datum values[2] = {PointerGetDatum(array), TimestampTzGetDatum(cutoff)};
-  spi.run_kept(cache.delete_expired,
-               cache.delete_expired.plan == nullptr ? delete_expired_sql()
-                                                    : nullptr,
-               2, types, values, nullptr, false, SPI_OK_DELETE_RETURNING);
-  return SPI_processed;
+bool LocalKeys::remove(const KeyTable &table, const KeyRef &key,
+                       const KeyProbe &stored) const {
+  Relation rel = table_open(table.relid, RowExclusiveLock);
+  (void)key_columns(rel); // refuses a table Citus has taken over
+  table_close(rel, NoLock);
+  OwnerSpi spi = begin_statements();
+  bool deleted = delete_row_version(spi, key, stored.row);
+  end_statements(spi);
+  if (deleted)
+    citus::note_key_write();
+  return deleted;
 }
 
+Oid LocalKeys::relation() const { return schema::relation("keys"); }
+
+role_keys::Roles LocalKeys::roles_with_keys(Oid relid,
+                                            AttrNumber scope_column) const {
+  return role_keys::in_keys(relid, scope_column);
+}
+
+uint64 LocalKeys::delete_keys_of(Oid relid, AttrNumber scope_column,
+                                 Oid role) const {
+  return role_keys::delete_in_keys(relid, scope_column, role);
+}
+
+// --- expiry -----------------------------------------------------------------
+
+bool lock_key_table(LOCKMODE mode) {
+  Oid table = schema::relation("keys");
+  if (!OidIsValid(table))
+    return false;
+  LockRelationOid(table, mode);
+  // A drop that committed while this waited for the lock took the table.
+  return SearchSysCacheExists1(RELOID, ObjectIdGetDatum(table));
+}
+
+namespace {
+
+// A key whose response expired, as its tombstone keeps it: its scope and
+// digest, its request's fingerprint, when it ran, when its response expired
+// and when it is forgotten.
+struct Tombstone {
+  Oid scope;
+  bytea *digest;
+  bytea *request_hash;
+  TimestampTz created_at;
+  TimestampTz response_expired_at;
+  TimestampTz forgotten_at;
+};
+static_assert(std::is_trivially_destructible_v<Tombstone>);
+
+// Writes the tombstones of keys expiry has deleted in this transaction, as
+// one INSERT (statement triggers fire once). A row's key text is empty and
+// its response NULL; expired_at holds when the response expired, expires_at
+// when the tombstone goes. A BEFORE trigger may not skip or move one (09000).
 void insert_tombstones(OwnerSpi &spi, const Tombstone *tombstones, int count) {
   if (count == 0)
     return;
@@ -1045,10 +1019,12 @@ void insert_tombstones(OwnerSpi &spi, const Tombstone *tombstones, int count) {
         construct_md_array(elements[a], nulls[a], 1, &count, &lower_bound,
                            element_types[a], length, by_value, align));
   }
-  run_own_insert(spi, cache.insert_tombstones, insert_tombstones_sql, arrays,
-                 types, values, nullptr,
-                 OwnInsert{0, true, InvalidOid, nullptr},
-                 SPI_OK_INSERT_RETURNING);
+  run_own_insert(
+      spi, cache.insert_tombstones,
+      cache.insert_tombstones.plan == nullptr ? insert_tombstones_sql()
+                                              : nullptr,
+      arrays, types, values, nullptr, OwnInsert{0, true, InvalidOid, nullptr},
+      SPI_OK_INSERT_RETURNING);
   // A BEFORE trigger may change a tombstone, but not drop it or move it.
   text *empty_key = cstring_to_text("");
   if (SPI_processed < (uint64)count)
@@ -1061,35 +1037,270 @@ void insert_tombstones(OwnerSpi &spi, const Tombstone *tombstones, int count) {
   }
 }
 
-bool LocalKeys::remove(const KeyTable &table, const KeyRef &key,
-                       const KeyProbe &stored) const {
-  Relation rel = table_open(table.relid, RowExclusiveLock);
-  (void)key_columns(rel); // refuses a table Citus has taken over
-  table_close(rel, NoLock);
+// A round's progress in idempotency.keys (ExpiryRound::progress): where the
+// index scan stands, and the rows of the current pass. A pass goes on after
+// the last entry the previous one read, so no pass steps again over keys an
+// earlier one handled. Keys may share their expires_at; B-tree keeps such
+// equal entries in heap order, so the entry's row address orders them.
+struct LocalExpiry {
+  bool positioned;        // the last entry read:
+  TimestampTz expires_at; // its key
+  ItemPointerData tid;    // and its row
+  ItemPointerData *tids;  // the pass's rows, sorted in heap order
+  int count;
+  int next; // tids[next ...] are still to be deleted
+};
+static_assert(std::is_trivially_destructible_v<LocalExpiry>);
+
+constexpr const char *expires_at_index = "keys_expires_at_idx";
+constexpr const char *expiry_opfamily = "expiry_ops";
+
+// A pass collects row addresses only (6 bytes each), so it can go much
+// further than a batch; large passes keep a round's scans few.
+constexpr int min_keys_per_pass = 100000;
+
+[[noreturn]] void report_missing_index() {
+  ereport(ERROR,
+          (errcode(ERRCODE_UNDEFINED_OBJECT),
+           errmsg("index idempotency.%s on idempotency.keys (expires_at "
+                  "idempotency.%s) does not exist",
+                  expires_at_index, expiry_opfamily),
+           errhint("Recreate it with CREATE INDEX %s ON idempotency.keys "
+                   "(expires_at idempotency.%s).",
+                   expires_at_index, expiry_opfamily)));
+  pg_unreachable();
+}
+
+// The index must order expires_at as timestamptz does (the scan keys are
+// timestamptz comparisons) in the extension's own family, which the planner
+// never uses for a caller's query: an index in the default order would let
+// EXPLAIN ANALYZE count other roles' keys by expiry time.
+bool orders_by_expiry_family(Relation index, Oid schema) {
+  Oid family = GetSysCacheOid3(
+      OPFAMILYAMNAMENSP, Anum_pg_opfamily_oid, ObjectIdGetDatum(BTREE_AM_OID),
+      CStringGetDatum(expiry_opfamily), ObjectIdGetDatum(schema));
+  return OidIsValid(family) && index->rd_opfamily[0] == family;
+}
+
+Relation open_expires_at_index(Relation table) {
+  Oid index = schema::relation(expires_at_index);
+  if (!OidIsValid(index))
+    report_missing_index();
+  Relation rel = index_open(index, AccessShareLock);
+  Form_pg_index form = rel->rd_index;
+  if (form->indrelid != table->rd_id ||
+      form->indkey.values[0] != key_columns(table).expires_at ||
+      rel->rd_rel->relam != BTREE_AM_OID ||
+      !orders_by_expiry_family(rel, get_rel_namespace(index)))
+    report_missing_index();
+  return rel;
+}
+
+// The tombstone of the deleted row `row` (delete_expired_sql()'s columns),
+// or none (false) when the key is not to be remembered past `cutoff`: its
+// window (live_row_forgotten_at, the rule callers judge it by) is empty or
+// has passed too, the row was a tombstone past its window, or the table has
+// no expired_at (0.7's).
+bool tombstone_of(const KeyColumns &columns, HeapTuple row, TupleDesc desc,
+                  TimestampTz cutoff, Tombstone *tombstone) {
+  if (columns.expired_at == InvalidAttrNumber)
+    return false;
+  enum { scope = 1, digest, hash, created_at, expires_at, expired_at, window };
+  bool isnull = false;
+  (void)SPI_getbinval(row, desc, expired_at, &isnull);
+  if (!isnull)
+    return false; // a tombstone past its window
+  TimestampTz response_expired_at =
+      DatumGetTimestampTz(SPI_getbinval(row, desc, expires_at, &isnull));
+  RememberWindow remembered =
+      remember_window(columns, [&](AttrNumber, bool *null) {
+        return SPI_getbinval(row, desc, window, null);
+      });
+  TimestampTz forgotten_at =
+      live_row_forgotten_at(remembered, response_expired_at);
+  if (forgotten_at <= cutoff)
+    return false;
+  tombstone->scope = DatumGetObjectId(SPI_getbinval(row, desc, scope, &isnull));
+  tombstone->digest =
+      DatumGetByteaPP(SPI_getbinval(row, desc, digest, &isnull));
+  tombstone->request_hash =
+      DatumGetByteaPP(SPI_getbinval(row, desc, hash, &isnull));
+  tombstone->created_at =
+      DatumGetTimestampTz(SPI_getbinval(row, desc, created_at, &isnull));
+  tombstone->response_expired_at = response_expired_at;
+  tombstone->forgotten_at = forgotten_at;
+  return true;
+}
+
+// Collects up to `limit` keys with expires_at <= the round's cutoff after
+// the last entry read, visible to the active snapshot, in a pass of
+// `expiry`'s own; false while expired keys are left after them.
+bool collect_pass(const ExpiryRound &round, LocalExpiry &expiry, int limit) {
+  Relation table = table_open(key_table().relid, AccessShareLock);
+  Relation index = open_expires_at_index(table);
+
+  ScanKeyData scan_keys[2];
+  int nkeys = 0;
+  ScanKeyInit(&scan_keys[nkeys++], 1, BTLessEqualStrategyNumber,
+              F_TIMESTAMPTZ_LE, TimestampTzGetDatum(round.cutoff));
+  if (expiry.positioned)
+    ScanKeyInit(&scan_keys[nkeys++], 1, BTGreaterEqualStrategyNumber,
+                F_TIMESTAMPTZ_GE, TimestampTzGetDatum(expiry.expires_at));
+  IndexScanDesc scan = compat::index_beginscan(
+      table, index, GetActiveSnapshot(), nullptr, nkeys, 0, compat::SO_NONE);
+  // The index tuple tells the entries up to the last one read apart without
+  // a visit to the heap.
+  scan->xs_want_itup = true;
+  index_rescan(scan, scan_keys, nkeys, nullptr, 0);
+  TupleTableSlot *slot = table_slot_create(table, nullptr);
+
+  int capacity = std::min(limit, 1024);
+  if (expiry.tids != nullptr)
+    pfree(expiry.tids);
+  expiry.tids = static_cast<ItemPointerData *>(
+      MemoryContextAlloc(round.context, capacity * sizeof(ItemPointerData)));
+  expiry.count = 0;
+  expiry.next = 0;
+  bool finished = true;
+  ItemPointer tid;
+  while ((tid = index_getnext_tid(scan, ForwardScanDirection)) != nullptr) {
+    CHECK_FOR_INTERRUPTS();
+    bool isnull = false;
+    TimestampTz expires_at = DatumGetTimestampTz(
+        index_getattr(scan->xs_itup, 1, scan->xs_itupdesc, &isnull));
+    if (expiry.positioned && expires_at == expiry.expires_at &&
+        ItemPointerCompare(tid, &expiry.tid) <= 0)
+      continue; // read by an earlier pass
+    if (expiry.count == limit) {
+      finished = false;
+      break;
+    }
+    expiry.positioned = true;
+    expiry.expires_at = expires_at;
+    expiry.tid = *tid;
+    if (!index_fetch_heap(scan, slot))
+      continue;
+    if (expiry.count == capacity) {
+      capacity = std::min(limit, capacity * 2);
+      expiry.tids = static_cast<ItemPointerData *>(
+          repalloc(expiry.tids, capacity * sizeof(ItemPointerData)));
+    }
+    expiry.tids[expiry.count++] = slot->tts_tid;
+  }
+
+  ExecDropSingleTupleTableSlot(slot);
+  index_endscan(scan);
+  index_close(index, NoLock);
+  table_close(table, NoLock);
+
+  // Deleting in heap order dirties each page once per batch.
+  std::sort(expiry.tids, expiry.tids + expiry.count,
+            [](const ItemPointerData &a, const ItemPointerData &b) {
+              return ItemPointerCompare(const_cast<ItemPointer>(&a),
+                                        const_cast<ItemPointer>(&b)) < 0;
+            });
+  return finished;
+}
+
+// Deletes, in the current transaction, those of the rows `tids` that are
+// still expired and that no other transaction is changing; returns how many
+// it deleted. A live key's row whose window under idempotency.remember has
+// not passed by `cutoff` is replaced by its tombstone (insert_tombstones);
+// a tombstone past its window, or a key not remembered, is deleted.
+int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
+                     int count) {
+  Relation table = table_open(key_table().relid, RowExclusiveLock);
+  const KeyColumns &columns = key_columns(table);
+  table_close(table, NoLock);
   OwnerSpi spi = begin_statements();
-  bool deleted = delete_row_version(spi, key, stored.row);
+  auto *elements = static_cast<Datum *>(palloc(count * sizeof(Datum)));
+  for (int i = 0; i < count; i++)
+    elements[i] = PointerGetDatum(&tids[i]);
+  ArrayType *array = construct_array(
+      elements, count, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT);
+  Oid types[2] = {TIDARRAYOID, TIMESTAMPTZOID};
+  Datum values[2] = {PointerGetDatum(array), TimestampTzGetDatum(cutoff)};
+  spi.run_kept(cache.delete_expired,
+               cache.delete_expired.plan == nullptr ? delete_expired_sql()
+                                                    : nullptr,
+               2, types, values, nullptr, false, SPI_OK_DELETE_RETURNING);
+  uint64 deleted = SPI_processed;
+  SPITupleTable *rows = SPI_tuptable;
+  auto *tombstones =
+      static_cast<Tombstone *>(palloc(Max(deleted, 1) * sizeof(Tombstone)));
+  int remembered = 0;
+  for (uint64 i = 0; i < deleted; i++)
+    if (tombstone_of(columns, rows->vals[i], rows->tupdesc, cutoff,
+                     &tombstones[remembered]))
+      remembered++;
+  insert_tombstones(spi, tombstones, remembered);
   end_statements(spi);
-  if (deleted)
-    citus::note_key_write();
+  return (int64)deleted;
+}
+
+// An error writing a row's tombstone is the row's (a DBA's constraint,
+// index or trigger refused it) unless it is a transient condition (a lock
+// timeout, a cancel, ...), which ends the batch and the round.
+bool refused_row(const ErrorData *error) {
+  return !sqlstate_transient(unpack_sql_state(error->sqlerrcode));
+}
+
+// The rows of a batch that failed, each in a subtransaction of its own: a
+// row whose tombstone is refused keeps its live row (deleting it would let
+// a late retry run again); callers judge it by its times all the same, and
+// once its window has passed it is deleted without a tombstone.
+int64 expire_row_by_row(ExpiryRound &round, const ItemPointerData *tids,
+                        int count) {
+  int64 deleted = 0;
+  for (int i = 0; i < count; i++) {
+    const ItemPointerData *tid = &tids[i];
+    int64 row_deleted = 0;
+    if (run_in_subtransaction(
+            [&] { row_deleted = delete_expired(round.cutoff, tid, 1); },
+            [&](const ErrorData *error) {
+              if (!refused_row(error))
+                return false;
+              if (round.kept++ == 0)
+                round.kept_reason = MemoryContextStrdup(
+                    round.context,
+                    psprintf("%s: %s", unpack_sql_state(error->sqlerrcode),
+                             error->message));
+              return true;
+            }))
+      deleted += row_deleted;
+  }
   return deleted;
 }
 
-Oid LocalKeys::relation() const { return schema::relation("keys"); }
-
-role_keys::Roles LocalKeys::roles_with_keys(Oid relid,
-                                            AttrNumber scope_column) const {
-  Relation rel = table_open(relid, NoLock); // locked by the caller
-  role_keys::Roles roles = role_keys::in_keys(rel, scope_column);
-  table_close(rel, NoLock);
-  return roles;
+LocalExpiry &progress_of(ExpiryRound &round) {
+  if (round.progress == nullptr)
+    round.progress = MemoryContextAllocZero(round.context, sizeof(LocalExpiry));
+  return *static_cast<LocalExpiry *>(round.progress);
 }
 
-uint64 LocalKeys::delete_keys_of(Oid relid, AttrNumber scope_column,
-                                 Oid role) const {
-  Relation rel = table_open(relid, NoLock); // locked by the caller
-  uint64 deleted = role_keys::delete_in_keys(rel, scope_column, role);
-  table_close(rel, NoLock);
-  return deleted;
+} // namespace
+
+void LocalKeys::collect_expired(ExpiryRound &round, int batch_size) const {
+  LocalExpiry &expiry = progress_of(round);
+  round.finished =
+      collect_pass(round, expiry, std::max(batch_size, min_keys_per_pass));
+  round.has_batch = expiry.count > 0;
+  round.paced = true;
+}
+
+ExpiryBatch LocalKeys::expire_batch(ExpiryRound &round, int batch_size) const {
+  LocalExpiry &expiry = progress_of(round);
+  int count = std::min(batch_size, expiry.count - expiry.next);
+  const ItemPointerData *tids = expiry.tids + expiry.next;
+  TimestampTz cutoff = round.cutoff;
+  int64 deleted = 0;
+  // One subtransaction for the batch, and one per row only when it failed.
+  if (!run_in_subtransaction(
+          [&] { deleted = delete_expired(cutoff, tids, count); }, refused_row))
+    deleted = expire_row_by_row(round, tids, count);
+  expiry.next += count;
+  round.has_batch = expiry.next < expiry.count;
+  return ExpiryBatch{deleted, count};
 }
 
 } // namespace idempotency::storage

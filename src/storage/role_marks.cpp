@@ -1,9 +1,5 @@
-// The marks that keep a role with keys from being dropped (see
-// role_marks.hpp): the pg_shdepend rows themselves; when a role is marked,
-// remembered per backend; which roles to mark, and what DROP OWNED deletes;
-// the statements on the key tables that find and delete a role's keys.
-// Citus's shards are storage/citus's. Last, the I/O of the scope column's
-// type, by which keys leave the cluster under their role's name.
+// The marks of roles on key tables (see role_marks.hpp), the statements that
+// find and delete a role's keys, and the I/O of the scope column's type.
 #include "idempotency/storage/role_marks.hpp"
 
 #include "idempotency/storage/key_store.hpp"
@@ -49,14 +45,6 @@ namespace idempotency::storage::shared_dependency {
 
 namespace {
 
-bool is_column_acl(const FormData_pg_shdepend *dependency, Oid relid,
-                   AttrNumber column) {
-  return dependency->dbid == MyDatabaseId &&
-         dependency->classid == RelationRelationId &&
-         dependency->objid == relid && dependency->objsubid == column &&
-         dependency->deptype == SHARED_DEPENDENCY_ACL;
-}
-
 // Whether `role` has such a row on column `column` of `relid`, read through
 // pg_shdepend's index on the referenced object (a role has few rows).
 bool exists(Oid relid, AttrNumber column, Oid role) {
@@ -70,9 +58,12 @@ bool exists(Oid relid, AttrNumber column, Oid role) {
                                         true, nullptr, 2, keys);
   bool found = false;
   HeapTuple tuple;
-  while (!found && (tuple = systable_getnext(scan)) != nullptr)
-    found = is_column_acl(reinterpret_cast<Form_pg_shdepend>(GETSTRUCT(tuple)),
-                          relid, column);
+  while (!found && (tuple = systable_getnext(scan)) != nullptr) {
+    auto *row = reinterpret_cast<Form_pg_shdepend>(GETSTRUCT(tuple));
+    found = row->dbid == MyDatabaseId && row->classid == RelationRelationId &&
+            row->objid == relid && row->objsubid == column &&
+            row->deptype == SHARED_DEPENDENCY_ACL;
+  }
   systable_endscan(scan);
   table_close(shdepend, NoLock);
   return found;
@@ -141,33 +132,26 @@ bool callbacks_registered;
 // and remembers it too.
 bool recorded_in_transaction;
 
-void forget_all(Remembered &table) {
-  table.relid = InvalidOid;
-  table.count = 0;
-}
-
-void forget_table(Oid relid) {
+// Forgets what is known of `relid`; InvalidOid: of every table.
+void forget(Oid relid) {
   for (Remembered &table : remembered)
-    if (table.relid == relid)
-      forget_all(table);
+    if (relid == InvalidOid || relid == table.relid) {
+      table.relid = InvalidOid;
+      table.count = 0;
+    }
 }
 
 // DROP OWNED, ALTER EXTENSION UPDATE and any change to a table's
 // definition invalidate its relcache entry: each backend then looks its
 // marks up again at its next store.
-void forget_on_relcache_change(Datum, Oid relid) {
-  for (Remembered &table : remembered)
-    if (relid == InvalidOid || relid == table.relid)
-      forget_all(table);
-}
+void forget_on_relcache_change(Datum, Oid relid) { forget(relid); }
 
 // Whether a database marks roles is known by its event trigger: the update
 // to 0.7 creating it (or DROP EXTENSION dropping it) makes every backend
 // look again, also for idempotency.tenant_keys, whose definition the update
 // does not change.
 void forget_on_event_trigger_change(Datum, compat::SysCacheIdentifier, uint32) {
-  for (Remembered &table : remembered)
-    forget_all(table);
+  forget(InvalidOid);
 }
 
 void register_callbacks_once() {
@@ -177,10 +161,6 @@ void register_callbacks_once() {
   CacheRegisterSyscacheCallback(EVENTTRIGGEROID, forget_on_event_trigger_change,
                                 (Datum)0);
   callbacks_registered = true;
-}
-
-bool has_event_trigger() {
-  return OidIsValid(get_event_trigger_oid(event_trigger_name, true));
 }
 
 // What this backend remembers of `relid`: an empty set the first time, or
@@ -200,7 +180,7 @@ Remembered &remembered_for(Oid relid) {
   register_callbacks_once();
   free->relid = relid;
   free->count = 0;
-  free->marking = has_event_trigger();
+  free->marking = database_marks_roles();
   return *free;
 }
 
@@ -215,14 +195,6 @@ void remember(Remembered &table, Oid role) {
   if (table.count == max_remembered)
     table.count = 0;
   table.roles[table.count++] = role;
-}
-
-// Records the mark unless it exists.
-void mark(Remembered &table, AttrNumber scope_column, Oid role) {
-  if (shared_dependency::exists(table.relid, scope_column, role))
-    return;
-  shared_dependency::record(table.relid, scope_column, role);
-  recorded_in_transaction = true;
 }
 
 // The scope column of a key table; 42703 when it is missing.
@@ -243,32 +215,28 @@ void ensure_marked(Oid relid, AttrNumber scope_column, Oid role) {
     return;
   if (scope_column == InvalidAttrNumber)
     scope_column = scope_column_of(relid);
-  mark(table, scope_column, role);
+  if (!shared_dependency::exists(relid, scope_column, role)) {
+    shared_dependency::record(relid, scope_column, role);
+    recorded_in_transaction = true;
+  }
   remember(table, role);
 }
 
-// What a pass over the roles that have keys does besides marking them.
-enum class GoneRoles {
-  // mark_key_roles(): the keys of a role that no longer exists are
-  // deleted, since no role may ever reach them again.
-  delete_keys,
-  // After a GRANT or REVOKE: they are left to mark_key_roles() (the expiry
-  // worker's next round); the statement only records marks again. The
-  // backend's remembered roles of the table are forgotten first: each
-  // role's mark is looked up in pg_shdepend, which the statement changed.
-  leave_keys,
-};
-
-// The roles of `roles` (those that have keys in a table): each that exists
-// is marked on `relid`; each that is gone has its keys deleted by
-// `delete_keys_of_role` (GoneRoles::delete_keys). Returns the number of
-// keys deleted.
-template <typename DeleteKeys>
-int64 settle_roles(const role_keys::Roles &roles, Oid relid,
-                   AttrNumber scope_column, GoneRoles gone,
-                   DeleteKeys delete_keys_of_role) {
-  if (gone == GoneRoles::leave_keys)
-    forget_table(relid);
+// Marks each role that has keys in the key table `relid` of `store` (on this
+// node) and exists. A store takes the same lock: DROP OWNED waits for the
+// marks made here. The keys of a role that no longer exists are deleted
+// (delete_gone, mark_key_roles()), since no role may ever reach them again,
+// or left to mark_key_roles() (the expiry worker's next round) after a GRANT
+// or REVOKE, which only records marks again: the backend's remembered roles
+// of the table are forgotten first, since each role's mark is looked up in
+// pg_shdepend, which the statement changed. Returns the number of keys
+// deleted.
+int64 mark_roles_of(const KeyBackend &store, Oid relid, bool delete_gone) {
+  LockRelationOid(relid, RowExclusiveLock);
+  AttrNumber scope_column = scope_column_of(relid);
+  role_keys::Roles roles = store.roles_with_keys(relid, scope_column);
+  if (!delete_gone)
+    forget(relid);
   int64 deleted = 0;
   for (uint64 i = 0; i < roles.count; i++) {
     Oid role = roles.oids[i];
@@ -276,31 +244,10 @@ int64 settle_roles(const role_keys::Roles &roles, Oid relid,
       continue; // keys of no role: no caller has OID 0
     if (SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
       ensure_marked(relid, scope_column, role);
-    else if (gone == GoneRoles::delete_keys)
-      deleted += delete_keys_of_role(role);
+    else if (delete_gone)
+      deleted += (int64)store.delete_keys_of(relid, scope_column, role);
   }
   return deleted;
-}
-
-// mark_key_roles() for the key table `relid` of `store`: each role that
-// has keys in it (on this node) and exists is marked. A store takes the
-// same lock: DROP OWNED waits for the marks made here.
-int64 mark_roles_of(const KeyBackend &store, Oid relid, GoneRoles gone) {
-  LockRelationOid(relid, RowExclusiveLock);
-  AttrNumber scope_column = scope_column_of(relid);
-  return settle_roles(store.roles_with_keys(relid, scope_column), relid,
-                      scope_column, gone,
-                      [&store, relid, scope_column](Oid role) {
-                        return static_cast<int64>(
-                            store.delete_keys_of(relid, scope_column, role));
-                      });
-}
-
-// DROP OWNED's own check, made before anything is deleted.
-void check_may_drop_owned(Oid role) {
-  if (!has_privs_of_role(GetUserId(), role))
-    ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-                    errmsg("permission denied to drop objects")));
 }
 
 } // namespace
@@ -319,7 +266,7 @@ int64 mark_key_roles() {
     const KeyBackend &store = key_backend(i);
     Oid relid = store.relation();
     if (OidIsValid(relid))
-      deleted += mark_roles_of(store, relid, GoneRoles::delete_keys);
+      deleted += mark_roles_of(store, relid, true);
   }
   return deleted;
 }
@@ -358,11 +305,13 @@ void keep_marks_after_grant(const GrantStmt *grant) {
     const KeyBackend &store = key_backend(i);
     Oid relid = store.relation();
     if (OidIsValid(relid) && grant_names(grant, relid))
-      (void)mark_roles_of(store, relid, GoneRoles::leave_keys);
+      (void)mark_roles_of(store, relid, false);
   }
 }
 
-bool database_marks_roles() { return has_event_trigger(); }
+bool database_marks_roles() {
+  return OidIsValid(get_event_trigger_oid(event_trigger_name, true));
+}
 
 void drop_owned_keys(const List *roles) {
   Oid relids[key_backend_count];
@@ -382,7 +331,10 @@ void drop_owned_keys(const List *roles) {
   ListCell *cell;
   foreach (cell, roles) {
     Oid role = get_rolespec_oid(lfirst_node(RoleSpec, cell), false);
-    check_may_drop_owned(role);
+    // DROP OWNED's own check, made before anything is deleted.
+    if (!has_privs_of_role(GetUserId(), role))
+      ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                      errmsg("permission denied to drop objects")));
     for (int i = 0; i < key_backend_count; i++) {
       if (!OidIsValid(relids[i]))
         continue;
@@ -405,8 +357,7 @@ void at_abort() {
 
 void at_subtransaction_abort() {
   if (recorded_in_transaction)
-    for (Remembered &table : remembered)
-      forget_all(table);
+    forget(InvalidOid);
 }
 
 } // namespace idempotency::storage::role_marks
@@ -414,10 +365,6 @@ void at_subtransaction_abort() {
 namespace idempotency::storage::role_keys {
 
 namespace {
-
-Oid scope_type(Relation keys, AttrNumber scope_column) {
-  return TupleDescAttr(RelationGetDescr(keys), scope_column - 1)->atttypid;
-}
 
 // The schema of the operators that compare the scope column: the
 // extension's role type, or regrole (which the column may still be).
@@ -430,9 +377,14 @@ const char *qualified_name(Oid relid) {
       get_namespace_name(get_rel_namespace(relid)), get_rel_name(relid));
 }
 
-// The first column of SPI_tuptable (a role), copied out of SPI's memory.
-// Inside SPI.
-Roles roles_read() {
+// Runs `sql`, which selects roles, as `owner`; the roles are copied out of
+// SPI's memory.
+Roles select_roles(const char *sql, Oid owner) {
+  table_owner::Saved saved = table_owner::begin_spi(owner);
+  int rc = SPI_execute(sql, true, 0);
+  if (rc != SPI_OK_SELECT)
+    elog(ERROR, "idempotency: listing the roles that have keys failed: %s",
+         SPI_result_code_string(rc));
   Roles roles{SPI_processed, nullptr};
   roles.oids = static_cast<Oid *>(
       SPI_palloc(sizeof(Oid) * (roles.count > 0 ? roles.count : 1)));
@@ -441,81 +393,62 @@ Roles roles_read() {
     roles.oids[i] = DatumGetObjectId(SPI_getbinval(
         SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
   }
+  table_owner::finish_spi(saved);
   return roles;
 }
 
-// Runs `sql` (a DELETE whose $1 is the scope) for `role` with a snapshot
-// taken now. Inside SPI.
-uint64 delete_with_latest_snapshot(const char *sql, Oid type, Oid role,
-                                   const char *what) {
+// Deletes the keys of `role` in `relid` as `owner` with a snapshot taken
+// now; the scope column has type `type`, compared by `operator_schema`'s =.
+uint64 delete_role_keys(Oid relid, Oid owner, Oid type,
+                        const char *operator_schema, Oid role) {
+  char *sql = psprintf("DELETE FROM %s AS k WHERE k.scope OPERATOR(%s.=) $1",
+                       qualified_name(relid), operator_schema);
+  table_owner::Saved saved = table_owner::begin_spi(owner);
   Datum value = ObjectIdGetDatum(role);
   SPIPlanPtr plan = SPI_prepare(sql, 1, &type);
   if (plan == nullptr)
-    elog(ERROR, "idempotency: preparing the deletion of a role's %s failed",
-         what);
+    elog(ERROR, "idempotency: preparing the deletion of a role's keys failed");
   int rc = SPI_execute_snapshot(plan, &value, nullptr, GetLatestSnapshot(),
                                 InvalidSnapshot, false, false, 0);
   if (rc != SPI_OK_DELETE)
-    elog(ERROR, "idempotency: deleting a role's %s failed: %s", what,
+    elog(ERROR, "idempotency: deleting a role's keys failed: %s",
          SPI_result_code_string(rc));
-  SPI_freeplan(plan);
-  return SPI_processed;
+  uint64 deleted = SPI_processed;
+  table_owner::finish_spi(saved);
+  return deleted;
 }
 
 } // namespace
 
-Roles in_keys(Relation keys, AttrNumber scope_column) {
-  char *sql = psprintf(
-      "WITH RECURSIVE r (scope) AS ("
-      "  (SELECT k.scope FROM idempotency.keys AS k ORDER BY k.scope LIMIT 1)"
-      "  UNION ALL"
-      "  SELECT (SELECT k.scope FROM idempotency.keys AS k"
-      "           WHERE k.scope OPERATOR(%s.>) r.scope"
-      "           ORDER BY k.scope LIMIT 1)"
-      "    FROM r WHERE r.scope IS NOT NULL)"
-      " SELECT r.scope FROM r WHERE r.scope IS NOT NULL",
-      scope_operator_schema(scope_type(keys, scope_column)));
-  table_owner::Saved saved = table_owner::begin_spi(keys->rd_rel->relowner);
-  int rc = SPI_execute(sql, true, 0);
-  if (rc != SPI_OK_SELECT)
-    elog(ERROR, "idempotency: listing the roles that have keys failed: %s",
-         SPI_result_code_string(rc));
-  Roles roles = roles_read();
-  table_owner::finish_spi(saved);
-  return roles;
+Roles in_keys(Oid keys, AttrNumber scope_column) {
+  return select_roles(
+      psprintf("WITH RECURSIVE r (scope) AS ("
+               "  (SELECT k.scope FROM idempotency.keys AS k ORDER BY k.scope "
+               "LIMIT 1)"
+               "  UNION ALL"
+               "  SELECT (SELECT k.scope FROM idempotency.keys AS k"
+               "           WHERE k.scope OPERATOR(%s.>) r.scope"
+               "           ORDER BY k.scope LIMIT 1)"
+               "    FROM r WHERE r.scope IS NOT NULL)"
+               " SELECT r.scope FROM r WHERE r.scope IS NOT NULL",
+               scope_operator_schema(get_atttype(keys, scope_column))),
+      table_owner::of(keys));
 }
 
-uint64 delete_in_keys(Relation keys, AttrNumber scope_column, Oid role) {
-  Oid type = scope_type(keys, scope_column);
-  char *sql = psprintf("DELETE FROM idempotency.keys AS k WHERE k.scope "
-                       "OPERATOR(%s.=) $1",
-                       scope_operator_schema(type));
-  table_owner::Saved saved = table_owner::begin_spi(keys->rd_rel->relowner);
-  uint64 deleted = delete_with_latest_snapshot(sql, type, role, "keys");
-  table_owner::finish_spi(saved);
-  return deleted;
+uint64 delete_in_keys(Oid keys, AttrNumber scope_column, Oid role) {
+  Oid type = get_atttype(keys, scope_column);
+  return delete_role_keys(keys, table_owner::of(keys), type,
+                          scope_operator_schema(type), role);
 }
 
 Roles in_shard(Oid shard, Oid owner) {
-  char *sql =
-      psprintf("SELECT DISTINCT k.scope FROM %s AS k", qualified_name(shard));
-  table_owner::Saved saved = table_owner::begin_spi(owner);
-  if (SPI_execute(sql, true, 0) != SPI_OK_SELECT)
-    elog(ERROR, "idempotency: listing the roles that have tenant keys failed");
-  Roles roles = roles_read();
-  table_owner::finish_spi(saved);
-  return roles;
+  return select_roles(
+      psprintf("SELECT DISTINCT k.scope FROM %s AS k", qualified_name(shard)),
+      owner);
 }
 
 uint64 delete_in_shard(Oid shard, Oid owner, Oid scope_type, Oid role) {
-  char *sql = psprintf("DELETE FROM %s AS k WHERE k.scope "
-                       "OPERATOR(idempotency.=) $1",
-                       qualified_name(shard));
-  table_owner::Saved saved = table_owner::begin_spi(owner);
-  uint64 deleted =
-      delete_with_latest_snapshot(sql, scope_type, role, "tenant keys");
-  table_owner::finish_spi(saved);
-  return deleted;
+  return delete_role_keys(shard, owner, scope_type, "idempotency", role);
 }
 
 } // namespace idempotency::storage::role_keys

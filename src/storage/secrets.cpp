@@ -24,11 +24,9 @@ namespace {
 
 // In the data directory, the working directory of every backend.
 constexpr const char *secret_file = "idempotency_claim_secret";
-constexpr std::size_t secret_bytes = claim_secret_bytes;
-using Secret = ClaimSecret;
 
 // Reads the secret file; false if it does not exist yet.
-bool read_secret(Secret *secret) {
+bool read_secret(ClaimSecret *secret) {
   int fd = OpenTransientFile(secret_file, O_RDONLY | PG_BINARY);
   if (fd < 0) {
     if (errno == ENOENT)
@@ -37,7 +35,7 @@ bool read_secret(Secret *secret) {
                     errmsg("could not open file \"%s\": %m", secret_file)));
   }
   // One byte more than a secret, to notice a file that is too long.
-  uint8 buffer[secret_bytes + 1];
+  uint8 buffer[claim_secret_bytes + 1];
   ssize_t got = read(fd, buffer, sizeof buffer);
   int read_errno = errno;
   CloseTransientFile(fd);
@@ -46,15 +44,15 @@ bool read_secret(Secret *secret) {
     ereport(ERROR, (errcode_for_file_access(),
                     errmsg("could not read file \"%s\": %m", secret_file)));
   }
-  if (got != (ssize_t)secret_bytes)
+  if (got != (ssize_t)claim_secret_bytes)
     ereport(ERROR,
             (errcode(ERRCODE_DATA_CORRUPTED),
              errmsg("file \"%s\" holds %zd bytes, not the %zu of a claim "
                     "secret",
-                    secret_file, got, secret_bytes),
+                    secret_file, got, claim_secret_bytes),
              errhint("Stop the server, remove the file, and start the server "
                      "again: a new secret is made on first use.")));
-  memcpy(secret->bytes, buffer, secret_bytes);
+  memcpy(secret->bytes, buffer, claim_secret_bytes);
   explicit_bzero(buffer, sizeof buffer);
   return true;
 }
@@ -67,8 +65,8 @@ void create_secret() {
   // Left over by a backend of the same pid that failed halfway.
   unlink(temporary);
 
-  Secret secret;
-  if (!pg_strong_random(secret.bytes, secret_bytes))
+  ClaimSecret secret;
+  if (!pg_strong_random(secret.bytes, claim_secret_bytes))
     ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
                     errmsg("could not generate a random claim secret")));
 
@@ -78,9 +76,9 @@ void create_secret() {
     ereport(ERROR, (errcode_for_file_access(),
                     errmsg("could not create file \"%s\": %m", temporary)));
   errno = 0;
-  bool written =
-      write(fd, secret.bytes, secret_bytes) == (ssize_t)secret_bytes &&
-      pg_fsync(fd) == 0;
+  bool written = write(fd, secret.bytes, claim_secret_bytes) ==
+                     (ssize_t)claim_secret_bytes &&
+                 pg_fsync(fd) == 0;
   // A short write sets no errno: the disk is full.
   int write_errno = errno != 0 ? errno : ENOSPC;
   CloseTransientFile(fd);
@@ -99,7 +97,7 @@ void create_secret() {
 } // namespace
 
 ClaimSecret read_claim_secret() {
-  Secret secret;
+  ClaimSecret secret;
   if (!read_secret(&secret)) {
     create_secret();
     if (!read_secret(&secret))
@@ -129,20 +127,6 @@ const char *const make_a_secret_hint =
   pg_unreachable();
 }
 
-// The column "secret", found by name like every column the library reads.
-AttrNumber secret_column(Relation rel) {
-  TupleDesc desc = RelationGetDescr(rel);
-  for (int i = 0; i < desc->natts; i++) {
-    Form_pg_attribute attribute = TupleDescAttr(desc, i);
-    if (!attribute->attisdropped &&
-        strcmp(NameStr(attribute->attname), "secret") == 0 &&
-        attribute->atttypid == BYTEAOID)
-      return attribute->attnum;
-  }
-  no_secret("Table idempotency.derived_key_secret has no column secret of "
-            "type bytea.");
-}
-
 } // namespace
 
 DerivedKeySecret read_derived_key_secret() {
@@ -150,7 +134,10 @@ DerivedKeySecret read_derived_key_secret() {
   if (!OidIsValid(relid))
     no_secret("Table idempotency.derived_key_secret does not exist.");
   Relation rel = table_open(relid, AccessShareLock);
-  AttrNumber column = secret_column(rel);
+  Form_pg_attribute column = find_column(RelationGetDescr(rel), "secret");
+  if (column == nullptr || column->atttypid != BYTEAOID)
+    no_secret("Table idempotency.derived_key_secret has no column secret of "
+              "type bytea.");
   // The statement's snapshot (a STABLE function's), so that a rotation
   // committed meanwhile is seen from the next statement on.
   Snapshot snapshot =
@@ -166,7 +153,7 @@ DerivedKeySecret read_derived_key_secret() {
   while (table_scan_getnextslot(scan, ForwardScanDirection, slot)) {
     rows++;
     bool is_null;
-    Datum value = slot_getattr(slot, column, &is_null);
+    Datum value = slot_getattr(slot, column->attnum, &is_null);
     size_ok = false;
     if (is_null)
       continue;

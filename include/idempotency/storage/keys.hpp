@@ -15,7 +15,6 @@
 #include "idempotency/pg.hpp"
 #include "idempotency/storage/citus.hpp"
 #include "idempotency/storage/key_store.hpp"
-#include "idempotency/storage/owner_statements.hpp"
 
 extern "C" {
 #include "access/htup.h"
@@ -40,51 +39,16 @@ KeyTable key_table();
 // when the table does not exist.
 citus::TableKind key_table_citus_kind();
 
-// Where the extension's columns are in idempotency.keys, found by name. A
-// DBA may add and drop other columns; ours must keep their names and types.
-struct KeyColumns {
-  AttrNumber scope;
-  AttrNumber key;
-  AttrNumber key_digest;
-  AttrNumber request_hash;
-  AttrNumber response;
-  AttrNumber created_at;
-  AttrNumber expires_at;
-  // When a tombstone's response expired; NULL in a live key's row.
-  // InvalidAttrNumber in the table of 0.7 before its update, which keeps
-  // no tombstones.
-  AttrNumber expired_at;
-  // How long after expires_at a live key is remembered, fixed when it was
-  // claimed (remember_window below). InvalidAttrNumber in the table of 1.0
-  // and 0.7 before their update.
-  AttrNumber remember_for;
-};
-
-// The columns of `rel` (idempotency.keys, opened by the caller). Raises
-// 42703 when one of the extension's columns is missing, 42804 when its
-// type was changed, and 55000 (report_schema_before_0_7) for the table of
-// a version before 0.7. Cached per backend until the table's definition
-// changes. Raises 0A000, as key_table() does, when Citus has taken the table
-// over: checked again here, with the table locked.
-const KeyColumns &key_columns(Relation rel);
-
-// idempotency.keys as a KeyBackend (storage/key_store.hpp):
-// - probe reads the primary key index with a dirty snapshot, so it also
-//   sees rows of transactions still in progress (in_progress, and the
-//   transaction to wait for);
-// - store inserts the row with an INSERT statement (after deleting the expired
-//   row it replaces); the transaction's commit is refused if a key it wrote
-//   has expired by then (storage/commit_guard.hpp);
-// - remove deletes the row probe found, waiting for a transaction changing
-//   it;
-// - expiry walks the index keys_expires_at_idx (expires_at
-//   idempotency.expiry_ops) up to the cutoff in passes: a pass collects the
-//   expired keys' row addresses with one read-only scan, and the rows are
-//   then deleted in heap order, a batch at a time. Expiry takes no claim and
-//   waits for no one: a row another transaction has locked or changed is
-//   skipped and left for a later round. A caller that sees a key expired
-//   runs fn at once; its write of the new row waits only for an expiry
-//   transaction that deleted the old row and has not yet ended.
+// idempotency.keys as a KeyBackend (storage/key_store.hpp). The commit of
+// a transaction is refused if a key it stored has expired by then
+// (storage/commit_guard.hpp). Expiry walks the index keys_expires_at_idx
+// (expires_at idempotency.expiry_ops) up to the cutoff in passes: a pass
+// collects the expired keys' row addresses with one read-only scan, and the
+// rows are then deleted in heap order, a batch at a time. Expiry takes no
+// claim and waits for no one: a row another transaction has locked or
+// changed is skipped and left for a later round. A caller that sees a key
+// expired runs fn at once; its write of the new row waits only for an
+// expiry transaction that deleted the old row and has not yet ended.
 class LocalKeys final : public KeyBackend {
 public:
   KeyProbe probe(const KeyTable &table, const KeyRef &key,
@@ -104,39 +68,6 @@ public:
 };
 
 extern const LocalKeys local_keys;
-
-// A key whose response expired, as its tombstone keeps it: its scope and
-// digest, its request's fingerprint, when it ran, when its response expired
-// and when it is forgotten.
-struct Tombstone {
-  Oid scope;
-  bytea *digest;
-  bytea *request_hash;
-  TimestampTz created_at;
-  TimestampTz response_expired_at;
-  TimestampTz forgotten_at;
-};
-static_assert(std::is_trivially_destructible_v<Tombstone>);
-
-// Statements on idempotency.keys as its owner, for expiry: between
-// begin_key_statements() (after key_columns(), with the table locked
-// RowExclusiveLock) and end_key_statements().
-OwnerSpi begin_key_statements();
-void end_key_statements(OwnerSpi &spi);
-
-// Deletes those of the rows `tids` that are still expired at `cutoff` and
-// that no other transaction is changing (expiry waits for no one); returns
-// how many, and leaves them in SPI_tuptable: scope, key_digest,
-// request_hash, created_at, expires_at, expired_at, remember_for (NULL for
-// a column the table does not have).
-uint64 delete_expired_rows(OwnerSpi &spi, const ItemPointerData *tids,
-                           int count, TimestampTz cutoff);
-
-// Writes the tombstones of keys expiry has deleted in this transaction, as
-// one INSERT (statement triggers fire once). A row's key text is empty and
-// its response NULL; expired_at holds when the response expired, expires_at
-// when the tombstone goes. A BEFORE trigger may not skip or move one (09000).
-void insert_tombstones(OwnerSpi &spi, const Tombstone *tombstones, int count);
 
 // Whether `row`, which a BEFORE INSERT trigger on `rel` sees, is one the
 // extension itself is inserting into idempotency.keys in this transaction:

@@ -2,44 +2,27 @@
 // being dropped, the statements that find and delete a role's keys
 // (role_keys), and the I/O of the scope column's type (role_scope, last).
 //
-// A role that has keys in a database cannot be dropped until they are gone.
+// A key is stored under its role's OID, which a role created after the drop
+// may get again (OID wraparound, pg_resetwal -o): so a role that has keys in
+// a database cannot be dropped until they are gone
+// (docs/replication.md#dropped-roles). The mark, recorded the first time a
+// role stores a key in a key table, is the shared dependency PostgreSQL
+// records for a privilege on the table's scope column (pg_shdepend, ACL
+// kind), which nothing else records for a role never granted one there:
+// DROP ROLE then fails with 2BP01, DROP OWNED (even without the event
+// trigger) only revokes privileges, and REASSIGN OWNED leaves it alone. The
+// event trigger on DROP OWNED deletes the role's keys and its mark. A GRANT
+// or REVOKE that changes the column's privileges deletes the ACL
+// dependencies of every role that leaves them, the mark with them: the
+// second event trigger records the marks again (keep_marks_after_grant).
 //
-// A key is stored under its role's OID, and a role created after the drop
-// may get that OID again (OID wraparound, pg_resetwal -o): the dropped
-// role's keys would then be its keys. So the keys hold their role as the
-// objects a role owns do, the PostgreSQL way: one shared dependency per role
-// and database (a pg_shdepend row "privileges for column scope of table
-// idempotency.keys", the mark), recorded the first time the role stores a
-// key there. DROP ROLE then fails with SQLSTATE 2BP01 ("role ... cannot be
-// dropped because some objects depend on it"), and DROP OWNED BY, run in
-// each database as PostgreSQL's docs say for dropping a role, deletes the
-// role's keys there and its mark (the event trigger below). REASSIGN OWNED
-// leaves both: keys never pass to another role.
-//
-// The mark is an ACL dependency on the scope column, which nothing else
-// records for a role that was never granted a privilege on that column:
-// DROP OWNED (even without the trigger) only revokes the role's privileges
-// on the table, and REASSIGN OWNED leaves such a row alone. A GRANT or
-// REVOKE that changes the privileges of keys.scope deletes it, though:
-// PostgreSQL deletes the ACL dependencies of every role that leaves the
-// column's privileges (a REVOKE on the column, on the table, on all tables
-// of the schema, or one that CASCADE reaches), the mark with them. The
-// extension's second event trigger, at the end of each GRANT or REVOKE on
-// a key table, records the marks again (keep_marks_after_grant below;
-// docs/replication.md#dropped-roles tells why this design).
-//
-// Tenant keys on Citus (idempotency.tenant_keys) hold their roles the same
-// way, node by node: a row is written on the node that holds its tenant's
-// shard, under that node's OID of the role, and the mark is recorded there,
-// on that node's relation of idempotency.tenant_keys (the coordinator's
-// table or a worker's shell, which shard moves leave in place). Citus runs
-// DROP ROLE on every node in one distributed transaction, so it fails on
-// the coordinator when any worker refuses it; it runs DROP OWNED on every
-// node too, where the event trigger deletes the role's rows in the shard
-// relations of that node and its mark there. A shard moved to a node where
-// its roles have no mark keeps its old node's mark (the role still cannot
-// be dropped); mark_key_roles(), run by the expiry worker on every node,
-// marks them on the new node.
+// Tenant keys on Citus (idempotency.tenant_keys) are marked node by node,
+// under that node's OID of the role, on its relation of the table (the
+// coordinator's table or a worker's shell, which shard moves leave in
+// place); Citus runs DROP ROLE and DROP OWNED on every node. A shard moved
+// to a node where its roles have no mark keeps its old node's mark;
+// mark_key_roles(), run by the expiry worker on every node, marks them on
+// the new one.
 //
 // Marks are made only where the extension has its event trigger (0.7 and
 // later): without it, DROP OWNED could not remove them.
@@ -121,16 +104,15 @@ struct Roles {
 };
 static_assert(std::is_trivially_destructible_v<Roles>);
 
-// The roles that have keys in idempotency.keys (`keys`, opened by the
-// caller; its scope column is `scope_column`), read through the primary key
-// (scope first) one role at a time, so that the cost grows with the number
-// of roles, not of keys.
-Roles in_keys(Relation keys, AttrNumber scope_column);
+// The roles that have keys in idempotency.keys (`keys`; its scope column is
+// `scope_column`), read through the primary key (scope first) one role at a
+// time, so that the cost grows with the number of roles, not of keys.
+Roles in_keys(Oid keys, AttrNumber scope_column);
 
 // Deletes the keys of `role` in idempotency.keys with a snapshot taken now:
 // keys that transactions committed while the caller waited for the table's
 // lock go too, even under REPEATABLE READ. Returns how many.
-uint64 delete_in_keys(Relation keys, AttrNumber scope_column, Oid role);
+uint64 delete_in_keys(Oid keys, AttrNumber scope_column, Oid role);
 
 // The same for a shard relation of idempotency.tenant_keys on this node
 // (`shard`), as `owner` (the owner of idempotency.tenant_keys), whose scope
