@@ -1,4 +1,4 @@
-// fn's arguments as bound to $1 ... $n: collected by entry/arguments, hashed
+// fn's arguments as bound to $1 ... $n: collected by entry/functions, hashed
 // by fingerprint/request_hash, keyed on by protocol/fn. A plain
 // struct over palloc'd arrays, so it may live in frames that call
 // PostgreSQL.

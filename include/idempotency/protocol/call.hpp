@@ -19,7 +19,7 @@ namespace idempotency::protocol {
 
 // --- idempotent_call and tenant_call -----------------------------------------
 
-// A call, its SQL arguments read and checked (entry/calls).
+// A call, its SQL arguments read and checked (entry/functions).
 struct CallRequest {
   storage::KeyRef key; // a tenant key for tenant_call (key.has_tenant)
   text *fn;

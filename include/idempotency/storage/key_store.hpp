@@ -102,7 +102,7 @@ static_assert(std::is_trivially_destructible_v<NewRow>);
 // idempotency.expire() runs them all in the caller's transaction).
 struct ExpiryRound {
   // Keys whose expires_at is at or before it are expired for every
-  // transaction (worker/expire.hpp, expiry_cutoff).
+  // transaction (worker/expire.cpp, expiry_cutoff).
   TimestampTz cutoff;
   MemoryContext context; // lives for the round; the store keeps its work here
   void *progress;        // the store's own; nullptr before its first pass
