@@ -25,6 +25,7 @@
 
 extern "C" {
 #include "access/detoast.h"
+#include "catalog/pg_type.h"
 #include "commands/event_trigger.h"
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
