@@ -87,14 +87,11 @@ const isTransient = (error) => typeof error?.code === 'string' && error.code.len
 // the handler's work, COMMIT): BEGIN goes with the claim in one simple-query
 // message, and the complete with COMMIT in another. The simple-query
 // protocol takes no parameters, so the key, request hash and response go in
-// as literals (escapeLiteral's: E'...' when the text has a backslash, made
-// with two replaces rather than a loop over its characters). No savepoint
-// guards the handler's work: a stored error, the rare case, rolls the
-// transaction back and stores the error under a new claim (storeError), so
-// the common case pays for no subtransaction.
-const escapeLiteral = (text) => (text.includes('\\')
-  ? ` E'${text.replace(/\\/g, '\\\\').replace(/'/g, "''")}'` : `'${text.replace(/'/g, "''")}'`);
-const literal = (value) => (value === null || value === undefined ? 'NULL' : escapeLiteral(value));
+// as literals (escapeLiteral). No savepoint guards the handler's work: a
+// stored error, the rare case, rolls the transaction back and stores the
+// error under a new claim (storeError), so the common case pays for no
+// subtransaction.
+const literal = (client, value) => (value === null || value === undefined ? 'NULL' : client.escapeLiteral(value));
 
 // jsonb comes back as the server's text of it (jsonb_out's, the bytes every
 // replay has), not parsed: the statements select the jsonb itself rather
@@ -136,14 +133,14 @@ async function beginAndClaim(client, { key, requestHash, waitTimeout }) {
     // Apart from the claim: a wait timeout the server refuses (22023) is not
     // an invalid key.
     statements.push(`SELECT pg_catalog.set_config('idempotency.wait_timeout', ${
-      literal(waitTimeoutSetting(waitTimeout))}, true)`);
+      literal(client, waitTimeoutSetting(waitTimeout))}, true)`);
     await client.query(statements.join('; '));
     statements = [];
   }
   // node-postgres hands a record over as its text (no parser for type
   // record); a cast to text here would cost the server more than the claim's
   // form saves.
-  statements.push(`SELECT idempotency.claim(${literal(key)}, ${literal(requestHash)}) AS claimed`);
+  statements.push(`SELECT idempotency.claim(${literal(client, key)}, ${literal(client, requestHash)}) AS claimed`);
   try {
     const results = [await client.query(statements.join('; '))].flat();
     return claimFromRecord(results.find((result) => result.fields[0]?.name === 'claimed').rows[0].claimed);
@@ -157,8 +154,8 @@ async function beginAndClaim(client, { key, requestHash, waitTimeout }) {
 async function completeAndCommit(client, key, response) {
   const json = response === undefined || response === null ? null : JSON.stringify(response);
   const [{ rows: [stored] }] = await client.query({
-    text: `SELECT idempotency.complete(${literal(key)}, answer), answer AS text`
-      + ` FROM CAST(${literal(json)} AS jsonb) AS answer; COMMIT`,
+    text: `SELECT idempotency.complete(${literal(client, key)}, answer), answer AS text`
+      + ` FROM CAST(${literal(client, json)} AS jsonb) AS answer; COMMIT`,
     types: textTypes,
   });
   return stored.text;
@@ -231,10 +228,10 @@ async function applyOnce(pool, { key, requestHash, waitTimeout, isStoredError, b
 // input function, for less than a constant per element in ARRAY[...].
 const arrayElement = (value) => (value === null || value === undefined
   ? 'NULL' : `"${value.replace(/[\\"]/g, (character) => `\\${character}`)}"`);
-const arrayLiteral = (values, elementType) => {
+const arrayLiteral = (client, values, elementType) => {
   if (values.some((value) => typeof value === 'string' && value.includes('\0')))
     throw new InvalidKeyError('a key or request hash has a NUL character, which PostgreSQL text cannot hold');
-  return `CAST(${escapeLiteral(`{${values.map(arrayElement).join(',')}}`)} AS ${elementType}[])`;
+  return `CAST(${client.escapeLiteral(`{${values.map(arrayElement).join(',')}}`)} AS ${elementType}[])`;
 };
 
 // BEGIN and claim_batch in one message, as a single message's BEGIN goes
@@ -245,9 +242,9 @@ async function beginAndClaimBatch(client, keys, requestHashes, waitTimeout) {
   const statements = ['BEGIN'];
   if (waitTimeout !== undefined)
     statements.push(`SELECT pg_catalog.set_config('idempotency.wait_timeout', ${
-      literal(waitTimeoutSetting(waitTimeout))}, true)`);
+      literal(client, waitTimeoutSetting(waitTimeout))}, true)`);
   statements.push('SELECT ordinality, outcome, sqlstate, message, response::text AS text FROM idempotency.claim_batch('
-    + `${arrayLiteral(keys, 'text')}, ${arrayLiteral(requestHashes, 'text')})`);
+    + `${arrayLiteral(client, keys, 'text')}, ${arrayLiteral(client, requestHashes, 'text')})`);
   const results = await client.query(statements.join('; '));
   const rows = [results].flat().find((result) => result.fields[0]?.name === 'ordinality').rows;
   const ordered = new Array(rows.length);
@@ -259,10 +256,10 @@ async function beginAndClaimBatch(client, keys, requestHashes, waitTimeout) {
 // Stores the answers and commits, in one message; returns the answers as
 // stored: jsonb's text (its key order, its spacing).
 async function completeBatchAndCommit(client, keys, responses) {
-  const answers = arrayLiteral(responses.map((response) => (response === undefined || response === null
+  const answers = arrayLiteral(client, responses.map((response) => (response === undefined || response === null
     ? null : JSON.stringify(response))), 'jsonb');
   const [{ rows: [stored] }] = await client.query({
-    text: `SELECT idempotency.complete_batch(${arrayLiteral(keys, 'text')}, answers) AS done, answers AS texts`
+    text: `SELECT idempotency.complete_batch(${arrayLiteral(client, keys, 'text')}, answers) AS done, answers AS texts`
       + ` FROM ${answers} AS answers; COMMIT`,
     types: textArrayTypes(client),
   });
