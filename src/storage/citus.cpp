@@ -27,18 +27,10 @@ namespace {
 
 // --- Citus's transaction manager ---------------------------------------------
 //
-// Two functions Citus exports (transaction/transaction_management.c):
 // InCoordinatedTransaction() says whether the transaction has opened
-// transactions on other nodes, which Citus will finish from its callback at
-// XACT_EVENT_PRE_COMMIT; Use2PCForCoordinatedTransaction() makes that
-// callback PREPARE every remote transaction that wrote something before the
-// local commit, and COMMIT PREPARED them after it, instead of committing
-// them with a plain COMMIT before the local commit. Citus resets the flag
-// when the transaction ends; on its own it sets it only for writes it
-// executes (on more than one node, or on a shard of this node), never for
-// a write to a table outside its metadata such as idempotency.keys. They
-// are the only Citus C functions called (see citus.hpp for why and the
-// versions checked).
+// transactions on other nodes; Use2PCForCoordinatedTransaction() makes
+// Citus PREPARE them before the local commit and COMMIT PREPARED them after
+// it. Citus resets the flag when the transaction ends.
 
 using InCoordinatedTransaction = bool (*)();
 using Use2PCForCoordinatedTransaction = void (*)();
@@ -53,12 +45,11 @@ enum class Presence { unknown, absent, present };
 Presence presence = Presence::unknown;
 TransactionManager manager{};
 
-// Whether the current transaction wrote idempotency.keys.
 bool wrote_keys = false;
 
-// The entry of shared_preload_libraries that loaded Citus, or nullptr. Citus
-// refuses to be loaded any other way, and shared_preload_libraries cannot
-// change while the server runs, so this entry is what the server loaded.
+// The entry of shared_preload_libraries that loaded Citus, or nullptr:
+// Citus refuses to be loaded any other way, and the setting cannot change
+// while the server runs.
 char *citus_library_entry() {
   if (!process_shared_preload_libraries_done ||
       shared_preload_libraries_string == nullptr)
@@ -83,19 +74,15 @@ char *citus_library_entry() {
   return nullptr;
 }
 
-// A function of the loaded Citus library (exported, not part of its SQL
-// API), or nullptr when the library does not export it: Citus built for
-// PostgreSQL 15 exports every function, built for 16 and later (whose
-// build hides what a library does not mark for export) only the functions
-// of its SQL API. load_external_function finds the library among those
-// already loaded (same name, same file), so it never loads Citus here -
-// which, outside shared_preload_libraries, Citus would refuse with an error.
+// nullptr when the library does not export `name` (Citus built for
+// PostgreSQL 16 and later exports only its SQL API). load_external_function
+// finds the library among those already loaded, so it never loads Citus
+// here, which Citus would refuse with an error.
 void *citus_function(const char *entry, const char *name) {
   return reinterpret_cast<void *>(
       load_external_function(entry, name, false, nullptr));
 }
 
-// Looks Citus's functions up once per backend.
 bool citus_loaded() {
   if (presence != Presence::unknown)
     return presence == Presence::present;
@@ -118,22 +105,19 @@ bool citus_loaded() {
   return true;
 }
 
-// A function of Citus's SQL API in pg_catalog, by name and argument types.
 Oid citus_sql_function(const char *name, int nargs, Oid *types) {
   List *qualified =
       list_make2(makeString(pstrdup("pg_catalog")), makeString(pstrdup(name)));
   return LookupFuncName(qualified, nargs, types, false);
 }
 
-// This node's group, read when the transaction first wrote a key, where
-// the transaction manager is not exported: at PRE_COMMIT no statement runs.
+// Read when the transaction first wrote a key, where the transaction
+// manager is not exported: at PRE_COMMIT no statement runs.
 int32 group_of_key_writer = -1;
 
-// Whether the transaction is a Citus coordinated transaction that this
-// backend started, as Citus's get_current_transaction_id() tells (SQL API):
-// starting one gives the transaction a distributed transaction number
-// (initiated by this node and backend); a transaction a coordinator opened
-// here has one of the coordinator's.
+// Starting a coordinated transaction gives it a distributed transaction
+// number initiated by this node and backend; a transaction a coordinator
+// opened here has one of the coordinator's.
 bool coordinated_by_this_backend() {
   static Oid function = InvalidOid;
   if (!OidIsValid(function))
@@ -151,10 +135,6 @@ bool coordinated_by_this_backend() {
   return !isnull && DatumGetInt32(initiator) == group_of_key_writer;
 }
 
-// Without Citus's transaction manager (a Citus library that does not export
-// it), two-phase commit cannot be asked for: a key in idempotency.keys and
-// remote work in one transaction would commit apart, so such a transaction
-// is refused before it commits.
 [[noreturn]] void report_no_two_phase_commit() {
   ereport(ERROR,
           (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -184,11 +164,9 @@ void use_two_phase_commit_if_coordinated() {
 
 } // namespace
 
-// Remote work may come after the key is written - claim() and complete()
-// followed by an UPDATE of a distributed table, or deferred triggers - so
-// the decision is made again when the transaction commits (deferred
-// triggers have fired by then). entry/transaction.cpp says why this runs
-// before Citus's own PRE_COMMIT callback.
+// Remote work may come after the key is written (claim() and complete()
+// followed by an UPDATE of a distributed table, or deferred triggers).
+// entry/transaction.cpp says why this runs before Citus's own callback.
 void at_pre_commit() {
   if (wrote_keys)
     use_two_phase_commit_if_coordinated();
@@ -234,11 +212,9 @@ void end_fn(int guc_level) {
 
 // --- Citus's metadata, through its SQL API ----------------------------------
 //
-// Each statement is prepared once per backend and kept; every name is
-// schema-qualified, every operator too. Metadata is read with a snapshot
-// taken at the statement (as a catalog scan would read it), not the
-// transaction's: a shard move that committed before a lock was granted is
-// seen, at any isolation level.
+// Read with a snapshot taken at the statement, as a catalog scan would: a
+// shard move that committed before a lock was granted is seen, at any
+// isolation level.
 
 namespace {
 
@@ -261,7 +237,6 @@ SPIPlanPtr kept_plan(MetadataStatement &statement) {
   return plan;
 }
 
-// Runs `statement` in the open SPI connection; its rows are in SPI_tuptable.
 void read_now(MetadataStatement &statement, Datum *values) {
   int rc = SPI_execute_snapshot(kept_plan(statement), values, nullptr,
                                 GetLatestSnapshot(), InvalidSnapshot, true,
@@ -296,9 +271,8 @@ MetadataStatement partition_of_table{
     {OIDOID},
     nullptr};
 
-// partmethod 'n' is a table without a distribution column: a reference
-// table (replicated to all nodes, repmodel 't'), a single-shard distributed
-// table (it has a colocation group), or a local table Citus manages.
+// partmethod 'n': a reference table (repmodel 't'), a single-shard
+// distributed table (it has a colocation group), or a managed local table.
 TableKind kind_of_first_row() {
   if (SPI_processed == 0)
     return TableKind::not_citus;
@@ -394,8 +368,6 @@ MetadataStatement local_shards{
     {REGCLASSOID},
     nullptr};
 
-// Takes the lock Citus's executor takes before it writes a shard
-// (LockShardDistributionMetadata); Citus requires the table's owner.
 MetadataStatement lock_metadata{
     "SELECT pg_catalog.lock_shard_metadata($1, ARRAY[$2])",
     2,
