@@ -74,15 +74,6 @@ char *citus_library_entry() {
   return nullptr;
 }
 
-// nullptr when the library does not export `name` (Citus built for
-// PostgreSQL 16 and later exports only its SQL API). load_external_function
-// finds the library among those already loaded, so it never loads Citus
-// here, which Citus would refuse with an error.
-void *citus_function(const char *entry, const char *name) {
-  return reinterpret_cast<void *>(
-      load_external_function(entry, name, false, nullptr));
-}
-
 bool citus_loaded() {
   if (presence != Presence::unknown)
     return presence == Presence::present;
@@ -91,24 +82,23 @@ bool citus_loaded() {
     presence = Presence::absent;
     return false;
   }
+  // nullptr when the library does not export them (Citus built for
+  // PostgreSQL 16 and later exports only its SQL API).
+  // load_external_function finds the library among those already loaded,
+  // so it never loads Citus here, which Citus would refuse with an error.
   TransactionManager found{};
-  found.in_coordinated_transaction = reinterpret_cast<InCoordinatedTransaction>(
-      citus_function(entry, "InCoordinatedTransaction"));
+  found.in_coordinated_transaction =
+      reinterpret_cast<InCoordinatedTransaction>(load_external_function(
+          entry, "InCoordinatedTransaction", false, nullptr));
   found.use_two_phase_commit =
-      reinterpret_cast<Use2PCForCoordinatedTransaction>(
-          citus_function(entry, "Use2PCForCoordinatedTransaction"));
+      reinterpret_cast<Use2PCForCoordinatedTransaction>(load_external_function(
+          entry, "Use2PCForCoordinatedTransaction", false, nullptr));
   if (found.in_coordinated_transaction == nullptr ||
       found.use_two_phase_commit == nullptr)
     found = TransactionManager{};
   manager = found;
   presence = Presence::present;
   return true;
-}
-
-Oid citus_sql_function(const char *name, int nargs, Oid *types) {
-  List *qualified =
-      list_make2(makeString(pstrdup("pg_catalog")), makeString(pstrdup(name)));
-  return LookupFuncName(qualified, nargs, types, false);
 }
 
 // Read when the transaction first wrote a key, where the transaction
@@ -121,7 +111,10 @@ int32 group_of_key_writer = -1;
 bool coordinated_by_this_backend() {
   static Oid function = InvalidOid;
   if (!OidIsValid(function))
-    function = citus_sql_function("get_current_transaction_id", 0, nullptr);
+    function = LookupFuncName(
+        list_make2(makeString(pstrdup("pg_catalog")),
+                   makeString(pstrdup("get_current_transaction_id"))),
+        0, nullptr, false);
   HeapTupleHeader row = DatumGetHeapTupleHeader(OidFunctionCall0(function));
   bool isnull = true;
   Datum number = GetAttributeByName(row, "transaction_number", &isnull);
@@ -135,8 +128,11 @@ bool coordinated_by_this_backend() {
   return !isnull && DatumGetInt32(initiator) == group_of_key_writer;
 }
 
-[[noreturn]] void report_no_two_phase_commit() {
-  ereport(ERROR,
+void use_two_phase_commit_if_coordinated() {
+  if (manager.in_coordinated_transaction == nullptr) {
+    if (coordinated_by_this_backend())
+      ereport(
+          ERROR,
           (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
            errmsg("idempotency.keys cannot commit together with Citus's remote "
                   "writes in this server"),
@@ -149,18 +145,14 @@ bool coordinated_by_this_backend() {
            errhint("Use tenant keys (tenant_call, tenant_claim; see the "
                    "extension's docs/scale-out.md), which commit in one local "
                    "transaction with the tenant's writes.")));
-  pg_unreachable();
-}
-
-void use_two_phase_commit_if_coordinated() {
-  if (manager.in_coordinated_transaction == nullptr) {
-    if (coordinated_by_this_backend())
-      report_no_two_phase_commit();
     return;
   }
   if (manager.in_coordinated_transaction())
     manager.use_two_phase_commit();
 }
+
+constexpr const char *opens_transaction_block =
+    "citus.function_opens_transaction_block";
 
 } // namespace
 
@@ -186,11 +178,6 @@ void note_key_write() {
   // Asked now as well: the work done so far (fn, for idempotent_call) is
   // covered even if another callback were to run before this one.
   use_two_phase_commit_if_coordinated();
-}
-
-namespace {
-constexpr const char *opens_transaction_block =
-    "citus.function_opens_transaction_block";
 }
 
 int begin_fn() {
@@ -271,74 +258,10 @@ MetadataStatement partition_of_table{
     {OIDOID},
     nullptr};
 
-// partmethod 'n': a reference table (repmodel 't'), a single-shard
-// distributed table (it has a colocation group), or a managed local table.
-TableKind kind_of_first_row() {
-  if (SPI_processed == 0)
-    return TableKind::not_citus;
-  bool is_null = true;
-  if (DatumGetChar(first_value(1, &is_null)) != 'n')
-    return TableKind::distributed;
-  if (DatumGetChar(first_value(2, &is_null)) == 't')
-    return TableKind::reference;
-  if (DatumGetInt32(first_value(3, &is_null)) != 0)
-    return TableKind::distributed;
-  return TableKind::managed_local;
-}
-
-} // namespace
-
-TableKind table_kind(Oid relid) {
-  if (!catalog_exists("pg_dist_partition"))
-    return TableKind::not_citus;
-  connect_spi();
-  Datum values[1] = {ObjectIdGetDatum(relid)};
-  read_now(partition_of_table, values);
-  TableKind kind = kind_of_first_row();
-  SPI_finish();
-  return kind;
-}
-
-const char *citus_table_message(TableKind kind) {
-  switch (kind) {
-  case TableKind::reference:
-    return "idempotency.keys is a Citus reference table";
-  case TableKind::managed_local:
-    return "idempotency.keys is a local table in Citus's metadata";
-  case TableKind::distributed:
-  case TableKind::not_citus:
-    break;
-  }
-  return "idempotency.keys is a Citus distributed table";
-}
-
-void report_citus_table(TableKind kind) {
-  ereport(ERROR,
-          (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-           errmsg("%s", citus_table_message(kind)),
-           errdetail("Citus keeps the table's rows in its shards, while "
-                     "idempotency keys are read and written in this node's "
-                     "own table: a key stored in one would be missed in the "
-                     "other, and a retry could run its request again."),
-           errhint("Make idempotency.keys a local table again with the steps "
-                   "in the extension's docs/scale-out.md; undistribute_table "
-                   "refuses a table that belongs to an extension.")));
-  pg_unreachable();
-}
-
 // --- a shard of a hash-distributed table on this node -----------------------
-
-namespace {
 
 MetadataStatement local_group_row{
     "SELECT g.groupid FROM pg_catalog.pg_dist_local_group g", 0, {}, nullptr};
-
-int32 local_group_in_spi() {
-  read_now(local_group_row, nullptr);
-  bool is_null = true;
-  Datum group = first_value(1, &is_null);
-  return is_null ? -1 : DatumGetInt32(group);
-}
 
 // get_shard_id_for_distribution_column takes its value as "any": the plan
 // is made for one tenant type, and again for another.
@@ -381,6 +304,55 @@ Oid relation_in_spi(int column) {
 }
 
 } // namespace
+
+TableKind table_kind(Oid relid) {
+  if (!catalog_exists("pg_dist_partition"))
+    return TableKind::not_citus;
+  connect_spi();
+  Datum values[1] = {ObjectIdGetDatum(relid)};
+  read_now(partition_of_table, values);
+  // partmethod 'n': a reference table (repmodel 't'), a single-shard
+  // distributed table (it has a colocation group), or a managed local table.
+  bool is_null = true;
+  TableKind kind = TableKind::managed_local;
+  if (SPI_processed == 0)
+    kind = TableKind::not_citus;
+  else if (DatumGetChar(first_value(1, &is_null)) != 'n')
+    kind = TableKind::distributed;
+  else if (DatumGetChar(first_value(2, &is_null)) == 't')
+    kind = TableKind::reference;
+  else if (DatumGetInt32(first_value(3, &is_null)) != 0)
+    kind = TableKind::distributed;
+  SPI_finish();
+  return kind;
+}
+
+const char *citus_table_message(TableKind kind) {
+  switch (kind) {
+  case TableKind::reference:
+    return "idempotency.keys is a Citus reference table";
+  case TableKind::managed_local:
+    return "idempotency.keys is a local table in Citus's metadata";
+  case TableKind::distributed:
+  case TableKind::not_citus:
+    break;
+  }
+  return "idempotency.keys is a Citus distributed table";
+}
+
+void report_citus_table(TableKind kind) {
+  ereport(ERROR,
+          (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+           errmsg("%s", citus_table_message(kind)),
+           errdetail("Citus keeps the table's rows in its shards, while "
+                     "idempotency keys are read and written in this node's "
+                     "own table: a key stored in one would be missed in the "
+                     "other, and a retry could run its request again."),
+           errhint("Make idempotency.keys a local table again with the steps "
+                   "in the extension's docs/scale-out.md; undistribute_table "
+                   "refuses a table that belongs to an extension.")));
+  pg_unreachable();
+}
 
 void require_tested_citus() {
   if (!citus_loaded())
@@ -450,7 +422,10 @@ ShardHere shard_here_now(Oid relid, uint64 shard) {
 
 int32 local_group() {
   connect_spi();
-  int32 group = local_group_in_spi();
+  read_now(local_group_row, nullptr);
+  bool is_null = true;
+  Datum value = first_value(1, &is_null);
+  int32 group = is_null ? -1 : DatumGetInt32(value);
   SPI_finish();
   return group;
 }
