@@ -20,7 +20,6 @@ extern "C" {
 #include "executor/spi.h"
 #include "libpq/pqformat.h"
 #include "miscadmin.h"
-#include "nodes/parsenodes.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -37,10 +36,8 @@ namespace idempotency::storage::role_marks {
 
 namespace {
 
-// A mark is a shared dependency of ACL kind of the scope column on the role,
-// as a GRANT on the column records. Whether `role` has one on column
-// `column` of `relid`, read through pg_shdepend's index on the referenced
-// object (a role has few rows).
+// A mark is the shared dependency of ACL kind a GRANT on the column
+// records, looked up by the role (a role has few rows).
 bool mark_exists(Oid relid, AttrNumber column, Oid role) {
   Relation shdepend = table_open(SharedDependRelationId, AccessShareLock);
   ScanKeyData keys[2];
@@ -63,11 +60,9 @@ bool mark_exists(Oid relid, AttrNumber column, Oid role) {
   return found;
 }
 
-// updateAclDependencies() takes palloc'd arrays of the roles before and
-// after a change, and pfrees them. It records nothing for a pinned role,
-// locks the role against a concurrent DROP ROLE (42704 if it is gone), and
-// is given no owner: the table's owner may change while a role keeps its
-// keys.
+// updateAclDependencies() pfrees its arrays of roles. It locks the role
+// against a concurrent DROP ROLE (42704 if it is gone), and is given no
+// owner: the table's owner may change while a role keeps its keys.
 Oid *one_role(Oid role) {
   Oid *roles = static_cast<Oid *>(palloc(sizeof(Oid)));
   roles[0] = role;
@@ -76,8 +71,8 @@ Oid *one_role(Oid role) {
 
 constexpr const char *event_trigger_name = "idempotency_drop_owned_keys";
 
-// The roles this backend knows to be marked: one set for idempotency.keys,
-// one for idempotency.tenant_keys. A full set starts over.
+// The roles this backend knows to be marked, for idempotency.keys and
+// idempotency.tenant_keys. A full set starts over.
 constexpr int max_remembered = 1024;
 constexpr int remembered_tables = 2;
 
@@ -92,9 +87,8 @@ static_assert(std::is_trivially_destructible_v<Remembered>);
 Remembered remembered[remembered_tables];
 int next_taken;
 bool callbacks_registered;
-// One flag for the transaction, not one per table: a table forgotten and
-// looked up again in the transaction finds the uncommitted mark and
-// remembers it too.
+// One flag, not one per table: a table looked up again in the transaction
+// remembers its uncommitted marks too.
 bool recorded_in_transaction;
 
 // Forgets what is known of `relid`; InvalidOid: of every table.
@@ -116,8 +110,7 @@ void forget_on_event_trigger_change(Datum, compat::SysCacheIdentifier, uint32) {
   forget(InvalidOid);
 }
 
-// What this backend remembers of `relid`: an empty set the first time, or
-// once forgotten (in a free slot, else the other table's).
+// An empty set the first time, or once forgotten.
 Remembered &remembered_for(Oid relid) {
   Remembered *free = nullptr;
   for (Remembered &table : remembered) {
@@ -151,8 +144,7 @@ AttrNumber scope_column_of(Oid relid) {
   return scope_column;
 }
 
-// `scope_column` InvalidAttrNumber: looked up only when the role is not
-// remembered.
+// `scope_column` InvalidAttrNumber: looked up only when needed.
 void ensure_marked(Oid relid, AttrNumber scope_column, Oid role) {
   Remembered &table = remembered_for(relid);
   if (!table.marking || !OidIsValid(role))
@@ -172,31 +164,6 @@ void ensure_marked(Oid relid, AttrNumber scope_column, Oid role) {
   table.roles[table.count++] = role;
 }
 
-// Marks each existing role that has keys in `relid`, under the lock a store
-// takes, so that DROP OWNED waits for these marks. The keys of roles that
-// are gone are deleted if `delete_gone`; otherwise (after a GRANT or REVOKE,
-// which changed pg_shdepend) the remembered roles are forgotten first.
-// Returns the number of keys deleted.
-int64 mark_roles_of(const KeyBackend &store, Oid relid, bool delete_gone) {
-  LockRelationOid(relid, RowExclusiveLock);
-  AttrNumber scope_column = scope_column_of(relid);
-  role_keys::Roles roles = store.roles_with_keys(relid, scope_column);
-  if (!delete_gone)
-    forget(relid);
-  int64 deleted = 0;
-  for (uint64 i = 0; i < roles.count; i++) {
-    Oid role = roles.oids[i];
-    if (!OidIsValid(role))
-      continue; // keys of no role: no caller has OID 0
-    if (SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
-      ensure_marked(relid, scope_column, role);
-    else if (delete_gone)
-      deleted += (int64)store.delete_keys_of(relid, scope_column, role);
-  }
-  return deleted;
-}
-
-// Whether `grant` names `relid`, itself or among all tables of its schema.
 // Only a GRANT or REVOKE on tables changes the privileges of their columns.
 bool grant_names(const GrantStmt *grant, Oid relid) {
   if (grant->objtype != OBJECT_TABLE)
@@ -220,6 +187,35 @@ bool grant_names(const GrantStmt *grant, Oid relid) {
   }
 }
 
+// Marks the roles with keys in every key table, or in those `grant` names,
+// under the lock a store takes, so that DROP OWNED waits. Without `grant`
+// the keys of roles that are gone are deleted; after a GRANT or REVOKE,
+// which changed pg_shdepend, the remembered roles are forgotten first.
+int64 mark_roles(const GrantStmt *grant) {
+  int64 deleted = 0;
+  for (int b = 0; b < key_backend_count; b++) {
+    const KeyBackend &store = key_backend(b);
+    Oid relid = store.relation();
+    if (!OidIsValid(relid) || (grant != nullptr && !grant_names(grant, relid)))
+      continue;
+    LockRelationOid(relid, RowExclusiveLock);
+    AttrNumber scope_column = scope_column_of(relid);
+    role_keys::Roles roles = store.roles_with_keys(relid, scope_column);
+    if (grant != nullptr)
+      forget(relid);
+    for (uint64 i = 0; i < roles.count; i++) {
+      Oid role = roles.oids[i];
+      if (!OidIsValid(role))
+        continue; // keys of no role: no caller has OID 0
+      if (SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
+        ensure_marked(relid, scope_column, role);
+      else if (grant == nullptr)
+        deleted += (int64)store.delete_keys_of(relid, scope_column, role);
+    }
+  }
+  return deleted;
+}
+
 } // namespace
 
 void ensure(Relation keys, AttrNumber scope_column, Oid role) {
@@ -230,25 +226,9 @@ void ensure_tenant(Oid tenant_keys, Oid role) {
   ensure_marked(tenant_keys, InvalidAttrNumber, role);
 }
 
-int64 mark_key_roles() {
-  int64 deleted = 0;
-  for (int i = 0; i < key_backend_count; i++) {
-    const KeyBackend &store = key_backend(i);
-    Oid relid = store.relation();
-    if (OidIsValid(relid))
-      deleted += mark_roles_of(store, relid, true);
-  }
-  return deleted;
-}
+int64 mark_key_roles() { return mark_roles(nullptr); }
 
-void keep_marks_after_grant(const GrantStmt *grant) {
-  for (int i = 0; i < key_backend_count; i++) {
-    const KeyBackend &store = key_backend(i);
-    Oid relid = store.relation();
-    if (OidIsValid(relid) && grant_names(grant, relid))
-      (void)mark_roles_of(store, relid, false);
-  }
-}
+void keep_marks_after_grant(const GrantStmt *grant) { (void)mark_roles(grant); }
 
 bool database_marks_roles() {
   return OidIsValid(get_event_trigger_oid(event_trigger_name, true));
@@ -393,15 +373,12 @@ uint64 delete_in_shard(Oid shard, Oid owner, Oid scope_type, Oid role) {
 
 } // namespace idempotency::storage::role_keys
 
-// idempotency.role_scope: inside a cluster a scope is the role's OID, so
-// renaming a role keeps its keys. Outside it (text and binary I/O, hence
-// COPY, pg_dump and logical replication) it is the role's name, as an
-// identifier, which the receiving node maps to its own role of that name:
-// an OID would mean another role, or none, on a node whose roles were
-// created in another order. A role that no longer exists, or none, is
-// written "-" and read back as no role (OID 0), the scope of no caller; a
-// number is read as no role too (regrole writes a role that no longer
-// exists so), never as the role that has that OID here.
+// idempotency.role_scope: a role's OID inside the cluster, so renaming a
+// role keeps its keys, and its name in text and binary I/O (COPY, pg_dump,
+// logical replication), since another node's roles may have other OIDs. A
+// role that no longer exists is written "-" and read back as no role (OID
+// 0), the scope of no caller; a number too (regrole writes a dropped role
+// so), never as the role that has that OID here.
 namespace idempotency::storage {
 
 namespace {

@@ -1,27 +1,17 @@
 // Citus, when it runs in this backend. On a coordinator idempotency.keys is
-// a local table while fn may change distributed tables on the workers:
-//
-// - Commit. Citus commits the workers' part itself at XACT_EVENT_PRE_COMMIT,
-//   with two-phase commit only when it knows the transaction wrote on more
-//   than one node, and it does not see writes to local tables outside its
-//   metadata. A transaction that changed one shard would commit it before
-//   the coordinator commits the key: a crash in between keeps the work and
-//   loses the key. note_key_write() asks Citus for two-phase commit, so that
-//   the coordinator's local commit (of the key and of Citus's
-//   pg_dist_transaction record) decides for all.
-//
-// - Where the keys live. A table Citus has taken over keeps its rows in
-//   shards, not in the local heap the extension reads: table_kind() tells,
-//   and storage/keys.cpp refuses such a table.
+// a local table while fn may change distributed tables on the workers.
+// Citus commits the workers' part itself at PRE_COMMIT, with two-phase
+// commit only for writes it knows of: a transaction that changed one shard
+// would commit it before the key, and a crash in between would lose the
+// key. note_key_write() asks Citus for two-phase commit, so that the
+// coordinator's local commit decides for all.
 //
 // Citus is never linked against. Everything but the commit goes through its
-// SQL API; the commit needs two C functions, InCoordinatedTransaction and
-// Use2PCForCoordinatedTransaction, looked up in the library the server
-// loaded (Citus can only be loaded through shared_preload_libraries), since
-// no SQL function asks for two-phase commit of a write Citus did not make.
-// Checked on Citus 13.2.2 (built for PostgreSQL 15, which exports them) and
-// in 14.0.1's source (built for 16 to 18 only, which export none: then
-// refused, see note_key_write).
+// SQL API; the commit needs two C functions, looked up in the loaded
+// library, since no SQL function asks for two-phase commit of a write Citus
+// did not make. Checked on Citus 13.2.2 (built for PostgreSQL 15, which
+// exports them) and in 14.0.1's source (built for 16 to 18, which export
+// none: then refused).
 #pragma once
 
 #include "idempotency/pg.hpp"
@@ -50,8 +40,7 @@ void end_fn(int guc_level);
 
 // --- a shard of a hash-distributed table on this node ------------------------
 //
-// For tenant keys. Each needs a transaction; none needs any right on the
-// distributed table but those that take `owner`.
+// Each needs a transaction.
 
 // 0A000 unless the loaded Citus is a major version tenant keys were tested
 // with; 55000 when Citus is not loaded.
@@ -66,11 +55,9 @@ struct ShardOfValue {
 };
 ShardOfValue shard_for_value(Oid relid, Oid owner, Oid type, Datum value);
 
-// Citus's lock on the placement metadata of `shard`, in share mode, until
-// the transaction ends, as `owner` (the table's owner, which Citus
-// requires): what its executor takes before it writes a shard, and what a
-// shard move takes in exclusive mode for its final switch-over. It locks the
-// shard's group of co-located shards.
+// Citus's lock on the placement metadata of `shard` in share mode, as
+// `owner` (the table's owner, which Citus requires), until the transaction
+// ends: what its executor takes before it writes a shard.
 void lock_shard_placement(uint64 shard, Oid owner);
 
 // The relation of `shard` of `relid` on this node (InvalidOid: none), and
@@ -103,8 +90,9 @@ enum class TableKind {
   managed_local, // a local table added to Citus's metadata (a shard of its own)
 };
 
-// From pg_dist_partition, if the database has one, whether or not the Citus
-// library is loaded: the metadata decides where the rows are.
+// A table Citus has taken over keeps its rows in shards, not in the local
+// heap: storage/keys.cpp refuses it. Whether or not the Citus library is
+// loaded: the metadata decides where the rows are.
 TableKind table_kind(Oid relid);
 
 // 0A000: idempotency.keys is a Citus table of this kind.

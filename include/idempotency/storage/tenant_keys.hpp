@@ -1,22 +1,12 @@
-// idempotency.tenant_keys: the key table Citus distributes co-located with
-// the business tables (created by idempotency.distribute_keys(); primary key
-// (tenant, scope, key_digest)), read and written by the tenant_* functions.
-//
-// A call reads the tenant's shard on this node directly and writes through
-// statements Citus routes to it (run here by its local executor, in the
-// call's transaction, as the table's owner), under Citus's share lock on the
-// shard's placement metadata, held until the transaction ends. A shard move
-// takes that lock in exclusive mode for its switch-over, so it waits for a
-// request that wrote a key to the old placement and carries the key along,
-// and a request during the switch-over waits, then finds the shard gone
-// (40001).
-//
-// A tenant's keys are read and written only on the node that holds its
-// shard, so that the call, fn and the key commit as one local transaction
-// and the claim locks are all taken on that node. Anywhere else the call is
-// refused (0A000): Citus would send the key through the owner's connection
-// and fn's writes through the caller's, to the same shard group, which it
-// does not allow.
+// idempotency.tenant_keys, the key table Citus distributes co-located with
+// the business tables. A call reads the tenant's shard on this node directly
+// and writes through statements Citus routes to it, under Citus's share
+// lock on the shard's placement, which a shard move takes in exclusive mode
+// for its switch-over. The keys are read and written only on the node that
+// holds the shard, so that the call, fn and the key commit as one local
+// transaction and the claim locks are all on that node; anywhere else Citus
+// would send the key and fn's writes through two connections to the same
+// shard group, which it does not allow.
 #pragma once
 
 #include "idempotency/pg.hpp"
@@ -24,23 +14,17 @@
 
 namespace idempotency::storage::tenant_keys {
 
-// idempotency.tenant_keys, checked for `key`: 42P01 when it does not exist,
-// 55000 when Citus does not distribute it, 42804 when the tenant is not of
-// its tenant column's type, 0A000 when the tenant's shard is on another node,
-// 40001 when Citus is moving it here or moved it away. Takes the placement
-// lock, so that no shard move ends while the request runs.
+// idempotency.tenant_keys, checked for `key`; 0A000 when the tenant's shard
+// is on another node, 40001 when Citus is moving it here or moved it away.
+// Takes the placement lock, so that no shard move ends while the request
+// runs.
 KeyTable table_for(const KeyRef &key);
 
-// The type of idempotency.tenant_keys's tenant column, which a tenant_*
-// call's untyped tenant gets; text where the table does not exist.
+// The type an untyped tenant gets; text where the table does not exist.
 Oid tenant_type();
 
-// idempotency.tenant_keys as a KeyBackend. store raises 40001 when Citus
-// moved the tenant's shard away while the request ran (possible only when
-// the lock table_for took went with a subtransaction that rolled back), and
-// IK409 when a transaction that claimed the key on another node (around a
-// shard move) committed it first. Expiry runs only on the coordinator: Citus
-// runs its statements on every shard, wherever it is now.
+// store raises IK409 when a transaction that claimed the key on another
+// node (around a shard move) committed it first.
 class Backend final : public KeyBackend {
 public:
   KeyProbe probe(const KeyTable &table, const KeyRef &key,
