@@ -42,9 +42,7 @@ namespace idempotency::storage::tenant_keys {
 
 namespace {
 
-constexpr const char *table_name = "tenant_keys";
-
-Oid tenant_keys_oid() { return schema::relation(table_name); }
+Oid tenant_keys_oid() { return schema::relation("tenant_keys"); }
 
 // The statements run as the table's owner (callers have no rights on it),
 // kept for one tenant type, as custom plans, which Citus routes.
@@ -201,37 +199,6 @@ ShardColumns shard_columns(Relation shard) {
   return columns;
 }
 
-// Through Citus, so that it knows the transaction wrote the shard (later
-// statements see the row; a coordinated transaction commits through
-// two-phase commit). Returns the row's times and identity, which a BEFORE
-// trigger may have changed. Citus deparses, parses and plans the statement
-// at each execution: the fewer expressions, the less that costs.
-void insert_through_citus(OwnerSpi &spi, bool with_window, Oid *types,
-                          Datum *values, const char *nulls) {
-#define IDEMPOTENCY_TENANT_RETURNING                                           \
-  " RETURNING k.created_at, k.expires_at, k.tenant, k.scope, k.key_digest,"    \
-  " k.key"
-  constexpr const char *sql =
-      "INSERT INTO idempotency.tenant_keys AS k"
-      " (tenant, scope, key, key_digest, request_hash, response, created_at,"
-      " expires_at) VALUES ($1,"
-      " $2::pg_catalog.regrole::idempotency.role_scope, $4, $3, $5, $6, $7,"
-      " $8)" IDEMPOTENCY_TENANT_RETURNING;
-  constexpr const char *sql_with_window =
-      "INSERT INTO idempotency.tenant_keys AS k"
-      " (tenant, scope, key, key_digest, request_hash, response, created_at,"
-      " expires_at, remember_for) VALUES ($1,"
-      " $2::pg_catalog.regrole::idempotency.role_scope, $4, $3, $5, $6, $7,"
-      " $8, $9)" IDEMPOTENCY_TENANT_RETURNING;
-#undef IDEMPOTENCY_TENANT_RETURNING
-  if (with_window)
-    spi.run_kept(insert_plan_with_window, sql_with_window, 9, types, values,
-                 nulls, false, SPI_OK_INSERT_RETURNING);
-  else
-    spi.run_kept(insert_plan, sql, 8, types, values, nulls, false,
-                 SPI_OK_INSERT_RETURNING);
-}
-
 // Whether the returned row is still the key's; the tenant is compared by
 // its type's equality, as the primary key compares it.
 bool row_is_the_keys(HeapTuple row, TupleDesc desc, const KeyRef &key) {
@@ -297,6 +264,10 @@ uint64 delete_key_rows(KeptPlan &kept, const KeyTable &table, const KeyRef &key,
   return deleted;
 }
 
+// Through Citus, so that it knows the transaction wrote the shard (later
+// statements see the row; a coordinated transaction commits through
+// two-phase commit). Citus deparses, parses and plans the statement at each
+// execution: the fewer expressions, the less that costs.
 StoredRow store_through_citus(const KeyTable &table, const KeyRef &key,
                               const NewRow &row, TimestampTz created_at,
                               TimestampTz expires_at, int64 remember_usecs) {
@@ -328,7 +299,28 @@ StoredRow store_through_citus(const KeyTable &table, const KeyRef &key,
       get_attnum(table.relid, "remember_for") != InvalidAttrNumber;
 
   OwnerSpi spi(table.owner);
-  insert_through_citus(spi, with_window, types, values, nulls);
+#define IDEMPOTENCY_TENANT_RETURNING                                           \
+  " RETURNING k.created_at, k.expires_at, k.tenant, k.scope, k.key_digest,"    \
+  " k.key"
+  constexpr const char *sql =
+      "INSERT INTO idempotency.tenant_keys AS k"
+      " (tenant, scope, key, key_digest, request_hash, response, created_at,"
+      " expires_at) VALUES ($1,"
+      " $2::pg_catalog.regrole::idempotency.role_scope, $4, $3, $5, $6, $7,"
+      " $8)" IDEMPOTENCY_TENANT_RETURNING;
+  constexpr const char *sql_with_window =
+      "INSERT INTO idempotency.tenant_keys AS k"
+      " (tenant, scope, key, key_digest, request_hash, response, created_at,"
+      " expires_at, remember_for) VALUES ($1,"
+      " $2::pg_catalog.regrole::idempotency.role_scope, $4, $3, $5, $6, $7,"
+      " $8, $9)" IDEMPOTENCY_TENANT_RETURNING;
+#undef IDEMPOTENCY_TENANT_RETURNING
+  if (with_window)
+    spi.run_kept(insert_plan_with_window, sql_with_window, 9, types, values,
+                 nulls, false, SPI_OK_INSERT_RETURNING);
+  else
+    spi.run_kept(insert_plan, sql, 8, types, values, nulls, false,
+                 SPI_OK_INSERT_RETURNING);
   // A BEFORE trigger may change the row, but not drop it.
   if (SPI_processed == 0)
     check_key_row_kept(TriggeredRow::skipped, "idempotency.tenant_keys", "",
