@@ -20,14 +20,9 @@ namespace idempotency::storage {
 
 namespace {
 
-// Claim lock tags must be the same in every backend of the cluster and
-// unpredictable to every role, so the claim secret lives in a file of the
-// data directory (every backend's working directory): not in shared memory,
-// since idempotent_call works without shared_preload_libraries, nor in a
-// table or setting, which SQL would reach. Claims last only while the server
-// runs, so a new secret after a restart changes nothing; a file removed while
-// it runs splits backends between two secrets, and the primary key of
-// idempotency.keys still keeps a key from committing twice.
+// In the data directory, every backend's working directory: not in shared
+// memory, since idempotent_call works without shared_preload_libraries, nor
+// in a table or setting, which SQL would reach.
 constexpr const char *secret_file = "idempotency_claim_secret";
 
 // Reads the secret file; false if it does not exist yet.
@@ -120,12 +115,9 @@ ClaimSecret read_claim_secret() {
   return secret;
 }
 
-// The derived-key secret must be the same on every retry of a request, so it
-// is the one row of a table, carried like any data by WAL, replication,
-// pg_upgrade and pg_dump. Only its owner has rights on it: the table scan
-// checks none. Read on every call (nothing can go stale) in the statement's
-// snapshot, so that a rotation is seen from the next statement on, and never
-// by half.
+// Read on every call (nothing can go stale) by a table scan, which checks no
+// rights, in the statement's snapshot: a rotation is seen from the next
+// statement on, and never by half.
 DerivedKeySecret read_derived_key_secret() {
   Oid relid = schema::relation("derived_key_secret");
   if (!OidIsValid(relid))

@@ -1,17 +1,10 @@
-// Citus, when it runs in this backend. On a coordinator idempotency.keys is
-// a local table while fn may change distributed tables on the workers.
-// Citus commits the workers' part itself at PRE_COMMIT, with two-phase
-// commit only for writes it knows of: a transaction that changed one shard
-// would commit it before the key, and a crash in between would lose the
-// key. note_key_write() asks Citus for two-phase commit, so that the
-// coordinator's local commit decides for all.
-//
-// Citus is never linked against. Everything but the commit goes through its
-// SQL API; the commit needs two C functions, looked up in the loaded
-// library, since no SQL function asks for two-phase commit of a write Citus
-// did not make. Checked on Citus 13.2.2 (built for PostgreSQL 15, which
-// exports them) and in 14.0.1's source (built for 16 to 18, which export
-// none: then refused).
+// Citus, when it runs in this backend (docs/scale-out.md). Citus commits the
+// workers' part at PRE_COMMIT with two-phase commit only for writes it knows
+// of, which a write to idempotency.keys is not: note_key_write() asks for
+// it, through two C functions of the loaded library (no SQL function does),
+// which Citus built for PostgreSQL 15 exports (13.2.2) and built for 16 to 18
+// does not (14.0.1's source). Everything else goes through Citus's SQL API;
+// Citus is never linked against.
 #pragma once
 
 #include "idempotency/pg.hpp"

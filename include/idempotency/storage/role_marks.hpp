@@ -1,17 +1,9 @@
-// The marks that keep a role with keys from being dropped, the statements
-// that find and delete a role's keys, and the scope column's type.
-//
-// A key is stored under its role's OID, which a later role may get again
-// (OID wraparound, pg_resetwal -o), so a role with keys cannot be dropped
-// (docs/replication.md#dropped-roles). The mark is the pg_shdepend row of a
-// privilege on the key table's scope column: DROP ROLE fails with 2BP01,
-// DROP OWNED only revokes privileges and REASSIGN OWNED leaves it alone. The
-// event trigger on DROP OWNED deletes the role's keys and mark; a GRANT or
-// REVOKE on the column may delete marks, which a second event trigger
-// records again. Tenant keys are marked on each node under its own OID of
-// the role; a shard moved to another node gets its marks there from
-// mark_key_roles(). Marks are made only where the event trigger exists
-// (0.7 and later): without it, DROP OWNED could not remove them.
+// The marks that keep a role with keys from being dropped
+// (docs/replication.md#dropped-roles): the pg_shdepend row of a privilege on
+// the key table's scope column, which DROP OWNED's event trigger deletes
+// with the keys. Marks are made only where that trigger exists (0.7 and
+// later). Also the statements that find and delete a role's keys, and the
+// scope column's type.
 #pragma once
 
 #include "idempotency/pg.hpp"

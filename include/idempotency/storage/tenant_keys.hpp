@@ -1,12 +1,8 @@
-// idempotency.tenant_keys, the key table Citus distributes co-located with
-// the business tables. A call reads the tenant's shard on this node directly
-// and writes through statements Citus routes to it, under Citus's share
-// lock on the shard's placement, which a shard move takes in exclusive mode
-// for its switch-over. The keys are read and written only on the node that
-// holds the shard, so that the call, fn and the key commit as one local
-// transaction and the claim locks are all on that node; anywhere else Citus
-// would send the key and fn's writes through two connections to the same
-// shard group, which it does not allow.
+// idempotency.tenant_keys, which Citus distributes co-located with the
+// business tables (docs/scale-out.md). A tenant's keys are read and written
+// only on the node that holds its shard: elsewhere Citus would send the key
+// and fn's writes through two connections to the same shard group, which it
+// does not allow.
 #pragma once
 
 #include "idempotency/pg.hpp"
