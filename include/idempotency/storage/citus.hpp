@@ -11,29 +11,23 @@
 
 namespace idempotency::storage::citus {
 
-// Records that the transaction wrote idempotency.keys: when Citus is loaded,
-// a transaction that is or becomes a Citus coordinated transaction commits
-// through two-phase commit. Where Citus's library does not export the
-// functions to ask for it, a coordinated transaction this backend started is
-// refused instead (0A000), now or before it commits.
+// Makes a transaction that wrote idempotency.keys commit through two-phase
+// commit if it is or becomes a Citus coordinated transaction; where that
+// cannot be asked for, one this backend started is refused (0A000).
 void note_key_write();
 
 // At PRE_COMMIT the decision above is made again.
 void at_pre_commit();
 void at_transaction_end();
 
-// idempotent_call runs fn between these two, which turn
-// citus.function_opens_transaction_block on: off, outside a transaction
-// block, each distributed statement of a function commits on its worker at
-// once, before the key is written. begin_fn returns what end_fn needs (0:
-// nothing changed); an error in fn ends the (sub)transaction, which restores
-// the setting.
+// Around fn, citus.function_opens_transaction_block is on: off, outside a
+// transaction block, each distributed statement of a function commits on
+// its worker at once. An error in fn ends the (sub)transaction, which
+// restores the setting.
 int begin_fn();
 void end_fn(int guc_level);
 
 // --- a shard of a hash-distributed table on this node ------------------------
-//
-// Each needs a transaction.
 
 // 0A000 unless the loaded Citus is a major version tenant keys were tested
 // with; 55000 when Citus is not loaded.
@@ -83,9 +77,8 @@ enum class TableKind {
   managed_local, // a local table added to Citus's metadata (a shard of its own)
 };
 
-// A table Citus has taken over keeps its rows in shards, not in the local
-// heap: storage/keys.cpp refuses it. Whether or not the Citus library is
-// loaded: the metadata decides where the rows are.
+// Whether or not the Citus library is loaded: the metadata decides where the
+// rows are (a table Citus has taken over keeps them in shards).
 TableKind table_kind(Oid relid);
 
 // 0A000: idempotency.keys is a Citus table of this kind.
