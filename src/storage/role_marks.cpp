@@ -60,9 +60,10 @@ bool mark_exists(Oid relid, AttrNumber column, Oid role) {
   return found;
 }
 
-// updateAclDependencies() pfrees its arrays of roles. It locks the role
-// against a concurrent DROP ROLE (42704 if it is gone), and is given no
-// owner: the table's owner may change while a role keeps its keys.
+// updateAclDependencies() pfrees its arrays of roles. It records nothing for
+// a pinned role (which cannot be dropped), locks the role against a
+// concurrent DROP ROLE (42704 if it is gone), and is given no owner: the
+// table's owner may change while a role keeps its keys.
 Oid *one_role(Oid role) {
   Oid *roles = static_cast<Oid *>(palloc(sizeof(Oid)));
   roles[0] = role;

@@ -73,9 +73,9 @@ const char *const make_a_secret_hint =
 
 } // namespace
 
-// Writes a new secret to a file of this backend's own, syncs it and links
-// it to the final name: link() never replaces a name, so of racing backends
-// the first wins and no reader sees a partly written file.
+// Made on first use in a file of this backend's own, synced and linked to
+// the final name: link() never replaces a name, so of racing backends the
+// first wins and no reader sees a partly written file.
 ClaimSecret read_claim_secret() {
   ClaimSecret secret;
   if (read_secret(&secret))
