@@ -27,18 +27,10 @@ namespace {
 
 // --- Citus's transaction manager ---------------------------------------------
 //
-// Two functions Citus exports (transaction/transaction_management.c):
 // InCoordinatedTransaction() says whether the transaction has opened
-// transactions on other nodes, which Citus will finish from its callback at
-// XACT_EVENT_PRE_COMMIT; Use2PCForCoordinatedTransaction() makes that
-// callback PREPARE every remote transaction that wrote something before the
-// local commit, and COMMIT PREPARED them after it, instead of committing
-// them with a plain COMMIT before the local commit. Citus resets the flag
-// when the transaction ends; on its own it sets it only for writes it
-// executes (on more than one node, or on a shard of this node), never for
-// a write to a table outside its metadata such as idempotency.keys. They
-// are the only Citus C functions called (see citus.hpp for why and the
-// versions checked).
+// transactions on other nodes; Use2PCForCoordinatedTransaction() makes
+// Citus PREPARE them before the local commit and COMMIT PREPARED them after
+// it. Citus resets the flag when the transaction ends.
 
 using InCoordinatedTransaction = bool (*)();
 using Use2PCForCoordinatedTransaction = void (*)();
@@ -53,12 +45,11 @@ enum class Presence { unknown, absent, present };
 Presence presence = Presence::unknown;
 TransactionManager manager{};
 
-// Whether the current transaction wrote idempotency.keys.
 bool wrote_keys = false;
 
-// The entry of shared_preload_libraries that loaded Citus, or nullptr. Citus
-// refuses to be loaded any other way, and shared_preload_libraries cannot
-// change while the server runs, so this entry is what the server loaded.
+// The entry of shared_preload_libraries that loaded Citus, or nullptr:
+// Citus refuses to be loaded any other way, and the setting cannot change
+// while the server runs.
 char *citus_library_entry() {
   if (!process_shared_preload_libraries_done ||
       shared_preload_libraries_string == nullptr)
@@ -83,19 +74,6 @@ char *citus_library_entry() {
   return nullptr;
 }
 
-// A function of the loaded Citus library (exported, not part of its SQL
-// API), or nullptr when the library does not export it: Citus built for
-// PostgreSQL 15 exports every function, built for 16 and later (whose
-// build hides what a library does not mark for export) only the functions
-// of its SQL API. load_external_function finds the library among those
-// already loaded (same name, same file), so it never loads Citus here -
-// which, outside shared_preload_libraries, Citus would refuse with an error.
-void *citus_function(const char *entry, const char *name) {
-  return reinterpret_cast<void *>(
-      load_external_function(entry, name, false, nullptr));
-}
-
-// Looks Citus's functions up once per backend.
 bool citus_loaded() {
   if (presence != Presence::unknown)
     return presence == Presence::present;
@@ -104,12 +82,17 @@ bool citus_loaded() {
     presence = Presence::absent;
     return false;
   }
+  // nullptr when the library does not export them (Citus built for
+  // PostgreSQL 16 and later exports only its SQL API).
+  // load_external_function finds the library among those already loaded,
+  // so it never loads Citus here, which Citus would refuse with an error.
   TransactionManager found{};
-  found.in_coordinated_transaction = reinterpret_cast<InCoordinatedTransaction>(
-      citus_function(entry, "InCoordinatedTransaction"));
+  found.in_coordinated_transaction =
+      reinterpret_cast<InCoordinatedTransaction>(load_external_function(
+          entry, "InCoordinatedTransaction", false, nullptr));
   found.use_two_phase_commit =
-      reinterpret_cast<Use2PCForCoordinatedTransaction>(
-          citus_function(entry, "Use2PCForCoordinatedTransaction"));
+      reinterpret_cast<Use2PCForCoordinatedTransaction>(load_external_function(
+          entry, "Use2PCForCoordinatedTransaction", false, nullptr));
   if (found.in_coordinated_transaction == nullptr ||
       found.use_two_phase_commit == nullptr)
     found = TransactionManager{};
@@ -118,26 +101,20 @@ bool citus_loaded() {
   return true;
 }
 
-// A function of Citus's SQL API in pg_catalog, by name and argument types.
-Oid citus_sql_function(const char *name, int nargs, Oid *types) {
-  List *qualified =
-      list_make2(makeString(pstrdup("pg_catalog")), makeString(pstrdup(name)));
-  return LookupFuncName(qualified, nargs, types, false);
-}
-
-// This node's group, read when the transaction first wrote a key, where
-// the transaction manager is not exported: at PRE_COMMIT no statement runs.
+// Read when the transaction first wrote a key, where the transaction
+// manager is not exported: at PRE_COMMIT no statement runs.
 int32 group_of_key_writer = -1;
 
-// Whether the transaction is a Citus coordinated transaction that this
-// backend started, as Citus's get_current_transaction_id() tells (SQL API):
-// starting one gives the transaction a distributed transaction number
-// (initiated by this node and backend); a transaction a coordinator opened
-// here has one of the coordinator's.
+// Starting a coordinated transaction gives it a distributed transaction
+// number initiated by this node and backend; a transaction a coordinator
+// opened here has one of the coordinator's.
 bool coordinated_by_this_backend() {
   static Oid function = InvalidOid;
   if (!OidIsValid(function))
-    function = citus_sql_function("get_current_transaction_id", 0, nullptr);
+    function = LookupFuncName(
+        list_make2(makeString(pstrdup("pg_catalog")),
+                   makeString(pstrdup("get_current_transaction_id"))),
+        0, nullptr, false);
   HeapTupleHeader row = DatumGetHeapTupleHeader(OidFunctionCall0(function));
   bool isnull = true;
   Datum number = GetAttributeByName(row, "transaction_number", &isnull);
@@ -151,12 +128,11 @@ bool coordinated_by_this_backend() {
   return !isnull && DatumGetInt32(initiator) == group_of_key_writer;
 }
 
-// Without Citus's transaction manager (a Citus library that does not export
-// it), two-phase commit cannot be asked for: a key in idempotency.keys and
-// remote work in one transaction would commit apart, so such a transaction
-// is refused before it commits.
-[[noreturn]] void report_no_two_phase_commit() {
-  ereport(ERROR,
+void use_two_phase_commit_if_coordinated() {
+  if (manager.in_coordinated_transaction == nullptr) {
+    if (coordinated_by_this_backend())
+      ereport(
+          ERROR,
           (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
            errmsg("idempotency.keys cannot commit together with Citus's remote "
                   "writes in this server"),
@@ -169,26 +145,20 @@ bool coordinated_by_this_backend() {
            errhint("Use tenant keys (tenant_call, tenant_claim; see the "
                    "extension's docs/scale-out.md), which commit in one local "
                    "transaction with the tenant's writes.")));
-  pg_unreachable();
-}
-
-void use_two_phase_commit_if_coordinated() {
-  if (manager.in_coordinated_transaction == nullptr) {
-    if (coordinated_by_this_backend())
-      report_no_two_phase_commit();
     return;
   }
   if (manager.in_coordinated_transaction())
     manager.use_two_phase_commit();
 }
 
+constexpr const char *opens_transaction_block =
+    "citus.function_opens_transaction_block";
+
 } // namespace
 
-// Remote work may come after the key is written - claim() and complete()
-// followed by an UPDATE of a distributed table, or deferred triggers - so
-// the decision is made again when the transaction commits (deferred
-// triggers have fired by then). entry/transaction.cpp says why this runs
-// before Citus's own PRE_COMMIT callback.
+// Remote work may come after the key is written (claim() and complete()
+// followed by an UPDATE of a distributed table, or deferred triggers).
+// entry/transaction.cpp says why this runs before Citus's own callback.
 void at_pre_commit() {
   if (wrote_keys)
     use_two_phase_commit_if_coordinated();
@@ -210,11 +180,6 @@ void note_key_write() {
   use_two_phase_commit_if_coordinated();
 }
 
-namespace {
-constexpr const char *opens_transaction_block =
-    "citus.function_opens_transaction_block";
-}
-
 int begin_fn() {
   if (!citus_loaded() || IsTransactionBlock())
     return 0;
@@ -234,11 +199,9 @@ void end_fn(int guc_level) {
 
 // --- Citus's metadata, through its SQL API ----------------------------------
 //
-// Each statement is prepared once per backend and kept; every name is
-// schema-qualified, every operator too. Metadata is read with a snapshot
-// taken at the statement (as a catalog scan would read it), not the
-// transaction's: a shard move that committed before a lock was granted is
-// seen, at any isolation level.
+// Read with a snapshot taken at the statement, as a catalog scan would: a
+// shard move that committed before a lock was granted is seen, at any
+// isolation level.
 
 namespace {
 
@@ -261,7 +224,6 @@ SPIPlanPtr kept_plan(MetadataStatement &statement) {
   return plan;
 }
 
-// Runs `statement` in the open SPI connection; its rows are in SPI_tuptable.
 void read_now(MetadataStatement &statement, Datum *values) {
   int rc = SPI_execute_snapshot(kept_plan(statement), values, nullptr,
                                 GetLatestSnapshot(), InvalidSnapshot, true,
@@ -296,20 +258,49 @@ MetadataStatement partition_of_table{
     {OIDOID},
     nullptr};
 
-// partmethod 'n' is a table without a distribution column: a reference
-// table (replicated to all nodes, repmodel 't'), a single-shard distributed
-// table (it has a colocation group), or a local table Citus manages.
-TableKind kind_of_first_row() {
-  if (SPI_processed == 0)
-    return TableKind::not_citus;
+// --- a shard of a hash-distributed table on this node -----------------------
+
+MetadataStatement local_group_row{
+    "SELECT g.groupid FROM pg_catalog.pg_dist_local_group g", 0, {}, nullptr};
+
+// get_shard_id_for_distribution_column takes its value as "any": the plan
+// is made for one tenant type, and again for another.
+MetadataStatement shard_of_value{
+    "SELECT s.id, pg_catalog.to_regclass(pg_catalog.shard_name($1, s.id))"
+    " FROM pg_catalog.get_shard_id_for_distribution_column($1, $2) AS s(id)",
+    2,
+    {REGCLASSOID, InvalidOid},
+    nullptr};
+
+MetadataStatement shard_here{
+    "SELECT pg_catalog.to_regclass(pg_catalog.shard_name($1, $2)),"
+    " EXISTS (SELECT FROM pg_catalog.pg_dist_placement p,"
+    " pg_catalog.pg_dist_local_group g"
+    " WHERE p.shardid OPERATOR(pg_catalog.=) $2"
+    " AND p.groupid OPERATOR(pg_catalog.=) g.groupid)",
+    2,
+    {REGCLASSOID, INT8OID},
+    nullptr};
+
+MetadataStatement local_shards{
+    "SELECT r FROM (SELECT pg_catalog.to_regclass(pg_catalog.shard_name("
+    "s.logicalrelid, s.shardid)) AS r FROM pg_catalog.pg_dist_shard s"
+    " WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1) AS shards"
+    " WHERE r IS NOT NULL",
+    1,
+    {REGCLASSOID},
+    nullptr};
+
+MetadataStatement lock_metadata{
+    "SELECT pg_catalog.lock_shard_metadata($1, ARRAY[$2])",
+    2,
+    {INT4OID, INT8OID},
+    nullptr};
+
+Oid relation_in_spi(int column) {
   bool is_null = true;
-  if (DatumGetChar(first_value(1, &is_null)) != 'n')
-    return TableKind::distributed;
-  if (DatumGetChar(first_value(2, &is_null)) == 't')
-    return TableKind::reference;
-  if (DatumGetInt32(first_value(3, &is_null)) != 0)
-    return TableKind::distributed;
-  return TableKind::managed_local;
+  Datum relid = first_value(column, &is_null);
+  return is_null ? InvalidOid : DatumGetObjectId(relid);
 }
 
 } // namespace
@@ -320,7 +311,18 @@ TableKind table_kind(Oid relid) {
   connect_spi();
   Datum values[1] = {ObjectIdGetDatum(relid)};
   read_now(partition_of_table, values);
-  TableKind kind = kind_of_first_row();
+  // partmethod 'n': a reference table (repmodel 't'), a single-shard
+  // distributed table (it has a colocation group), or a managed local table.
+  bool is_null = true;
+  TableKind kind = TableKind::managed_local;
+  if (SPI_processed == 0)
+    kind = TableKind::not_citus;
+  else if (DatumGetChar(first_value(1, &is_null)) != 'n')
+    kind = TableKind::distributed;
+  else if (DatumGetChar(first_value(2, &is_null)) == 't')
+    kind = TableKind::reference;
+  else if (DatumGetInt32(first_value(3, &is_null)) != 0)
+    kind = TableKind::distributed;
   SPI_finish();
   return kind;
 }
@@ -351,64 +353,6 @@ void report_citus_table(TableKind kind) {
                    "refuses a table that belongs to an extension.")));
   pg_unreachable();
 }
-
-// --- a shard of a hash-distributed table on this node -----------------------
-
-namespace {
-
-MetadataStatement local_group_row{
-    "SELECT g.groupid FROM pg_catalog.pg_dist_local_group g", 0, {}, nullptr};
-
-int32 local_group_in_spi() {
-  read_now(local_group_row, nullptr);
-  bool is_null = true;
-  Datum group = first_value(1, &is_null);
-  return is_null ? -1 : DatumGetInt32(group);
-}
-
-// get_shard_id_for_distribution_column takes its value as "any": the plan
-// is made for one tenant type, and again for another.
-MetadataStatement shard_of_value{
-    "SELECT s.id, pg_catalog.to_regclass(pg_catalog.shard_name($1, s.id))"
-    " FROM pg_catalog.get_shard_id_for_distribution_column($1, $2) AS s(id)",
-    2,
-    {REGCLASSOID, InvalidOid},
-    nullptr};
-
-MetadataStatement shard_here{
-    "SELECT pg_catalog.to_regclass(pg_catalog.shard_name($1, $2)),"
-    " EXISTS (SELECT FROM pg_catalog.pg_dist_placement p,"
-    " pg_catalog.pg_dist_local_group g"
-    " WHERE p.shardid OPERATOR(pg_catalog.=) $2"
-    " AND p.groupid OPERATOR(pg_catalog.=) g.groupid)",
-    2,
-    {REGCLASSOID, INT8OID},
-    nullptr};
-
-MetadataStatement local_shards{
-    "SELECT r FROM (SELECT pg_catalog.to_regclass(pg_catalog.shard_name("
-    "s.logicalrelid, s.shardid)) AS r FROM pg_catalog.pg_dist_shard s"
-    " WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1) AS shards"
-    " WHERE r IS NOT NULL",
-    1,
-    {REGCLASSOID},
-    nullptr};
-
-// Takes the lock Citus's executor takes before it writes a shard
-// (LockShardDistributionMetadata); Citus requires the table's owner.
-MetadataStatement lock_metadata{
-    "SELECT pg_catalog.lock_shard_metadata($1, ARRAY[$2])",
-    2,
-    {INT4OID, INT8OID},
-    nullptr};
-
-Oid relation_in_spi(int column) {
-  bool is_null = true;
-  Datum relid = first_value(column, &is_null);
-  return is_null ? InvalidOid : DatumGetObjectId(relid);
-}
-
-} // namespace
 
 void require_tested_citus() {
   if (!citus_loaded())
@@ -478,7 +422,10 @@ ShardHere shard_here_now(Oid relid, uint64 shard) {
 
 int32 local_group() {
   connect_spi();
-  int32 group = local_group_in_spi();
+  read_now(local_group_row, nullptr);
+  bool is_null = true;
+  Datum value = first_value(1, &is_null);
+  int32 group = is_null ? -1 : DatumGetInt32(value);
   SPI_finish();
   return group;
 }

@@ -1,4 +1,3 @@
-// Server-free check of citus.version. No PostgreSQL header.
 #include "idempotency/storage/citus_version.hpp"
 
 #include "idempotency/server_free.hpp" // must be the last include

@@ -1,5 +1,3 @@
-// The marks of roles on key tables (see role_marks.hpp), the statements that
-// find and delete a role's keys, and the I/O of the scope column's type.
 #include "idempotency/storage/role_marks.hpp"
 
 #include "idempotency/storage/key_store.hpp"
@@ -22,7 +20,6 @@ extern "C" {
 #include "executor/spi.h"
 #include "libpq/pqformat.h"
 #include "miscadmin.h"
-#include "nodes/parsenodes.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -35,19 +32,13 @@ extern "C" {
 #include "utils/syscache.h"
 }
 
-// The pg_shdepend rows that mark a role on a key table: a shared
-// dependency of ACL kind (deptype 'a') of a column of a table of this
-// database on a role, the kind PostgreSQL records for a privilege granted on
-// that column. Only these three functions read or write them, writing
-// through the server's own updateAclDependencies(), as GRANT and REVOKE on
-// the column do. Each needs a transaction.
-namespace idempotency::storage::shared_dependency {
+namespace idempotency::storage::role_marks {
 
 namespace {
 
-// Whether `role` has such a row on column `column` of `relid`, read through
-// pg_shdepend's index on the referenced object (a role has few rows).
-bool exists(Oid relid, AttrNumber column, Oid role) {
+// A mark is the shared dependency of ACL kind a GRANT on the column
+// records, looked up by the role (a role has few rows).
+bool mark_exists(Oid relid, AttrNumber column, Oid role) {
   Relation shdepend = table_open(SharedDependRelationId, AccessShareLock);
   ScanKeyData keys[2];
   ScanKeyInit(&keys[0], Anum_pg_shdepend_refclassid, BTEqualStrategyNumber,
@@ -69,53 +60,25 @@ bool exists(Oid relid, AttrNumber column, Oid role) {
   return found;
 }
 
-// updateAclDependencies() takes sorted, de-duplicated palloc'd arrays of
-// the roles in a privilege list before and after a change, and pfrees them.
+// updateAclDependencies() pfrees its arrays of roles. It records nothing for
+// a pinned role (which cannot be dropped), locks the role against a
+// concurrent DROP ROLE (42704 if it is gone), and is given no owner: the
+// table's owner may change while a role keeps its keys.
 Oid *one_role(Oid role) {
   Oid *roles = static_cast<Oid *>(palloc(sizeof(Oid)));
   roles[0] = role;
   return roles;
 }
 
-// Records the row as a GRANT on the column to `role` would: nothing for a
-// pinned role (the bootstrap superuser, which can never be dropped);
-// otherwise `role` locked against a concurrent DROP ROLE until the
-// transaction ends, 42704 if it is gone, then the row.
-//
-// No owner is passed (InvalidOid): the server leaves the owner's row out,
-// since the owner's own dependency keeps it, but the key table's owner may
-// change while a role keeps its keys.
-void record(Oid relid, AttrNumber column, Oid role) {
-  updateAclDependencies(RelationRelationId, relid, column, InvalidOid, 0,
-                        nullptr, 1, one_role(role));
-}
-
-// Deletes the rows as a REVOKE on the column from `role` would (there may
-// be more than one: a GRANT on the column to a marked role adds the
-// server's own).
-void remove(Oid relid, AttrNumber column, Oid role) {
-  updateAclDependencies(RelationRelationId, relid, column, InvalidOid, 1,
-                        one_role(role), 0, nullptr);
-}
-
-} // namespace
-
-} // namespace idempotency::storage::shared_dependency
-
-namespace idempotency::storage::role_marks {
-
-namespace {
-
 constexpr const char *event_trigger_name = "idempotency_drop_owned_keys";
 
-// The roles this backend knows to be marked on a key table: one set for
-// idempotency.keys, one for idempotency.tenant_keys (on Citus). A backend
-// serving more roles than this starts over, looking them up again.
+// The roles this backend knows to be marked, for idempotency.keys and
+// idempotency.tenant_keys. A full set starts over.
 constexpr int max_remembered = 1024;
 constexpr int remembered_tables = 2;
 
 struct Remembered {
-  Oid relid;    // the key table; InvalidOid: nothing known
+  Oid relid;    // InvalidOid: nothing known
   bool marking; // whether its database has the event trigger (0.7 on)
   int count;
   Oid roles[max_remembered];
@@ -125,11 +88,8 @@ static_assert(std::is_trivially_destructible_v<Remembered>);
 Remembered remembered[remembered_tables];
 int next_taken;
 bool callbacks_registered;
-// A mark recorded by the open transaction: every remembered role is
-// forgotten if it does not commit, since the mark goes with it. One flag
-// for the transaction, not one per table: a table forgotten and looked up
-// again in the transaction (after a GRANT, say) finds the uncommitted mark
-// and remembers it too.
+// One flag, not one per table: a table looked up again in the transaction
+// remembers its uncommitted marks too.
 bool recorded_in_transaction;
 
 // Forgets what is known of `relid`; InvalidOid: of every table.
@@ -141,30 +101,17 @@ void forget(Oid relid) {
     }
 }
 
-// DROP OWNED, ALTER EXTENSION UPDATE and any change to a table's
-// definition invalidate its relcache entry: each backend then looks its
-// marks up again at its next store.
+// DROP OWNED, ALTER EXTENSION UPDATE and any change to a table's definition
+// invalidate its relcache entry.
 void forget_on_relcache_change(Datum, Oid relid) { forget(relid); }
 
-// Whether a database marks roles is known by its event trigger: the update
-// to 0.7 creating it (or DROP EXTENSION dropping it) makes every backend
-// look again, also for idempotency.tenant_keys, whose definition the update
-// does not change.
+// The update to 0.7 creating the event trigger (or DROP EXTENSION dropping
+// it) does not change idempotency.tenant_keys's definition.
 void forget_on_event_trigger_change(Datum, compat::SysCacheIdentifier, uint32) {
   forget(InvalidOid);
 }
 
-void register_callbacks_once() {
-  if (callbacks_registered)
-    return;
-  CacheRegisterRelcacheCallback(forget_on_relcache_change, (Datum)0);
-  CacheRegisterSyscacheCallback(EVENTTRIGGEROID, forget_on_event_trigger_change,
-                                (Datum)0);
-  callbacks_registered = true;
-}
-
-// What this backend remembers of `relid`: an empty set the first time, or
-// once forgotten (in a free slot, else the other table's).
+// An empty set the first time, or once forgotten.
 Remembered &remembered_for(Oid relid) {
   Remembered *free = nullptr;
   for (Remembered &table : remembered) {
@@ -177,27 +124,18 @@ Remembered &remembered_for(Oid relid) {
     free = &remembered[next_taken];
     next_taken = (next_taken + 1) % remembered_tables;
   }
-  register_callbacks_once();
+  if (!callbacks_registered) {
+    CacheRegisterRelcacheCallback(forget_on_relcache_change, (Datum)0);
+    CacheRegisterSyscacheCallback(EVENTTRIGGEROID,
+                                  forget_on_event_trigger_change, (Datum)0);
+    callbacks_registered = true;
+  }
   free->relid = relid;
   free->count = 0;
   free->marking = database_marks_roles();
   return *free;
 }
 
-bool is_remembered(const Remembered &table, Oid role) {
-  for (int i = table.count - 1; i >= 0; i--)
-    if (table.roles[i] == role)
-      return true;
-  return false;
-}
-
-void remember(Remembered &table, Oid role) {
-  if (table.count == max_remembered)
-    table.count = 0;
-  table.roles[table.count++] = role;
-}
-
-// The scope column of a key table; 42703 when it is missing.
 AttrNumber scope_column_of(Oid relid) {
   AttrNumber scope_column = get_attnum(relid, "scope");
   if (scope_column == InvalidAttrNumber)
@@ -207,75 +145,27 @@ AttrNumber scope_column_of(Oid relid) {
   return scope_column;
 }
 
-// `scope_column` InvalidAttrNumber: looked up, only when the role is not
-// remembered (a call pays the comparison alone).
+// `scope_column` InvalidAttrNumber: looked up only when needed.
 void ensure_marked(Oid relid, AttrNumber scope_column, Oid role) {
   Remembered &table = remembered_for(relid);
-  if (!table.marking || !OidIsValid(role) || is_remembered(table, role))
+  if (!table.marking || !OidIsValid(role))
     return;
+  for (int i = table.count - 1; i >= 0; i--)
+    if (table.roles[i] == role)
+      return;
   if (scope_column == InvalidAttrNumber)
     scope_column = scope_column_of(relid);
-  if (!shared_dependency::exists(relid, scope_column, role)) {
-    shared_dependency::record(relid, scope_column, role);
+  if (!mark_exists(relid, scope_column, role)) {
+    updateAclDependencies(RelationRelationId, relid, scope_column, InvalidOid,
+                          0, nullptr, 1, one_role(role));
     recorded_in_transaction = true;
   }
-  remember(table, role);
+  if (table.count == max_remembered)
+    table.count = 0;
+  table.roles[table.count++] = role;
 }
 
-// Marks each role that has keys in the key table `relid` of `store` (on this
-// node) and exists. A store takes the same lock: DROP OWNED waits for the
-// marks made here. The keys of a role that no longer exists are deleted
-// (delete_gone, mark_key_roles()), since no role may ever reach them again,
-// or left to mark_key_roles() (the expiry worker's next round) after a GRANT
-// or REVOKE, which only records marks again: the backend's remembered roles
-// of the table are forgotten first, since each role's mark is looked up in
-// pg_shdepend, which the statement changed. Returns the number of keys
-// deleted.
-int64 mark_roles_of(const KeyBackend &store, Oid relid, bool delete_gone) {
-  LockRelationOid(relid, RowExclusiveLock);
-  AttrNumber scope_column = scope_column_of(relid);
-  role_keys::Roles roles = store.roles_with_keys(relid, scope_column);
-  if (!delete_gone)
-    forget(relid);
-  int64 deleted = 0;
-  for (uint64 i = 0; i < roles.count; i++) {
-    Oid role = roles.oids[i];
-    if (!OidIsValid(role))
-      continue; // keys of no role: no caller has OID 0
-    if (SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
-      ensure_marked(relid, scope_column, role);
-    else if (delete_gone)
-      deleted += (int64)store.delete_keys_of(relid, scope_column, role);
-  }
-  return deleted;
-}
-
-} // namespace
-
-void ensure(Relation keys, AttrNumber scope_column, Oid role) {
-  ensure_marked(RelationGetRelid(keys), scope_column, role);
-}
-
-void ensure_tenant(Oid tenant_keys, Oid role) {
-  ensure_marked(tenant_keys, InvalidAttrNumber, role);
-}
-
-int64 mark_key_roles() {
-  int64 deleted = 0;
-  for (int i = 0; i < key_backend_count; i++) {
-    const KeyBackend &store = key_backend(i);
-    Oid relid = store.relation();
-    if (OidIsValid(relid))
-      deleted += mark_roles_of(store, relid, true);
-  }
-  return deleted;
-}
-
-namespace {
-
-// Whether `grant` names `relid`, itself or among all tables of its schema.
-// Only a GRANT or REVOKE on tables changes the privileges of a table's
-// columns.
+// Only a GRANT or REVOKE on tables changes the privileges of their columns.
 bool grant_names(const GrantStmt *grant, Oid relid) {
   if (grant->objtype != OBJECT_TABLE)
     return false;
@@ -298,16 +188,48 @@ bool grant_names(const GrantStmt *grant, Oid relid) {
   }
 }
 
+// Marks the roles with keys in every key table, or in those `grant` names,
+// under the lock a store takes, so that DROP OWNED waits. Without `grant`
+// the keys of roles that are gone are deleted; after a GRANT or REVOKE,
+// which changed pg_shdepend, the remembered roles are forgotten first.
+int64 mark_roles(const GrantStmt *grant) {
+  int64 deleted = 0;
+  for (int b = 0; b < key_backend_count; b++) {
+    const KeyBackend &store = key_backend(b);
+    Oid relid = store.relation();
+    if (!OidIsValid(relid) || (grant != nullptr && !grant_names(grant, relid)))
+      continue;
+    LockRelationOid(relid, RowExclusiveLock);
+    AttrNumber scope_column = scope_column_of(relid);
+    role_keys::Roles roles = store.roles_with_keys(relid, scope_column);
+    if (grant != nullptr)
+      forget(relid);
+    for (uint64 i = 0; i < roles.count; i++) {
+      Oid role = roles.oids[i];
+      if (!OidIsValid(role))
+        continue; // keys of no role: no caller has OID 0
+      if (SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
+        ensure_marked(relid, scope_column, role);
+      else if (grant == nullptr)
+        deleted += (int64)store.delete_keys_of(relid, scope_column, role);
+    }
+  }
+  return deleted;
+}
+
 } // namespace
 
-void keep_marks_after_grant(const GrantStmt *grant) {
-  for (int i = 0; i < key_backend_count; i++) {
-    const KeyBackend &store = key_backend(i);
-    Oid relid = store.relation();
-    if (OidIsValid(relid) && grant_names(grant, relid))
-      (void)mark_roles_of(store, relid, false);
-  }
+void ensure(Relation keys, AttrNumber scope_column, Oid role) {
+  ensure_marked(RelationGetRelid(keys), scope_column, role);
 }
+
+void ensure_tenant(Oid tenant_keys, Oid role) {
+  ensure_marked(tenant_keys, InvalidAttrNumber, role);
+}
+
+int64 mark_key_roles() { return mark_roles(nullptr); }
+
+void keep_marks_after_grant(const GrantStmt *grant) { (void)mark_roles(grant); }
 
 bool database_marks_roles() {
   return OidIsValid(get_event_trigger_oid(event_trigger_name, true));
@@ -339,7 +261,10 @@ void drop_owned_keys(const List *roles) {
       if (!OidIsValid(relids[i]))
         continue;
       (void)key_backend(i).delete_keys_of(relids[i], scope_columns[i], role);
-      shared_dependency::remove(relids[i], scope_columns[i], role);
+      // As a REVOKE on the column would: there may be more than one row (a
+      // GRANT on the column to a marked role adds the server's own).
+      updateAclDependencies(RelationRelationId, relids[i], scope_columns[i],
+                            InvalidOid, 1, one_role(role), 0, nullptr);
     }
   }
   // Every backend looks its marks up again at its next store.
@@ -366,8 +291,7 @@ namespace idempotency::storage::role_keys {
 
 namespace {
 
-// The schema of the operators that compare the scope column: the
-// extension's role type, or regrole (which the column may still be).
+// The scope column may still be regrole.
 const char *scope_operator_schema(Oid type) {
   return type == REGROLEOID ? "pg_catalog" : "idempotency";
 }
@@ -377,8 +301,7 @@ const char *qualified_name(Oid relid) {
       get_namespace_name(get_rel_namespace(relid)), get_rel_name(relid));
 }
 
-// Runs `sql`, which selects roles, as `owner`; the roles are copied out of
-// SPI's memory.
+// Runs `sql`, which selects roles, as `owner`.
 Roles select_roles(const char *sql, Oid owner) {
   table_owner::Saved saved = table_owner::begin_spi(owner);
   int rc = SPI_execute(sql, true, 0);
@@ -397,8 +320,6 @@ Roles select_roles(const char *sql, Oid owner) {
   return roles;
 }
 
-// Deletes the keys of `role` in `relid` as `owner` with a snapshot taken
-// now; the scope column has type `type`, compared by `operator_schema`'s =.
 uint64 delete_role_keys(Oid relid, Oid owner, Oid type,
                         const char *operator_schema, Oid role) {
   char *sql = psprintf("DELETE FROM %s AS k WHERE k.scope OPERATOR(%s.=) $1",
@@ -453,42 +374,23 @@ uint64 delete_in_shard(Oid shard, Oid owner, Oid scope_type, Oid role) {
 
 } // namespace idempotency::storage::role_keys
 
-// The SQL type idempotency.role_scope: the role a key belongs to.
-//
-// Inside a cluster a scope is the role's OID (4 bytes, compared with the oid
-// type's own functions), so renaming a role keeps its keys. Outside it - text
-// and binary I/O, hence COPY, pg_dump and logical replication in either mode
-// - a scope is the role's name, which the receiving node maps to its own role
-// of that name: an OID means another role, or none, on a node whose roles
-// were created in another order.
-//
-// The text form is a role name as an identifier (quoted where needed, as
-// regrole writes it); the binary form is the same text. A role that no longer
-// exists, or none, is written "-" and read back as no role (OID 0), which is
-// never the scope of a caller: its keys stay out of every role's reach
-// instead of passing, by OID, to whichever role holds that OID elsewhere.
-// For the same reason a number is read as no role, never as the role with
-// that OID: it is how regrole writes a role that no longer exists.
+// idempotency.role_scope: a role's OID inside the cluster, so renaming a
+// role keeps its keys, and its name in text and binary I/O (COPY, pg_dump,
+// logical replication), since another node's roles may have other OIDs. A
+// role that no longer exists is written "-" and read back as no role (OID
+// 0), the scope of no caller; a number too (regrole writes a dropped role
+// so), never as the role that has that OID here.
 namespace idempotency::storage {
 
 namespace {
 
 constexpr const char *no_role = "-";
 
-// The role a scope's text names, on this node; 42704 if there is none.
-// "-" and numbers name no role (OID 0).
-// Role names are global, so no search_path is involved.
-bool is_number(const char *scope_text) {
-  if (*scope_text == '\0')
-    return false;
-  for (const char *c = scope_text; *c != '\0'; c++)
-    if (*c < '0' || *c > '9')
-      return false;
-  return true;
-}
-
+// Role names are global: no search_path is involved.
 Oid role_of_text(const char *scope_text) {
-  if (strcmp(scope_text, no_role) == 0 || is_number(scope_text))
+  if (strcmp(scope_text, no_role) == 0 ||
+      (*scope_text != '\0' &&
+       strspn(scope_text, "0123456789") == strlen(scope_text)))
     return InvalidOid;
   List *names = compat::stringToQualifiedNameList(scope_text, nullptr);
   if (list_length(names) != 1)

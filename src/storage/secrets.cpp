@@ -18,11 +18,11 @@ extern "C" {
 
 namespace idempotency::storage {
 
-// The claim secret.
-
 namespace {
 
-// In the data directory, the working directory of every backend.
+// In the data directory, every backend's working directory: not in shared
+// memory, since idempotent_call works without shared_preload_libraries, nor
+// in a table or setting, which SQL would reach.
 constexpr const char *secret_file = "idempotency_claim_secret";
 
 // Reads the secret file; false if it does not exist yet.
@@ -57,19 +57,36 @@ bool read_secret(ClaimSecret *secret) {
   return true;
 }
 
-// Writes a new secret to a file of this backend's own and links it to the
-// final name, unless another backend got there first.
-void create_secret() {
+const char *const make_a_secret_hint =
+    "A superuser can make one: INSERT INTO idempotency.derived_key_secret "
+    "SELECT pg_catalog.sha256(pg_catalog.uuid_send(pg_catalog.gen_random_"
+    "uuid()) || pg_catalog.uuid_send(pg_catalog.gen_random_uuid()) || "
+    "pg_catalog.uuid_send(pg_catalog.gen_random_uuid())). It changes every "
+    "derived key: restore the old secret instead if it can be found.";
+
+[[noreturn]] void no_secret(const char *detail) {
+  ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                  errmsg("this database has no derived-key secret"),
+                  errdetail("%s", detail), errhint("%s", make_a_secret_hint)));
+  pg_unreachable();
+}
+
+} // namespace
+
+// Made on first use in a file of this backend's own, synced and linked to
+// the final name: link() never replaces a name, so of racing backends the
+// first wins and no reader sees a partly written file.
+ClaimSecret read_claim_secret() {
+  ClaimSecret secret;
+  if (read_secret(&secret))
+    return secret;
   char temporary[MAXPGPATH];
   snprintf(temporary, sizeof temporary, "%s.%d.tmp", secret_file, MyProcPid);
   // Left over by a backend of the same pid that failed halfway.
   unlink(temporary);
-
-  ClaimSecret secret;
   if (!pg_strong_random(secret.bytes, claim_secret_bytes))
     ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
                     errmsg("could not generate a random claim secret")));
-
   int fd = OpenTransientFilePerm(
       temporary, O_WRONLY | O_CREAT | O_EXCL | PG_BINARY, pg_file_create_mode);
   if (fd < 0)
@@ -92,45 +109,17 @@ void create_secret() {
     ereport(ERROR, (errcode_for_file_access(),
                     errmsg("could not write file \"%s\": %m", secret_file)));
   }
-}
-
-} // namespace
-
-ClaimSecret read_claim_secret() {
-  ClaimSecret secret;
-  if (!read_secret(&secret)) {
-    create_secret();
-    if (!read_secret(&secret))
-      ereport(ERROR, (errcode_for_file_access(),
-                      errmsg("could not open file \"%s\": %m", secret_file)));
-  }
+  if (!read_secret(&secret))
+    ereport(ERROR, (errcode_for_file_access(),
+                    errmsg("could not open file \"%s\": %m", secret_file)));
   return secret;
 }
 
-// The derived-key secret.
-
-namespace {
-
-constexpr const char *secret_table = "derived_key_secret";
-
-const char *const make_a_secret_hint =
-    "A superuser can make one: INSERT INTO idempotency.derived_key_secret "
-    "SELECT pg_catalog.sha256(pg_catalog.uuid_send(pg_catalog.gen_random_"
-    "uuid()) || pg_catalog.uuid_send(pg_catalog.gen_random_uuid()) || "
-    "pg_catalog.uuid_send(pg_catalog.gen_random_uuid())). It changes every "
-    "derived key: restore the old secret instead if it can be found.";
-
-[[noreturn]] void no_secret(const char *detail) {
-  ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                  errmsg("this database has no derived-key secret"),
-                  errdetail("%s", detail), errhint("%s", make_a_secret_hint)));
-  pg_unreachable();
-}
-
-} // namespace
-
+// Read on every call (nothing can go stale) by a table scan, which checks no
+// rights, in the statement's snapshot: a rotation is seen from the next
+// statement on, and never by half.
 DerivedKeySecret read_derived_key_secret() {
-  Oid relid = schema::relation(secret_table);
+  Oid relid = schema::relation("derived_key_secret");
   if (!OidIsValid(relid))
     no_secret("Table idempotency.derived_key_secret does not exist.");
   Relation rel = table_open(relid, AccessShareLock);
@@ -138,12 +127,9 @@ DerivedKeySecret read_derived_key_secret() {
   if (column == nullptr || column->atttypid != BYTEAOID)
     no_secret("Table idempotency.derived_key_secret has no column secret of "
               "type bytea.");
-  // The statement's snapshot (a STABLE function's), so that a rotation
-  // committed meanwhile is seen from the next statement on.
   Snapshot snapshot =
       ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
-  // Through the table access method's slots: the table is heap unless a
-  // default_table_access_method said otherwise at install.
+  // The table is heap unless default_table_access_method said otherwise.
   TupleTableSlot *slot = table_slot_create(rel, nullptr);
   TableScanDesc scan =
       compat::table_beginscan(rel, snapshot, 0, nullptr, compat::SO_NONE);

@@ -42,20 +42,11 @@ namespace idempotency::storage::tenant_keys {
 
 namespace {
 
-constexpr const char *table_name = "tenant_keys";
+Oid tenant_keys_oid() { return schema::relation("tenant_keys"); }
 
-Oid tenant_keys_oid() { return schema::relation(table_name); }
-
-// The statements of this file (writes that go through Citus, deletes, and
-// expiry), each run through SPI as the table's owner (callers have no
-// rights on the table; a BEFORE trigger or default a DBA added runs as that
-// owner, as it would for the extension's own writes). Every name is
-// schema-qualified, every operator too: the caller's search_path plays no
-// part.
-// Kept plans (storage/owner_statements.hpp), each for one tenant type.
-// Citus routes these statements: custom plans (KeptPlan::custom).
+// The statements run as the table's owner (callers have no rights on it),
+// kept for one tenant type, as custom plans, which Citus routes.
 KeptPlan insert_plan{InvalidOid, nullptr, true};
-// For a table with remember_for (1.1).
 KeptPlan insert_plan_with_window{InvalidOid, nullptr, true};
 
 // The key's identity, as the statements' first three parameters.
@@ -75,17 +66,13 @@ void set_identity(const KeyRef &key, Oid *types, Datum *values) {
   values[2] = PointerGetDatum(key.digest);
 }
 
-Oid tenant_column_type(Oid relid) {
+void check_tenant_type(Oid relid, const KeyRef &key) {
   AttrNumber attnum = get_attnum(relid, "tenant");
   if (attnum == InvalidAttrNumber)
     ereport(ERROR,
             (errcode(ERRCODE_UNDEFINED_COLUMN),
              errmsg("idempotency.tenant_keys has no column \"tenant\"")));
-  return get_atttype(relid, attnum);
-}
-
-void check_tenant_type(Oid relid, const KeyRef &key) {
-  Oid column_type = tenant_column_type(relid);
+  Oid column_type = get_atttype(relid, attnum);
   if (column_type == key.tenant_type)
     return;
   ereport(ERROR,
@@ -98,12 +85,9 @@ void check_tenant_type(Oid relid, const KeyRef &key) {
                    format_type_be(column_type))));
 }
 
-// The last placement table_for() checked, and where: while the transaction
-// is still in the subtransaction that checked it, the placement lock taken
-// before the check is held (a lock goes only when the (sub)transaction that
-// took it ends), so no move can have ended since, and store() need not
-// check again. A lock taken in a subtransaction that rolled back is gone;
-// a request then looks again.
+// The last placement table_for() checked: while the transaction is still in
+// the subtransaction that checked it, the placement lock is held, so no move
+// can have ended since and store() need not check again.
 struct CheckedPlacement {
   LocalTransactionId transaction;
   SubTransactionId subtransaction;
@@ -112,18 +96,6 @@ struct CheckedPlacement {
 static_assert(std::is_trivially_destructible_v<CheckedPlacement>);
 CheckedPlacement checked_placement{InvalidLocalTransactionId,
                                    InvalidSubTransactionId, InvalidOid};
-
-void remember_checked(Oid local_shard) {
-  checked_placement =
-      CheckedPlacement{compat::my_local_transaction_id(),
-                       GetCurrentSubTransactionId(), local_shard};
-}
-
-bool placement_still_checked(Oid local_shard) {
-  return checked_placement.transaction == compat::my_local_transaction_id() &&
-         checked_placement.subtransaction == GetCurrentSubTransactionId() &&
-         checked_placement.local_shard == local_shard;
-}
 
 const char *tenant_text(const KeyRef &key) {
   Oid output;
@@ -149,9 +121,6 @@ const char *tenant_text(const KeyRef &key) {
   pg_unreachable();
 }
 
-// 40001: the request met a shard move of its tenant. Nothing of it is kept
-// (the transaction aborts), and its retry is routed by Citus's metadata as
-// the move left it.
 [[noreturn]] void report_moved(const KeyRef &key) {
   ereport(ERROR,
           (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -167,8 +136,7 @@ const char *tenant_text(const KeyRef &key) {
   pg_unreachable();
 }
 
-// Where the key's columns are in a shard relation of
-// idempotency.tenant_keys, found by name: a DBA may add others.
+// Found by name: a DBA may add columns.
 struct ShardColumns {
   AttrNumber tenant;
   AttrNumber scope;
@@ -178,11 +146,8 @@ struct ShardColumns {
   AttrNumber response;
   AttrNumber created_at;
   AttrNumber expires_at;
-  // InvalidAttrNumber: the table of 0.7, before its update, has none and
-  // keeps no tombstones.
-  AttrNumber expired_at;
-  // InvalidAttrNumber before 1.1 (storage/keys.hpp, remember_window).
-  AttrNumber remember_for;
+  AttrNumber expired_at;   // InvalidAttrNumber: 0.7, which keeps no tombstones
+  AttrNumber remember_for; // InvalidAttrNumber before 1.1
 };
 static_assert(std::is_trivially_destructible_v<ShardColumns>);
 
@@ -190,27 +155,30 @@ struct ShardColumn {
   const char *name;
   Oid type; // InvalidOid: the tenant's, checked by table_for()
   AttrNumber ShardColumns::*field;
+  bool optional;
 };
 
 constexpr ShardColumn shard_columns_expected[] = {
-    {"tenant", InvalidOid, &ShardColumns::tenant},
-    {"scope", InvalidOid, &ShardColumns::scope},
-    {"key", TEXTOID, &ShardColumns::key},
-    {"key_digest", BYTEAOID, &ShardColumns::key_digest},
-    {"request_hash", BYTEAOID, &ShardColumns::request_hash},
-    {"response", JSONBOID, &ShardColumns::response},
-    {"created_at", TIMESTAMPTZOID, &ShardColumns::created_at},
-    {"expires_at", TIMESTAMPTZOID, &ShardColumns::expires_at},
+    {"tenant", InvalidOid, &ShardColumns::tenant, false},
+    {"scope", InvalidOid, &ShardColumns::scope, false},
+    {"key", TEXTOID, &ShardColumns::key, false},
+    {"key_digest", BYTEAOID, &ShardColumns::key_digest, false},
+    {"request_hash", BYTEAOID, &ShardColumns::request_hash, false},
+    {"response", JSONBOID, &ShardColumns::response, false},
+    {"created_at", TIMESTAMPTZOID, &ShardColumns::created_at, false},
+    {"expires_at", TIMESTAMPTZOID, &ShardColumns::expires_at, false},
+    {"expired_at", TIMESTAMPTZOID, &ShardColumns::expired_at, true},
+    {"remember_for", INTERVALOID, &ShardColumns::remember_for, true},
 };
 
-// Raises 42703 for a missing column and 42804 for one whose type the
-// calls cannot read or write (ALTER TABLE on the distributed table changes
-// every shard alike).
+// ALTER TABLE on the distributed table changes every shard alike.
 ShardColumns shard_columns(Relation shard) {
   TupleDesc desc = RelationGetDescr(shard);
   ShardColumns columns{};
   for (const ShardColumn &expected : shard_columns_expected) {
     Form_pg_attribute found = find_column(desc, expected.name);
+    if (found == nullptr && expected.optional)
+      continue; // left InvalidAttrNumber
     if (found == nullptr)
       ereport(ERROR,
               (errcode(ERRCODE_UNDEFINED_COLUMN),
@@ -228,66 +196,11 @@ ShardColumns shard_columns(Relation shard) {
                       expected.name, format_type_be(found->atttypid))));
     columns.*expected.field = found->attnum;
   }
-  Form_pg_attribute expired_at = find_column(desc, "expired_at");
-  if (expired_at != nullptr && (expired_at->atttypid != TIMESTAMPTZOID ||
-                                expired_at->attgenerated != '\0'))
-    ereport(ERROR,
-            (errcode(ERRCODE_DATATYPE_MISMATCH),
-             errmsg("column \"expired_at\" of idempotency.tenant_keys has type "
-                    "%s, which the tenant_* functions cannot store",
-                    format_type_be(expired_at->atttypid))));
-  columns.expired_at =
-      expired_at != nullptr ? expired_at->attnum : InvalidAttrNumber;
-  Form_pg_attribute remember_for = find_column(desc, "remember_for");
-  if (remember_for != nullptr && (remember_for->atttypid != INTERVALOID ||
-                                  remember_for->attgenerated != '\0'))
-    ereport(ERROR,
-            (errcode(ERRCODE_DATATYPE_MISMATCH),
-             errmsg("column \"remember_for\" of idempotency.tenant_keys has "
-                    "type %s, which the tenant_* functions cannot store",
-                    format_type_be(remember_for->atttypid))));
-  columns.remember_for =
-      remember_for != nullptr ? remember_for->attnum : InvalidAttrNumber;
   return columns;
 }
 
-// The key's row, written by a statement Citus routes to the tenant's shard
-// (its local executor runs it here, in this transaction, and knows the
-// transaction wrote the shard: later statements see the row, and a
-// coordinated transaction commits through two-phase commit). Parameters as
-// set by store(); leaves in SPI_tuptable the row's times and the columns of
-// its identity, which a BEFORE trigger may have changed (row_is_the_keys).
-// Citus deparses, parses and plans the statement for the shard at each
-// execution: the fewer expressions it has, the less that costs.
-void insert_through_citus(OwnerSpi &spi, bool with_window, Oid *types,
-                          Datum *values, const char *nulls) {
-#define IDEMPOTENCY_TENANT_RETURNING                                           \
-  " RETURNING k.created_at, k.expires_at, k.tenant, k.scope, k.key_digest,"    \
-  " k.key"
-  constexpr const char *sql =
-      "INSERT INTO idempotency.tenant_keys AS k"
-      " (tenant, scope, key, key_digest, request_hash, response, created_at,"
-      " expires_at) VALUES ($1,"
-      " $2::pg_catalog.regrole::idempotency.role_scope, $4, $3, $5, $6, $7,"
-      " $8)" IDEMPOTENCY_TENANT_RETURNING;
-  constexpr const char *sql_with_window =
-      "INSERT INTO idempotency.tenant_keys AS k"
-      " (tenant, scope, key, key_digest, request_hash, response, created_at,"
-      " expires_at, remember_for) VALUES ($1,"
-      " $2::pg_catalog.regrole::idempotency.role_scope, $4, $3, $5, $6, $7,"
-      " $8, $9)" IDEMPOTENCY_TENANT_RETURNING;
-#undef IDEMPOTENCY_TENANT_RETURNING
-  if (with_window)
-    spi.run_kept(insert_plan_with_window, sql_with_window, 9, types, values,
-                 nulls, false, SPI_OK_INSERT_RETURNING);
-  else
-    spi.run_kept(insert_plan, sql, 8, types, values, nulls, false,
-                 SPI_OK_INSERT_RETURNING);
-}
-
-// Whether the row insert_through_citus() returned is still the key's: its
-// tenant (by the tenant type's equality, as the primary key compares it),
-// scope, key_digest and key, returned as columns 3 to 6.
+// Whether the returned row is still the key's; the tenant is compared by
+// its type's equality, as the primary key compares it.
 bool row_is_the_keys(HeapTuple row, TupleDesc desc, const KeyRef &key) {
   bool is_null = false;
   Datum tenant = SPI_getbinval(row, desc, 3, &is_null);
@@ -312,24 +225,206 @@ bool row_is_the_keys(HeapTuple row, TupleDesc desc, const KeyRef &key) {
          datum_image_eq(stored_key, PointerGetDatum(key.key), false, -1);
 }
 
+Datum copy_varlena(HeapTuple tuple, AttrNumber attnum, TupleDesc desc,
+                   bool *is_null) {
+  Datum value = heap_getattr(tuple, attnum, desc, is_null);
+  return *is_null ? (Datum)0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
+}
+
+struct ConditionValue {
+  Oid type;
+  Datum value;
+};
+
+KeptPlan replace_plan{InvalidOid, nullptr, true};
+KeptPlan remove_plan{InvalidOid, nullptr, true};
+
+// Deletes the key's rows that also meet `condition`, whose values are $4 on.
+uint64 delete_key_rows(KeptPlan &kept, const KeyTable &table, const KeyRef &key,
+                       const char *condition,
+                       std::initializer_list<ConditionValue> values) {
+  constexpr int max_args = identity_args + 2;
+  Assert(values.size() <= max_args - identity_args);
+  Oid types[max_args];
+  Datum args[max_args];
+  set_identity(key, types, args);
+  int nargs = identity_args;
+  for (const ConditionValue &value : values) {
+    types[nargs] = value.type;
+    args[nargs++] = value.value;
+  }
+  char sql[512];
+  snprintf(sql, sizeof sql,
+           "DELETE FROM idempotency.tenant_keys AS k WHERE %s AND %s",
+           identity_filter, condition);
+  OwnerSpi spi(table.owner);
+  spi.run_kept(kept, sql, nargs, types, args, nullptr, false, SPI_OK_DELETE);
+  uint64 deleted = SPI_processed;
+  spi.finish();
+  return deleted;
+}
+
+// Through Citus, so that it knows the transaction wrote the shard (later
+// statements see the row; a coordinated transaction commits through
+// two-phase commit). Citus deparses, parses and plans the statement at each
+// execution: the fewer expressions, the less that costs.
+StoredRow store_through_citus(const KeyTable &table, const KeyRef &key,
+                              const NewRow &row, TimestampTz created_at,
+                              TimestampTz expires_at, int64 remember_usecs) {
+  constexpr int nargs = identity_args + 6;
+  Oid types[nargs];
+  Datum values[nargs];
+  char nulls[nargs + 1];
+  memset(nulls, ' ', nargs);
+  nulls[nargs] = '\0';
+  set_identity(key, types, values);
+  types[3] = TEXTOID;
+  values[3] = PointerGetDatum(key.key);
+  types[4] = BYTEAOID;
+  values[4] = PointerGetDatum(row.request_hash);
+  types[5] = JSONBOID;
+  values[5] = row.response;
+  if (row.response_is_null)
+    nulls[5] = 'n';
+  types[6] = TIMESTAMPTZOID;
+  values[6] = TimestampTzGetDatum(created_at);
+  types[7] = TIMESTAMPTZOID;
+  values[7] = TimestampTzGetDatum(expires_at);
+  types[8] = INTERVALOID;
+  bool window_is_null = false;
+  values[8] = stored_window(remember_usecs, &window_is_null);
+  if (window_is_null)
+    nulls[8] = 'n';
+  bool with_window =
+      get_attnum(table.relid, "remember_for") != InvalidAttrNumber;
+
+  OwnerSpi spi(table.owner);
+#define IDEMPOTENCY_TENANT_RETURNING                                           \
+  " RETURNING k.created_at, k.expires_at, k.tenant, k.scope, k.key_digest,"    \
+  " k.key"
+  constexpr const char *sql =
+      "INSERT INTO idempotency.tenant_keys AS k"
+      " (tenant, scope, key, key_digest, request_hash, response, created_at,"
+      " expires_at) VALUES ($1,"
+      " $2::pg_catalog.regrole::idempotency.role_scope, $4, $3, $5, $6, $7,"
+      " $8)" IDEMPOTENCY_TENANT_RETURNING;
+  constexpr const char *sql_with_window =
+      "INSERT INTO idempotency.tenant_keys AS k"
+      " (tenant, scope, key, key_digest, request_hash, response, created_at,"
+      " expires_at, remember_for) VALUES ($1,"
+      " $2::pg_catalog.regrole::idempotency.role_scope, $4, $3, $5, $6, $7,"
+      " $8, $9)" IDEMPOTENCY_TENANT_RETURNING;
+#undef IDEMPOTENCY_TENANT_RETURNING
+  if (with_window)
+    spi.run_kept(insert_plan_with_window, sql_with_window, 9, types, values,
+                 nulls, false, SPI_OK_INSERT_RETURNING);
+  else
+    spi.run_kept(insert_plan, sql, 8, types, values, nulls, false,
+                 SPI_OK_INSERT_RETURNING);
+  // A BEFORE trigger may change the row, but not drop it.
+  if (SPI_processed == 0)
+    check_key_row_kept(TriggeredRow::skipped, "idempotency.tenant_keys", "",
+                       key.key);
+  bool is_null = false;
+  if (!row_is_the_keys(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, key))
+    check_key_row_kept(TriggeredRow::moved, "idempotency.tenant_keys",
+                       "tenant, scope, key or key_digest", key.key);
+  StoredRow stored{};
+  stored.created_at = DatumGetTimestampTz(
+      SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null));
+  stored.expires_at = DatumGetTimestampTz(
+      SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &is_null));
+  spi.finish();
+  return stored;
+}
+
+// Deletes the keys expired at $1 whose window has passed too and the
+// tombstones past their window, then turns the other expired keys into
+// tombstones; returns how many rows it changed. `forgotten_at` is an
+// expression of the row k and $1..$4.
+int64 expire_with(OwnerSpi &spi, const char *forgotten_at, Oid *types,
+                  Datum *values) {
+  spi.run(psprintf("DELETE FROM idempotency.tenant_keys AS k"
+                   " WHERE k.expires_at OPERATOR(pg_catalog.<=) $1"
+                   " AND (k.expired_at IS NOT NULL OR %s"
+                   " OPERATOR(pg_catalog.<=) $1)",
+                   forgotten_at),
+          4, types, values, nullptr, false, SPI_OK_DELETE);
+  int64 done = (int64)SPI_processed;
+  spi.run(psprintf("UPDATE idempotency.tenant_keys AS k"
+                   " SET key = '', response = NULL,"
+                   " expired_at = k.expires_at, expires_at = %s"
+                   " WHERE k.expired_at IS NULL"
+                   " AND k.expires_at OPERATOR(pg_catalog.<=) $1",
+                   forgotten_at),
+          4, types, values, nullptr, false, SPI_OK_UPDATE);
+  done += (int64)SPI_processed;
+  return done;
+}
+
+// When a key of 1.1 is forgotten (storage/keys.hpp, live_row_forgotten_at),
+// in immutable functions only, which Citus accepts in an UPDATE and
+// evaluates alike on every node. $3 is 7 days; $2 and $4 are unused.
+constexpr const char *stored_forgotten_at =
+    "pg_catalog.timezone('UTC', pg_catalog.timezone('UTC', k.expires_at)"
+    " OPERATOR(pg_catalog.+) COALESCE(k.remember_for, $3))";
+
+// The same rules as the local keys' expiry.
+int64 expire(TimestampTz now) {
+  Oid relid = backend.relation();
+  // Citus runs the statements on every shard: once, from the coordinator.
+  if (!OidIsValid(relid) || citus::local_group() != 0)
+    return 0;
+  bool keeps_tombstones = get_attnum(relid, "expired_at") != InvalidAttrNumber;
+  bool stores_window = get_attnum(relid, "remember_for") != InvalidAttrNumber;
+  bool remember = keeps_tombstones && settings::remember_keys();
+  OwnerSpi spi(table_owner::of(relid));
+  Oid types[4] = {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INTERVALOID};
+  Datum values[4] = {TimestampTzGetDatum(now), (Datum)0, (Datum)0, (Datum)0};
+  const char *forgotten_at = stored_forgotten_at;
+  if (keeps_tombstones && stores_window) {
+    auto *default_window = static_cast<Interval *>(palloc0(sizeof(Interval)));
+    default_window->time = rows_without_window_usecs;
+    values[1] = CStringGetTextDatum("");
+    values[2] = IntervalPGetDatum(default_window);
+    values[3] = IntervalPGetDatum(default_window);
+  } else if (!remember) {
+    spi.run("DELETE FROM idempotency.tenant_keys AS k"
+            " WHERE k.expires_at OPERATOR(pg_catalog.<=) $1",
+            1, types, values, nullptr, false, SPI_OK_DELETE);
+    int64 deleted = (int64)SPI_processed;
+    spi.finish();
+    return deleted;
+  } else {
+    // expires_at + idempotency.remember, as settings::forgotten_at()
+    // computes it (months and days in this session's time zone, then the
+    // time).
+    const Interval &span = settings::remember();
+    Interval *calendar = static_cast<Interval *>(palloc0(sizeof(Interval)));
+    calendar->month = span.month;
+    calendar->day = span.day;
+    Interval *clock = static_cast<Interval *>(palloc0(sizeof(Interval)));
+    clock->time = span.time;
+    values[1] = CStringGetTextDatum(pg_get_timezone_name(session_timezone));
+    values[2] = IntervalPGetDatum(calendar);
+    values[3] = IntervalPGetDatum(clock);
+    forgotten_at =
+        "pg_catalog.timezone('UTC', pg_catalog.timezone('UTC',"
+        " pg_catalog.timezone($2, pg_catalog.timezone($2, k.expires_at)"
+        " OPERATOR(pg_catalog.+) $3)) OPERATOR(pg_catalog.+) $4)";
+  }
+  int64 done = expire_with(spi, forgotten_at, types, values);
+  spi.finish();
+  return done;
+}
+
 } // namespace
 
-// Citus's lock on the placement metadata of the tenant's shard, in share
-// mode, until the transaction ends (citus::lock_shard_placement): the lock
-// Citus's own writes to the shard take, and that a shard move
-// (citus_move_shard_placement, the rebalancer) takes in exclusive mode, on
-// every node, for the last moment of the move, in which its logical
-// replication catches up with the writes made to the old placement and it
-// changes the placement. For a hash-distributed table Citus locks the group
-// of co-located shards (the tenant's shards of every table co-located with
-// the keys) as one, so this lock and those fn's writes take are the same
-// lock: no order between them to deadlock on. Taken before the placement is
-// checked, it keeps the placement checked for the whole request: a move
-// waits for the request to end (and then carries the key it wrote to the
-// new placement), and a request that comes while a move holds the lock
-// waits for the move and then sees where it put the shard. Without it, a
-// move could end between the check and the request's writes, which would
-// then land in a placement the move has already left behind.
+// The placement lock locks the tenant's group of co-located shards as one,
+// so it is the lock fn's writes take too: no order to deadlock on. Taken
+// before the placement is checked, it keeps the check valid for the whole
+// request: otherwise a move could end between the check and the request's
+// writes, which would land in a placement the move has left behind.
 KeyTable table_for(const KeyRef &key) {
   Oid relid = tenant_keys_oid();
   if (!OidIsValid(relid))
@@ -347,11 +442,9 @@ KeyTable table_for(const KeyRef &key) {
   citus::require_tested_citus();
   check_tenant_type(relid, key);
   Oid owner = table_owner::of(relid);
-  // As the table's owner: Citus checks that its caller may read the table,
-  // and callers have no rights on it. Whether a relation of the shard was on
-  // this node before the lock was taken: a request that waited for a move
-  // that took the shard away still knows it was sent here for it, should
-  // Citus drop the old placement before the request looks again.
+  // Whether the shard was here before the lock: a request that waited for
+  // a move that took it away still knows, should Citus drop the old
+  // placement before the request looks again.
   citus::ShardOfValue shard =
       citus::shard_for_value(relid, owner, key.tenant_type, key.tenant);
   bool was_here = OidIsValid(shard.local_relation);
@@ -359,14 +452,13 @@ KeyTable table_for(const KeyRef &key) {
   citus::ShardHere here = citus::shard_here_now(relid, shard.shard);
   Oid local_shard = here.local_relation;
   if (OidIsValid(local_shard) && here.placed_here) {
-    remember_checked(local_shard);
+    checked_placement =
+        CheckedPlacement{compat::my_local_transaction_id(),
+                         GetCurrentSubTransactionId(), local_shard};
     return KeyTable{relid, local_shard, owner};
   }
   // A relation of the shard here, placed elsewhere: Citus is moving the
-  // shard here (before the new placement is visible), or moved it away
-  // after it sent this request here (the old placement is dropped later).
-  // Either way the request was on its way during a move, and its retry
-  // goes where the move put the shard.
+  // shard here, or moved it away after it sent this request here.
   if (was_here || OidIsValid(local_shard))
     report_moved(key);
   report_not_local(key);
@@ -374,22 +466,9 @@ KeyTable table_for(const KeyRef &key) {
 
 const Backend backend{};
 
-namespace {
-
-Datum copy_varlena(HeapTuple tuple, AttrNumber attnum, TupleDesc desc,
-                   bool *is_null) {
-  Datum value = heap_getattr(tuple, attnum, desc, is_null);
-  return *is_null ? (Datum)0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
-}
-
-} // namespace
-
-// The tenant's shard on this node is read directly, as a local table, by
-// its primary key (tenant, scope, key_digest): through Citus, the same
-// lookup costs several times as much. With the snapshot a statement would
-// read with, as a SELECT there would: rows of transactions still open are
-// not seen (the claim lock stands for them). table_for() holds the
-// placement lock: the shard stays here until the transaction ends.
+// The tenant's shard is read directly by its primary key: through Citus the
+// same lookup costs several times as much. table_for() holds the placement
+// lock: the shard stays here until the transaction ends.
 KeyProbe Backend::probe(const KeyTable &table, const KeyRef &key,
                         TimestampTz now) const {
   Relation rel = table_open(table.local_shard, AccessShareLock);
@@ -477,96 +556,6 @@ KeyProbe Backend::probe(const KeyTable &table, const KeyRef &key,
   return result;
 }
 
-namespace {
-
-// A value a deletion's condition names as $4, $5, ...
-struct ConditionValue {
-  Oid type;
-  Datum value;
-};
-
-// The deletions of a key's rows: of the expired row a new one replaces, and
-// of a released key's.
-KeptPlan replace_plan{InvalidOid, nullptr, true};
-KeptPlan remove_plan{InvalidOid, nullptr, true};
-
-// Deletes the key's rows that also meet `condition` on `values`, through
-// Citus, as the table's owner, by the statement `kept`; returns how many.
-uint64 delete_key_rows(KeptPlan &kept, const KeyTable &table, const KeyRef &key,
-                       const char *condition,
-                       std::initializer_list<ConditionValue> values) {
-  constexpr int max_args = identity_args + 2;
-  Assert(values.size() <= max_args - identity_args);
-  Oid types[max_args];
-  Datum args[max_args];
-  set_identity(key, types, args);
-  int nargs = identity_args;
-  for (const ConditionValue &value : values) {
-    types[nargs] = value.type;
-    args[nargs++] = value.value;
-  }
-  char sql[512];
-  snprintf(sql, sizeof sql,
-           "DELETE FROM idempotency.tenant_keys AS k WHERE %s AND %s",
-           identity_filter, condition);
-  OwnerSpi spi(table.owner);
-  spi.run_kept(kept, sql, nargs, types, args, nullptr, false, SPI_OK_DELETE);
-  uint64 deleted = SPI_processed;
-  spi.finish();
-  return deleted;
-}
-
-StoredRow store_through_citus(const KeyTable &table, const KeyRef &key,
-                              const NewRow &row, TimestampTz created_at,
-                              TimestampTz expires_at, int64 remember_usecs) {
-  constexpr int nargs = identity_args + 6;
-  Oid types[nargs];
-  Datum values[nargs];
-  char nulls[nargs + 1];
-  memset(nulls, ' ', nargs);
-  nulls[nargs] = '\0';
-  set_identity(key, types, values);
-  types[3] = TEXTOID;
-  values[3] = PointerGetDatum(key.key);
-  types[4] = BYTEAOID;
-  values[4] = PointerGetDatum(row.request_hash);
-  types[5] = JSONBOID;
-  values[5] = row.response;
-  if (row.response_is_null)
-    nulls[5] = 'n';
-  types[6] = TIMESTAMPTZOID;
-  values[6] = TimestampTzGetDatum(created_at);
-  types[7] = TIMESTAMPTZOID;
-  values[7] = TimestampTzGetDatum(expires_at);
-  types[8] = INTERVALOID;
-  bool window_is_null = false;
-  values[8] = stored_window(remember_usecs, &window_is_null);
-  if (window_is_null)
-    nulls[8] = 'n';
-  bool with_window =
-      get_attnum(table.relid, "remember_for") != InvalidAttrNumber;
-
-  OwnerSpi spi(table.owner);
-  insert_through_citus(spi, with_window, types, values, nulls);
-  // A BEFORE trigger may change the row, but not drop it.
-  if (SPI_processed == 0)
-    check_key_row_kept(TriggeredRow::skipped, "idempotency.tenant_keys", "",
-                       key.key);
-  bool is_null = false;
-  if (!row_is_the_keys(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, key))
-    check_key_row_kept(TriggeredRow::moved, "idempotency.tenant_keys",
-                       "tenant, scope, key or key_digest", key.key);
-  StoredRow stored{};
-  stored.created_at = DatumGetTimestampTz(
-      SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null));
-  stored.expires_at = DatumGetTimestampTz(
-      SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &is_null));
-  spi.finish();
-  return stored;
-}
-
-} // namespace
-
 StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
                          const NewRow &row) const {
   TimestampTz created_at = GetCurrentTimestamp();
@@ -574,23 +563,20 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
   // Fixed now, as for a role's key (storage/keys.cpp).
   int64 remember_usecs = settings::remember_usecs(expires_at, row.remember);
 
-  // The role's mark on this node (see role_marks.hpp), under the lock the
-  // insert takes anyway: a DROP OWNED running here has committed, and this
-  // backend forgot its marks, or it waits for this transaction.
+  // Under the lock the insert takes anyway (see role_marks.hpp).
   LockRelationOid(table.relid, RowExclusiveLock);
   role_marks::ensure_tenant(table.relid, key.scope);
-  // The expired row the new one replaces.
   if (row.replaces != nullptr)
     delete_key_rows(replace_plan, table, key,
                     "k.expires_at OPERATOR(pg_catalog.<=) $4",
                     {{TIMESTAMPTZOID, TimestampTzGetDatum(created_at)}});
 
-  // table_for() took the placement lock and then checked the placement; a
-  // lock taken in a subtransaction that rolled back is gone, and a request
-  // then checks again (a key sent to the tenant's new node would go through
-  // another connection than fn's writes).
-  KeyTable checked =
-      placement_still_checked(table.local_shard) ? table : table_for(key);
+  // A placement lock taken in a subtransaction that rolled back is gone.
+  bool still_checked =
+      checked_placement.transaction == compat::my_local_transaction_id() &&
+      checked_placement.subtransaction == GetCurrentSubTransactionId() &&
+      checked_placement.local_shard == table.local_shard;
+  KeyTable checked = still_checked ? table : table_for(key);
 
   MemoryContext caller = CurrentMemoryContext;
   StoredRow stored{};
@@ -601,11 +587,9 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
   }
   PG_CATCH();
   {
-    // Another transaction stored the key first: the primary key refused
-    // this one. The transaction is aborting; say what it means. When this
-    // row replaces an expired one, expiry turned that one into a tombstone
-    // whose window has not passed (its idempotency.remember is longer than
-    // the claim's): 40001, as for a role's key, and the retry gets IK410.
+    // Another transaction stored the key first. When this row replaces an
+    // expired one, expiry turned that one into a tombstone whose window has
+    // not passed: 40001, as for a role's key, and the retry gets IK410.
     MemoryContextSwitchTo(caller);
     ErrorData *error = CopyErrorData();
     if (error->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
@@ -624,9 +608,8 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
   return stored;
 }
 
-// The row probe() found, by its key (a tombstone's is empty) and when it
-// was written: a row the key got since (after expiry deleted that one) is
-// another request's.
+// The row probe() found, by its key (a tombstone's is empty) and creation
+// time: a row the key got since is another request's.
 bool Backend::remove(const KeyTable &table, const KeyRef &key,
                      const KeyProbe &stored) const {
   return delete_key_rows(
@@ -638,105 +621,7 @@ bool Backend::remove(const KeyTable &table, const KeyRef &key,
               {TIMESTAMPTZOID, TimestampTzGetDatum(stored.created_at)}}) > 0;
 }
 
-namespace {
-
-// Deletes the tenant keys expired at `now` whose window has passed by then
-// too and the tombstones past their window, then turns the other keys
-// expired at `now` into tombstones; returns how many rows it deleted or
-// turned. `forgotten_at` is an expression of the row k and $1..$4.
-int64 expire_with(OwnerSpi &spi, const char *forgotten_at, Oid *types,
-                  Datum *values) {
-  spi.run(psprintf("DELETE FROM idempotency.tenant_keys AS k"
-                   " WHERE k.expires_at OPERATOR(pg_catalog.<=) $1"
-                   " AND (k.expired_at IS NOT NULL OR %s"
-                   " OPERATOR(pg_catalog.<=) $1)",
-                   forgotten_at),
-          4, types, values, nullptr, false, SPI_OK_DELETE);
-  int64 done = (int64)SPI_processed;
-  spi.run(psprintf("UPDATE idempotency.tenant_keys AS k"
-                   " SET key = '', response = NULL,"
-                   " expired_at = k.expires_at, expires_at = %s"
-                   " WHERE k.expired_at IS NULL"
-                   " AND k.expires_at OPERATOR(pg_catalog.<=) $1",
-                   forgotten_at),
-          4, types, values, nullptr, false, SPI_OK_UPDATE);
-  done += (int64)SPI_processed;
-  return done;
-}
-
-// When a tenant key of 1.1 is forgotten, by the rule of
-// storage/keys.hpp (live_row_forgotten_at): expires_at + remember_for, 7
-// days without one, in immutable functions only (timestamp arithmetic in
-// UTC), which Citus accepts in an UPDATE and evaluates alike on every node.
-// $3 is 7 days; $2 and $4 are unused.
-constexpr const char *stored_forgotten_at =
-    "pg_catalog.timezone('UTC', pg_catalog.timezone('UTC', k.expires_at)"
-    " OPERATOR(pg_catalog.+) COALESCE(k.remember_for, $3))";
-
-// Turns the tenant keys expired at `now` into tombstones, unless their
-// window has passed by then too, and deletes those and the tombstones past
-// their window; returns how many rows it deleted or turned into
-// tombstones. The same rules as the local keys' expiry.
-int64 expire(TimestampTz now) {
-  Oid relid = tenant_keys_oid();
-  if (!OidIsValid(relid) ||
-      citus::table_kind(relid) != citus::TableKind::distributed)
-    return 0;
-  // Citus runs the statements on every shard: once, from the coordinator.
-  if (citus::local_group() != 0)
-    return 0;
-  bool keeps_tombstones = get_attnum(relid, "expired_at") != InvalidAttrNumber;
-  bool stores_window = get_attnum(relid, "remember_for") != InvalidAttrNumber;
-  bool remember = keeps_tombstones && settings::remember_keys();
-  OwnerSpi spi(table_owner::of(relid));
-  if (keeps_tombstones && stores_window) {
-    Oid types[4] = {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INTERVALOID};
-    auto *default_window = static_cast<Interval *>(palloc0(sizeof(Interval)));
-    default_window->time = rows_without_window_usecs;
-    Datum values[4] = {TimestampTzGetDatum(now), CStringGetTextDatum(""),
-                       IntervalPGetDatum(default_window),
-                       IntervalPGetDatum(default_window)};
-    int64 done = expire_with(spi, stored_forgotten_at, types, values);
-    spi.finish();
-    return done;
-  }
-  Oid types[4] = {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INTERVALOID};
-  Datum values[4] = {TimestampTzGetDatum(now), (Datum)0, (Datum)0, (Datum)0};
-  if (!remember) {
-    spi.run("DELETE FROM idempotency.tenant_keys AS k"
-            " WHERE k.expires_at OPERATOR(pg_catalog.<=) $1",
-            1, types, values, nullptr, false, SPI_OK_DELETE);
-    int64 deleted = (int64)SPI_processed;
-    spi.finish();
-    return deleted;
-  }
-  // When a key is forgotten: expires_at + idempotency.remember, as
-  // settings::forgotten_at() computes it (months and days in this
-  // session's time zone, then the time), in immutable functions only, which
-  // Citus accepts in an UPDATE and evaluates alike on every node.
-  const Interval &span = settings::remember();
-  Interval *calendar = static_cast<Interval *>(palloc0(sizeof(Interval)));
-  calendar->month = span.month;
-  calendar->day = span.day;
-  Interval *clock = static_cast<Interval *>(palloc0(sizeof(Interval)));
-  clock->time = span.time;
-  values[1] = CStringGetTextDatum(pg_get_timezone_name(session_timezone));
-  values[2] = IntervalPGetDatum(calendar);
-  values[3] = IntervalPGetDatum(clock);
-  const char *forgotten_at =
-      "pg_catalog.timezone('UTC', pg_catalog.timezone('UTC',"
-      " pg_catalog.timezone($2, pg_catalog.timezone($2, k.expires_at)"
-      " OPERATOR(pg_catalog.+) $3)) OPERATOR(pg_catalog.+) $4)";
-  int64 done = expire_with(spi, forgotten_at, types, values);
-  spi.finish();
-  return done;
-}
-
-} // namespace
-
-// Nothing to collect: Citus finds the expired keys on every shard, in
-// statements that each shard runs on its own, which expire_rate does not
-// pace.
+// Citus finds the expired keys on every shard, unpaced by expire_rate.
 void Backend::collect_expired(ExpiryRound &round, int) const {
   round.has_batch = true;
   round.finished = true;
@@ -757,15 +642,12 @@ Oid Backend::relation() const {
   return relid;
 }
 
-// Each node holds the rows of the shards placed on it, under the OIDs its
-// own roles have there (roles do not have the same OID on every node), so
-// each node settles the roles of its own shards; a statement through Citus
-// would compare scopes with the coordinator's OIDs on every shard.
+// Roles do not have the same OID on every node: each node settles the roles
+// of its own shards.
 role_keys::Roles Backend::roles_with_keys(Oid relid, AttrNumber) const {
   Oid owner = table_owner::of(relid);
   citus::ShardRelations shards = citus::local_shard_relations(relid);
-  // Each shard's roles, one after the other: a role with keys in several
-  // shards is listed (and marked, a remembered no-op) once per shard.
+  // A role with keys in several shards is listed once per shard.
   role_keys::Roles all{0, static_cast<Oid *>(palloc(sizeof(Oid)))};
   for (int s = 0; s < shards.count; s++) {
     role_keys::Roles roles = role_keys::in_shard(shards.relids[s], owner);
