@@ -28,9 +28,8 @@ namespace idempotency::entry {
 
 namespace {
 
-// PostgreSQL's tree walkers (expression_tree_walker, query_tree_walker)
-// take their callback as bool (*)(); the cast goes through void (*)() to say
-// that the change of type is on purpose.
+// The tree walkers take their callback as bool (*)(); the cast goes through
+// void (*)() to say that the change of type is on purpose.
 template <typename Context>
 inline bool (*as_tree_walker(bool (*walker)(Node *, Context *)))() {
   return reinterpret_cast<bool (*)()>(reinterpret_cast<void (*)()>(walker));
@@ -40,12 +39,10 @@ post_parse_analyze_hook_type previous_post_parse_analyze_hook = nullptr;
 
 using compat::VariableParameters;
 
-// The parser's coerce-param hook for statements analysed with variable
-// parameter types, learned at load from a parse state that the parser's own
-// setup_parse_variable_parameters prepared: a statement whose parse state
-// has this hook is such a statement for certain. nullptr when the parser's
-// state is not laid out as VariableParameters says (then untyped
-// placeholders stay untyped, as without preloading).
+// The coerce-param hook of statements analysed with variable parameter
+// types, learned at load from setup_parse_variable_parameters' own parse
+// state; nullptr when that state is not laid out as VariableParameters says
+// (then untyped placeholders stay untyped, as without preloading).
 CoerceParamHook variable_parameters_hook = nullptr;
 
 void learn_variable_parameters_hook() {
@@ -80,14 +77,13 @@ bool has_untyped(const VariableParameters &parameters) {
   return false;
 }
 
-// What one walk over the statement needs.
 struct Search {
   Query *statement;
   Oid schema;                     // the extension's
   VariableParameters *parameters; // the statement's
 };
 
-// A parameter $id now has `type`: every untyped use of it in the statement.
+// Parameter $id now has `type`, and so has every untyped use of it.
 struct Retyping {
   int id;
   Oid type;
@@ -110,7 +106,6 @@ bool retype_uses(Node *node, Retyping *retyping) {
   return expression_tree_walker(node, as_tree_walker(retype_uses), retyping);
 }
 
-// A call of one of the extension's functions, as the walk found it.
 struct Call {
   List *args;
   int nargs;
