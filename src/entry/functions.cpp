@@ -44,56 +44,48 @@ constexpr int key_argno(Keying keying) {
   return keying == Keying::by_tenant ? 1 : 0;
 }
 
-// `counted` is the length the limit counts (UTF-8); `stored` the length in
-// the database encoding, named when it differs.
-[[noreturn]] void refuse_too_long(const char *what, Size counted, Size stored) {
-  ereport(ERROR,
-          (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-           errmsg("%s is %zu bytes long, the limit is %zu", what,
-                  (size_t)counted, max_key_bytes),
-           counted != stored
-               ? errdetail("The limit counts bytes of UTF-8; in the database "
-                           "encoding %s it is %zu bytes long.",
-                           GetDatabaseEncodingName(), (size_t)stored)
-               : 0));
-  pg_unreachable();
-}
-
 // A text sized like a key (`what` names it): 22004 when NULL, 22023 when
 // empty or over max_key_bytes in UTF-8 whatever the database encoding, so
 // that a key accepted here is accepted again after a dump, replication or
 // pg_upgrade moves it into another encoding. A value longer than the limit
 // times the encoding's longest character is too long in UTF-8 too: refused
 // before it is read.
-text *sized_text(Datum value, bool is_null, const char *what) {
-  if (is_null)
+text *sized_text(NullableDatum arg, const char *what) {
+  if (arg.isnull)
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                     errmsg("%s must not be null", what)));
-  Size stored = toast_raw_datum_size(value) - VARHDRSZ;
-  if (stored > max_key_bytes * pg_database_encoding_max_length())
-    refuse_too_long(what, stored, stored);
-  text *sized = DatumGetTextPP(value);
-  Size counted = fingerprint::utf8_length(VARDATA_ANY(sized), stored);
+  Size stored = toast_raw_datum_size(arg.value) - VARHDRSZ;
+  Size counted = stored;
+  text *sized = nullptr;
+  if (stored <= max_key_bytes * pg_database_encoding_max_length()) {
+    sized = DatumGetTextPP(arg.value);
+    counted = fingerprint::utf8_length(VARDATA_ANY(sized), stored);
+  }
   KeyCheck check = check_key_size(counted);
   if (check == KeyCheck::empty)
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                     errmsg("%s must not be empty", what)));
   if (check == KeyCheck::too_long)
-    refuse_too_long(what, counted, stored);
+    ereport(ERROR,
+            (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+             errmsg("%s is %zu bytes long, the limit is %zu", what,
+                    (size_t)counted, max_key_bytes),
+             counted != stored
+                 ? errdetail("The limit counts bytes of UTF-8; in the "
+                             "database encoding %s it is %zu bytes long.",
+                             GetDatabaseEncodingName(), (size_t)stored)
+                 : 0));
   return sized;
 }
 
-text *sized_text_argument(FunctionCallInfo fcinfo, int argno,
-                          const char *what) {
-  return sized_text(PG_GETARG_DATUM(argno), PG_ARGISNULL(argno), what);
-}
-
-// A key that passed sized_text, with the digest its table holds.
-storage::KeyRef key_ref(text *key, bytea *(*digest_of)(const text *)) {
+// A key, with the digest its table holds.
+storage::KeyRef key_ref(NullableDatum arg, Keying keying) {
   storage::KeyRef ref{};
   ref.scope = GetUserId();
-  ref.key = key;
-  ref.digest = digest_of(key);
+  ref.key = sized_text(arg, "idempotency key");
+  ref.digest = keying == Keying::by_tenant
+                   ? fingerprint::tenant_digest_of_key(ref.key)
+                   : fingerprint::digest_of_key(ref.key);
   return ref;
 }
 
@@ -101,8 +93,7 @@ storage::KeyRef key_ref(text *key, bytea *(*digest_of)(const text *)) {
 // its type is unknown.
 storage::KeyRef request_key(FunctionCallInfo fcinfo, Keying keying) {
   if (keying == Keying::by_role)
-    return key_ref(sized_text_argument(fcinfo, 0, "idempotency key"),
-                   fingerprint::digest_of_key);
+    return key_ref(fcinfo->args[0], keying);
   if (PG_ARGISNULL(0))
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                     errmsg("tenant must not be null")));
@@ -112,9 +103,7 @@ storage::KeyRef request_key(FunctionCallInfo fcinfo, Keying keying) {
             (errcode(ERRCODE_DATATYPE_MISMATCH), errmsg("tenant has no type"),
              errhint("Cast the tenant to the type of the distribution "
                      "column, e.g. 42::bigint.")));
-  storage::KeyRef key =
-      key_ref(sized_text_argument(fcinfo, 1, "idempotency key"),
-              fingerprint::tenant_digest_of_key);
+  storage::KeyRef key = key_ref(fcinfo->args[1], keying);
   key.has_tenant = true;
   key.tenant_type = tenant_type;
   key.tenant = PG_GETARG_DATUM(0);
@@ -252,8 +241,8 @@ Datum last_call_body(FunctionCallInfo fcinfo) {
 
 // For the calls a request's handler makes downstream (docs/downstream.md).
 Datum derived_key_body(FunctionCallInfo fcinfo) {
-  text *key = sized_text_argument(fcinfo, 0, "idempotency key");
-  text *label = sized_text_argument(fcinfo, 1, "label");
+  text *key = sized_text(fcinfo->args[0], "idempotency key");
+  text *label = sized_text(fcinfo->args[1], "label");
   storage::DerivedKeySecret secret = storage::read_derived_key_secret();
   text *derived = fingerprint::derived_key(secret.bytes, sizeof secret.bytes,
                                            GetUserId(), key, label);
@@ -319,9 +308,7 @@ storage::KeyRef *batch_keys(const Elements &keys) {
   auto *refs = static_cast<storage::KeyRef *>(
       palloc(sizeof(storage::KeyRef) * Max(keys.count, 1)));
   for (int i = 0; i < keys.count; i++)
-    refs[i] =
-        key_ref(sized_text(keys.values[i], keys.nulls[i], "idempotency key"),
-                fingerprint::digest_of_key);
+    refs[i] = key_ref({keys.values[i], keys.nulls[i]}, Keying::by_role);
   return refs;
 }
 
