@@ -60,43 +60,48 @@ enum class CallSetting {
   store_errors,
   remember
 };
-struct CallSettingName {
-  const char *name;
-  bool integer; // shown by GetConfigOption() as a number without its unit
-};
-constexpr CallSettingName call_settings[] = {
-    {"idempotency.max_ttl", false},
-    {"idempotency.ttl", false},
-    {"idempotency.wait_timeout", true},
-    {"idempotency.max_response_size", true},
-    {"idempotency.store_errors", false},
-    {"idempotency.remember", false}};
-constexpr int call_setting_count = 6;
 
-// `checked`: its check hook refused it, at `source`; otherwise PostgreSQL
-// refused it before the hook (out of range, or a superuser-only setting set
-// by another role).
+// A value a call setting did not take. `checked`: its check hook refused it,
+// at `source`; otherwise PostgreSQL refused it before the hook (out of range,
+// or a superuser-only setting set by another role).
 struct RefusedValue {
   bool refused;
   char *text; // malloc'd (check hooks must not raise); nullptr if it failed
   bool checked;
   GucSource source;
 };
-static_assert(std::is_trivially_destructible_v<RefusedValue>);
 
-RefusedValue refused_values[call_setting_count];
+struct CallSettingState {
+  const char *name;
+  bool integer; // shown by GetConfigOption() as a number without its unit
+  RefusedValue refusal{};
+  // The highest source whose value the check hooks have seen outside
+  // define(): a session's values come highest first, and a value outranked
+  // by one before it is not in force.
+  GucSource highest_checked = PGC_S_DEFAULT;
+  char *placeholder = nullptr; // its text before define()
+};
+static_assert(std::is_trivially_destructible_v<CallSettingState>);
+
+// By CallSetting.
+CallSettingState call_settings[] = {{"idempotency.max_ttl", false},
+                                    {"idempotency.ttl", false},
+                                    {"idempotency.wait_timeout", true},
+                                    {"idempotency.max_response_size", true},
+                                    {"idempotency.store_errors", false},
+                                    {"idempotency.remember", false}};
 bool any_refused = false;
-
-// The highest source whose value of each setting the check hooks have seen
-// outside define(): a session's values come highest first, and a value
-// outranked by one before it is not in force.
-GucSource highest_checked[call_setting_count];
 
 // Whether define() is handing placeholders to the settings.
 bool defining = false;
 
-void keep_refused(int i, const char *text, bool checked, GucSource source) {
-  RefusedValue &value = refused_values[i];
+CallSettingState &state(CallSetting setting) {
+  return call_settings[static_cast<int>(setting)];
+}
+
+void keep_refused(CallSettingState &setting, const char *text, bool checked,
+                  GucSource source) {
+  RefusedValue &value = setting.refusal;
   // Checked again by report_refused(): already kept.
   if (value.refused && value.text != nullptr && strcmp(value.text, text) == 0 &&
       value.checked == checked && value.source == source)
@@ -106,10 +111,6 @@ void keep_refused(int i, const char *text, bool checked, GucSource source) {
   any_refused = true;
 }
 
-void forget_refusal(CallSetting setting) {
-  refused_values[static_cast<int>(setting)].refused = false;
-}
-
 // A call setting's check hook: `valid`'s verdict, its refusal kept when
 // PostgreSQL would only warn and the value would have been in force.
 template <CallSetting setting, bool (*valid)(char **, void **, GucSource)>
@@ -117,55 +118,51 @@ bool check(char **newval, void **extra, GucSource source) {
   bool accepted = valid(newval, extra, source);
   if (source == PGC_S_TEST || source == PGC_S_DEFAULT || *newval == nullptr)
     return accepted;
-  int i = static_cast<int>(setting);
+  CallSettingState &checked = state(setting);
   bool in_force = defining;
-  if (!defining && highest_checked[i] <= source) {
-    highest_checked[i] = source;
+  if (!defining && checked.highest_checked <= source) {
+    checked.highest_checked = source;
     // The sources PostgreSQL only warns about while a session starts.
     in_force = source == PGC_S_GLOBAL || source == PGC_S_DATABASE ||
                source == PGC_S_USER || source == PGC_S_DATABASE_USER;
   }
   if (!accepted && in_force)
-    keep_refused(i, *newval, true, source);
+    keep_refused(checked, *newval, true, source);
   return accepted;
 }
 
-// The call settings' placeholders, as their text before define().
-char *placeholders[call_setting_count];
-
 void capture_placeholders() {
-  for (int i = 0; i < call_setting_count; i++) {
+  for (CallSettingState &setting : call_settings) {
     // NULL (15) or "" (16 on) for a placeholder nothing set.
-    const char *text = GetConfigOption(call_settings[i].name, true, false);
-    placeholders[i] = text == nullptr || *text == '\0'
-                          ? nullptr
-                          : MemoryContextStrdup(TopMemoryContext, text);
+    const char *text = GetConfigOption(setting.name, true, false);
+    setting.placeholder = text == nullptr || *text == '\0'
+                              ? nullptr
+                              : MemoryContextStrdup(TopMemoryContext, text);
   }
 }
 
-// Whether setting `i` holds the value `text` after define().
-bool holds(int i, const char *text) {
-  const char *name = call_settings[i].name;
-  const char *in_force = GetConfigOption(name, false, false);
+// Whether the setting holds the value `text` after define().
+bool holds(const CallSettingState &setting, const char *text) {
+  const char *in_force = GetConfigOption(setting.name, false, false);
   if (strcmp(in_force, text) == 0)
     return true;
-  int flags = GetConfigOptionFlags(name, false);
+  int flags = GetConfigOptionFlags(setting.name, false);
   int wanted = 0;
   int held = 0;
-  return call_settings[i].integer && parse_int(text, &wanted, flags, nullptr) &&
+  return setting.integer && parse_int(text, &wanted, flags, nullptr) &&
          parse_int(in_force, &held, flags, nullptr) && wanted == held;
 }
 
 // After define(): a placeholder its setting did not take, for a reason its
 // check hook did not see.
 void note_untaken_placeholders() {
-  for (int i = 0; i < call_setting_count; i++) {
-    if (placeholders[i] == nullptr)
+  for (CallSettingState &setting : call_settings) {
+    if (setting.placeholder == nullptr)
       continue;
-    if (!refused_values[i].refused && !holds(i, placeholders[i]))
-      keep_refused(i, placeholders[i], false, PGC_S_SESSION);
-    pfree(placeholders[i]);
-    placeholders[i] = nullptr;
+    if (!setting.refusal.refused && !holds(setting, setting.placeholder))
+      keep_refused(setting, setting.placeholder, false, PGC_S_SESSION);
+    pfree(setting.placeholder);
+    setting.placeholder = nullptr;
   }
 }
 
@@ -180,9 +177,9 @@ void refused_value_context(void *arg) {
 // check hook (with the right to set the setting), or else with the session
 // user's rights, which raises the range or permission error. Should the
 // value pass now, a 22023 all the same: the setting did not take it.
-[[noreturn]] void report_refused(int i) {
-  const RefusedValue &value = refused_values[i];
-  const char *name = call_settings[i].name;
+[[noreturn]] void report_refused(const CallSettingState &setting) {
+  const RefusedValue &value = setting.refusal;
+  const char *name = setting.name;
   ErrorContextCallback context{error_context_stack, refused_value_context,
                                const_cast<char *>(name)};
   error_context_stack = &context;
@@ -208,18 +205,17 @@ void refused_value_context(void *arg) {
 void raise_if_value_refused() {
   if (!any_refused)
     return;
-  for (int i = 0; i < call_setting_count; i++)
-    if (refused_values[i].refused)
-      report_refused(i);
+  for (const CallSettingState &setting : call_settings)
+    if (setting.refusal.refused)
+      report_refused(setting);
   any_refused = false;
 }
 
 // For expiry, which reads idempotency.remember alone and must not stop
 // because a role's or database's ttl was refused.
 void raise_if_refused(CallSetting setting) {
-  int i = static_cast<int>(setting);
-  if (any_refused && refused_values[i].refused)
-    report_refused(i);
+  if (any_refused && state(setting).refusal.refused)
+    report_refused(state(setting));
 }
 
 char *ttl_text = nullptr;
@@ -288,29 +284,21 @@ bool is_zero(const Interval &span) {
 // 1 microsecond' is positive by the 30-day rule, yet ends before it starts
 // whenever the two months before hold 61 days or more.
 bool check_span(const char *name, char *text, Interval *parsed) {
-  if (text == nullptr || !parse_interval(text, parsed)) {
-    GUC_check_errdetail("%s must be an interval, such as '24h' or '7 days'.",
-                        name);
-    return false;
-  }
-  if (parsed->month < 0 || parsed->day < 0 || parsed->time < 0) {
-    GUC_check_errdetail("%s must have no negative part.", name);
-    return false;
-  }
-  if (comparable_usecs(*parsed) <= 0) {
-    GUC_check_errdetail("%s must be positive.", name);
-    return false;
-  }
+  const char *problem = nullptr;
+  if (text == nullptr || !parse_interval(text, parsed))
+    problem = "%s must be an interval, such as '24h' or '7 days'.";
+  else if (parsed->month < 0 || parsed->day < 0 || parsed->time < 0)
+    problem = "%s must have no negative part.";
+  else if (comparable_usecs(*parsed) <= 0)
+    problem = "%s must be positive.";
   // A key of this TTL, claimed now, must get an expiry time within
   // timestamptz's range; a month counts as 31 days, its longest.
-  if (GetCurrentTimestamp() + span_usecs(*parsed, HOURS_PER_DAY, 31) >=
-      END_TIMESTAMP) {
-    GUC_check_errdetail("%s puts expiry times past the end of timestamptz's "
-                        "range.",
-                        name);
-    return false;
-  }
-  return true;
+  else if (GetCurrentTimestamp() + span_usecs(*parsed, HOURS_PER_DAY, 31) >=
+           END_TIMESTAMP)
+    problem = "%s puts expiry times past the end of timestamptz's range.";
+  if (problem != nullptr)
+    GUC_check_errdetail(problem, name);
+  return problem == nullptr;
 }
 
 // Hands the parsed value to the assign hook in GUC's memory: GUC frees extra
@@ -326,7 +314,7 @@ bool keep_parsed(const Parsed &parsed, void **extra) {
 }
 
 template <CallSetting setting> void assign_int(int, void *) {
-  forget_refusal(setting);
+  state(setting).refusal.refused = false;
 }
 
 bool ttl_valid(char **newval, void **extra, GucSource source) {
@@ -353,7 +341,7 @@ void assign_ttl(const char *, void *extra) {
   key_ttl_value = comparable_usecs(ttl_value) <= comparable_usecs(max_ttl_value)
                       ? ttl_value
                       : max_ttl_value;
-  forget_refusal(setting);
+  state(setting).refusal.refused = false;
 }
 
 bool max_ttl_valid(char **newval, void **extra, GucSource) {
@@ -382,7 +370,7 @@ bool remember_valid(char **newval, void **extra, GucSource) {
 void assign_remember(const char *, void *extra) {
   remember_value = *static_cast<Interval *>(extra);
   remembers = !is_zero(remember_value);
-  forget_refusal(CallSetting::remember);
+  state(CallSetting::remember).refusal.refused = false;
 }
 
 // By SqlstateListCheck, after ok.
@@ -415,7 +403,7 @@ void assign_store_errors(const char *, void *extra) {
   stored_errors_value = extra == nullptr
                             ? &no_stored_errors
                             : static_cast<const SqlstateList *>(extra);
-  forget_refusal(CallSetting::store_errors);
+  state(CallSetting::store_errors).refusal.refused = false;
 }
 
 TimestampTz plus_interval(TimestampTz start, const Interval &span) {
