@@ -283,7 +283,8 @@ bool is_zero(const Interval &span) {
 // key expires after it was created in calendar time too: '-2 months 60 days
 // 1 microsecond' is positive by the 30-day rule, yet ends before it starts
 // whenever the two months before hold 61 days or more.
-bool check_span(const char *name, char *text, Interval *parsed) {
+bool check_span(const char *name, char *text, Interval *parsed,
+                long double longest_usecs = 0) {
   const char *problem = nullptr;
   if (text == nullptr || !parse_interval(text, parsed))
     problem = "%s must be an interval, such as '24h' or '7 days'.";
@@ -296,6 +297,8 @@ bool check_span(const char *name, char *text, Interval *parsed) {
   else if (GetCurrentTimestamp() + span_usecs(*parsed, HOURS_PER_DAY, 31) >=
            END_TIMESTAMP)
     problem = "%s puts expiry times past the end of timestamptz's range.";
+  else if (longest_usecs > 0 && comparable_usecs(*parsed) > longest_usecs)
+    problem = "%s must be at most 365 days.";
   if (problem != nullptr)
     GUC_check_errdetail(problem, name);
   return problem == nullptr;
@@ -350,21 +353,15 @@ bool max_ttl_valid(char **newval, void **extra, GucSource) {
          keep_parsed(parsed, extra);
 }
 
-// A year of tombstones, as intervals compare.
-constexpr long double longest_remember_usecs = 365.0L * USECS_PER_DAY;
-
-// 0 (tombstones off), or a span as check_span() wants one, at most a year.
+// 0 (tombstones off), or a span as check_span() wants one, at most a year
+// as intervals compare.
 bool remember_valid(char **newval, void **extra, GucSource) {
   Interval parsed;
   if (*newval != nullptr && parse_interval(*newval, &parsed) && is_zero(parsed))
     return keep_parsed(parsed, extra);
-  if (!check_span("idempotency.remember", *newval, &parsed))
-    return false;
-  if (comparable_usecs(parsed) > longest_remember_usecs) {
-    GUC_check_errdetail("idempotency.remember must be at most 365 days.");
-    return false;
-  }
-  return keep_parsed(parsed, extra);
+  return check_span("idempotency.remember", *newval, &parsed,
+                    365.0L * USECS_PER_DAY) &&
+         keep_parsed(parsed, extra);
 }
 
 void assign_remember(const char *, void *extra) {
