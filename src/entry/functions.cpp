@@ -110,10 +110,6 @@ storage::KeyRef request_key(FunctionCallInfo fcinfo, Keying keying) {
   return key;
 }
 
-text *text_or_null(FunctionCallInfo fcinfo, int argno) {
-  return PG_ARGISNULL(argno) ? nullptr : PG_GETARG_TEXT_PP(argno);
-}
-
 struct Elements {
   Oid type;
   Datum *values;
@@ -208,7 +204,8 @@ template <Keying keying> Datum call_body(FunctionCallInfo fcinfo) {
                     errmsg("fn must not be null")));
   call.fn = PG_GETARG_TEXT_PP(key + 2);
   call.given = fn_arguments(fcinfo, key + 3);
-  call.client_hash = text_or_null(fcinfo, key + 1);
+  call.client_hash =
+      PG_ARGISNULL(key + 1) ? nullptr : PG_GETARG_TEXT_PP(key + 1);
   protocol::CallResult result = protocol::idempotent_call(call);
   if (result.is_null)
     PG_RETURN_NULL();
@@ -253,8 +250,9 @@ Datum derived_key_body(FunctionCallInfo fcinfo) {
 template <Keying keying> Datum claim_body(FunctionCallInfo fcinfo) {
   protocol::clear_last_call();
   storage::KeyRef key = request_key(fcinfo, keying);
-  protocol::ClaimRow claimed =
-      protocol::claim_key(key, text_or_null(fcinfo, key_argno(keying) + 1));
+  int hash = key_argno(keying) + 1;
+  protocol::ClaimRow claimed = protocol::claim_key(
+      key, PG_ARGISNULL(hash) ? nullptr : PG_GETARG_TEXT_PP(hash));
   Datum values[] = {BoolGetDatum(claimed.replayed), claimed.response,
                     TimestampTzGetDatum(claimed.created_at),
                     TimestampTzGetDatum(claimed.expires_at)};

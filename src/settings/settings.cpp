@@ -1,6 +1,3 @@
-// The extension's configuration parameters: the call's (idempotency.ttl,
-// idempotency.wait_timeout), the expiry worker's (idempotency.expire_*) and
-// a developer's (idempotency.debug_*).
 #include "idempotency/settings/sqlstate_list.hpp"
 
 #include "idempotency/settings/settings.hpp"
@@ -43,14 +40,11 @@ void assign_statement_hash_bits(int bits, void *) {
       bits >= 64 ? ~(uint64)0 : ((uint64)1 << bits) - 1;
 }
 
-// A value of the call's settings that PostgreSQL refuses with only a WARNING
-// would leave a default nobody chose in force: a role's or database's value
-// checked when a session starts, and a placeholder (a value set before the
-// library was loaded) that define() hands to the real setting. Such a value
-// is kept here, and every call fails with the setting's error until the
-// setting is set again. All of it is seen through the public GUC API: the
-// check hooks' source, and the placeholder's text before define() against
-// the value in force after it.
+// A call setting's value that PostgreSQL refuses with only a WARNING (a
+// role's or database's value when a session starts, a placeholder set before
+// the library was loaded) would leave a default nobody chose in force. It is
+// seen through the public GUC API alone: the check hooks' source, and the
+// placeholder's text before define() against the value in force after it.
 
 enum class CallSetting {
   max_ttl,
@@ -531,9 +525,8 @@ const Interval &remember() {
 
 TimestampTz forgotten_at(TimestampTz response_expired_at) {
   raise_if_refused(CallSetting::remember);
-  if (!remembers)
-    return response_expired_at;
-  return plus_interval(response_expired_at, remember_value);
+  return remembers ? plus_interval(response_expired_at, remember_value)
+                   : response_expired_at;
 }
 
 int64 remember_usecs(TimestampTz expires_at, const Interval &remember) {
