@@ -1,14 +1,9 @@
-// Every SQL-callable function of the library: the bodies, each reading its
-// SQL arguments, calling the layer below with plain values and turning the
-// answer into the SQL function's result (fcinfo never leaves this file), then
-// the declarations, in the order the versions' scripts created them. The
-// symbols that only schemas before 0.7 name refuse, saying how to update (and
-// keep pg_upgrade and restores of such schemas from failing on a missing
-// symbol). Each is declared through the error boundary
-// (boundary/boundary.hpp); role_scope's I/O functions and the keys_loaded
-// trigger have their bodies in their module. A C symbol named in the install
-// or update script and missing here fails CREATE EXTENSION ("could not find
-// function").
+// Every SQL-callable function: the bodies read their SQL arguments, call the
+// layer below with plain values and build the result (fcinfo never leaves
+// this file); the declarations follow, in the order the versions' scripts
+// created them. A C symbol a script names and missing here fails CREATE
+// EXTENSION, so the symbols only schemas before 0.7 name stay, and refuse
+// with how to update (pg_upgrade and restores of such schemas load them).
 #include "idempotency/protocol/rules.hpp"
 
 #include "idempotency/boundary/boundary.hpp"
@@ -41,83 +36,64 @@ namespace idempotency::entry {
 
 namespace {
 
-// --- arguments ---------------------------------------------------------------
-
-// How an SQL function names its key: by key alone (idempotency.keys), or by
-// tenant and key, the tenant first (the tenant_* functions, whose keys live
-// in idempotency.tenant_keys). The arguments after the key shift by one.
+// By key alone (idempotency.keys), or by tenant and key, the tenant first
+// (idempotency.tenant_keys): the arguments after the key shift by one.
 enum class Keying { by_role, by_tenant };
 
 constexpr int key_argno(Keying keying) {
   return keying == Keying::by_tenant ? 1 : 0;
 }
 
-// `counted` is the length the limit counts (UTF-8); `stored` the length in
-// the database encoding, named when it differs.
-[[noreturn]] void refuse_too_long(const char *what, Size counted, Size stored) {
-  ereport(ERROR,
-          (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-           errmsg("%s is %zu bytes long, the limit is %zu", what,
-                  (size_t)counted, max_key_bytes),
-           counted != stored
-               ? errdetail("The limit counts bytes of UTF-8; in the database "
-                           "encoding %s it is %zu bytes long.",
-                           GetDatabaseEncodingName(), (size_t)stored)
-               : 0));
-  pg_unreachable();
-}
-
-// A text value sized like a key (a key, or derived_key's label; `what` names
-// it in the messages): 22004 when NULL, 22023 when empty or its UTF-8 form
-// over max_key_bytes. The limit counts the bytes of the text's UTF-8 form
-// whatever the database encoding, so that a key accepted here is accepted
-// again after a dump, replication or pg_upgrade moves it into a database of
-// another encoding. A character takes at most
-// pg_database_encoding_max_length() bytes here and at least one in UTF-8: a
-// value longer than the limit times that is too long in UTF-8 too, and is
-// refused before it is read.
-text *sized_text(Datum value, bool is_null, const char *what) {
-  if (is_null)
+// A text sized like a key (`what` names it): 22004 when NULL, 22023 when
+// empty or over max_key_bytes in UTF-8 whatever the database encoding, so
+// that a key accepted here is accepted again after a dump, replication or
+// pg_upgrade moves it into another encoding. A value longer than the limit
+// times the encoding's longest character is too long in UTF-8 too: refused
+// before it is read.
+text *sized_text(NullableDatum arg, const char *what) {
+  if (arg.isnull)
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                     errmsg("%s must not be null", what)));
-  Size stored = toast_raw_datum_size(value) - VARHDRSZ;
-  if (stored > max_key_bytes * pg_database_encoding_max_length())
-    refuse_too_long(what, stored, stored);
-  text *sized = DatumGetTextPP(value);
-  Size counted = fingerprint::utf8_length(VARDATA_ANY(sized), stored);
-  switch (check_key_size(counted)) {
-  case KeyCheck::ok:
-    break;
-  case KeyCheck::empty:
+  Size stored = toast_raw_datum_size(arg.value) - VARHDRSZ;
+  Size counted = stored;
+  text *sized = nullptr;
+  if (stored <= max_key_bytes * pg_database_encoding_max_length()) {
+    sized = DatumGetTextPP(arg.value);
+    counted = fingerprint::utf8_length(VARDATA_ANY(sized), stored);
+  }
+  KeyCheck check = check_key_size(counted);
+  if (check == KeyCheck::empty)
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                     errmsg("%s must not be empty", what)));
-    break;
-  case KeyCheck::too_long:
-    refuse_too_long(what, counted, stored);
-  }
+  if (check == KeyCheck::too_long)
+    ereport(ERROR,
+            (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+             errmsg("%s is %zu bytes long, the limit is %zu", what,
+                    (size_t)counted, max_key_bytes),
+             counted != stored
+                 ? errdetail("The limit counts bytes of UTF-8; in the "
+                             "database encoding %s it is %zu bytes long.",
+                             GetDatabaseEncodingName(), (size_t)stored)
+                 : 0));
   return sized;
 }
 
-text *sized_text_argument(FunctionCallInfo fcinfo, int argno,
-                          const char *what) {
-  return sized_text(PG_GETARG_DATUM(argno), PG_ARGISNULL(argno), what);
-}
-
-// A key that passed sized_text, with the digest its table holds.
-storage::KeyRef key_ref(text *key, bytea *(*digest_of)(const text *)) {
+// A key, with the digest its table holds.
+storage::KeyRef key_ref(NullableDatum arg, Keying keying) {
   storage::KeyRef ref{};
   ref.scope = GetUserId();
-  ref.key = key;
-  ref.digest = digest_of(key);
+  ref.key = sized_text(arg, "idempotency key");
+  ref.digest = keying == Keying::by_tenant
+                   ? fingerprint::tenant_digest_of_key(ref.key)
+                   : fingerprint::digest_of_key(ref.key);
   return ref;
 }
 
-// The key of a call, read as `keying` says; for tenant keys also the tenant
-// (22004 when NULL, 42804 when its type is unknown).
+// For tenant keys the tenant is checked first: 22004 when NULL, 42804 when
+// its type is unknown.
 storage::KeyRef request_key(FunctionCallInfo fcinfo, Keying keying) {
   if (keying == Keying::by_role)
-    return key_ref(sized_text_argument(fcinfo, 0, "idempotency key"),
-                   fingerprint::digest_of_key);
+    return key_ref(fcinfo->args[0], keying);
   if (PG_ARGISNULL(0))
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                     errmsg("tenant must not be null")));
@@ -127,18 +103,11 @@ storage::KeyRef request_key(FunctionCallInfo fcinfo, Keying keying) {
             (errcode(ERRCODE_DATATYPE_MISMATCH), errmsg("tenant has no type"),
              errhint("Cast the tenant to the type of the distribution "
                      "column, e.g. 42::bigint.")));
-  storage::KeyRef key =
-      key_ref(sized_text_argument(fcinfo, 1, "idempotency key"),
-              fingerprint::tenant_digest_of_key);
+  storage::KeyRef key = key_ref(fcinfo->args[1], keying);
   key.has_tenant = true;
   key.tenant_type = tenant_type;
   key.tenant = PG_GETARG_DATUM(0);
   return key;
-}
-
-// Argument `argno` as text, or nullptr when it is NULL.
-text *text_or_null(FunctionCallInfo fcinfo, int argno) {
-  return PG_ARGISNULL(argno) ? nullptr : PG_GETARG_TEXT_PP(argno);
 }
 
 struct Elements {
@@ -159,8 +128,7 @@ Elements elements_of(ArrayType *array) {
   return elements;
 }
 
-// The elements of array argument `argno`, named `name` in errors: 22004
-// when the array is NULL, 22023 when it has more than one dimension.
+// 22004 when the array is NULL, 22023 when it has more than one dimension.
 Elements array_argument(FunctionCallInfo fcinfo, int argno, const char *name) {
   if (PG_ARGISNULL(argno))
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -205,11 +173,8 @@ FnArgs fn_arguments(FunctionCallInfo fcinfo, int first) {
   return args;
 }
 
-// --- results -----------------------------------------------------------------
-
-// Materializes the result with the row type the caller expects when it
-// gives one: building it from the function's catalog entry costs more than
-// the rest of a claim's result.
+// With the row type the caller expects when it gives one: building it from
+// the function's catalog entry costs more than the rest of a claim's result.
 ReturnSetInfo *materialize(FunctionCallInfo fcinfo) {
   auto *result = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
   bool expected = result != nullptr && IsA(result, ReturnSetInfo) &&
@@ -226,13 +191,10 @@ Datum one_row(FunctionCallInfo fcinfo, Datum *values, bool *nulls) {
   return (Datum)0;
 }
 
-// --- idempotent_call and tenant_call -----------------------------------------
-
-// idempotent_call(key, request_hash, fn, VARIADIC args), tenant_call with the
-// tenant first. The key's size is checked before it is read, fn's presence
-// before its arguments are collected.
+// idempotent_call and tenant_call. A call that fails on its arguments leaves
+// no last call behind; fn's presence is checked before its arguments are
+// collected.
 template <Keying keying> Datum call_body(FunctionCallInfo fcinfo) {
-  // A call that fails on its arguments leaves no last call behind.
   protocol::clear_last_call();
   int key = key_argno(keying);
   protocol::CallRequest call;
@@ -242,34 +204,25 @@ template <Keying keying> Datum call_body(FunctionCallInfo fcinfo) {
                     errmsg("fn must not be null")));
   call.fn = PG_GETARG_TEXT_PP(key + 2);
   call.given = fn_arguments(fcinfo, key + 3);
-  call.client_hash = text_or_null(fcinfo, key + 1);
+  call.client_hash =
+      PG_ARGISNULL(key + 1) ? nullptr : PG_GETARG_TEXT_PP(key + 1);
   protocol::CallResult result = protocol::idempotent_call(call);
   if (result.is_null)
     PG_RETURN_NULL();
   return result.response;
 }
 
-// --- what SQL may ask about the calling session ------------------------------
-
-// The role keys are scoped to, the current user (idempotency.keys' row-level
-// security policy uses it).
+// The role keys are scoped to (idempotency.keys' row-level security policy).
 Datum current_scope_body(FunctionCallInfo) {
   return ObjectIdGetDatum(GetUserId());
 }
 
-// NULL before any call or after a call that raised an error.
 Datum last_call_replayed_body(FunctionCallInfo fcinfo) {
-  switch (protocol::last_call().outcome) {
-  case protocol::Outcome::none:
+  protocol::Outcome outcome = protocol::last_call().outcome;
+  if (outcome == protocol::Outcome::none)
     PG_RETURN_NULL();
-  case protocol::Outcome::ran:
-  case protocol::Outcome::stored_error:
-    PG_RETURN_BOOL(false);
-  case protocol::Outcome::replayed:
-  case protocol::Outcome::replayed_error:
-    PG_RETURN_BOOL(true);
-  }
-  pg_unreachable();
+  PG_RETURN_BOOL(outcome == protocol::Outcome::replayed ||
+                 outcome == protocol::Outcome::replayed_error);
 }
 
 Datum last_call_body(FunctionCallInfo fcinfo) {
@@ -283,12 +236,10 @@ Datum last_call_body(FunctionCallInfo fcinfo) {
   return one_row(fcinfo, values, nulls);
 }
 
-// The key derived for the current role (the role keys are scoped to) from
-// `key` and `label` with the database's derived-key secret, for the calls a
-// request's handler makes downstream (docs/downstream.md).
+// For the calls a request's handler makes downstream (docs/downstream.md).
 Datum derived_key_body(FunctionCallInfo fcinfo) {
-  text *key = sized_text_argument(fcinfo, 0, "idempotency key");
-  text *label = sized_text_argument(fcinfo, 1, "label");
+  text *key = sized_text(fcinfo->args[0], "idempotency key");
+  text *label = sized_text(fcinfo->args[1], "label");
   storage::DerivedKeySecret secret = storage::read_derived_key_secret();
   text *derived = fingerprint::derived_key(secret.bytes, sizeof secret.bytes,
                                            GetUserId(), key, label);
@@ -296,14 +247,12 @@ Datum derived_key_body(FunctionCallInfo fcinfo) {
   PG_RETURN_TEXT_P(derived);
 }
 
-// --- the application API: claim, complete, release, lookup, forget -----------
-
 template <Keying keying> Datum claim_body(FunctionCallInfo fcinfo) {
-  // A claim that fails on its arguments leaves no last call behind.
   protocol::clear_last_call();
   storage::KeyRef key = request_key(fcinfo, keying);
-  protocol::ClaimRow claimed =
-      protocol::claim_key(key, text_or_null(fcinfo, key_argno(keying) + 1));
+  int hash = key_argno(keying) + 1;
+  protocol::ClaimRow claimed = protocol::claim_key(
+      key, PG_ARGISNULL(hash) ? nullptr : PG_GETARG_TEXT_PP(hash));
   Datum values[] = {BoolGetDatum(claimed.replayed), claimed.response,
                     TimestampTzGetDatum(claimed.created_at),
                     TimestampTzGetDatum(claimed.expires_at)};
@@ -342,8 +291,6 @@ template <Keying keying> Datum forget_body(FunctionCallInfo fcinfo) {
   PG_RETURN_BOOL(protocol::forget_key(request_key(fcinfo, keying)));
 }
 
-// --- claim_batch and complete_batch ------------------------------------------
-
 void check_same_length(const Elements &keys, const Elements &other,
                        const char *name) {
   if (other.count != keys.count)
@@ -354,29 +301,18 @@ void check_same_length(const Elements &keys, const Elements &other,
              errdetail("Element i of %s belongs to element i of keys.", name)));
 }
 
-// Every key of a batch, checked before any is taken: 22004 for a NULL key,
-// 22023 for an empty or too long one.
+// Every key of a batch, checked before any is taken.
 storage::KeyRef *batch_keys(const Elements &keys) {
   auto *refs = static_cast<storage::KeyRef *>(
       palloc(sizeof(storage::KeyRef) * Max(keys.count, 1)));
   for (int i = 0; i < keys.count; i++)
-    refs[i] =
-        key_ref(sized_text(keys.values[i], keys.nulls[i], "idempotency key"),
-                fingerprint::digest_of_key);
+    refs[i] = key_ref({keys.values[i], keys.nulls[i]}, Keying::by_role);
   return refs;
 }
 
-const char *batch_outcome_name(protocol::BatchOutcome outcome) {
-  switch (outcome) {
-  case protocol::BatchOutcome::claimed:
-    return "claimed";
-  case protocol::BatchOutcome::replayed:
-    return "replayed";
-  case protocol::BatchOutcome::refused:
-    return "refused";
-  }
-  return nullptr;
-}
+// By protocol::BatchOutcome.
+constexpr const char *batch_outcome_names[] = {"claimed", "replayed",
+                                               "refused"};
 
 Datum claim_batch_body(FunctionCallInfo fcinfo) {
   Elements keys = array_argument(fcinfo, 0, "keys");
@@ -404,7 +340,8 @@ Datum claim_batch_body(FunctionCallInfo fcinfo) {
     Datum values[] = {
         Int32GetDatum(i + 1),
         keys.values[i],
-        CStringGetTextDatum(batch_outcome_name(answer.outcome)),
+        CStringGetTextDatum(
+            batch_outcome_names[static_cast<int>(answer.outcome)]),
         refused ? CStringGetTextDatum(unpack_sql_state(answer.sqlerrcode))
                 : (Datum)0,
         refused ? CStringGetTextDatum(answer.message) : (Datum)0,
@@ -430,8 +367,6 @@ Datum complete_batch_body(FunctionCallInfo fcinfo) {
   PG_RETURN_VOID();
 }
 
-// --- for DBAs and monitoring -------------------------------------------------
-
 Datum expire_body(FunctionCallInfo) {
   PreventCommandDuringRecovery("idempotency.expire()");
   PreventCommandIfReadOnly("idempotency.expire()");
@@ -439,7 +374,8 @@ Datum expire_body(FunctionCallInfo) {
   PG_RETURN_INT64(worker::expire_now());
 }
 
-// One row per remembered database.
+// One row per remembered database. From last_kept on, 1.1's columns: the 1.0
+// schema's tuple descriptor reads no further than failed_rounds.
 Datum expiry_status_body(FunctionCallInfo fcinfo) {
   auto *copy = static_cast<worker::status::RoundStatus *>(palloc(
       sizeof(worker::status::RoundStatus) * worker::status::max_databases));
@@ -455,8 +391,6 @@ Datum expiry_status_body(FunctionCallInfo fcinfo) {
     const worker::status::RoundStatus &slot = copy[i];
     bool finished = slot.last_finished != 0;
     bool kept_reason = slot.last_kept_reason[0] != '\0';
-    // From last_kept on, 1.1's columns: the 1.0 schema's tuple descriptor
-    // reads no further than failed_rounds.
     Datum values[] = {
         ObjectIdGetDatum(slot.database),
         TimestampTzGetDatum(slot.running_since),
@@ -470,26 +404,19 @@ Datum expiry_status_body(FunctionCallInfo fcinfo) {
         Int64GetDatum(slot.last_kept),
         kept_reason ? CStringGetTextDatum(slot.last_kept_reason) : (Datum)0,
         Int64GetDatum(slot.skipped_rounds)};
-    bool nulls[] = {false,
-                    !slot.running || slot.running_since == 0,
-                    slot.last_started == 0,
-                    !finished,
-                    !finished,
-                    !slot.last_failed,
-                    false,
-                    false,
-                    false,
-                    !finished,
-                    !kept_reason,
-                    false};
+    bool not_running = !slot.running || slot.running_since == 0;
+    bool nulls[] = {false,     not_running,  slot.last_started == 0,
+                    !finished, !finished,    !slot.last_failed,
+                    false,     false,        false,
+                    !finished, !kept_reason, false};
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
   }
   return (Datum)0;
 }
 
 // One row per counted database; this database always has one when the
-// counters exist. late_retries comes last: the 0.7 schema declares the first
-// seven columns only, and its tuple descriptor reads no further.
+// counters exist. late_retries comes last: the 0.7 schema's tuple descriptor
+// reads only the first seven columns.
 Datum stats_counters_body(FunctionCallInfo fcinfo) {
   InitMaterializedSRF(fcinfo, 0);
   auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
@@ -509,7 +436,6 @@ Datum stats_counters_body(FunctionCallInfo fcinfo) {
   return (Datum)0;
 }
 
-// Zeroes this database's counters.
 Datum stats_reset_body(FunctionCallInfo) {
   stats::reset();
   PG_RETURN_VOID();
@@ -521,13 +447,11 @@ Datum key_digest_body(FunctionCallInfo fcinfo) {
   PG_RETURN_BYTEA_P(fingerprint::digest_of_key(PG_GETARG_TEXT_PP(0)));
 }
 
-// The C functions that only schemas before 0.7 name (key_digest() and
-// keys_loaded() of 0.4 to 0.6): they say how to update.
+// key_digest() and keys_loaded() of 0.4 to 0.6: they say how to update.
 [[noreturn]] Datum schema_before_0_7_body(FunctionCallInfo) {
   storage::report_schema_before_0_7();
 }
 
-// Marks the roles that have keys; deletes the keys of roles that are gone.
 Datum mark_key_roles_body(FunctionCallInfo) {
   PG_RETURN_INT64(storage::role_marks::mark_key_roles());
 }
@@ -540,8 +464,7 @@ Node *event_statement(FunctionCallInfo fcinfo, const char *name) {
   return reinterpret_cast<EventTriggerData *>(fcinfo->context)->parsetree;
 }
 
-// The event trigger on ddl_command_start, for DROP OWNED only (its WHEN
-// TAG): the roles come from the statement's parse tree.
+// On ddl_command_start, for DROP OWNED only (its WHEN TAG).
 Datum drop_owned_keys_body(FunctionCallInfo fcinfo) {
   Node *statement = event_statement(fcinfo, "idempotency.drop_owned_keys()");
   if (statement != nullptr && IsA(statement, DropOwnedStmt))
@@ -550,8 +473,7 @@ Datum drop_owned_keys_body(FunctionCallInfo fcinfo) {
   PG_RETURN_VOID();
 }
 
-// The event trigger on ddl_command_end, for GRANT and REVOKE only (its
-// WHEN TAG): the objects come from the statement's parse tree.
+// On ddl_command_end, for GRANT and REVOKE only (its WHEN TAG).
 Datum keep_role_marks_body(FunctionCallInfo fcinfo) {
   Node *statement = event_statement(fcinfo, "idempotency.keep_role_marks()");
   if (statement != nullptr && IsA(statement, GrantStmt))
@@ -568,89 +490,53 @@ using idempotency::entry::Keying;
 // clang-format off
 
 // since 0.1
-
-// idempotency.current_scope() RETURNS idempotency.role_scope
 IDEMPOTENCY_SQL_FUNCTION(idempotency_current_scope, idempotency::entry::current_scope_body)
-// idempotency.idempotent_call(key, request_hash, fn [, VARIADIC args "any"]) RETURNS jsonb
 IDEMPOTENCY_SQL_FUNCTION(idempotency_idempotent_call, idempotency::entry::call_body<Keying::by_role>)
-// idempotency.last_call_replayed() RETURNS boolean
 IDEMPOTENCY_SQL_FUNCTION(idempotency_last_call_replayed, idempotency::entry::last_call_replayed_body)
-// idempotency.expire() RETURNS bigint
 IDEMPOTENCY_SQL_FUNCTION(idempotency_expire, idempotency::entry::expire_body)
-// idempotency.expiry_status() RETURNS SETOF record
 IDEMPOTENCY_SQL_FUNCTION(idempotency_expiry_status, idempotency::entry::expiry_status_body)
 
 // since 0.2
-
-// idempotency.stats_counters() RETURNS SETOF record
 IDEMPOTENCY_SQL_FUNCTION(idempotency_stats_counters, idempotency::entry::stats_counters_body)
-// idempotency.stats_reset() RETURNS void
 IDEMPOTENCY_SQL_FUNCTION(idempotency_stats_reset, idempotency::entry::stats_reset_body)
 
-// since 0.3
-
-// the I/O functions of type idempotency.role_scope
+// since 0.3; role_scope's I/O functions have their bodies in storage
 IDEMPOTENCY_SQL_FUNCTION(idempotency_role_scope_in, idempotency::storage::role_scope_in)
 IDEMPOTENCY_SQL_FUNCTION(idempotency_role_scope_out, idempotency::storage::role_scope_out)
 IDEMPOTENCY_SQL_FUNCTION(idempotency_role_scope_recv, idempotency::storage::role_scope_recv)
 IDEMPOTENCY_SQL_FUNCTION(idempotency_role_scope_send, idempotency::storage::role_scope_send)
-// idempotency.claim(key, request_hash) RETURNS TABLE (replayed, response, created_at, expires_at)
 IDEMPOTENCY_SQL_FUNCTION(idempotency_claim, idempotency::entry::claim_body<Keying::by_role>)
-// idempotency.complete(key, response) RETURNS void
 IDEMPOTENCY_SQL_FUNCTION(idempotency_complete, idempotency::entry::complete_body<Keying::by_role>)
-// idempotency.release(key) RETURNS void
 IDEMPOTENCY_SQL_FUNCTION(idempotency_release, idempotency::entry::release_body<Keying::by_role>)
-// idempotency.last_call() RETURNS TABLE (outcome, created_at, expires_at)
 IDEMPOTENCY_SQL_FUNCTION(idempotency_last_call, idempotency::entry::last_call_body)
-// idempotency.lookup(key) RETURNS TABLE (state, created_at, expires_at, response)
 IDEMPOTENCY_SQL_FUNCTION(idempotency_lookup, idempotency::entry::lookup_body<Keying::by_role>)
-// idempotency.forget(key) RETURNS boolean
 IDEMPOTENCY_SQL_FUNCTION(idempotency_forget, idempotency::entry::forget_body<Keying::by_role>)
 
-// since 0.4
-
-// idempotency.key_digest(key text) of 0.4 to 0.6: refuses, with how to update
+// since 0.4 (key_digest of 0.4 to 0.6)
 IDEMPOTENCY_SQL_FUNCTION(idempotency_key_digest, idempotency::entry::schema_before_0_7_body)
 
 // since 0.5
-// idempotency.tenant_call(tenant, key, request_hash, fn [, VARIADIC args "any"]) RETURNS jsonb
 IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_call, idempotency::entry::call_body<Keying::by_tenant>)
-// idempotency.tenant_claim(tenant, key, request_hash) RETURNS TABLE (replayed, response, created_at, expires_at)
 IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_claim, idempotency::entry::claim_body<Keying::by_tenant>)
-// idempotency.tenant_complete(tenant, key, response) RETURNS void
 IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_complete, idempotency::entry::complete_body<Keying::by_tenant>)
-// idempotency.tenant_release(tenant, key) RETURNS void
 IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_release, idempotency::entry::release_body<Keying::by_tenant>)
-// idempotency.tenant_lookup(tenant, key) RETURNS TABLE (state, created_at, expires_at, response)
 IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_lookup, idempotency::entry::lookup_body<Keying::by_tenant>)
-// idempotency.tenant_forget(tenant, key) RETURNS boolean
 IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_forget, idempotency::entry::forget_body<Keying::by_tenant>)
 
-// since 0.6
-
-// idempotency.keys_loaded() of 0.6: refuses, with how to update
+// since 0.6 (keys_loaded of 0.6)
 IDEMPOTENCY_SQL_FUNCTION(idempotency_keys_loaded, idempotency::entry::schema_before_0_7_body)
 
-// since 0.7
-
-// idempotency.key_digest(key text) RETURNS bytea, ordered
+// since 0.7: key_digest() and keys_loaded() of ordered digests; the
+// trigger's body is in protocol
 IDEMPOTENCY_SQL_FUNCTION(idempotency_ordered_key_digest, idempotency::entry::key_digest_body)
-// idempotency.keys_loaded() RETURNS trigger, ordered digests
 IDEMPOTENCY_SQL_FUNCTION(idempotency_ordered_keys_loaded, idempotency::protocol::keys_loaded_body)
-// idempotency.mark_key_roles() RETURNS bigint
 IDEMPOTENCY_SQL_FUNCTION(idempotency_mark_key_roles, idempotency::entry::mark_key_roles_body)
-// idempotency.drop_owned_keys() RETURNS event_trigger
 IDEMPOTENCY_SQL_FUNCTION(idempotency_drop_owned_keys, idempotency::entry::drop_owned_keys_body)
 
 // idempotency--0.7--1.0.sql
-
-// idempotency.keep_role_marks() RETURNS event_trigger
 IDEMPOTENCY_SQL_FUNCTION(idempotency_keep_role_marks, idempotency::entry::keep_role_marks_body)
-// idempotency.derived_key(key text, label text) RETURNS text
 IDEMPOTENCY_SQL_FUNCTION(idempotency_derived_key, idempotency::entry::derived_key_body)
-// idempotency.claim_batch(keys text[], request_hashes text[]) RETURNS TABLE (ordinality, key, outcome, sqlstate, message, response, created_at, expires_at)
 IDEMPOTENCY_SQL_FUNCTION(idempotency_claim_batch, idempotency::entry::claim_batch_body)
-// idempotency.complete_batch(keys text[], responses jsonb[]) RETURNS void
 IDEMPOTENCY_SQL_FUNCTION(idempotency_complete_batch, idempotency::entry::complete_batch_body)
 
 // clang-format on

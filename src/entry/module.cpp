@@ -1,7 +1,4 @@
-// Module initialisation: settings, transaction callbacks, the DISCARD ALL
-// hook, the typing of untyped parameters, shared memory and the expiry
-// launcher. The SQL-callable functions are declared in entry/functions.cpp.
-
+// _PG_init; the SQL-callable functions are declared in entry/functions.cpp.
 #include "idempotency/entry/module.hpp"
 #include "idempotency/protocol/call.hpp"
 #include "idempotency/settings/settings.hpp"
@@ -47,9 +44,8 @@ void attach_shared_memory() {
   idempotency::worker::status::attach_shared_memory();
 }
 
-// DISCARD ALL resets the session's state; last_call_replayed() is part of
-// it. Connection poolers send DISCARD ALL before they hand a server
-// connection to another client, who must not see the previous one's call.
+// DISCARD ALL resets last_call_replayed() too: poolers send it before they
+// hand a server connection to another client.
 void process_utility(PlannedStmt *statement, const char *query_string,
                      bool read_only_tree, ProcessUtilityContext context,
                      ParamListInfo params, QueryEnvironment *query_env,

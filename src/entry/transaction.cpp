@@ -1,29 +1,10 @@
-// Everything the extension does when a transaction or a subtransaction
-// ends, in one place: one transaction callback and one subtransaction
-// callback, registered once by _PG_init, each event a case that calls the
-// parts in order. Nothing is written here: key rows commit or roll back with
-// the caller's transaction. The parts:
-//  - storage/commit_guard: the earliest expires_at each (sub)transaction
-//    wrote; a commit or PREPARE that would publish an expired key is refused
-//    (40001);
-//  - protocol/app_api (claims): the keys claim() holds; a commit or PREPARE
-//    with a claim neither completed nor released is refused (25000);
-//  - storage/citus: a transaction that wrote a key row Citus's executor did
-//    not write asks Citus for two-phase commit when it is coordinated;
-//  - storage/role_marks: the roles this backend knows to be marked are
-//    forgotten when the transaction that recorded a mark does not commit;
-//  - fingerprint: hashing contexts an error interrupted are taken back.
-// Each part's functions return at once when it holds nothing, so a process
-// that loaded the library and never called it (the expiry worker between
-// rounds, a backend that only preloaded it) pays a few tests per event.
-//
-// Cache invalidation is not transaction state; its callbacks stay with the
-// caches they empty, each registered at the cache's first use:
-// storage/keys.cpp (relcache: what it keeps of idempotency.keys; syscache
-// NAMESPACEOID: the table's OID), storage/role_marks.cpp (relcache, and
-// syscache EVENTTRIGGEROID: the roles known to be marked), protocol/fn.cpp
-// (syscache of types, functions, operators, casts: the parameter types
-// inferred for a fn text).
+// What the extension does when a transaction or subtransaction ends: one
+// callback of each, each event a case calling the parts in order. Nothing is
+// written here: key rows commit or roll back with the caller's transaction.
+// Each part returns at once when it holds nothing, so a process that loaded
+// the library and never called it pays a few tests per event. Cache
+// invalidation callbacks stay with the caches they empty (storage/keys.cpp,
+// storage/role_marks.cpp, protocol/fn.cpp).
 #include "idempotency/fingerprint/fingerprint.hpp"
 
 #include "idempotency/entry/module.hpp"
@@ -41,9 +22,8 @@ namespace idempotency::entry {
 
 namespace {
 
-// Everything the transaction held ends with it (its memory, claim locks and
-// writes go with the transaction itself); a parallel worker's transaction
-// ends the same way (it writes no key, so the commit guard holds nothing).
+// Its memory, claim locks and writes go with the transaction itself; a
+// parallel worker's transaction ends the same way.
 void forget_transaction_state() {
   fingerprint::at_transaction_end();
   protocol::claims::at_transaction_end();
@@ -54,24 +34,18 @@ void forget_transaction_state() {
 void on_transaction_event(XactEvent event, void *) {
   switch (event) {
   case XACT_EVENT_PRE_COMMIT:
-    // Refusals first, the commit guard's before the claims' (a transaction
-    // that outlived its keys' TTL is retried as a whole, whatever it left
-    // unfinished). Citus's two-phase decision last: it is asked only for a
-    // commit that goes on, and it must come before Citus's own PRE_COMMIT
-    // callback, which prepares or commits the workers' transactions.
-    // PostgreSQL calls transaction callbacks newest first, and Citus
-    // registers its own in its _PG_init, in the postmaster: Citus can only
-    // be preloaded and refuses to load after a library that set
-    // ProcessUtility_hook, as this one's _PG_init does, so it comes first in
-    // shared_preload_libraries and this callback, registered later (or in
-    // the backend), runs before Citus's.
+    // Refusals first, the commit guard's (40001: a transaction that outlived
+    // its keys' TTL is retried as a whole) before the claims' (25000). Then
+    // Citus's two-phase decision, which must precede Citus's own PRE_COMMIT
+    // callback: callbacks run newest first, and Citus, preloaded before any
+    // library that sets ProcessUtility_hook (as this one does), registers
+    // its own earlier.
     storage::commit_guard::at_pre_commit();
     protocol::claims::at_pre_commit();
     storage::citus::at_pre_commit();
     break;
   case XACT_EVENT_PRE_PREPARE:
-    // As at PRE_COMMIT. Citus refuses PREPARE TRANSACTION in a coordinated
-    // transaction itself.
+    // Citus itself refuses PREPARE TRANSACTION in a coordinated transaction.
     storage::commit_guard::at_pre_commit();
     protocol::claims::at_pre_prepare();
     break;
@@ -93,8 +67,8 @@ void on_transaction_event(XactEvent event, void *) {
   }
 }
 
-// Runs while the ending subtransaction is still the current one: its
-// nesting level is GetCurrentTransactionNestLevel().
+// Runs while the ending subtransaction is still the current one (its level
+// is GetCurrentTransactionNestLevel()).
 void on_subtransaction_event(SubXactEvent event, SubTransactionId ending,
                              SubTransactionId, void *) {
   switch (event) {

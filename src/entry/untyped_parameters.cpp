@@ -28,24 +28,31 @@ namespace idempotency::entry {
 
 namespace {
 
-// PostgreSQL's tree walkers (expression_tree_walker, query_tree_walker)
-// take their callback as bool (*)(); the cast goes through void (*)() to say
-// that the change of type is on purpose.
-template <typename Context>
-inline bool (*as_tree_walker(bool (*walker)(Node *, Context *)))() {
-  return reinterpret_cast<bool (*)()>(reinterpret_cast<void (*)()>(walker));
+// Walks a tree, subqueries included, calling `visit` on each node after its
+// children. The tree walkers take their callback as bool (*)(); the cast
+// goes through void (*)() to say that the change of type is on purpose.
+template <typename Context, void (*visit)(Node *, Context *)>
+bool walk(Node *node, Context *context) {
+  if (node == nullptr)
+    return false;
+  auto *walker = reinterpret_cast<bool (*)()>(
+      reinterpret_cast<void (*)()>(walk<Context, visit>));
+  if (IsA(node, Query))
+    return query_tree_walker(reinterpret_cast<Query *>(node), walker, context,
+                             0);
+  bool walked = expression_tree_walker(node, walker, context);
+  visit(node, context);
+  return walked;
 }
 
 post_parse_analyze_hook_type previous_post_parse_analyze_hook = nullptr;
 
 using compat::VariableParameters;
 
-// The parser's coerce-param hook for statements analysed with variable
-// parameter types, learned at load from a parse state that the parser's own
-// setup_parse_variable_parameters prepared: a statement whose parse state
-// has this hook is such a statement for certain. nullptr when the parser's
-// state is not laid out as VariableParameters says (then untyped
-// placeholders stay untyped, as without preloading).
+// The coerce-param hook of statements analysed with variable parameter
+// types, learned at load from setup_parse_variable_parameters' own parse
+// state; nullptr when that state is not laid out as VariableParameters says
+// (then untyped placeholders stay untyped, as without preloading).
 CoerceParamHook variable_parameters_hook = nullptr;
 
 void learn_variable_parameters_hook() {
@@ -80,37 +87,28 @@ bool has_untyped(const VariableParameters &parameters) {
   return false;
 }
 
-// What one walk over the statement needs.
 struct Search {
   Query *statement;
   Oid schema;                     // the extension's
   VariableParameters *parameters; // the statement's
 };
 
-// A parameter $id now has `type`: every untyped use of it in the statement.
+// Parameter $id now has `type`, and so has every untyped use of it.
 struct Retyping {
   int id;
   Oid type;
 };
 
-bool retype_uses(Node *node, Retyping *retyping) {
-  if (node == nullptr)
-    return false;
+void retype(Node *node, Retyping *retyping) {
   if (is_untyped(node) &&
       reinterpret_cast<Param *>(node)->paramid == retyping->id) {
     auto *param = reinterpret_cast<Param *>(node);
     param->paramtype = retyping->type;
     param->paramtypmod = -1;
     param->paramcollid = get_typcollation(retyping->type);
-    return false;
   }
-  if (IsA(node, Query))
-    return query_tree_walker(reinterpret_cast<Query *>(node),
-                             as_tree_walker(retype_uses), retyping, 0);
-  return expression_tree_walker(node, as_tree_walker(retype_uses), retyping);
 }
 
-// A call of one of the extension's functions, as the walk found it.
 struct Call {
   List *args;
   int nargs;
@@ -168,8 +166,13 @@ Oid *fn_types(const Call &call) {
   return types;
 }
 
-void type_call(const FuncExpr *expression, const Search *search) {
-  Call call = describe_call(expression);
+// A call of the extension's functions.
+void type_call(Node *node, Search *search) {
+  if (!IsA(node, FuncExpr) ||
+      get_func_namespace(reinterpret_cast<FuncExpr *>(node)->funcid) !=
+          search->schema)
+    return;
+  Call call = describe_call(reinterpret_cast<FuncExpr *>(node));
   Oid *types = nullptr;
   bool types_known = false;
   for (int i = 0; i < call.nargs; i++) {
@@ -191,24 +194,9 @@ void type_call(const FuncExpr *expression, const Search *search) {
     if (retyping.id < 1 || retyping.id > *search->parameters->count)
       continue;
     (*search->parameters->types)[retyping.id - 1] = type;
-    retype_uses(reinterpret_cast<Node *>(search->statement), &retyping);
+    walk<Retyping, retype>(reinterpret_cast<Node *>(search->statement),
+                           &retyping);
   }
-}
-
-bool find_calls(Node *node, Search *search) {
-  if (node == nullptr)
-    return false;
-  if (IsA(node, Query))
-    return query_tree_walker(reinterpret_cast<Query *>(node),
-                             as_tree_walker(find_calls), search, 0);
-  bool walked =
-      expression_tree_walker(node, as_tree_walker(find_calls), search);
-  if (IsA(node, FuncExpr)) {
-    auto *call = reinterpret_cast<FuncExpr *>(node);
-    if (get_func_namespace(call->funcid) == search->schema)
-      type_call(call, search);
-  }
-  return walked;
 }
 
 void type_untyped_parameters(ParseState *state, Query *statement,
@@ -226,7 +214,7 @@ void type_untyped_parameters(ParseState *state, Query *statement,
     return;
   // The extension is not relocatable: its schema is idempotency.
   Search search{statement, storage::schema::oid(true), parameters};
-  find_calls(reinterpret_cast<Node *>(statement), &search);
+  walk<Search, type_call>(reinterpret_cast<Node *>(statement), &search);
 }
 
 } // namespace

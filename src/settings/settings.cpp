@@ -1,6 +1,3 @@
-// The extension's configuration parameters: the call's (idempotency.ttl,
-// idempotency.wait_timeout), the expiry worker's (idempotency.expire_*) and
-// a developer's (idempotency.debug_*).
 #include "idempotency/settings/sqlstate_list.hpp"
 
 #include "idempotency/settings/settings.hpp"
@@ -17,23 +14,19 @@ extern "C" {
 
 namespace idempotency::settings {
 
-// idempotency.debug_statement_hash_bits.
 namespace detail {
 uint64 statement_hash_mask = ~(uint64)0;
 }
 
 namespace {
 
-// The expiry worker's settings (idempotency.expire_*).
 constexpr int default_interval_seconds = 60;
 constexpr int default_batch_size = 1000;
-// A batch is one transaction; its keys stay locked until it commits, so it
+// A batch is one transaction that keeps its keys locked until it commits: it
 // must stay short whatever is configured.
 constexpr int max_batch_size = 100000;
-
-// Flat out, the worker takes a core from the callers; at the default rate
-// it leaves them most of one and still deletes keys many times faster than
-// callers add them (figures: docs/benchmark.md#expiry).
+// Leaves callers most of a core and still deletes keys many times faster
+// than they add them (docs/benchmark.md#expiry).
 constexpr int default_rate = 100000;
 
 int interval_seconds = default_interval_seconds;
@@ -47,17 +40,10 @@ void assign_statement_hash_bits(int bits, void *) {
       bits >= 64 ? ~(uint64)0 : ((uint64)1 << bits) - 1;
 }
 
-// Values PostgreSQL skips with only a WARNING. A value of the call's
-// settings that PostgreSQL does not take where it does not raise an error
-// would leave the setting's default (or an earlier value) in force: a
-// role's or database's value checked when a session starts, and any value
-// set before the library was loaded. Until the library is loaded in a
-// session, PostgreSQL keeps an idempotency.* value (from SET, ALTER ROLE or
-// DATABASE ... SET, postgresql.conf) as a placeholder it cannot check; when
-// the library loads, define() hands it to the real setting, and PostgreSQL
-// only warns when it is refused. Such a value is kept here, and every call
-// fails with the setting's error until the setting is set again. All of it
-// is seen through the public GUC API: the check hooks' source, and the
+// A call setting's value that PostgreSQL refuses with only a WARNING (a
+// role's or database's value when a session starts, a placeholder set before
+// the library was loaded) would leave a default nobody chose in force. It is
+// seen through the public GUC API alone: the check hooks' source, and the
 // placeholder's text before define() against the value in force after it.
 
 enum class CallSetting {
@@ -68,44 +54,48 @@ enum class CallSetting {
   store_errors,
   remember
 };
-struct CallSettingName {
-  const char *name;
-  bool integer; // shown by GetConfigOption() as a number without its unit
-};
-constexpr CallSettingName call_settings[] = {
-    {"idempotency.max_ttl", false},
-    {"idempotency.ttl", false},
-    {"idempotency.wait_timeout", true},
-    {"idempotency.max_response_size", true},
-    {"idempotency.store_errors", false},
-    {"idempotency.remember", false}};
-constexpr int call_setting_count = 6;
 
-// A value a call setting did not take. `checked`: its check hook refused
-// it, at `source`; otherwise PostgreSQL refused it before the hook (out of
-// range, or a superuser-only setting set by another role).
+// A value a call setting did not take. `checked`: its check hook refused it,
+// at `source`; otherwise PostgreSQL refused it before the hook (out of range,
+// or a superuser-only setting set by another role).
 struct RefusedValue {
   bool refused;
   char *text; // malloc'd (check hooks must not raise); nullptr if it failed
   bool checked;
   GucSource source;
 };
-static_assert(std::is_trivially_destructible_v<RefusedValue>);
 
-RefusedValue refused_values[call_setting_count];
+struct CallSettingState {
+  const char *name;
+  bool integer; // shown by GetConfigOption() as a number without its unit
+  RefusedValue refusal{};
+  // The highest source whose value the check hooks have seen outside
+  // define(): a session's values come highest first, and a value outranked
+  // by one before it is not in force.
+  GucSource highest_checked = PGC_S_DEFAULT;
+  char *placeholder = nullptr; // its text before define()
+};
+static_assert(std::is_trivially_destructible_v<CallSettingState>);
+
+// By CallSetting.
+CallSettingState call_settings[] = {{"idempotency.max_ttl", false},
+                                    {"idempotency.ttl", false},
+                                    {"idempotency.wait_timeout", true},
+                                    {"idempotency.max_response_size", true},
+                                    {"idempotency.store_errors", false},
+                                    {"idempotency.remember", false}};
 bool any_refused = false;
-
-// The highest source whose value of each setting the check hooks have seen
-// outside define(): a session's values come highest first (the client's,
-// then the role's in the database, the role's, the database's, the
-// cluster's), and a value outranked by one before it is not in force.
-GucSource highest_checked[call_setting_count];
 
 // Whether define() is handing placeholders to the settings.
 bool defining = false;
 
-void keep_refused(int i, const char *text, bool checked, GucSource source) {
-  RefusedValue &value = refused_values[i];
+CallSettingState &state(CallSetting setting) {
+  return call_settings[static_cast<int>(setting)];
+}
+
+void keep_refused(CallSettingState &setting, const char *text, bool checked,
+                  GucSource source) {
+  RefusedValue &value = setting.refusal;
   // Checked again by report_refused(): already kept.
   if (value.refused && value.text != nullptr && strcmp(value.text, text) == 0 &&
       value.checked == checked && value.source == source)
@@ -115,74 +105,58 @@ void keep_refused(int i, const char *text, bool checked, GucSource source) {
   any_refused = true;
 }
 
-void forget_refusal(CallSetting setting) {
-  refused_values[static_cast<int>(setting)].refused = false;
-}
-
-// Sources whose refused values PostgreSQL skips with a WARNING while a
-// session starts.
-bool applied_at_session_start(GucSource source) {
-  return source == PGC_S_GLOBAL || source == PGC_S_DATABASE ||
-         source == PGC_S_USER || source == PGC_S_DATABASE_USER;
-}
-
-// Called by each call setting's check hook with its verdict on `text`,
-// which it returns: a refusal is kept when PostgreSQL would only warn and
-// the value would have been in force.
-bool noted(CallSetting setting, bool accepted, const char *text,
-           GucSource source) {
-  if (source == PGC_S_TEST || source == PGC_S_DEFAULT || text == nullptr)
+// A call setting's check hook: `valid`'s verdict, its refusal kept when
+// PostgreSQL would only warn and the value would have been in force.
+template <CallSetting setting, bool (*valid)(char **, void **, GucSource)>
+bool check(char **newval, void **extra, GucSource source) {
+  bool accepted = valid(newval, extra, source);
+  if (source == PGC_S_TEST || source == PGC_S_DEFAULT || *newval == nullptr)
     return accepted;
-  int i = static_cast<int>(setting);
-  if (defining) {
-    if (!accepted)
-      keep_refused(i, text, true, source);
-    return accepted;
+  CallSettingState &checked = state(setting);
+  bool in_force = defining;
+  if (!defining && checked.highest_checked <= source) {
+    checked.highest_checked = source;
+    // The sources PostgreSQL only warns about while a session starts.
+    in_force = source == PGC_S_GLOBAL || source == PGC_S_DATABASE ||
+               source == PGC_S_USER || source == PGC_S_DATABASE_USER;
   }
-  bool outranked = highest_checked[i] > source;
-  if (!outranked)
-    highest_checked[i] = source;
-  if (!accepted && !outranked && applied_at_session_start(source))
-    keep_refused(i, text, true, source);
+  if (!accepted && in_force)
+    keep_refused(checked, *newval, true, source);
   return accepted;
 }
 
-// The call settings' placeholders, as their text before define().
-char *placeholders[call_setting_count];
-
 void capture_placeholders() {
-  for (int i = 0; i < call_setting_count; i++) {
+  for (CallSettingState &setting : call_settings) {
     // NULL (15) or "" (16 on) for a placeholder nothing set.
-    const char *text = GetConfigOption(call_settings[i].name, true, false);
-    placeholders[i] = text == nullptr || *text == '\0'
-                          ? nullptr
-                          : MemoryContextStrdup(TopMemoryContext, text);
+    const char *text = GetConfigOption(setting.name, true, false);
+    setting.placeholder = text == nullptr || *text == '\0'
+                              ? nullptr
+                              : MemoryContextStrdup(TopMemoryContext, text);
   }
 }
 
-// Whether setting `i` holds the value `text` after define().
-bool holds(int i, const char *text) {
-  const char *name = call_settings[i].name;
-  const char *in_force = GetConfigOption(name, false, false);
+// Whether the setting holds the value `text` after define().
+bool holds(const CallSettingState &setting, const char *text) {
+  const char *in_force = GetConfigOption(setting.name, false, false);
   if (strcmp(in_force, text) == 0)
     return true;
-  int flags = GetConfigOptionFlags(name, false);
+  int flags = GetConfigOptionFlags(setting.name, false);
   int wanted = 0;
   int held = 0;
-  return call_settings[i].integer && parse_int(text, &wanted, flags, nullptr) &&
+  return setting.integer && parse_int(text, &wanted, flags, nullptr) &&
          parse_int(in_force, &held, flags, nullptr) && wanted == held;
 }
 
 // After define(): a placeholder its setting did not take, for a reason its
 // check hook did not see.
 void note_untaken_placeholders() {
-  for (int i = 0; i < call_setting_count; i++) {
-    if (placeholders[i] == nullptr)
+  for (CallSettingState &setting : call_settings) {
+    if (setting.placeholder == nullptr)
       continue;
-    if (!refused_values[i].refused && !holds(i, placeholders[i]))
-      keep_refused(i, placeholders[i], false, PGC_S_SESSION);
-    pfree(placeholders[i]);
-    placeholders[i] = nullptr;
+    if (!setting.refusal.refused && !holds(setting, setting.placeholder))
+      keep_refused(setting, setting.placeholder, false, PGC_S_SESSION);
+    pfree(setting.placeholder);
+    setting.placeholder = nullptr;
   }
 }
 
@@ -193,14 +167,13 @@ void refused_value_context(void *arg) {
              static_cast<const char *>(arg));
 }
 
-// The refusal, as PostgreSQL's own error for the value, checked again as
-// SET would check it: by the check hook (with the right to set the
-// setting), or else with the session user's rights, which raises the range
-// or permission error. Should the value pass now, a 22023 all the same:
-// the setting did not take it.
-[[noreturn]] void report_refused(int i) {
-  const RefusedValue &value = refused_values[i];
-  const char *name = call_settings[i].name;
+// PostgreSQL's own error for the value, checked again as SET would: by the
+// check hook (with the right to set the setting), or else with the session
+// user's rights, which raises the range or permission error. Should the
+// value pass now, a 22023 all the same: the setting did not take it.
+[[noreturn]] void report_refused(const CallSettingState &setting) {
+  const RefusedValue &value = setting.refusal;
+  const char *name = setting.name;
   ErrorContextCallback context{error_context_stack, refused_value_context,
                                const_cast<char *>(name)};
   error_context_stack = &context;
@@ -221,29 +194,23 @@ void refused_value_context(void *arg) {
   pg_unreachable();
 }
 
-// Raises the error of a value one of the call's settings refused where
-// PostgreSQL only warned (report_refused), until that setting is set again
-// (SET, RESET). The call settings' accessors call it, so no
-// call runs on a default nobody chose.
+// Called by the call settings' accessors, so no call runs on a default
+// nobody chose.
 void raise_if_value_refused() {
   if (!any_refused)
     return;
-  for (int i = 0; i < call_setting_count; i++)
-    if (refused_values[i].refused)
-      report_refused(i);
+  for (const CallSettingState &setting : call_settings)
+    if (setting.refusal.refused)
+      report_refused(setting);
   any_refused = false;
 }
 
-// The refusal of one setting only: for expiry, which reads
-// idempotency.remember and none of the call's other settings, and must not
-// stop because a role's or database's ttl was refused.
+// For expiry, which reads idempotency.remember alone and must not stop
+// because a role's or database's ttl was refused.
 void raise_if_refused(CallSetting setting) {
-  int i = static_cast<int>(setting);
-  if (any_refused && refused_values[i].refused)
-    report_refused(i);
+  if (any_refused && state(setting).refusal.refused)
+    report_refused(state(setting));
 }
-
-// The call's settings (idempotency.ttl, idempotency.wait_timeout).
 
 char *ttl_text = nullptr;
 Interval ttl_value;
@@ -263,21 +230,19 @@ char *store_errors_text = nullptr;
 SqlstateList no_stored_errors{};
 const SqlstateList *stored_errors_value = &no_stored_errors;
 
-// Parses an interval without raising errors (check hooks must not), accepting
-// what interval input accepts: '24h', '7 days', '1 day 2 hours', 'P1D'.
+// Parses what interval input accepts ('24h', '1 day 2 hours', 'P1D')
+// without raising errors (check hooks must not).
 bool parse_interval(const char *text, Interval *out) {
   char copy[MAXDATELEN + 1];
   if (strlen(text) > MAXDATELEN)
     return false;
   strlcpy(copy, text, sizeof copy);
-
   char workbuf[256];
   char *fields[MAXDATEFIELDS];
   int field_types[MAXDATEFIELDS];
   int nfields = 0;
   int dtype = 0;
   struct pg_itm_in itm;
-
   int status = ParseDateTime(copy, workbuf, sizeof(workbuf), fields,
                              field_types, MAXDATEFIELDS, &nfields);
   if (status == 0)
@@ -299,8 +264,7 @@ long double span_usecs(const Interval &span, int day_hours, int month_days) {
          (long double)span.month * month_days * USECS_PER_DAY;
 }
 
-// An interval's length as PostgreSQL orders intervals: a month is 30 days,
-// a day 24 hours.
+// As PostgreSQL orders intervals: a month is 30 days, a day 24 hours.
 long double comparable_usecs(const Interval &span) {
   return span_usecs(span, HOURS_PER_DAY, DAYS_PER_MONTH);
 }
@@ -309,39 +273,33 @@ bool is_zero(const Interval &span) {
   return span.month == 0 && span.day == 0 && span.time == 0;
 }
 
-// What a TTL (or its maximum) must be, whatever it is compared with: an
-// interval with no negative part and a positive length, so a key always
-// expires after it was created, in calendar time too: '-2 months 60 days
+// A TTL (or its maximum) has no negative part and a positive length, so a
+// key expires after it was created in calendar time too: '-2 months 60 days
 // 1 microsecond' is positive by the 30-day rule, yet ends before it starts
 // whenever the two months before hold 61 days or more.
-bool check_span(const char *name, char *text, Interval *parsed) {
-  if (text == nullptr || !parse_interval(text, parsed)) {
-    GUC_check_errdetail("%s must be an interval, such as '24h' or '7 days'.",
-                        name);
-    return false;
-  }
-  if (parsed->month < 0 || parsed->day < 0 || parsed->time < 0) {
-    GUC_check_errdetail("%s must have no negative part.", name);
-    return false;
-  }
-  if (comparable_usecs(*parsed) <= 0) {
-    GUC_check_errdetail("%s must be positive.", name);
-    return false;
-  }
+bool check_span(const char *name, char *text, Interval *parsed,
+                long double longest_usecs = 0) {
+  const char *problem = nullptr;
+  if (text == nullptr || !parse_interval(text, parsed))
+    problem = "%s must be an interval, such as '24h' or '7 days'.";
+  else if (parsed->month < 0 || parsed->day < 0 || parsed->time < 0)
+    problem = "%s must have no negative part.";
+  else if (comparable_usecs(*parsed) <= 0)
+    problem = "%s must be positive.";
   // A key of this TTL, claimed now, must get an expiry time within
   // timestamptz's range; a month counts as 31 days, its longest.
-  if (GetCurrentTimestamp() + span_usecs(*parsed, HOURS_PER_DAY, 31) >=
-      END_TIMESTAMP) {
-    GUC_check_errdetail("%s puts expiry times past the end of timestamptz's "
-                        "range.",
-                        name);
-    return false;
-  }
-  return true;
+  else if (GetCurrentTimestamp() + span_usecs(*parsed, HOURS_PER_DAY, 31) >=
+           END_TIMESTAMP)
+    problem = "%s puts expiry times past the end of timestamptz's range.";
+  else if (longest_usecs > 0 && comparable_usecs(*parsed) > longest_usecs)
+    problem = "%s must be at most 365 days.";
+  if (problem != nullptr)
+    GUC_check_errdetail(problem, name);
+  return problem == nullptr;
 }
 
-// Hands the parsed value to the assign hook. GUC frees extra itself, so it
-// is GUC's memory (guc_malloc: PostgreSQL 16 on frees it with guc_free).
+// Hands the parsed value to the assign hook in GUC's memory: GUC frees extra
+// itself (with guc_free from PostgreSQL 16 on).
 template <typename Parsed>
 bool keep_parsed(const Parsed &parsed, void **extra) {
   auto *copy = static_cast<Parsed *>(compat::guc_malloc(LOG, sizeof(Parsed)));
@@ -352,23 +310,8 @@ bool keep_parsed(const Parsed &parsed, void **extra) {
   return true;
 }
 
-// A call setting's check hook: `valid`'s verdict, noted.
-template <CallSetting setting, bool (*valid)(char **, void **, GucSource)>
-bool check(char **newval, void **extra, GucSource source) {
-  return noted(setting, valid(newval, extra, source), *newval, source);
-}
-
-// The assign hook of a call setting whose value needs no parsing.
 template <CallSetting setting> void assign_int(int, void *) {
-  forget_refusal(setting);
-}
-
-// The TTL keys get: idempotency.ttl, or idempotency.max_ttl if a superuser
-// lowered it below a ttl set earlier (a ttl above it is refused when set).
-void update_key_ttl() {
-  key_ttl_value = comparable_usecs(ttl_value) <= comparable_usecs(max_ttl_value)
-                      ? ttl_value
-                      : max_ttl_value;
+  state(setting).refusal.refused = false;
 }
 
 bool ttl_valid(char **newval, void **extra, GucSource source) {
@@ -387,12 +330,15 @@ bool ttl_valid(char **newval, void **extra, GucSource source) {
   return keep_parsed(parsed, extra);
 }
 
-// The assign hooks of idempotency.ttl and idempotency.max_ttl.
+// Keys get idempotency.ttl, or idempotency.max_ttl if a superuser lowered it
+// below a ttl set earlier (a ttl above it is refused when set).
 template <CallSetting setting, Interval *value>
 void assign_ttl(const char *, void *extra) {
   *value = *static_cast<Interval *>(extra);
-  update_key_ttl();
-  forget_refusal(setting);
+  key_ttl_value = comparable_usecs(ttl_value) <= comparable_usecs(max_ttl_value)
+                      ? ttl_value
+                      : max_ttl_value;
+  state(setting).refusal.refused = false;
 }
 
 bool max_ttl_valid(char **newval, void **extra, GucSource) {
@@ -401,49 +347,31 @@ bool max_ttl_valid(char **newval, void **extra, GucSource) {
          keep_parsed(parsed, extra);
 }
 
-// The longest idempotency.remember: a year of tombstones, as intervals
-// compare (a month is 30 days).
-constexpr long double longest_remember_usecs = 365.0L * USECS_PER_DAY;
-
-// idempotency.remember: 0 (tombstones off), or a span as check_span() wants
-// one, at most a year.
+// 0 (tombstones off), or a span as check_span() wants one, at most a year
+// as intervals compare.
 bool remember_valid(char **newval, void **extra, GucSource) {
   Interval parsed;
   if (*newval != nullptr && parse_interval(*newval, &parsed) && is_zero(parsed))
     return keep_parsed(parsed, extra);
-  if (!check_span("idempotency.remember", *newval, &parsed))
-    return false;
-  if (comparable_usecs(parsed) > longest_remember_usecs) {
-    GUC_check_errdetail("idempotency.remember must be at most 365 days.");
-    return false;
-  }
-  return keep_parsed(parsed, extra);
+  return check_span("idempotency.remember", *newval, &parsed,
+                    365.0L * USECS_PER_DAY) &&
+         keep_parsed(parsed, extra);
 }
 
 void assign_remember(const char *, void *extra) {
   remember_value = *static_cast<Interval *>(extra);
   remembers = !is_zero(remember_value);
-  forget_refusal(CallSetting::remember);
+  state(CallSetting::remember).refusal.refused = false;
 }
 
-const char *sqlstate_list_problem(SqlstateListCheck check) {
-  switch (check) {
-  case SqlstateListCheck::ok:
-    break;
-  case SqlstateListCheck::malformed:
-    return "is not a SQLSTATE (5 characters) or a class (2 characters)";
-  case SqlstateListCheck::too_many:
-    return "is one entry too many";
-  case SqlstateListCheck::not_an_error:
-    return "names a class of success, warning or no-data conditions, not of "
-           "errors";
-  case SqlstateListCheck::transient:
-    return "names a transient condition (a cancel, timeout, serialization "
-           "failure, deadlock, resource shortage or internal error) that a "
-           "retry may not meet again";
-  }
-  return "";
-}
+// By SqlstateListCheck, after ok.
+constexpr const char *sqlstate_list_problems[] = {
+    "is not a SQLSTATE (5 characters) or a class (2 characters)",
+    "is one entry too many",
+    "names a class of success, warning or no-data conditions, not of errors",
+    "names a transient condition (a cancel, timeout, serialization failure, "
+    "deadlock, resource shortage or internal error) that a retry may not meet "
+    "again"};
 
 bool store_errors_valid(char **newval, void **extra, GucSource) {
   SqlstateList parsed;
@@ -455,23 +383,24 @@ bool store_errors_valid(char **newval, void **extra, GucSource) {
         "comma-separated list of SQLSTATEs (P0001) and classes (23), at most "
         "%d entries.",
         (int)result.entry_size, text + result.entry_start,
-        sqlstate_list_problem(result.check), SqlstateList::capacity);
+        sqlstate_list_problems[static_cast<int>(result.check) - 1],
+        SqlstateList::capacity);
     return false;
   }
   return keep_parsed(parsed, extra);
-}
-
-TimestampTz plus_interval(TimestampTz start, const Interval &span) {
-  return DatumGetTimestampTz(
-      DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(start),
-                          IntervalPGetDatum(const_cast<Interval *>(&span))));
 }
 
 void assign_store_errors(const char *, void *extra) {
   stored_errors_value = extra == nullptr
                             ? &no_stored_errors
                             : static_cast<const SqlstateList *>(extra);
-  forget_refusal(CallSetting::store_errors);
+  state(CallSetting::store_errors).refusal.refused = false;
+}
+
+TimestampTz plus_interval(TimestampTz start, const Interval &span) {
+  return DatumGetTimestampTz(
+      DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(start),
+                          IntervalPGetDatum(const_cast<Interval *>(&span))));
 }
 
 } // namespace
@@ -596,9 +525,8 @@ const Interval &remember() {
 
 TimestampTz forgotten_at(TimestampTz response_expired_at) {
   raise_if_refused(CallSetting::remember);
-  if (!remembers)
-    return response_expired_at;
-  return plus_interval(response_expired_at, remember_value);
+  return remembers ? plus_interval(response_expired_at, remember_value)
+                   : response_expired_at;
 }
 
 int64 remember_usecs(TimestampTz expires_at, const Interval &remember) {

@@ -34,9 +34,10 @@ bool in(const char *text, const char *const (&listed)[N]) noexcept {
 }
 
 constexpr const char *not_error_classes[] = {"00", "01", "02"};
-// The classes whose every condition is transient (see sqlstate_transient),
-// and the transient conditions in classes that are not transient as a
-// whole.
+// Transient: classes 08 (connection), 40 (rollback: serialization failures,
+// deadlocks), 53 (resources), 57 (cancels, timeouts, shutdown), 58 (system),
+// 72 (snapshot too old), XX (internal); and in classes that may be listed,
+// transaction and lock timeouts, an object in use, a foreign server down.
 constexpr const char *transient_classes[] = {"08", "40", "53", "57",
                                              "58", "72", "XX"};
 constexpr const char *transient_sqlstates[] = {"25P03", "25P04", "55P03",
@@ -48,10 +49,7 @@ SqlstateListResult parse_sqlstate_list(const char *text,
                                        SqlstateList &out) noexcept {
   out.count = 0;
   std::size_t length = std::strlen(text);
-  std::size_t pos = 0;
-  while (pos < length && is_blank(text[pos]))
-    pos++;
-  if (pos == length)
+  if (std::strspn(text, " \t\n\r") == length)
     return {SqlstateListCheck::ok, 0, 0};
 
   for (std::size_t start = 0; start <= length;) {

@@ -1,5 +1,4 @@
-// The value of idempotency.store_errors, parsed without the server: a list
-// of SQLSTATEs and classes. No PostgreSQL header here.
+// idempotency.store_errors, parsed without the server. No PostgreSQL header.
 #pragma once
 
 #include <cstddef>
@@ -8,8 +7,8 @@
 
 namespace idempotency {
 
-// idempotency.store_errors: SQLSTATEs ("P0001") and two-character classes
-// ("23") whose errors raised by fn are stored as the call's outcome.
+// SQLSTATEs ("P0001") and classes ("23") of the fn errors stored as the
+// call's outcome.
 struct SqlstateList {
   static constexpr int capacity = 64;
   int count;
@@ -31,23 +30,15 @@ struct SqlstateListResult {
 };
 
 // Parses a comma-separated list; blanks around entries are ignored and the
-// empty text is the empty list. Transient conditions are refused, because
-// storing them would make a passing condition the request's permanent
-// answer: the classes and SQLSTATEs of sqlstate_transient() below, and IK
-// (the extension's own IK409, IK422, ...).
+// empty text is the empty list. Storing a transient condition would make a
+// passing condition the request's permanent answer: the conditions of
+// sqlstate_transient() are refused, and IK (the extension's own IK409, ...).
 SqlstateListResult parse_sqlstate_list(const char *text,
                                        SqlstateList &out) noexcept;
 
 // Whether a five-character SQLSTATE is a transient condition, one a retry
-// may not meet again, and so is never stored whatever is listed: classes 08
-// (connection), 40 (transaction rollback: serialization failures, deadlocks,
-// 40003), 53 (insufficient resources: out of memory, disk full, too many
-// connections), 57 (operator intervention: cancels, statement_timeout,
-// shutdown, idle_session_timeout), 58 (system error), 72 (snapshot too old)
-// and XX (internal); and in classes that may be listed: 25P03 and 25P04
-// (idle-in-transaction and transaction timeouts), 55P03 (lock_timeout,
-// NOWAIT), 55006 (object in use by another session) and HV00N (a foreign
-// server unreachable).
+// may not meet again (src/settings/sqlstate_list.cpp lists them), and so is
+// never stored whatever is listed.
 bool sqlstate_transient(const char *sqlstate) noexcept;
 
 // Whether a five-character SQLSTATE is listed, itself or by its class.
