@@ -1,10 +1,7 @@
-// What the expiry worker did, per database, in shared memory.
-//
-// Shared memory rather than a table: the worker records a round without
-// writing WAL or leaving dead rows behind, the record is readable from every
-// database (and while a database's own table is locked), and it needs the
-// library preloaded, which the worker needs anyway. It starts empty after a
-// restart of the server.
+// What the expiry worker did, per database, in shared memory rather than a
+// table: recording a round writes no WAL and leaves no dead rows, and it is
+// readable from every database, also while a database's table is locked. It
+// starts empty after a restart of the server.
 #pragma once
 
 #include "idempotency/pg.hpp"
@@ -16,12 +13,10 @@ extern "C" {
 
 namespace idempotency::worker::status {
 
-// Databases with the extension installed that the status remembers; beyond
-// that, the least recently served one is forgotten.
+// Beyond max_databases, the least recently served one is forgotten.
 constexpr int max_databases = 256;
 constexpr int max_error_bytes = 256;
 
-// What the status remembers of one database.
 struct RoundStatus {
   Oid database; // InvalidOid: a free slot
   bool running;
@@ -56,28 +51,25 @@ static_assert(std::is_trivially_destructible_v<RoundShortfall>);
 void request_shared_memory();
 void attach_shared_memory();
 
-// A worker began a round in `database`.
 void round_started(Oid database, TimestampTz at);
 
-// The round in `database` ended; error is NULL when it succeeded, and
-// when `shortfall.skipped` what the round gave way to.
+// error is NULL when the round succeeded.
 void round_finished(Oid database, TimestampTz at, int64 deleted,
                     const char *error, const RoundShortfall &shortfall = {});
 
-// Ends the round in `database` as failed with `error`, if its worker left
-// without saying how it went (it was terminated, or crashed).
+// Ends the round as failed with `error` if its worker left without saying
+// how it went (it was terminated, or crashed).
 void round_abandoned(Oid database, TimestampTz at, const char *error);
 
 // The extension is not (or no longer) installed in `database`.
 void forget(Oid database);
 
-// Keeps only the databases listed (the others were dropped).
+// Forgets the databases not listed (they were dropped).
 void forget_all_but(const List *databases);
 
-// Copies the remembered databases into out[0 .. max_databases) and returns
-// how many there are (first in `out`); -1 when the status is not in shared
-// memory (the library is not preloaded). No palloc while the status is
-// locked: the caller provides the room.
+// Copies the remembered databases to the start of out[0 .. max_databases)
+// and returns how many; -1 when the library is not preloaded. The caller
+// provides the room: no palloc while the status is locked.
 int copy_status(RoundStatus *out);
 
 } // namespace idempotency::worker::status
