@@ -29,8 +29,7 @@ struct SharedStats {
 };
 
 SharedStats *shared = nullptr;
-// This backend's slot, found once per backend (a backend serves one
-// database for its whole life).
+// Found once: a backend serves one database for its whole life.
 DatabaseCounters *own = nullptr;
 
 void init_counters(DatabaseCounters &slot, Oid database) {
@@ -41,15 +40,10 @@ void init_counters(DatabaseCounters &slot, Oid database) {
   slot.database = database;
 }
 
-// The slot of `database`, created on first use; nullptr when every slot
-// belongs to a live database.
-//
-// Which slots are reusable needs catalog lookups (is the owner's database
-// still there?), which may raise an error and so cannot run under the
-// spinlock. They run first, on the owners seen then; under the spinlock a
-// slot is taken only if its owner is still the one that was looked up, so
-// two databases never take one slot. When every candidate was taken
-// meanwhile, it looks again.
+// nullptr when every slot belongs to a live database. Whether an owner's
+// database is still there is a catalog lookup, which may raise an error and
+// so runs outside the spinlock; under it a slot is taken only if its owner
+// is still the one looked up, else it looks again.
 DatabaseCounters *slot_of(Oid database) {
   for (;;) {
     Oid seen_owner[max_databases];
