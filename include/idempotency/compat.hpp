@@ -1,9 +1,7 @@
-// Every difference between the PostgreSQL majors the extension builds for
-// (15, 17, 18, 19), and the one place that tests PG_VERSION_NUM
-// (test/unit/layers.sh): each function has the newest server's name and
-// arguments, a polyfill on older ones. Include it after the project headers.
-// The unit tests' frontend build of fingerprint/fingerprint (FRONTEND) gets
-// only the hashing part.
+// Every difference between the PostgreSQL majors built for (15, 17, 18, 19),
+// the one place that tests PG_VERSION_NUM: each function has the newest
+// server's name and arguments. A FRONTEND build (the unit tests' hashing)
+// gets only the hashing part.
 #pragma once
 
 #ifdef FRONTEND
@@ -52,8 +50,7 @@ extern "C" {
 struct IndexScanInstrumentation; // PostgreSQL 18's, never used before it
 #endif
 
-// The library's magic block; from PostgreSQL 18 on it also names the
-// library and its version (pg_get_loaded_modules() shows them).
+// From PostgreSQL 18 on the magic block names the library and its version.
 #if PG_VERSION_NUM >= 180000
 #define IDEMPOTENCY_MODULE_MAGIC(library_version)                              \
   PG_MODULE_MAGIC_EXT(.name = "idempotency", .version = library_version)
@@ -63,9 +60,8 @@ struct IndexScanInstrumentation; // PostgreSQL 18's, never used before it
 
 namespace idempotency::compat {
 
-// A named wait event (PostgreSQL 17; before, every such wait is
-// "Extension"). Takes shared memory the first time a name is used: call
-// once per process.
+// Named wait events came with PostgreSQL 17. Takes shared memory for a new
+// name: call once per process.
 inline uint32 wait_event(const char *name) {
 #if PG_VERSION_NUM >= 170000
   return WaitEventExtensionNew(name);
@@ -75,8 +71,7 @@ inline uint32 wait_event(const char *name) {
 #endif
 }
 
-// An index scan (PostgreSQL 18 added the instrumentation, 19 the scan
-// options, SO_NONE for a plain scan).
+// PostgreSQL 18 added the instrumentation, 19 the scan options.
 #if PG_VERSION_NUM >= 190000
 constexpr uint32 SO_NONE = ::SO_NONE;
 #else
@@ -99,8 +94,7 @@ inline IndexScanDesc index_beginscan(Relation heap, Relation index,
 #endif
 }
 
-// A sequential scan of a table (PostgreSQL 19 added the scan options,
-// SO_NONE for a plain scan).
+// PostgreSQL 19 added the scan options.
 inline TableScanDesc table_beginscan(Relation rel, Snapshot snapshot, int nkeys,
                                      ScanKeyData *key, uint32 flags) {
 #if PG_VERSION_NUM >= 190000
@@ -118,8 +112,7 @@ using SysCacheIdentifier = ::SysCacheIdentifier;
 using SysCacheIdentifier = int;
 #endif
 
-// What post_parse_analyze_hook receives of the query's jumble (PostgreSQL
-// 19 made it const).
+// post_parse_analyze_hook's jumble (PostgreSQL 19 made it const).
 #if PG_VERSION_NUM >= 190000
 using JumbleStateArgument = const JumbleState *;
 #else
@@ -180,8 +173,7 @@ inline void *guc_malloc(int elevel, size_t size) {
 #endif
 }
 
-// A backend's status by its index, 1 to pgstat_fetch_stat_numbackends()
-// (PostgreSQL 16's name).
+// Index 1 to pgstat_fetch_stat_numbackends() (PostgreSQL 16's name).
 inline LocalPgBackendStatus *pgstat_get_local_beentry_by_index(int index) {
 #if PG_VERSION_NUM >= 160000
   return ::pgstat_get_local_beentry_by_index(index);
@@ -190,8 +182,7 @@ inline LocalPgBackendStatus *pgstat_get_local_beentry_by_index(int index) {
 #endif
 }
 
-// This backend's local transaction id (PostgreSQL 17 moved it into
-// PGPROC.vxid).
+// PostgreSQL 17 moved the local transaction id into PGPROC.vxid.
 inline LocalTransactionId my_local_transaction_id() {
 #if PG_VERSION_NUM >= 170000
   return MyProc->vxid.lxid;

@@ -1,11 +1,8 @@
-// SHA-256 and HMAC-SHA256 through the library the server hashes with, and
-// the framed request encoding (docs/architecture.md, "Hashing"). With
-// OpenSSL 3 or later (IDEMPOTENCY_HASH_WITH_EVP), EVP with the algorithms
-// fetched once per backend from the default library context, so that
-// OpenSSL's configuration (its FIPS provider) decides what runs, as for the
-// server: pg_cryptohash fetches again at every initialisation (about 2,300
-// instructions, more than hashing a key). Otherwise pg_cryptohash and
-// pg_hmac. Also built as a frontend unit (FRONTEND) into the unit tests.
+// Hashing (docs/architecture.md, "Hashing"): with OpenSSL 3, EVP with the
+// algorithms fetched once per backend, so that OpenSSL's configuration (its
+// FIPS provider) decides what runs; pg_cryptohash fetches at every
+// initialisation, which costs more than hashing a key. Otherwise
+// pg_cryptohash and pg_hmac. The unit tests build it with FRONTEND.
 #include "idempotency/fingerprint/fingerprint.hpp"
 
 #include <algorithm>
@@ -45,11 +42,9 @@ static_assert(std::is_trivially_destructible_v<HmacSha256>);
 static_assert(Sha256::digest_size == PG_SHA256_DIGEST_LENGTH);
 static_assert(HmacSha256::block_size == PG_SHA256_BLOCK_LENGTH);
 
-// Contexts are kept for the backend's life and set up again for every hash:
-// creating one per hash costs more than hashing a key. A hash takes the
-// first free one of its kind; another is taken only by a hash that starts
-// while one is open, or after an error abandoned one, which is taken back
-// when its subtransaction aborts or the transaction ends.
+// Contexts are kept for the backend's life: creating one per hash costs more
+// than hashing a key. One an error abandoned is taken back when its
+// subtransaction aborts or the transaction ends.
 constexpr int contexts_per_kind = 8;
 
 #ifdef IDEMPOTENCY_HASH_WITH_EVP
@@ -70,8 +65,7 @@ struct KeyedMac {
 };
 constexpr std::size_t no_key = HmacSha256::block_size + 1;
 
-// The hash of a request's prefix, copied to start each request's hash;
-// freed with the memory context it was made in (never in the unit tests).
+// The hashed prefix, copied to start each request's hash.
 struct PrefixState {
   EVP_MD_CTX *evp;
 #ifndef FRONTEND
@@ -94,8 +88,8 @@ struct HmacContext {
   bool open;
   int level;
 #ifdef IDEMPOTENCY_HASH_WITH_EVP
-  // A copy of a keyed context, set back to its keyed state for each
-  // message: a copy and its freeing cost more than hashing a key.
+  // A copy of keyed_macs', reset for each message: copying costs more than
+  // hashing a key.
   KeyedMac mac;
 #else
   pg_hmac_ctx *pg;
@@ -106,8 +100,7 @@ namespace {
 
 Sha256Context sha256_contexts[contexts_per_kind];
 HmacContext hmac_contexts[contexts_per_kind];
-// Whether a context was taken since all were last taken back: a
-// transaction's end in a process that hashed nothing returns at once.
+// So that a transaction's end in a process that hashed nothing costs nothing.
 bool taken_since_end = false;
 
 [[noreturn]] void hashing_failed(const char *what, const char *reason) {
@@ -154,7 +147,7 @@ Context &take(Context (&contexts)[contexts_per_kind], const char *what) {
 
 #ifdef IDEMPOTENCY_HASH_WITH_EVP
 
-// With the reason of OpenSSL's latest error; empties its error queue.
+// Empties OpenSSL's error queue.
 [[noreturn]] void openssl_failed(const char *what) {
   unsigned long code = ERR_get_error();
   const char *reason = code == 0 ? nullptr : ERR_reason_error_string(code);
@@ -199,17 +192,14 @@ void sha256_final(Sha256Context &context,
   require(EVP_DigestFinal_ex(context.evp, digest, nullptr) == 1, "SHA-256");
 }
 
-// Keyed with the latest keys, for the backend's life; each message hashes
-// in a copy (EVP_MAC_CTX_dup), which keeps the key. Two, so that a backend
-// that alternates claims (the cluster's secret) and
-// idempotency.derived_key (the database's) keys neither again; a third key
-// replaces the one used less recently.
+// Keyed with the latest two keys, so that a backend that alternates claims
+// (the cluster's secret) and idempotency.derived_key (the database's) keys
+// neither again.
 constexpr int kept_keys = 2;
 KeyedMac keyed_macs[kept_keys];
 int latest_keyed = 0; // the one used last
 
 EVP_MAC_CTX *keyed_with(const std::uint8_t *key, std::size_t key_size) {
-  // The one used last first: a backend that uses one key finds it there.
   if (keyed_macs[latest_keyed].has_key(key, key_size))
     return keyed_macs[latest_keyed].evp;
   latest_keyed = (latest_keyed + 1) % kept_keys;
@@ -244,8 +234,7 @@ EVP_MAC_CTX *keyed_with(const std::uint8_t *key, std::size_t key_size) {
 HmacContext *open_hmac(const std::uint8_t *key, std::size_t key_size) {
   HmacContext &context = take(hmac_contexts, "HMAC-SHA256");
   if (context.mac.has_key(key, key_size)) {
-    // A NULL key starts a message with the key set before, also after an
-    // error abandoned one.
+    // A NULL key restarts with the key set before, even after an error.
     require(EVP_MAC_init(context.mac.evp, nullptr, 0, nullptr) == 1,
             "HMAC-SHA256");
     return &context;
@@ -281,9 +270,8 @@ void free_prefix_state(void *state) {
 
 #else // PostgreSQL's pg_cryptohash and pg_hmac
 
-// The create functions allocate in the current memory context, or register
-// an OpenSSL context with the current resource owner: kept contexts are made
-// in TopMemoryContext, for a resource owner that no transaction releases.
+// Kept contexts are made in TopMemoryContext, and for a resource owner that
+// no transaction releases.
 template <typename Create> auto create_kept(Create create, const char *what) {
 #ifdef FRONTEND
   auto *context = create(PG_SHA256);
@@ -354,6 +342,55 @@ void finish_into(Sha256 &hash, std::uint8_t *out, std::size_t size) noexcept {
   std::memcpy(out, digest, size);
 }
 
+void digest_into(const void *data, std::size_t data_size, std::uint8_t *out,
+                 std::size_t size) noexcept {
+  Sha256 hash;
+  hash.update(data, data_size);
+  finish_into(hash, out, size);
+}
+
+// Distinct tags keep a NULL from ever encoding like a value, a type name
+// like a value, and fn like either.
+constexpr std::uint8_t tag_function = 0x01;
+constexpr std::uint8_t tag_null_value = 0x03;
+constexpr std::uint8_t tag_type_name = 0x04;
+constexpr std::uint8_t tag_value = 0x05;
+constexpr std::uint8_t tag_client_hash = 0x06;
+constexpr std::uint8_t tag_claim_api = 0x07;
+
+int hex_digit(char c) noexcept {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
+bool is_uuid7_text(const char *key, std::size_t key_size) noexcept {
+  if (key_size != 36)
+    return false;
+  for (std::size_t i = 0; i < key_size; i++) {
+    bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash ? key[i] != '-' : hex_digit(key[i]) < 0)
+      return false;
+  }
+  // The version nibble, and the variant's two high bits (10).
+  return key[14] == '7' && (hex_digit(key[19]) & 0xC) == 0x8;
+}
+
+// Empty, or holding a character other than hex digits and '-': a random
+// UUID ends in 6 digits often enough (6% of UUIDv4 keys).
+bool names_a_series(const char *prefix, std::size_t prefix_size) noexcept {
+  if (prefix_size == 0)
+    return true;
+  for (std::size_t i = 0; i < prefix_size; i++)
+    if (prefix[i] != '-' && hex_digit(prefix[i]) < 0)
+      return true;
+  return false;
+}
+
 } // namespace
 
 void Sha256::update(const void *data, std::size_t size) noexcept {
@@ -376,9 +413,7 @@ void Sha256::finish(std::uint8_t (&digest)[digest_size]) noexcept {
 HmacSha256::HmacSha256(const void *key, std::size_t key_size) noexcept
     : key_{}, key_size_(0) {
   if (key_size > block_size) {
-    Sha256 long_key;
-    long_key.update(key, key_size);
-    finish_into(long_key, key_, Sha256::digest_size);
+    digest_into(key, key_size, key_, Sha256::digest_size);
     key_size_ = Sha256::digest_size;
   } else if (key_size > 0) {
     std::memcpy(key_, key, key_size);
@@ -401,9 +436,8 @@ void HmacSha256::finish(std::uint8_t (&mac)[mac_size]) noexcept {
   context_ = nullptr;
 }
 
-// The encoded prefix: `used` bytes, of `capacity`, follow the header. Every
-// object that shares it owns its first prefix_size_ bytes; an object whose
-// part ends where the bytes end may append in place, any other copies first.
+// `used` bytes of `capacity` follow. A copy owns its first prefix_size_
+// bytes, and may append in place only where they end.
 struct RequestFingerprint::Prefix {
   std::size_t used;
   std::size_t capacity;
@@ -412,19 +446,6 @@ struct RequestFingerprint::Prefix {
     return reinterpret_cast<std::uint8_t *>(this + 1);
   }
 };
-
-namespace {
-
-// Distinct tags keep a NULL from ever encoding like a value, a type name
-// like a value, and fn like either.
-constexpr std::uint8_t tag_function = 0x01;
-constexpr std::uint8_t tag_null_value = 0x03;
-constexpr std::uint8_t tag_type_name = 0x04;
-constexpr std::uint8_t tag_value = 0x05;
-constexpr std::uint8_t tag_client_hash = 0x06;
-constexpr std::uint8_t tag_claim_api = 0x07;
-
-} // namespace
 
 RequestFingerprint::RequestFingerprint(const char *fn,
                                        std::size_t fn_size) noexcept {
@@ -499,8 +520,8 @@ void RequestFingerprint::keep_prefix_state() noexcept {
 #ifdef IDEMPOTENCY_HASH_WITH_EVP
   if (started_)
     return;
-  // Everything that may fail before the context exists, then the context
-  // belongs to the memory context before anything else may fail.
+  // Whatever may fail runs before the EVP context exists or once the memory
+  // context owns it.
   EVP_MD *algorithm = sha256_algorithm();
   auto *state = static_cast<PrefixState *>(palloc(sizeof(PrefixState)));
   state->evp = EVP_MD_CTX_new();
@@ -520,7 +541,6 @@ void RequestFingerprint::keep_prefix_state() noexcept {
 #endif
 }
 
-// The prefix's kept state, or its bytes, start the hash.
 void RequestFingerprint::start() noexcept {
 #ifdef IDEMPOTENCY_HASH_WITH_EVP
   if (prefix_state_ != nullptr) {
@@ -541,9 +561,7 @@ void RequestFingerprint::finish(Fingerprint &out) noexcept {
 
 void key_digest(const char *key, std::size_t key_size,
                 std::uint8_t (&out)[key_digest_size]) noexcept {
-  Sha256 hash;
-  hash.update(key, key_size);
-  finish_into(hash, out, key_digest_size);
+  digest_into(key, key_size, out, key_digest_size);
 }
 
 void unconverted_key_digest(const char *key, std::size_t key_size,
@@ -555,62 +573,20 @@ void unconverted_key_digest(const char *key, std::size_t key_size,
   finish_into(hash, out, key_digest_size);
 }
 
-namespace {
-
-int hex_digit(char c) noexcept {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
-
-bool is_uuid7_text(const char *key, std::size_t key_size) noexcept {
-  if (key_size != 36)
-    return false;
-  for (std::size_t i = 0; i < key_size; i++) {
-    bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-    if (dash ? key[i] != '-' : hex_digit(key[i]) < 0)
-      return false;
-  }
-  // The version nibble, and the variant's two high bits (10).
-  return key[14] == '7' && (hex_digit(key[19]) & 0xC) == 0x8;
-}
-
-// Whether what precedes a key's trailing digits names a series: it is empty
-// (a plain number), or holds a character that is neither a hex digit nor
-// '-'. The end of a random UUID or hex string is digits often enough (6 of
-// them in 6% of UUIDv4 keys) and belongs to no series.
-bool names_a_series(const char *prefix, std::size_t prefix_size) noexcept {
-  if (prefix_size == 0)
-    return true;
-  for (std::size_t i = 0; i < prefix_size; i++)
-    if (prefix[i] != '-' && hex_digit(prefix[i]) < 0)
-      return true;
-  return false;
-}
-
-} // namespace
-
 void ordered_key_digest(const char *key, std::size_t key_size,
                         OrderedKeyDigest &out) noexcept {
   constexpr std::size_t hash_bytes = 8;
   if (is_uuid7_text(key, key_size)) {
-    // The 48-bit timestamp, big-endian, then the hash.
-    constexpr int timestamp_digits[12] = {0, 1, 2, 3,  4,  5,
-                                          6, 7, 9, 10, 11, 12};
+    // The 48-bit timestamp: 12 hex digits, a dash after the 8th.
     // NOLINTBEGIN(clang-analyzer-core.UndefinedBinaryOperatorResult): every
     // digit of a UUIDv7's text is hex, so hex_digit never returns -1.
-    for (std::size_t i = 0; i < 6; i++)
-      out.bytes[i] = static_cast<std::uint8_t>(
-          hex_digit(key[timestamp_digits[2 * i]]) << 4 |
-          hex_digit(key[timestamp_digits[2 * i + 1]]));
+    for (std::size_t i = 0; i < 6; i++) {
+      std::size_t at = 2 * i < 8 ? 2 * i : 2 * i + 1;
+      out.bytes[i] = static_cast<std::uint8_t>(hex_digit(key[at]) << 4 |
+                                               hex_digit(key[at + 1]));
+    }
     // NOLINTEND(clang-analyzer-core.UndefinedBinaryOperatorResult)
-    Sha256 hash;
-    hash.update(key, key_size);
-    finish_into(hash, out.bytes + 6, hash_bytes);
+    digest_into(key, key_size, out.bytes + 6, hash_bytes);
     out.size = 6 + hash_bytes;
     return;
   }
@@ -636,18 +612,13 @@ void ordered_key_digest(const char *key, std::size_t key_size,
     out.size = hash_bytes + 8;
     return;
   }
-  Sha256 hash;
-  hash.update(key, key_size);
-  finish_into(hash, out.bytes, key_digest_size);
+  digest_into(key, key_size, out.bytes, key_digest_size);
   out.size = key_digest_size;
 }
 
 #ifndef FRONTEND
-// No hash is open when a transaction ends: one still marked open was
-// interrupted by an error.
 void at_transaction_end() noexcept { take_back(0); }
 
-// A hash taken before the subtransaction began is still going on.
 void at_subtransaction_abort() noexcept {
   take_back(GetCurrentTransactionNestLevel());
 }

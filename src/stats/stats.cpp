@@ -13,7 +13,6 @@ namespace idempotency::stats {
 
 namespace {
 
-constexpr int max_databases = max_counted_databases;
 constexpr int event_kinds = 5;
 
 struct DatabaseCounters {
@@ -25,7 +24,7 @@ struct DatabaseCounters {
 
 struct SharedStats {
   slock_t mutex;
-  DatabaseCounters databases[max_databases];
+  DatabaseCounters databases[max_counted_databases];
 };
 
 SharedStats *shared = nullptr;
@@ -46,15 +45,15 @@ void init_counters(DatabaseCounters &slot, Oid database) {
 // is still the one looked up, else it looks again.
 DatabaseCounters *slot_of(Oid database) {
   for (;;) {
-    Oid seen_owner[max_databases];
+    Oid seen_owner[max_counted_databases];
     SpinLockAcquire(&shared->mutex);
-    for (int i = 0; i < max_databases; i++)
+    for (int i = 0; i < max_counted_databases; i++)
       seen_owner[i] = shared->databases[i].database;
     SpinLockRelease(&shared->mutex);
 
-    bool reusable[max_databases];
+    bool reusable[max_counted_databases];
     bool any_reusable = false;
-    for (int i = 0; i < max_databases; i++) {
+    for (int i = 0; i < max_counted_databases; i++) {
       reusable[i] = seen_owner[i] == InvalidOid ||
                     (seen_owner[i] != database &&
                      !SearchSysCacheExists1(DATABASEOID,
@@ -67,7 +66,7 @@ DatabaseCounters *slot_of(Oid database) {
     for (auto &slot : shared->databases)
       if (slot.database == database)
         found = &slot;
-    for (int i = 0; found == nullptr && i < max_databases; i++)
+    for (int i = 0; found == nullptr && i < max_counted_databases; i++)
       if (reusable[i] && shared->databases[i].database == seen_owner[i]) {
         found = &shared->databases[i];
         init_counters(*found, database);

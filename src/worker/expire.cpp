@@ -1,9 +1,6 @@
-// Expiry: the background worker and idempotency.expire(). The launcher,
-// connected to no database so that it never stands in the way of DROP
-// DATABASE, starts a short-lived worker in each database in turn each
-// idempotency.expire_interval; a round deletes expired keys from each key
-// store (storage/key_store.hpp) a batch at a time, and leaves early when a
-// command waits to have the database alone.
+// The launcher connects to no database, so that it never stands in the way
+// of DROP DATABASE, and starts a short-lived worker in each database in
+// turn, which leaves early when a command waits to have the database alone.
 #include <algorithm>
 #include <climits>
 
@@ -48,13 +45,11 @@ namespace idempotency::worker {
 
 namespace {
 
-// The cutoff of a round that starts at `now`: the start of the oldest
-// transaction in this database that may call, if earlier. idempotent_call
-// compares expires_at with its transaction's start, so a key expired at the
-// cutoff is expired for every running and later transaction. A key's row is
-// invisible here until its transaction commits, and a transaction cannot
-// commit a key that has already expired (storage/commit_guard.hpp) - except
-// through COMMIT PREPARED, and then the key is deleted like any other.
+// `now`, or the start of an older transaction here that may call:
+// idempotent_call compares expires_at with its transaction's start. A
+// transaction cannot commit a key that has already expired
+// (storage/commit_guard.hpp), except through COMMIT PREPARED, and then the
+// key is deleted like any other.
 TimestampTz expiry_cutoff(TimestampTz now) {
   TimestampTz cutoff = now;
   int backends = pgstat_fetch_stat_numbackends();
@@ -88,7 +83,6 @@ storage::ExpiryBatch expire_batch(const storage::KeyStore &store,
   return batch;
 }
 
-// A WARNING naming the cause, never a key.
 void warn_kept_rows(const char *database, int64 kept, const char *reason) {
   ereport(WARNING,
           (errmsg("idempotency expiry kept " INT64_FORMAT
@@ -103,7 +97,6 @@ void warn_kept_rows(const char *database, int64 kept, const char *reason) {
                    "object and the next round expires them.")));
 }
 
-// Whether a reload (SIGHUP) was asked for, and done.
 bool reload_settings_if_asked() {
   if (!ConfigReloadPending)
     return false;
@@ -112,15 +105,13 @@ bool reload_settings_if_asked() {
   return true;
 }
 
-// pg_stat_activity.backend_type of the per-database worker.
 constexpr const char *database_worker_type = "idempotency expiry";
 
 BackgroundWorker describe_worker(const char *function, const char *type,
                                  int restart_seconds) {
   BackgroundWorker worker;
   memset(&worker, 0, sizeof(worker));
-  // A database connection (to none, for the launcher) lets it read
-  // pg_database.
+  // A connection (to none, for the launcher) lets it read pg_database.
   worker.bgw_flags =
       BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
   // Not on a hot standby: the postmaster starts it at promotion.
@@ -133,10 +124,9 @@ BackgroundWorker describe_worker(const char *function, const char *type,
   return worker;
 }
 
-// Whether a command that must be alone in `database` (DROP DATABASE, CREATE
-// DATABASE ... TEMPLATE, ALTER DATABASE ... RENAME or SET TABLESPACE) waits
-// for it: they hold a lock on it that conflicts with the one every new
-// connection takes. Works outside transactions.
+// DROP DATABASE, CREATE DATABASE ... TEMPLATE and the like hold a lock that
+// conflicts with the one every new connection takes. Works outside
+// transactions.
 bool database_wanted_alone(Oid database) {
   LOCKTAG tag;
   SET_LOCKTAG_OBJECT(tag, InvalidOid, DatabaseRelationId, database, 0);
@@ -148,7 +138,6 @@ bool database_wanted_alone(Oid database) {
 
 // --- a round in one database, by a short-lived worker ------------------------
 
-// What pg_stat_activity shows while a round waits to keep its pace.
 uint32 pace_wait_event = PG_WAIT_EXTENSION;
 
 void commit_transaction() {
@@ -156,9 +145,8 @@ void commit_transaction() {
   CommitTransactionCommand();
 }
 
-// Stops the round when the database is wanted alone: DROP DATABASE and
-// CREATE DATABASE ... TEMPLATE wait only a few seconds for other
-// connections to leave.
+// DROP DATABASE and CREATE DATABASE ... TEMPLATE wait only a few seconds
+// for other connections to leave, and do not wake them.
 bool must_leave() {
   CHECK_FOR_INTERRUPTS();
   if (!database_wanted_alone(MyDatabaseId))
@@ -168,16 +156,12 @@ bool must_leave() {
   return true;
 }
 
-// A round behind its schedule catches up on at most this much of it at full
-// speed.
+// A round behind its schedule catches up on at most this much at full
+// speed; it checks must_leave() at least this often.
 constexpr int64 max_catch_up_usecs = USECS_PER_SEC / 10;
-// The longest the worker sleeps without checking must_leave(): those
-// commands do not wake it.
 constexpr long max_wait_ms = 100;
 
-// idempotency.expire_rate, counted from `since`: before each batch the
-// worker waits until the keys it has handled (deleted or skipped) are no
-// more than the rate allows for the time elapsed.
+// idempotency.expire_rate: keys handled (deleted or skipped) since `since`.
 struct Pace {
   int rate; // keys per second; 0: no limit
   TimestampTz since;
@@ -189,7 +173,6 @@ Pace start_pace() {
   return Pace{settings::expire_rate(), GetCurrentTimestamp(), 0};
 }
 
-// Waits for the next batch's turn; every wake checks must_leave() first.
 // False when the round must stop.
 bool wait_for_turn(Pace *pace) {
   for (;;) {
@@ -204,8 +187,6 @@ bool wait_for_turn(Pace *pace) {
     TimestampTz due = pace->since + pace->keys * USECS_PER_SEC /
                                         static_cast<int64>(pace->rate);
     if (due <= now) {
-      // Forget what is more than max_catch_up_usecs late, so that the round
-      // never runs flat out for long to make up for it.
       if (now - due > max_catch_up_usecs)
         pace->since += now - due - max_catch_up_usecs;
       return true;
@@ -220,8 +201,7 @@ bool wait_for_turn(Pace *pace) {
 
 enum class RoundEnd { finished, left_early, extension_dropped, gave_way };
 
-// What the round has done, in the worker's memory so that it survives an
-// error.
+// In the worker's memory, so that it survives an error.
 struct RoundTally {
   MemoryContext context;
   int64 deleted;
@@ -239,7 +219,7 @@ void tally_kept(storage::ExpiryRound &round, RoundTally *tally) {
   round.kept = 0;
 }
 
-// False (and no transaction) when the extension was dropped meanwhile.
+// False, with no transaction, when the extension was dropped meanwhile.
 bool begin_round_transaction(const char *activity, LOCKMODE mode) {
   SetCurrentStatementStartTimestamp();
   StartTransactionCommand();
@@ -252,9 +232,8 @@ bool begin_round_transaction(const char *activity, LOCKMODE mode) {
   return false;
 }
 
-// Passes until no expired key is left: each collects keys in a read-only
-// transaction, then deletes them in batches of idempotency.expire_batch_size,
-// each its own short transaction, paced where the store's batches are.
+// Each pass collects keys in a read-only transaction, then deletes them a
+// batch per short transaction.
 RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
                     MemoryContext context, Pace *pace, RoundTally *tally) {
   // Marks made again where missing (pg_upgrade does not carry them), and
@@ -283,10 +262,9 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
       if (!begin_round_transaction("deleting expired idempotency keys",
                                    RowExclusiveLock))
         return RoundEnd::extension_dropped;
-      // SET CONSTRAINTS ALL IMMEDIATE: a deferred constraint (trigger) on
-      // the key table then refuses a tombstone as it is written, which
-      // expire_batch keeps as that row's, not at commit, which would undo
-      // the whole batch every round.
+      // SET CONSTRAINTS ALL IMMEDIATE: a deferred constraint then refuses
+      // a tombstone as it is written (that row is kept), not at commit,
+      // which would undo the whole batch every round.
       ConstraintsSetStmt *all_immediate = makeNode(ConstraintsSetStmt);
       all_immediate->constraints = NIL;
       all_immediate->deferred = false;
@@ -302,26 +280,9 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
   return RoundEnd::finished;
 }
 
-// Every key store in turn (storage::expiry_store): the local table, then the
-// Citus coordinator's tenant keys.
-RoundEnd run_stores(TimestampTz cutoff, MemoryContext pass_context,
-                    RoundTally *tally) {
-  Pace pace = start_pace();
-  for (int i = 0; i < storage::key_backend_count; i++) {
-    RoundEnd end = run_passes(storage::expiry_store(i), cutoff, pass_context,
-                              &pace, tally);
-    MemoryContextReset(pass_context);
-    if (end != RoundEnd::finished)
-      return end;
-  }
-  return RoundEnd::finished;
-}
-
-// Records the round's start and finds its cutoff; false when no round runs.
-// Without the extension the database is left alone, silently. When Citus
-// has taken idempotency.keys over, the local table is not the round's to
-// expire: it warns and is recorded as failed, so that monitoring on
-// expiry_status sees that keys no longer expire here.
+// False when no round runs. A table Citus has taken over is not the
+// round's to expire: the round is recorded as failed, so that monitoring
+// sees that keys no longer expire here.
 bool prepare_round(TimestampTz started, TimestampTz *cutoff,
                    const char **database_name) {
   SetCurrentStatementStartTimestamp();
@@ -355,16 +316,6 @@ bool prepare_round(TimestampTz started, TimestampTz *cutoff,
   return skipped == nullptr;
 }
 
-// Errors a round gives way to rather than fails with (a lock_timeout while
-// a DBA holds the key table, a cancel, a deadlock); the next round tries
-// again.
-bool gives_way_to(const ErrorData *error) {
-  return error->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
-         error->sqlerrcode == ERRCODE_QUERY_CANCELED ||
-         error->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
-         error->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE;
-}
-
 void run_database_round() {
   Oid database = MyDatabaseId;
   TimestampTz started = GetCurrentTimestamp();
@@ -383,14 +334,27 @@ void run_database_round() {
   MemoryContext pass_context = AllocSetContextCreate(
       context, "idempotency expiry pass", ALLOCSET_DEFAULT_SIZES);
   PG_TRY();
-  { end = run_stores(cutoff, pass_context, tally); }
+  {
+    // The local table, then the Citus coordinator's tenant keys.
+    Pace pace = start_pace();
+    for (int i = 0; i < storage::key_backend_count && end == RoundEnd::finished;
+         i++) {
+      end = run_passes(storage::expiry_store(i), cutoff, pass_context, &pace,
+                       tally);
+      MemoryContextReset(pass_context);
+    }
+  }
   PG_CATCH();
   {
     MemoryContextSwitchTo(context);
     ErrorData *error = CopyErrorData();
-    if (!gives_way_to(error)) {
-      // Recorded, then the worker's own error handling logs it and ends the
-      // process; the launcher goes on with the next database.
+    // The next round tries again after a lock_timeout while a DBA holds the
+    // key table, a cancel or a deadlock.
+    int code = error->sqlerrcode;
+    if (code != ERRCODE_LOCK_NOT_AVAILABLE && code != ERRCODE_QUERY_CANCELED &&
+        code != ERRCODE_T_R_DEADLOCK_DETECTED &&
+        code != ERRCODE_T_R_SERIALIZATION_FAILURE) {
+      // The worker's error handling logs it and ends the process.
       status::round_finished(database, GetCurrentTimestamp(), tally->deleted,
                              error->message,
                              {false, tally->kept, tally->kept_reason});
@@ -424,12 +388,10 @@ void run_database_round() {
 // --- the launcher: one round per database -----------------------------------
 
 constexpr const char *launcher_type = "idempotency launcher";
-// After pg_terminate_backend, or a crash of the server.
 constexpr int launcher_restart_seconds = 5;
 
-// Databases that accept connections, in the caller's memory context.
-// Templates are left alone (a connection to one would hold up CREATE
-// DATABASE), and so are databases a DROP DATABASE left half-dropped.
+// In the caller's memory context. A connection to a template would hold up
+// CREATE DATABASE.
 List *list_databases() {
   MemoryContext caller_context = CurrentMemoryContext;
   SetCurrentStatementStartTimestamp();
@@ -456,8 +418,7 @@ List *list_databases() {
   return databases;
 }
 
-// Starts the round's worker for `database` and waits until it has ended;
-// false when none could be started (all max_worker_processes slots taken).
+// False when no worker could be started.
 bool serve_database(Oid database) {
   BackgroundWorker worker =
       describe_worker("idempotency_database_worker_main", database_worker_type,
@@ -483,8 +444,7 @@ bool serve_database(Oid database) {
   return true;
 }
 
-// An error in a round is logged and the launcher sleeps until the next one,
-// rather than exiting into a restart loop.
+// An error is logged rather than exiting into a restart loop.
 void run_launcher_round(MemoryContext round_context) {
   MemoryContextSwitchTo(round_context);
   PG_TRY();
@@ -515,7 +475,6 @@ void run_launcher_round(MemoryContext round_context) {
   pgstat_report_activity(STATE_IDLE, nullptr);
 }
 
-// What pg_stat_activity shows while the launcher sleeps between rounds.
 uint32 sleep_wait_event = PG_WAIT_EXTENSION;
 
 [[noreturn]] void launcher_loop() {
@@ -560,8 +519,6 @@ void register_launcher() {
   RegisterBackgroundWorker(&worker);
 }
 
-// The cutoff is the transaction's start, the instant idempotent_call
-// compares expires_at with. Each pass is deleted at once.
 int64 expire_now() {
   TimestampTz cutoff = expiry_cutoff(GetCurrentTransactionStartTimestamp());
   int batch_size = settings::expire_batch_size();
@@ -608,9 +565,8 @@ void idempotency_database_worker_main(Datum main_arg) {
   pgstat_report_appname(idempotency::worker::database_worker_type);
   idempotency::worker::pace_wait_event =
       idempotency::compat::wait_event("IdempotencyExpiryPace");
-  // No batch waits for its commit to reach the disk: a crash that loses it
-  // loses only deletions a later round makes again, and callers flush their
-  // own commits without queueing behind the worker's.
+  // A crash loses only deletions a later round makes again, and callers
+  // flush their commits without queueing behind the worker's.
   SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
   idempotency::worker::run_database_round();
   proc_exit(0);
