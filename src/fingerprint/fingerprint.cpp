@@ -42,13 +42,12 @@ static_assert(std::is_trivially_destructible_v<HmacSha256>);
 static_assert(Sha256::digest_size == PG_SHA256_DIGEST_LENGTH);
 static_assert(HmacSha256::block_size == PG_SHA256_BLOCK_LENGTH);
 
-// Contexts are kept for the backend's life: creating one per hash costs more
-// than hashing a key. One an error abandoned is taken back when its
-// subtransaction aborts or the transaction ends.
+// Kept for the backend's life: creating one per hash costs more than
+// hashing a key. One an error abandoned is taken back at its
+// subtransaction's abort or the transaction's end.
 constexpr int contexts_per_kind = 8;
 
 #ifdef IDEMPOTENCY_HASH_WITH_EVP
-// An HMAC context and the key it holds.
 struct KeyedMac {
   EVP_MAC_CTX *evp;
   std::size_t key_size; // no_key while it holds none
@@ -484,8 +483,7 @@ void RequestFingerprint::append_to_prefix(const void *data,
 
 void RequestFingerprint::add_field(std::uint8_t tag, const void *data,
                                    std::size_t size) noexcept {
-  // A fixed-width length (little-endian) can never run into the bytes after
-  // it.
+  // A fixed-width length never runs into the bytes after it.
   std::uint8_t header[1 + 8] = {tag};
   for (int i = 0; i < 8; ++i)
     header[1 + i] = static_cast<std::uint8_t>(std::uint64_t{size} >> (8 * i));

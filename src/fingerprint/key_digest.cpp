@@ -14,10 +14,8 @@ namespace idempotency::fingerprint {
 
 namespace {
 
-// The database encoding's default conversion to UTF-8, from pg_catalog only:
-// a default conversion a user declares in a schema of the search_path must
-// not change which key a text names. Looked up once per backend, whose
-// encoding never changes.
+// From pg_catalog only: a default conversion a user declares in the
+// search_path must not change which key a text names.
 Oid conversion_to_utf8() {
   static bool looked_up = false;
   static Oid proc = InvalidOid; // InvalidOid: there is none
@@ -29,9 +27,7 @@ Oid conversion_to_utf8() {
   return proc;
 }
 
-// The bytes already are the UTF-8 form in a UTF8 database, in an SQL_ASCII
-// one (which declares no encoding, so they are taken as they are), and for
-// ASCII text in every encoding.
+// SQL_ASCII declares no encoding, so its bytes are taken as they are.
 bool bytes_are_canonical(const char *bytes, Size size) {
   int encoding = GetDatabaseEncoding();
   if (encoding == PG_UTF8 || encoding == PG_SQL_ASCII)
@@ -42,9 +38,8 @@ bool bytes_are_canonical(const char *bytes, Size size) {
   return true;
 }
 
-// Text's UTF-8 form: its own bytes, or a palloc'd conversion (owned); data
-// is nullptr, size the text's, when it has none (a character of the
-// database encoding that Unicode lacks).
+// data is nullptr, size the text's, when the text has no UTF-8 form (a
+// character Unicode lacks).
 struct Utf8 {
   const char *data;
   Size size;
@@ -58,8 +53,7 @@ Utf8 utf8_form(const char *bytes, Size size) {
   Oid proc = conversion_to_utf8();
   if (!OidIsValid(proc))
     return {nullptr, size, false};
-  // Only idempotency.key_digest(text) meets a text this long: a key's
-  // length is limited far below.
+  // Only idempotency.key_digest(text) meets a text this long.
   if (size >= (MaxAllocSize - 1) / MAX_CONVERSION_GROWTH)
     ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
                     errmsg("text of %zu bytes is too long for a key digest",
@@ -87,9 +81,8 @@ void release(const Utf8 &utf8) {
     pfree(const_cast<char *>(utf8.data));
 }
 
-// The last key digested: claim() and complete() of one message digest the
-// same key, and a digest costs more than comparing it. Longer keys are not
-// kept.
+// claim() and complete() of one message digest the same key, and a digest
+// costs more than comparing it.
 struct LastDigest {
   bool valid;
   Size key_size;
@@ -158,8 +151,8 @@ constexpr uint8 tag_key_unconverted = 0x02;
 constexpr uint8 tag_label_utf8 = 0x03;
 constexpr uint8 tag_label_unconverted = 0x04;
 
-// A tag, the length (8 bytes, little-endian), then the text's bytes: in
-// UTF-8, or as they are when the text has none.
+// In UTF-8 where the text has that form, so that a restore into another
+// encoding derives the same keys.
 void update_with_text(HmacSha256 &mac, const text *value, uint8 utf8_tag,
                       uint8 unconverted_tag) {
   Utf8 utf8 = utf8_form(value);
@@ -186,9 +179,7 @@ text *derived_key(const uint8 *secret, std::size_t secret_size, Oid role,
   update_with_text(mac, label, tag_label_utf8, tag_label_unconverted);
   uint8 digest[HmacSha256::mac_size];
   mac.finish(digest);
-
-  // RFC 9562: version 8 in the high nibble of byte 6, variant 10 in the
-  // high bits of byte 8.
+  // RFC 9562: version 8, variant 10.
   digest[6] = static_cast<uint8>((digest[6] & 0x0F) | 0x80);
   digest[8] = static_cast<uint8>((digest[8] & 0x3F) | 0x80);
   static const char hex[] = "0123456789abcdef";

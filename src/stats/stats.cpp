@@ -39,10 +39,9 @@ void init_counters(DatabaseCounters &slot, Oid database) {
   slot.database = database;
 }
 
-// nullptr when every slot belongs to a live database. Whether an owner's
-// database is still there is a catalog lookup, which may raise an error and
-// so runs outside the spinlock; under it a slot is taken only if its owner
-// is still the one looked up, else it looks again.
+// nullptr when every slot belongs to a live database. The catalog lookups
+// may raise an error, so they run outside the spinlock; under it a slot is
+// taken only if its owner is still the one looked up.
 DatabaseCounters *slot_of(Oid database) {
   for (;;) {
     Oid seen_owner[max_counted_databases];
@@ -50,7 +49,6 @@ DatabaseCounters *slot_of(Oid database) {
     for (int i = 0; i < max_counted_databases; i++)
       seen_owner[i] = shared->databases[i].database;
     SpinLockRelease(&shared->mutex);
-
     bool reusable[max_counted_databases];
     bool any_reusable = false;
     for (int i = 0; i < max_counted_databases; i++) {
@@ -60,7 +58,6 @@ DatabaseCounters *slot_of(Oid database) {
                                             ObjectIdGetDatum(seen_owner[i])));
       any_reusable |= reusable[i];
     }
-
     SpinLockAcquire(&shared->mutex);
     DatabaseCounters *found = nullptr;
     for (auto &slot : shared->databases)

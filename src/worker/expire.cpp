@@ -46,10 +46,9 @@ namespace idempotency::worker {
 namespace {
 
 // `now`, or the start of an older transaction here that may call:
-// idempotent_call compares expires_at with its transaction's start. A
-// transaction cannot commit a key that has already expired
-// (storage/commit_guard.hpp), except through COMMIT PREPARED, and then the
-// key is deleted like any other.
+// idempotent_call compares expires_at with its transaction's start. No
+// transaction commits an expired key (storage/commit_guard.hpp) but COMMIT
+// PREPARED, and then the key is deleted like any other.
 TimestampTz expiry_cutoff(TimestampTz now) {
   TimestampTz cutoff = now;
   int backends = pgstat_fetch_stat_numbackends();
@@ -236,15 +235,13 @@ bool begin_round_transaction(const char *activity, LOCKMODE mode) {
 // batch per short transaction.
 RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
                     MemoryContext context, Pace *pace, RoundTally *tally) {
-  // Marks made again where missing (pg_upgrade does not carry them), and
-  // keys of roles that no longer exist deleted.
+  // pg_upgrade does not carry the marks; keys of dropped roles go.
   if (!begin_round_transaction("marking the roles that have idempotency keys",
                                RowExclusiveLock))
     return RoundEnd::extension_dropped;
   if (storage::role_marks::database_marks_roles())
     tally->deleted += storage::role_marks::mark_key_roles();
   commit_transaction();
-
   int batch_size = settings::expire_batch_size();
   storage::ExpiryRound round = begin_expiry(cutoff, context);
   do {
@@ -255,7 +252,6 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
       return RoundEnd::extension_dropped;
     store.collect_expired(round, batch_size);
     commit_transaction();
-
     while (round.has_batch) {
       if (round.paced ? !wait_for_turn(pace) : must_leave())
         return RoundEnd::left_early;
@@ -323,7 +319,6 @@ void run_database_round() {
   const char *database_name = nullptr;
   if (!prepare_round(started, &cutoff, &database_name))
     return;
-
   // Read after an error; volatile so the longjmp keeps its value.
   volatile RoundEnd end = RoundEnd::finished;
   const char *volatile skipped = nullptr;
@@ -397,7 +392,6 @@ List *list_databases() {
   SetCurrentStatementStartTimestamp();
   StartTransactionCommand();
   (void)GetTransactionSnapshot();
-
   Relation pg_database = table_open(DatabaseRelationId, AccessShareLock);
   List *databases = NIL;
   TableScanDesc scan = table_beginscan_catalog(pg_database, 0, nullptr);
@@ -485,7 +479,6 @@ uint32 sleep_wait_event = PG_WAIT_EXTENSION;
   for (;;) {
     CHECK_FOR_INTERRUPTS();
     (void)reload_settings_if_asked();
-
     // 0 turns the worker off: sleep until a reload changes that.
     long interval_ms = settings::expire_interval_seconds() * 1000L;
     long sleep_ms = -1;
@@ -502,7 +495,6 @@ uint32 sleep_wait_event = PG_WAIT_EXTENSION;
       }
       sleep_ms = TimestampDifferenceMilliseconds(now, due);
     }
-
     int events = WL_LATCH_SET | WL_EXIT_ON_PM_DEATH;
     if (sleep_ms >= 0)
       events |= WL_TIMEOUT;

@@ -18,8 +18,7 @@ struct SharedStatus {
 
 SharedStatus *shared = nullptr;
 
-// Callers hold the mutex. Never fails: when every slot is taken, the one
-// whose last round is oldest is reused.
+// Callers hold the mutex. Reuses the slot of the oldest round when full.
 RoundStatus &slot_for(Oid database) {
   RoundStatus *free_slot = nullptr;
   RoundStatus *oldest = &shared->databases[0];

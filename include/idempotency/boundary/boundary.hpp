@@ -1,15 +1,10 @@
-// The C/C++ error boundary. PostgreSQL reports errors by longjmp, C++ by
-// exceptions, and neither may cross the other:
-//  - every SQL-callable function is declared with IDEMPOTENCY_SQL_FUNCTION,
-//    whose run_at_boundary() catches an exception that escapes the body,
-//    copies its message into palloc'd memory, and raises it with ereport()
-//    only after the catch block has ended (53200 for std::bad_alloc, XX000
-//    otherwise);
-//  - code that may be longjmp'd out of holds only trivially destructible
-//    values (static_assert'ed for each struct), so a longjmp skips no
-//    destructor and PostgreSQL's errors travel up unchanged. Types with
-//    destructors live only in units that include no PostgreSQL header
-//    (idempotency/server_free.hpp).
+// The C/C++ error boundary: neither PostgreSQL's longjmp nor a C++ exception
+// may cross the other. run_at_boundary() turns an exception that escapes an
+// SQL-callable function into an ERROR, raised after the catch block has
+// ended (53200 for std::bad_alloc, XX000 otherwise). Code that may be
+// longjmp'd out of holds only trivially destructible values, so PostgreSQL's
+// errors travel up unchanged; types with destructors live in server-free
+// units (idempotency/server_free.hpp).
 #pragma once
 
 #include <exception>

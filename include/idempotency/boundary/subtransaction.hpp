@@ -1,5 +1,4 @@
-// Catching a PostgreSQL error without ending the transaction, as a PL/pgSQL
-// block with an EXCEPTION clause does.
+// Catching a PostgreSQL error without ending the transaction.
 #pragma once
 
 #include "idempotency/pg.hpp"
@@ -11,10 +10,9 @@ extern "C" {
 
 namespace idempotency {
 
-// Runs body() in an internal subtransaction; true when it finished. After
-// an error, rolled back, `handled(const ErrorData *)` true swallows it (and
-// this returns false), false raises it again unchanged. Memory context and
-// resource owner are the caller's again in every case.
+// Runs body() in an internal subtransaction, as a PL/pgSQL EXCEPTION block
+// does; true when it finished. After an error, `handled(const ErrorData *)`
+// true swallows it (this returns false), false raises it again unchanged.
 template <typename Body, typename Handled>
 bool run_in_subtransaction(Body body, Handled handled) {
   // A longjmp out of body() skips destructors.

@@ -1,8 +1,5 @@
-// Request fingerprints as the key table stores them (32 raw bytes): SHA-256
-// over fn, each value's type (schema-qualified) and each value, or over fn
-// (or the claim marker) and the client's own hash. Text in a fingerprint is
-// hashed as UTF-8 whatever the database encoding, so a dump restored into a
-// database of another encoding keeps every fingerprint.
+// Request fingerprints. Text is hashed as UTF-8 whatever the database
+// encoding, so a dump restored into another encoding keeps them.
 #pragma once
 
 #include "idempotency/fingerprint/fingerprint.hpp"
@@ -12,9 +9,8 @@
 
 namespace idempotency::fingerprint {
 
-// The type's binary send function where it has one (independent of
-// DateStyle, extra_float_digits and other settings), else its output
-// function.
+// The send function where there is one: independent of DateStyle,
+// extra_float_digits and other settings.
 struct ValueEncoder {
   Oid function;
   bool binary;
@@ -23,14 +19,12 @@ static_assert(std::is_trivially_destructible_v<ValueEncoder>);
 
 ValueEncoder encoder_for(Oid type);
 
-// fn and the types, computed once per statement (protocol/fn).
 RequestFingerprint prefix_for(text *fn, int nargs, const Oid *types);
 
 bytea *request_hash(const RequestFingerprint &prefix,
                     const ValueEncoder *encoders, const FnArgs &args);
 
-// Framed by fn, or with fn nullptr by the claim marker; a client_hash of
-// nullptr is framed as NULL.
+// fn nullptr: the claim marker; client_hash nullptr: NULL.
 bytea *client_fingerprint(text *fn, text *client_hash);
 
 } // namespace idempotency::fingerprint

@@ -1,7 +1,5 @@
 // What the expiry worker did, per database, in shared memory rather than a
-// table: recording a round writes no WAL and leaves no dead rows, and it is
-// readable from every database, also while a database's table is locked. It
-// starts empty after a restart of the server.
+// table: no WAL, no dead rows, and readable from every database.
 #pragma once
 
 #include "idempotency/pg.hpp"
@@ -29,17 +27,15 @@ struct RoundStatus {
   int64 rounds;
   int64 total_deleted;
   int64 failed_rounds;
-  // Expired rows the last round kept because their tombstones were refused,
-  // and the first refusal ("SQLSTATE: message").
+  // Expired rows kept because their tombstones were refused, and the first
+  // refusal ("SQLSTATE: message").
   int64 last_kept;
   char last_kept_reason[max_error_bytes];
-  // Rounds that gave way to a lock or statement timeout (or a cancel): not
-  // failures, but nothing after that point was expired.
+  // Rounds that gave way to a timeout or a cancel: not failures.
   int64 skipped_rounds;
 };
 static_assert(std::is_trivially_destructible_v<RoundStatus>);
 
-// What a round that did not fail left undone.
 struct RoundShortfall {
   bool skipped; // it gave way; its `error` says to what
   int64 kept;
@@ -53,23 +49,18 @@ void attach_shared_memory();
 
 void round_started(Oid database, TimestampTz at);
 
-// error is NULL when the round succeeded.
 void round_finished(Oid database, TimestampTz at, int64 deleted,
                     const char *error, const RoundShortfall &shortfall = {});
 
-// Ends the round as failed with `error` if its worker left without saying
-// how it went (it was terminated, or crashed).
+// Fails the round if its worker left without saying how it went.
 void round_abandoned(Oid database, TimestampTz at, const char *error);
 
-// The extension is not (or no longer) installed in `database`.
 void forget(Oid database);
 
-// Forgets the databases not listed (they were dropped).
 void forget_all_but(const List *databases);
 
-// Copies the remembered databases to the start of out[0 .. max_databases)
-// and returns how many; -1 when the library is not preloaded. The caller
-// provides the room: no palloc while the status is locked.
+// Returns how many were copied, -1 without the library preloaded. No palloc
+// while the status is locked: the caller provides the room.
 int copy_status(RoundStatus *out);
 
 } // namespace idempotency::worker::status
