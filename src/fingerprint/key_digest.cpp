@@ -14,19 +14,6 @@ namespace idempotency::fingerprint {
 
 namespace {
 
-// From pg_catalog only: a default conversion a user declares in the
-// search_path must not change which key a text names.
-Oid conversion_to_utf8() {
-  static bool looked_up = false;
-  static Oid proc = InvalidOid; // InvalidOid: there is none
-  if (!looked_up) {
-    proc = FindDefaultConversion(PG_CATALOG_NAMESPACE, GetDatabaseEncoding(),
-                                 PG_UTF8);
-    looked_up = true;
-  }
-  return proc;
-}
-
 // SQL_ASCII declares no encoding, so its bytes are taken as they are.
 bool bytes_are_canonical(const char *bytes, Size size) {
   int encoding = GetDatabaseEncoding();
@@ -50,7 +37,15 @@ static_assert(std::is_trivially_destructible_v<Utf8>);
 Utf8 utf8_form(const char *bytes, Size size) {
   if (bytes_are_canonical(bytes, size))
     return {bytes, size, false};
-  Oid proc = conversion_to_utf8();
+  // From pg_catalog only (a user's default conversion must not change which
+  // key a text names), once per backend: its encoding never changes.
+  static bool looked_up = false;
+  static Oid proc = InvalidOid; // InvalidOid: there is none
+  if (!looked_up) {
+    proc = FindDefaultConversion(PG_CATALOG_NAMESPACE, GetDatabaseEncoding(),
+                                 PG_UTF8);
+    looked_up = true;
+  }
   if (!OidIsValid(proc))
     return {nullptr, size, false};
   // Only idempotency.key_digest(text) meets a text this long.

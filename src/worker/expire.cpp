@@ -123,9 +123,8 @@ BackgroundWorker describe_worker(const char *function, const char *type,
   return worker;
 }
 
-// DROP DATABASE, CREATE DATABASE ... TEMPLATE and the like hold a lock that
-// conflicts with the one every new connection takes. Works outside
-// transactions.
+// DROP DATABASE and the like hold a lock that conflicts with the one every
+// new connection takes. Works outside transactions.
 bool database_wanted_alone(Oid database) {
   LOCKTAG tag;
   SET_LOCKTAG_OBJECT(tag, InvalidOid, DatabaseRelationId, database, 0);
@@ -276,9 +275,8 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
   return RoundEnd::finished;
 }
 
-// False when no round runs. A table Citus has taken over is not the
-// round's to expire: the round is recorded as failed, so that monitoring
-// sees that keys no longer expire here.
+// False when no round runs. A table Citus took over is not the round's to
+// expire: recorded as failed, monitoring sees that keys no longer expire.
 bool prepare_round(TimestampTz started, TimestampTz *cutoff,
                    const char **database_name) {
   SetCurrentStatementStartTimestamp();

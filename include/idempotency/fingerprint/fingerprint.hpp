@@ -112,8 +112,7 @@ private:
   Sha256 hash_;
 };
 
-// Transaction callbacks: take back the contexts of hashes an error
-// interrupted.
+// Take back the contexts of hashes an error interrupted.
 void at_transaction_end() noexcept;
 void at_subtransaction_abort() noexcept;
 
