@@ -1,15 +1,7 @@
-// Every difference between the PostgreSQL majors the extension builds for
-// (15, 17, 18, 19): the one place that tests PG_VERSION_NUM
-// (test/unit/layers.sh enforces it). Each function has the newest server's
-// name and arguments; on older servers it is a polyfill over what they have.
-// Callers write idempotency::compat::f(...) for each. The OpenSSL the server
-// is built with is tested here too (the hashing, below).
-//
-// Below every layer, like idempotency/pg.hpp: include it after the project
-// headers a file uses, beside its own server headers. The unit tests build
-// fingerprint/fingerprint as a frontend unit (FRONTEND defined,
-// CMakeLists.txt): there this file includes postgres_fe.h and has only the
-// hashing part.
+// Every difference between the PostgreSQL majors built for (15, 17, 18, 19),
+// the one place that tests PG_VERSION_NUM: each function has the newest
+// server's name and arguments. A FRONTEND build (the unit tests' hashing)
+// gets only the hashing part.
 #pragma once
 
 #ifdef FRONTEND
@@ -42,12 +34,9 @@ extern "C" {
 #endif
 
 // How fingerprint/fingerprint hashes (docs/architecture.md, "Hashing"):
-// IDEMPOTENCY_HASH_WITH_EVP, OpenSSL's EVP API with the algorithms fetched
-// once per backend, where the server is built with OpenSSL (USE_OPENSSL, in
-// pg_config.h) 3.0 or later, the first with EVP_MD_fetch; otherwise
-// PostgreSQL's pg_cryptohash and pg_hmac. IDEMPOTENCY_HASH_WITH_PG_CRYPTOHASH,
-// defined on the command line, takes the latter anyway: the unit tests build
-// both.
+// OpenSSL's EVP where the server is built with OpenSSL 3.0 or later, the
+// first with EVP_MD_fetch; else pg_cryptohash and pg_hmac, also when
+// IDEMPOTENCY_HASH_WITH_PG_CRYPTOHASH is defined (the unit tests build both).
 #if defined(USE_OPENSSL) && !defined(IDEMPOTENCY_HASH_WITH_PG_CRYPTOHASH)
 #include <openssl/opensslv.h>
 #if OPENSSL_VERSION_NUMBER >= 0x30000000L
@@ -61,8 +50,7 @@ extern "C" {
 struct IndexScanInstrumentation; // PostgreSQL 18's, never used before it
 #endif
 
-// The library's magic block; from PostgreSQL 18 on it also names the
-// library and its version (pg_get_loaded_modules() shows them).
+// From PostgreSQL 18 on the magic block names the library and its version.
 #if PG_VERSION_NUM >= 180000
 #define IDEMPOTENCY_MODULE_MAGIC(library_version)                              \
   PG_MODULE_MAGIC_EXT(.name = "idempotency", .version = library_version)
@@ -72,10 +60,8 @@ struct IndexScanInstrumentation; // PostgreSQL 18's, never used before it
 
 namespace idempotency::compat {
 
-// A wait event of the extension's own, shown under its name in
-// pg_stat_activity.wait_event (PostgreSQL 17 added named extension wait
-// events; before, every such wait is "Extension"). Takes shared memory the
-// first time a name is used: call once per process.
+// Named wait events came with PostgreSQL 17. Takes shared memory for a new
+// name: call once per process.
 inline uint32 wait_event(const char *name) {
 #if PG_VERSION_NUM >= 170000
   return WaitEventExtensionNew(name);
@@ -85,8 +71,7 @@ inline uint32 wait_event(const char *name) {
 #endif
 }
 
-// An index scan (PostgreSQL 18 added the instrumentation, 19 the scan
-// options, SO_NONE for a plain scan).
+// PostgreSQL 18 added the instrumentation, 19 the scan options.
 #if PG_VERSION_NUM >= 190000
 constexpr uint32 SO_NONE = ::SO_NONE;
 #else
@@ -109,8 +94,7 @@ inline IndexScanDesc index_beginscan(Relation heap, Relation index,
 #endif
 }
 
-// A sequential scan of a table (PostgreSQL 19 added the scan options,
-// SO_NONE for a plain scan).
+// PostgreSQL 19 added the scan options.
 inline TableScanDesc table_beginscan(Relation rel, Snapshot snapshot, int nkeys,
                                      ScanKeyData *key, uint32 flags) {
 #if PG_VERSION_NUM >= 190000
@@ -128,8 +112,7 @@ using SysCacheIdentifier = ::SysCacheIdentifier;
 using SysCacheIdentifier = int;
 #endif
 
-// What post_parse_analyze_hook receives of the query's jumble (PostgreSQL
-// 19 made it const).
+// post_parse_analyze_hook's jumble (PostgreSQL 19 made it const).
 #if PG_VERSION_NUM >= 190000
 using JumbleStateArgument = const JumbleState *;
 #else
@@ -137,8 +120,7 @@ using JumbleStateArgument = JumbleState *;
 #endif
 
 // Building a jsonb value (PostgreSQL 19 keeps the whole state in a
-// JsonbInState; before, pushJsonbValue took the parse stack and returned
-// each finished value).
+// JsonbInState; before, pushJsonbValue returned each finished value).
 #if PG_VERSION_NUM >= 190000
 using ::JsonbInState;
 inline void pushJsonbValue(JsonbInState *state, JsonbIteratorToken token,
@@ -178,8 +160,8 @@ inline List *stringToQualifiedNameList(const char *string, Node *escontext) {
 #endif
 }
 
-// Memory for a GUC check hook's extra, which GUC frees with guc_free() from
-// PostgreSQL 16 on, free() before (where guc_malloc is not exported).
+// A GUC check hook's extra, freed with guc_free() from PostgreSQL 16 on,
+// free() before (where guc_malloc is not exported).
 inline void *guc_malloc(int elevel, size_t size) {
 #if PG_VERSION_NUM >= 160000
   return ::guc_malloc(elevel, size);
@@ -191,8 +173,7 @@ inline void *guc_malloc(int elevel, size_t size) {
 #endif
 }
 
-// A backend's status by its index in this transaction's snapshot of them,
-// 1 to pgstat_fetch_stat_numbackends() (PostgreSQL 16's name).
+// Index 1 to pgstat_fetch_stat_numbackends() (PostgreSQL 16's name).
 inline LocalPgBackendStatus *pgstat_get_local_beentry_by_index(int index) {
 #if PG_VERSION_NUM >= 160000
   return ::pgstat_get_local_beentry_by_index(index);
@@ -201,8 +182,7 @@ inline LocalPgBackendStatus *pgstat_get_local_beentry_by_index(int index) {
 #endif
 }
 
-// This backend's local transaction id (PostgreSQL 17 moved it into
-// PGPROC.vxid).
+// PostgreSQL 17 moved the local transaction id into PGPROC.vxid.
 inline LocalTransactionId my_local_transaction_id() {
 #if PG_VERSION_NUM >= 170000
   return MyProc->vxid.lxid;
@@ -211,27 +191,19 @@ inline LocalTransactionId my_local_transaction_id() {
 #endif
 }
 
-// Server internals storage/keys.cpp still uses, because no statement or
-// other public path does the job; checked on 15, 17, 18 and 19, where each
-// has the same meaning:
-// - the probe reads the primary key index with a dirty snapshot
-//   (InitDirtySnapshot, systable_beginscan): only it sees a key's row that
-//   an open transaction is writing or deleting, and that transaction's id
-//   (SnapshotData.xmin, .xmax), which a call waits for; any SQL statement
-//   sees committed rows only, or waits unasked on a row lock;
-// - the probe reads a row's raw xmin (HeapTupleHeaderGetRawXmin) and its
-//   address as the row version a DELETE later names (ctid, xmin), and under
-//   REPEATABLE READ tests the row against the transaction's snapshot
-//   (table_tuple_satisfies_snapshot) to raise 40001 as ON CONFLICT does;
-// - expiry collects expired row addresses from keys_expires_at_idx with an
-//   index-only read of the entries (index_beginscan, xs_want_itup,
-//   index_getnext_tid): a round resumes after the last entry it read, even
-//   among equal expires_at, which ORDER BY ... LIMIT cannot say of rows
-//   another transaction keeps changing.
-// The state of a statement analysed with variable parameter types: the
-// parser's VarParamState (parser/parse_param.c), which it keeps private.
-// The same in PostgreSQL 15 to 19; entry/untyped_parameters.cpp checks the
-// layout against the running server's parser at load.
+// Private internals storage/keys.cpp uses, checked on 15, 17, 18 and 19,
+// where each means the same; no statement does their job:
+// - a dirty snapshot (InitDirtySnapshot, systable_beginscan) on the primary
+//   key: only it sees a row an open transaction is writing or deleting, and
+//   that transaction's id (SnapshotData.xmin, .xmax) to wait for;
+// - a row's raw xmin (HeapTupleHeaderGetRawXmin), naming the row version a
+//   DELETE later targets, and table_tuple_satisfies_snapshot, to raise 40001
+//   under REPEATABLE READ as ON CONFLICT does;
+// - an index-only read of keys_expires_at_idx (index_beginscan,
+//   xs_want_itup, index_getnext_tid), so that expiry resumes after the last
+//   entry read even among equal expires_at, which ORDER BY ... LIMIT cannot.
+// The parser's private VarParamState (parser/parse_param.c), the same in 15
+// to 19; entry/untyped_parameters.cpp checks the layout at load.
 struct VariableParameters {
   Oid **types;
   int *count;

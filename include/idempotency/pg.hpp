@@ -1,12 +1,7 @@
 // The prelude of every unit that uses PostgreSQL: postgres.h first, as the
-// server requires, and fmgr.h, which every SQL-callable function and most
-// interfaces use. Each file includes the other server headers it uses
-// itself, in an extern "C" block after its project includes.
-//
-// Standard C++ headers, and the server-free headers that use them, must come
-// before this file: PostgreSQL defines macros (Min, Max, printf, snprintf,
-// strerror, ...) that break them. idempotency/server_free.hpp enforces the
-// latter.
+// server requires, and fmgr.h. Standard C++ headers and server-free headers
+// must come before it: PostgreSQL's macros (Min, Max, printf, ...) break
+// them.
 #pragma once
 
 #include <cstddef>

@@ -1,23 +1,11 @@
-// SHA-256 and HMAC-SHA256 through the library the server hashes with, and
-// the framed request encoding fed to SHA-256 (docs/architecture.md,
-// "Hashing"):
-//  - where the server is built with OpenSSL 3 or later
-//    (IDEMPOTENCY_HASH_WITH_EVP, idempotency/compat.hpp), OpenSSL's EVP API
-//    with SHA2-256 and HMAC fetched once per backend from the default
-//    library context, so that OpenSSL's configuration (its FIPS provider,
-//    when configured) decides what runs, as it does for the server.
-//    PostgreSQL's pg_cryptohash fetches the algorithm again at every
-//    initialisation (EVP_DigestInit_ex with EVP_sha256(): about 2,300
-//    instructions, more than hashing a key), and pg_hmac three times;
-//  - otherwise PostgreSQL's pg_cryptohash and pg_hmac: its own
-//    implementation, or OpenSSL before 3.
-//
-// Built as a server unit into the extension, and as a frontend unit
-// (FRONTEND defined: postgres_fe.h, libpgcommon's frontend build and
-// OpenSSL linked) into the unit tests, once for each way of hashing. A
-// failure of the library raises an ERROR (58000) with the library's message.
+// Hashing (docs/architecture.md, "Hashing"): with OpenSSL 3, EVP with the
+// algorithms fetched once per backend, so that OpenSSL's configuration (its
+// FIPS provider) decides what runs; pg_cryptohash fetches at every
+// initialisation, which costs more than hashing a key. Otherwise
+// pg_cryptohash and pg_hmac. The unit tests build it with FRONTEND.
 #include "idempotency/fingerprint/fingerprint.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -47,24 +35,43 @@ extern "C" {
 
 namespace idempotency::fingerprint {
 
-// PostgreSQL code keeps these across calls that may ereport(), and copies
-// them freely.
+// PostgreSQL code keeps these across calls that may ereport().
 static_assert(std::is_trivially_destructible_v<Sha256>);
 static_assert(std::is_trivially_destructible_v<RequestFingerprint>);
 static_assert(std::is_trivially_destructible_v<HmacSha256>);
 static_assert(Sha256::digest_size == PG_SHA256_DIGEST_LENGTH);
 static_assert(HmacSha256::block_size == PG_SHA256_BLOCK_LENGTH);
 
-// A hash holds one of its kind's contexts from its first input to its
-// result. Each context is kept for the backend's life and set up again for
-// every hash: creating and freeing one per hash costs more than hashing a
-// key. Hashes of one kind do not overlap, as a rule, and use the first
-// context; a hash that starts while another is open (were a value's output
-// function to hash), or after an error abandoned one in a transaction that
-// goes on, takes the next. A context whose hash an error interrupted is
-// taken back when the subtransaction it was taken in aborts, or the
-// transaction ends.
+// Kept for the backend's life: creating one per hash costs more than
+// hashing a key. One an error abandoned is taken back at its
+// subtransaction's abort or the transaction's end.
 constexpr int contexts_per_kind = 8;
+
+#ifdef IDEMPOTENCY_HASH_WITH_EVP
+struct KeyedMac {
+  EVP_MAC_CTX *evp;
+  std::size_t key_size; // no_key while it holds none
+  std::uint8_t key[HmacSha256::block_size];
+
+  bool has_key(const std::uint8_t *other, std::size_t size) const {
+    return evp != nullptr && key_size == size &&
+           std::memcmp(key, other, size) == 0;
+  }
+  void keep_key(const std::uint8_t *other, std::size_t size) {
+    std::memcpy(key, other, size);
+    key_size = size;
+  }
+};
+constexpr std::size_t no_key = HmacSha256::block_size + 1;
+
+// The hashed prefix, copied to start each request's hash.
+struct PrefixState {
+  EVP_MD_CTX *evp;
+#ifndef FRONTEND
+  MemoryContextCallback freed_with_context;
+#endif
+};
+#endif
 
 struct Sha256Context {
   bool open;
@@ -80,36 +87,20 @@ struct HmacContext {
   bool open;
   int level;
 #ifdef IDEMPOTENCY_HASH_WITH_EVP
-  // A copy of the keyed context, made once per key and set back to its
-  // keyed state for each message: a copy and its freeing cost more than
+  // A copy of keyed_macs', reset for each message: copying costs more than
   // hashing a key.
-  EVP_MAC_CTX *evp;
-  std::size_t key_size;
-  std::uint8_t key[HmacSha256::block_size];
+  KeyedMac mac;
 #else
   pg_hmac_ctx *pg;
 #endif
 };
 
-#ifdef IDEMPOTENCY_HASH_WITH_EVP
-// The hash of a request's prefix, copied to start each request's hash. The
-// memory context it was made in frees it (the unit tests' frontend build
-// frees none).
-struct PrefixState {
-  EVP_MD_CTX *evp;
-#ifndef FRONTEND
-  MemoryContextCallback freed_with_context;
-#endif
-};
-#endif
-
-static_assert(std::is_trivially_destructible_v<Sha256Context>);
-static_assert(std::is_trivially_destructible_v<HmacContext>);
-
 namespace {
 
 Sha256Context sha256_contexts[contexts_per_kind];
 HmacContext hmac_contexts[contexts_per_kind];
+// So that a transaction's end in a process that hashed nothing costs nothing.
+bool taken_since_end = false;
 
 [[noreturn]] void hashing_failed(const char *what, const char *reason) {
 #ifdef FRONTEND
@@ -123,10 +114,6 @@ HmacContext hmac_contexts[contexts_per_kind];
 }
 
 #ifndef FRONTEND
-// Whether a context was taken since every context was last taken back: a
-// transaction's end in a process that hashed nothing returns at once.
-bool taken_since_end = false;
-
 void take_back(int from_level) {
   if (!taken_since_end)
     return;
@@ -141,12 +128,9 @@ void take_back(int from_level) {
 }
 #endif
 
-// Marks the first free context of a kind open.
 template <typename Context>
 Context &take(Context (&contexts)[contexts_per_kind], const char *what) {
-#ifndef FRONTEND
   taken_since_end = true;
-#endif
   for (Context &context : contexts)
     if (!context.open) {
       context.open = true;
@@ -162,7 +146,7 @@ Context &take(Context (&contexts)[contexts_per_kind], const char *what) {
 
 #ifdef IDEMPOTENCY_HASH_WITH_EVP
 
-// The reason of OpenSSL's latest error; empties its error queue.
+// Empties OpenSSL's error queue.
 [[noreturn]] void openssl_failed(const char *what) {
   unsigned long code = ERR_get_error();
   const char *reason = code == 0 ? nullptr : ERR_reason_error_string(code);
@@ -170,13 +154,16 @@ Context &take(Context (&contexts)[contexts_per_kind], const char *what) {
   hashing_failed(what, reason != nullptr ? reason : "OpenSSL failure");
 }
 
-// Fetched once per backend, from the default library context.
+void require(bool done, const char *what) {
+  if (!done)
+    openssl_failed(what);
+}
+
 EVP_MD *sha256_algorithm() {
   static EVP_MD *algorithm = nullptr;
   if (algorithm == nullptr) {
     algorithm = EVP_MD_fetch(nullptr, "SHA2-256", nullptr);
-    if (algorithm == nullptr)
-      openssl_failed("SHA-256");
+    require(algorithm != nullptr, "SHA-256");
   }
   return algorithm;
 }
@@ -186,68 +173,47 @@ Sha256Context *open_sha256(const PrefixState *from = nullptr) {
   Sha256Context &context = take(sha256_contexts, "SHA-256");
   if (context.evp == nullptr) {
     context.evp = EVP_MD_CTX_new();
-    if (context.evp == nullptr)
-      openssl_failed("SHA-256");
+    require(context.evp != nullptr, "SHA-256");
   }
-  int done = from != nullptr
-                 ? EVP_MD_CTX_copy_ex(context.evp, from->evp)
-                 : EVP_DigestInit_ex2(context.evp, algorithm, nullptr);
-  if (done != 1)
-    openssl_failed("SHA-256");
+  require((from != nullptr
+               ? EVP_MD_CTX_copy_ex(context.evp, from->evp)
+               : EVP_DigestInit_ex2(context.evp, algorithm, nullptr)) == 1,
+          "SHA-256");
   return &context;
 }
 
 void sha256_update(Sha256Context &context, const void *data, std::size_t size) {
-  if (EVP_DigestUpdate(context.evp, data, size) != 1)
-    openssl_failed("SHA-256");
+  require(EVP_DigestUpdate(context.evp, data, size) == 1, "SHA-256");
 }
 
 void sha256_final(Sha256Context &context,
                   std::uint8_t (&digest)[Sha256::digest_size]) {
-  if (EVP_DigestFinal_ex(context.evp, digest, nullptr) != 1)
-    openssl_failed("SHA-256");
+  require(EVP_DigestFinal_ex(context.evp, digest, nullptr) == 1, "SHA-256");
 }
 
-// HMAC keyed with the keys of the latest messages, kept for the backend's
-// life: claims all use the cluster's secret, so it is keyed once. Each
-// message hashes in a copy of it (EVP_MAC_CTX_dup), which keeps the key. Two
-// are kept, so that a backend that alternates two keys - claims with the
-// cluster's secret, idempotency.derived_key with the database's - keys
-// neither again; a third key takes the place of the one used less recently.
-struct KeyedHmac {
-  EVP_MAC_CTX *evp;
-  bool keyed;
-  std::size_t key_size;
-  std::uint8_t key[HmacSha256::block_size];
-};
+// Keyed with the latest two keys, so that a backend that alternates claims
+// (the cluster's secret) and idempotency.derived_key (the database's) keys
+// neither again.
 constexpr int kept_keys = 2;
-KeyedHmac keyed_hmacs[kept_keys];
+KeyedMac keyed_macs[kept_keys];
 int latest_keyed = 0; // the one used last
 
-bool has_key(const KeyedHmac &kept, const std::uint8_t *key,
-             std::size_t key_size) {
-  return kept.keyed && kept.key_size == key_size &&
-         std::memcmp(kept.key, key, key_size) == 0;
-}
-
 EVP_MAC_CTX *keyed_with(const std::uint8_t *key, std::size_t key_size) {
-  // The one used last first: a backend that uses one key finds it there.
-  if (has_key(keyed_hmacs[latest_keyed], key, key_size))
-    return keyed_hmacs[latest_keyed].evp;
+  if (keyed_macs[latest_keyed].has_key(key, key_size))
+    return keyed_macs[latest_keyed].evp;
   latest_keyed = (latest_keyed + 1) % kept_keys;
-  KeyedHmac &keyed_hmac = keyed_hmacs[latest_keyed];
-  if (has_key(keyed_hmac, key, key_size))
-    return keyed_hmac.evp;
-  if (keyed_hmac.evp == nullptr) {
+  KeyedMac &keyed = keyed_macs[latest_keyed];
+  if (keyed.has_key(key, key_size))
+    return keyed.evp;
+  keyed.key_size = no_key;
+  if (keyed.evp == nullptr) {
     static EVP_MAC *algorithm = nullptr;
     if (algorithm == nullptr) {
       algorithm = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
-      if (algorithm == nullptr)
-        openssl_failed("HMAC-SHA256");
+      require(algorithm != nullptr, "HMAC-SHA256");
     }
     EVP_MAC_CTX *evp = EVP_MAC_CTX_new(algorithm);
-    if (evp == nullptr)
-      openssl_failed("HMAC-SHA256");
+    require(evp != nullptr, "HMAC-SHA256");
     char digest[] = "SHA2-256";
     OSSL_PARAM params[] = {
         OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
@@ -256,49 +222,41 @@ EVP_MAC_CTX *keyed_with(const std::uint8_t *key, std::size_t key_size) {
       EVP_MAC_CTX_free(evp);
       openssl_failed("HMAC-SHA256");
     }
-    keyed_hmac.evp = evp;
+    keyed.evp = evp;
   }
-  keyed_hmac.keyed = false;
   // A NULL key would mean "the key set before".
-  if (EVP_MAC_init(keyed_hmac.evp, key, key_size, nullptr) != 1)
-    openssl_failed("HMAC-SHA256");
-  std::memcpy(keyed_hmac.key, key, key_size);
-  keyed_hmac.key_size = key_size;
-  keyed_hmac.keyed = true;
-  return keyed_hmac.evp;
+  require(EVP_MAC_init(keyed.evp, key, key_size, nullptr) == 1, "HMAC-SHA256");
+  keyed.keep_key(key, key_size);
+  return keyed.evp;
 }
 
 HmacContext *open_hmac(const std::uint8_t *key, std::size_t key_size) {
   HmacContext &context = take(hmac_contexts, "HMAC-SHA256");
-  if (context.evp != nullptr && context.key_size == key_size &&
-      std::memcmp(context.key, key, key_size) == 0) {
-    // A NULL key starts a message with the key set before, also after an
-    // error abandoned one.
-    if (EVP_MAC_init(context.evp, nullptr, 0, nullptr) != 1)
-      openssl_failed("HMAC-SHA256");
+  if (context.mac.has_key(key, key_size)) {
+    // A NULL key restarts with the key set before, even after an error.
+    require(EVP_MAC_init(context.mac.evp, nullptr, 0, nullptr) == 1,
+            "HMAC-SHA256");
     return &context;
   }
   EVP_MAC_CTX *keyed = keyed_with(key, key_size);
-  EVP_MAC_CTX_free(context.evp);
-  context.evp = EVP_MAC_CTX_dup(keyed);
-  if (context.evp == nullptr)
-    openssl_failed("HMAC-SHA256");
-  std::memcpy(context.key, key, key_size);
-  context.key_size = key_size;
+  EVP_MAC_CTX_free(context.mac.evp);
+  context.mac.evp = EVP_MAC_CTX_dup(keyed);
+  require(context.mac.evp != nullptr, "HMAC-SHA256");
+  context.mac.keep_key(key, key_size);
   return &context;
 }
 
 void hmac_update(HmacContext &context, const void *data, std::size_t size) {
-  if (EVP_MAC_update(context.evp, static_cast<const unsigned char *>(data),
-                     size) != 1)
-    openssl_failed("HMAC-SHA256");
+  require(EVP_MAC_update(context.mac.evp,
+                         static_cast<const unsigned char *>(data), size) == 1,
+          "HMAC-SHA256");
 }
 
 void hmac_final(HmacContext &context,
                 std::uint8_t (&mac)[HmacSha256::mac_size]) {
   std::size_t written = 0;
-  if (EVP_MAC_final(context.evp, mac, &written, sizeof mac) != 1)
-    openssl_failed("HMAC-SHA256");
+  require(EVP_MAC_final(context.mac.evp, mac, &written, sizeof mac) == 1,
+          "HMAC-SHA256");
   if (written != sizeof mac)
     hashing_failed("HMAC-SHA256", "unexpected MAC size");
 }
@@ -311,11 +269,8 @@ void free_prefix_state(void *state) {
 
 #else // PostgreSQL's pg_cryptohash and pg_hmac
 
-// pg_cryptohash_create and pg_hmac_create allocate in the current memory
-// context (PostgreSQL's own implementation) or register an OpenSSL context
-// with the current resource owner: the kept contexts are made in
-// TopMemoryContext, for a resource owner of their own that no transaction
-// releases.
+// Kept contexts are made in TopMemoryContext, and for a resource owner that
+// no transaction releases.
 template <typename Create> auto create_kept(Create create, const char *what) {
 #ifdef FRONTEND
   auto *context = create(PG_SHA256);
@@ -379,15 +334,70 @@ void hmac_final(HmacContext &context,
 
 #endif
 
+// The first `size` bytes of the hash's digest.
+void finish_into(Sha256 &hash, std::uint8_t *out, std::size_t size) noexcept {
+  std::uint8_t digest[Sha256::digest_size];
+  hash.finish(digest);
+  std::memcpy(out, digest, size);
+}
+
+void digest_into(const void *data, std::size_t data_size, std::uint8_t *out,
+                 std::size_t size) noexcept {
+  Sha256 hash;
+  hash.update(data, data_size);
+  finish_into(hash, out, size);
+}
+
+// Distinct tags keep a NULL from ever encoding like a value, a type name
+// like a value, and fn like either.
+constexpr std::uint8_t tag_function = 0x01;
+constexpr std::uint8_t tag_null_value = 0x03;
+constexpr std::uint8_t tag_type_name = 0x04;
+constexpr std::uint8_t tag_value = 0x05;
+constexpr std::uint8_t tag_client_hash = 0x06;
+constexpr std::uint8_t tag_claim_api = 0x07;
+
+int hex_digit(char c) noexcept {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
+bool is_uuid7_text(const char *key, std::size_t key_size) noexcept {
+  if (key_size != 36)
+    return false;
+  for (std::size_t i = 0; i < key_size; i++) {
+    bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash ? key[i] != '-' : hex_digit(key[i]) < 0)
+      return false;
+  }
+  // The version nibble, and the variant's two high bits (10).
+  return key[14] == '7' && (hex_digit(key[19]) & 0xC) == 0x8;
+}
+
+// Empty, or holding a character other than hex digits and '-': a random
+// UUID ends in 6 digits often enough (6% of UUIDv4 keys).
+bool names_a_series(const char *prefix, std::size_t prefix_size) noexcept {
+  if (prefix_size == 0)
+    return true;
+  for (std::size_t i = 0; i < prefix_size; i++)
+    if (prefix[i] != '-' && hex_digit(prefix[i]) < 0)
+      return true;
+  return false;
+}
+
 } // namespace
 
 void Sha256::update(const void *data, std::size_t size) noexcept {
   if (context_ == nullptr)
     context_ = open_sha256();
   // A zero-length update may come with a null pointer (an empty value).
-  if (size == 0)
-    return;
-  sha256_update(*context_, data, size);
+  if (size > 0)
+    sha256_update(*context_, data, size);
 }
 
 void Sha256::finish(std::uint8_t (&digest)[digest_size]) noexcept {
@@ -398,24 +408,11 @@ void Sha256::finish(std::uint8_t (&digest)[digest_size]) noexcept {
   context_ = nullptr;
 }
 
-namespace {
-
-// The first `size` bytes of the hash's digest.
-void finish_into(Sha256 &hash, std::uint8_t *out, std::size_t size) noexcept {
-  std::uint8_t digest[Sha256::digest_size];
-  hash.finish(digest);
-  std::memcpy(out, digest, size);
-}
-
-} // namespace
-
 // RFC 2104: a key longer than a block is replaced by its digest.
 HmacSha256::HmacSha256(const void *key, std::size_t key_size) noexcept
     : key_{}, key_size_(0) {
   if (key_size > block_size) {
-    Sha256 long_key;
-    long_key.update(key, key_size);
-    finish_into(long_key, key_, Sha256::digest_size);
+    digest_into(key, key_size, key_, Sha256::digest_size);
     key_size_ = Sha256::digest_size;
   } else if (key_size > 0) {
     std::memcpy(key_, key, key_size);
@@ -426,9 +423,8 @@ HmacSha256::HmacSha256(const void *key, std::size_t key_size) noexcept
 void HmacSha256::update(const void *data, std::size_t size) noexcept {
   if (context_ == nullptr)
     context_ = open_hmac(key_, key_size_);
-  if (size == 0)
-    return;
-  hmac_update(*context_, data, size);
+  if (size > 0)
+    hmac_update(*context_, data, size);
 }
 
 void HmacSha256::finish(std::uint8_t (&mac)[mac_size]) noexcept {
@@ -439,9 +435,8 @@ void HmacSha256::finish(std::uint8_t (&mac)[mac_size]) noexcept {
   context_ = nullptr;
 }
 
-// The encoded prefix: `used` bytes, of `capacity`, follow the header. Every
-// object that shares it owns its first prefix_size_ bytes; an object whose
-// part ends where the bytes end may append in place, any other copies first.
+// `used` bytes of `capacity` follow. A copy owns its first prefix_size_
+// bytes, and may append in place only where they end.
 struct RequestFingerprint::Prefix {
   std::size_t used;
   std::size_t capacity;
@@ -450,24 +445,6 @@ struct RequestFingerprint::Prefix {
     return reinterpret_cast<std::uint8_t *>(this + 1);
   }
 };
-
-namespace {
-
-// One tag per kind of field; distinct tags keep a NULL from ever encoding
-// like a value, a type name like a value, and fn like either.
-constexpr std::uint8_t tag_function = 0x01;
-constexpr std::uint8_t tag_null_value = 0x03;
-constexpr std::uint8_t tag_type_name = 0x04;
-constexpr std::uint8_t tag_value = 0x05;
-constexpr std::uint8_t tag_client_hash = 0x06;
-constexpr std::uint8_t tag_claim_api = 0x07;
-
-// Fields that belong to the prefix: the ones before the values.
-bool in_prefix(std::uint8_t tag) noexcept {
-  return tag == tag_function || tag == tag_claim_api || tag == tag_type_name;
-}
-
-} // namespace
 
 RequestFingerprint::RequestFingerprint(const char *fn,
                                        std::size_t fn_size) noexcept {
@@ -490,9 +467,8 @@ void RequestFingerprint::append_to_prefix(const void *data,
   prefix_state_ = nullptr;
   if (prefix_ == nullptr || prefix_->used != prefix_size_ ||
       prefix_->capacity - prefix_size_ < size) {
-    std::size_t capacity = 2 * (prefix_size_ + size);
-    if (capacity < 128)
-      capacity = 128;
+    std::size_t capacity =
+        std::max<std::size_t>(2 * (prefix_size_ + size), 128);
     auto *copy = static_cast<Prefix *>(palloc(sizeof(Prefix) + capacity));
     copy->capacity = capacity;
     if (prefix_ != nullptr && prefix_size_ > 0)
@@ -507,16 +483,13 @@ void RequestFingerprint::append_to_prefix(const void *data,
 
 void RequestFingerprint::add_field(std::uint8_t tag, const void *data,
                                    std::size_t size) noexcept {
-  // The length is little-endian (a choice of this encoding, not of
-  // SHA-256); fixed width so a length can never run into the bytes after it.
-  std::uint8_t header[1 + 8];
-  header[0] = tag;
-  std::uint64_t length = size;
-  for (int i = 1; i < 9; ++i) {
-    header[i] = static_cast<std::uint8_t>(length);
-    length >>= 8;
-  }
-  if (!started_ && in_prefix(tag)) {
+  // A fixed-width length never runs into the bytes after it.
+  std::uint8_t header[1 + 8] = {tag};
+  for (int i = 0; i < 8; ++i)
+    header[1 + i] = static_cast<std::uint8_t>(std::uint64_t{size} >> (8 * i));
+  // fn, the claim marker and the type names belong to the prefix.
+  if (!started_ &&
+      (tag == tag_function || tag == tag_claim_api || tag == tag_type_name)) {
     append_to_prefix(header, sizeof header);
     append_to_prefix(data, size);
     return;
@@ -545,28 +518,27 @@ void RequestFingerprint::keep_prefix_state() noexcept {
 #ifdef IDEMPOTENCY_HASH_WITH_EVP
   if (started_)
     return;
-  // Everything that may fail before the context exists, then the context
-  // belongs to the memory context before anything else may fail.
+  // Whatever may fail runs before the EVP context exists or once the memory
+  // context owns it.
   EVP_MD *algorithm = sha256_algorithm();
   auto *state = static_cast<PrefixState *>(palloc(sizeof(PrefixState)));
   state->evp = EVP_MD_CTX_new();
-  if (state->evp == nullptr)
-    openssl_failed("SHA-256");
+  require(state->evp != nullptr, "SHA-256");
 #ifndef FRONTEND
   state->freed_with_context.func = free_prefix_state;
   state->freed_with_context.arg = state;
   MemoryContextRegisterResetCallback(CurrentMemoryContext,
                                      &state->freed_with_context);
 #endif
-  if (EVP_DigestInit_ex2(state->evp, algorithm, nullptr) != 1 ||
-      (prefix_size_ > 0 &&
-       EVP_DigestUpdate(state->evp, prefix_->bytes(), prefix_size_) != 1))
-    openssl_failed("SHA-256");
+  require(
+      EVP_DigestInit_ex2(state->evp, algorithm, nullptr) == 1 &&
+          (prefix_size_ == 0 ||
+           EVP_DigestUpdate(state->evp, prefix_->bytes(), prefix_size_) == 1),
+      "SHA-256");
   prefix_state_ = state;
 #endif
 }
 
-// The prefix's kept state, or its bytes, start the hash.
 void RequestFingerprint::start() noexcept {
 #ifdef IDEMPOTENCY_HASH_WITH_EVP
   if (prefix_state_ != nullptr) {
@@ -587,9 +559,7 @@ void RequestFingerprint::finish(Fingerprint &out) noexcept {
 
 void key_digest(const char *key, std::size_t key_size,
                 std::uint8_t (&out)[key_digest_size]) noexcept {
-  Sha256 hash;
-  hash.update(key, key_size);
-  finish_into(hash, out, key_digest_size);
+  digest_into(key, key_size, out, key_digest_size);
 }
 
 void unconverted_key_digest(const char *key, std::size_t key_size,
@@ -601,86 +571,30 @@ void unconverted_key_digest(const char *key, std::size_t key_size,
   finish_into(hash, out, key_digest_size);
 }
 
-namespace {
-
-int hex_digit(char c) noexcept {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
-
-bool is_uuid7_text(const char *key, std::size_t key_size) noexcept {
-  constexpr std::size_t uuid_text_size = 36;
-  if (key_size != uuid_text_size)
-    return false;
-  for (std::size_t i = 0; i < key_size; i++) {
-    bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-    if (dash ? key[i] != '-' : hex_digit(key[i]) < 0)
-      return false;
-  }
-  // The version nibble, and the variant's two high bits (10).
-  return key[14] == '7' && (hex_digit(key[19]) & 0xC) == 0x8;
-}
-
-// The 48-bit timestamp of a UUIDv7's text, big-endian.
-void put_uuid7_timestamp(const char *key, std::uint8_t *out) noexcept {
-  constexpr int timestamp_digits[12] = {0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12};
-  // NOLINTBEGIN(clang-analyzer-core.UndefinedBinaryOperatorResult): the key
-  // passed is_uuid7, so every digit is hex and hex_digit never returns -1.
-  for (std::size_t i = 0; i < 6; i++)
-    out[i] =
-        static_cast<std::uint8_t>(hex_digit(key[timestamp_digits[2 * i]]) << 4 |
-                                  hex_digit(key[timestamp_digits[2 * i + 1]]));
-  // NOLINTEND(clang-analyzer-core.UndefinedBinaryOperatorResult)
-}
-
-constexpr std::size_t min_sequence_digits = 6;
-// 10^18 - 1 fits in 63 bits.
-constexpr std::size_t max_sequence_digits = 18;
-
-// Whether what precedes a key's trailing digits names a series: it is empty
-// (a plain number), or it holds a character that is neither a hex digit nor
-// '-'. The end of a random UUID or hex string is digits often enough (6 of
-// them in 6% of UUIDv4 keys) and belongs to no series.
-bool names_a_series(const char *prefix, std::size_t prefix_size) noexcept {
-  if (prefix_size == 0)
-    return true;
-  for (std::size_t i = 0; i < prefix_size; i++)
-    if (prefix[i] != '-' && hex_digit(prefix[i]) < 0)
-      return true;
-  return false;
-}
-
-std::size_t trailing_digits(const char *key, std::size_t key_size) noexcept {
-  std::size_t digits = 0;
-  while (digits < key_size && key[key_size - 1 - digits] >= '0' &&
-         key[key_size - 1 - digits] <= '9')
-    digits++;
-  return digits;
-}
-
-} // namespace
-
 void ordered_key_digest(const char *key, std::size_t key_size,
                         OrderedKeyDigest &out) noexcept {
   constexpr std::size_t hash_bytes = 8;
   if (is_uuid7_text(key, key_size)) {
-    constexpr std::size_t timestamp_bytes = 6;
-    Sha256 hash;
-    hash.update(key, key_size);
-    put_uuid7_timestamp(key, out.bytes);
-    finish_into(hash, out.bytes + timestamp_bytes, hash_bytes);
-    out.size = timestamp_bytes + hash_bytes;
+    // The 48-bit timestamp: 12 hex digits, a dash after the 8th.
+    // NOLINTBEGIN(clang-analyzer-core.UndefinedBinaryOperatorResult): every
+    // digit of a UUIDv7's text is hex, so hex_digit never returns -1.
+    for (std::size_t i = 0; i < 6; i++) {
+      std::size_t at = 2 * i < 8 ? 2 * i : 2 * i + 1;
+      out.bytes[i] = static_cast<std::uint8_t>(hex_digit(key[at]) << 4 |
+                                               hex_digit(key[at + 1]));
+    }
+    // NOLINTEND(clang-analyzer-core.UndefinedBinaryOperatorResult)
+    digest_into(key, key_size, out.bytes + 6, hash_bytes);
+    out.size = 6 + hash_bytes;
     return;
   }
-  std::size_t digits = trailing_digits(key, key_size);
+  std::size_t digits = 0;
+  while (digits < key_size && key[key_size - 1 - digits] >= '0' &&
+         key[key_size - 1 - digits] <= '9')
+    digits++;
   std::size_t prefix_size = key_size - digits;
-  if (digits >= min_sequence_digits && digits <= max_sequence_digits &&
-      names_a_series(key, prefix_size)) {
+  // 18 digits: 10^18 - 1 fits in 63 bits.
+  if (digits >= 6 && digits <= 18 && names_a_series(key, prefix_size)) {
     // The digit count keeps "order-0001234" and "order-001234" apart.
     std::uint8_t digit_count = static_cast<std::uint8_t>(digits);
     Sha256 prefix_hash;
@@ -696,20 +610,13 @@ void ordered_key_digest(const char *key, std::size_t key_size,
     out.size = hash_bytes + 8;
     return;
   }
-  Sha256 hash;
-  hash.update(key, key_size);
-  finish_into(hash, out.bytes, key_digest_size);
+  digest_into(key, key_size, out.bytes, key_digest_size);
   out.size = key_digest_size;
 }
 
 #ifndef FRONTEND
-// No hash is open when a transaction ends: one still marked open was
-// interrupted by an error.
 void at_transaction_end() noexcept { take_back(0); }
 
-// A subtransaction aborts after an error that interrupted the hashes taken
-// in it (at its nesting level or deeper); one taken before it began is
-// still going on.
 void at_subtransaction_abort() noexcept {
   take_back(GetCurrentTransactionNestLevel());
 }

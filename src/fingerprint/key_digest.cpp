@@ -12,29 +12,9 @@ extern "C" {
 
 namespace idempotency::fingerprint {
 
-// --- a key's UTF-8 form and digests ------------------------------------------
-
 namespace {
 
-// The database encoding's default conversion to UTF-8, from pg_catalog only:
-// a conversion that a user declares default in a schema of the search_path
-// must not change which key a text names. Looked up once per backend, whose
-// database, hence encoding, never changes.
-Oid conversion_to_utf8() {
-  static bool looked_up = false;
-  static Oid proc = InvalidOid; // InvalidOid: there is none
-  if (!looked_up) {
-    proc = FindDefaultConversion(PG_CATALOG_NAMESPACE, GetDatabaseEncoding(),
-                                 PG_UTF8);
-    looked_up = true;
-  }
-  return proc;
-}
-
-// The bytes already are the key's UTF-8 form: in a UTF8 database; in an
-// SQL_ASCII one, which declares no encoding, so the bytes are taken as they
-// are (UTF-8 text there digests as it would in a UTF8 database); and for an
-// ASCII key, the same bytes in every server encoding.
+// SQL_ASCII declares no encoding, so its bytes are taken as they are.
 bool bytes_are_canonical(const char *bytes, Size size) {
   int encoding = GetDatabaseEncoding();
   if (encoding == PG_UTF8 || encoding == PG_SQL_ASCII)
@@ -45,21 +25,30 @@ bool bytes_are_canonical(const char *bytes, Size size) {
   return true;
 }
 
-// The UTF-8 form of `size` bytes of text in the database encoding: the
-// bytes themselves where they already are, else a palloc'd conversion,
-// `*owned` set and `*utf8_size` its length; nullptr when the text has no
-// UTF-8 form (a character of the database encoding that Unicode lacks).
-const char *utf8_form(const char *bytes, Size size, bool *owned,
-                      Size *utf8_size) {
-  *owned = false;
-  *utf8_size = size;
+// data is nullptr, size the text's, when the text has no UTF-8 form (a
+// character Unicode lacks).
+struct Utf8 {
+  const char *data;
+  Size size;
+  bool owned;
+};
+static_assert(std::is_trivially_destructible_v<Utf8>);
+
+Utf8 utf8_form(const char *bytes, Size size) {
   if (bytes_are_canonical(bytes, size))
-    return bytes;
-  Oid proc = conversion_to_utf8();
+    return {bytes, size, false};
+  // From pg_catalog only (a user's default conversion must not change which
+  // key a text names), once per backend: its encoding never changes.
+  static bool looked_up = false;
+  static Oid proc = InvalidOid; // InvalidOid: there is none
+  if (!looked_up) {
+    proc = FindDefaultConversion(PG_CATALOG_NAMESPACE, GetDatabaseEncoding(),
+                                 PG_UTF8);
+    looked_up = true;
+  }
   if (!OidIsValid(proc))
-    return nullptr;
-  // Only idempotency.key_digest(text) meets a text this long: a key's
-  // length is limited far below.
+    return {nullptr, size, false};
+  // Only idempotency.key_digest(text) meets a text this long.
   if (size >= (MaxAllocSize - 1) / MAX_CONVERSION_GROWTH)
     ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
                     errmsg("text of %zu bytes is too long for a key digest",
@@ -72,17 +61,23 @@ const char *utf8_form(const char *bytes, Size size, bool *owned,
       static_cast<int>(size), utf8, static_cast<int>(room), true /* noError */);
   if (static_cast<Size>(converted) != size) {
     pfree(utf8);
-    return nullptr;
+    return {nullptr, size, false};
   }
-  *owned = true;
-  *utf8_size = strlen(reinterpret_cast<const char *>(utf8));
-  return reinterpret_cast<const char *>(utf8);
+  const char *data = reinterpret_cast<const char *>(utf8);
+  return {data, strlen(data), true};
 }
 
-// The last key digested and its digest: claim() and complete() of one
-// message digest the same key, and a digest costs more than comparing the
-// key. It depends only on the key's bytes, the database encoding being the
-// backend's for its life. Longer keys are not kept.
+Utf8 utf8_form(const text *value) {
+  return utf8_form(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));
+}
+
+void release(const Utf8 &utf8) {
+  if (utf8.owned)
+    pfree(const_cast<char *>(utf8.data));
+}
+
+// claim() and complete() of one message digest the same key, and a digest
+// costs more than comparing it.
 struct LastDigest {
   bool valid;
   Size key_size;
@@ -101,14 +96,9 @@ bytea *as_bytea(const void *bytes, Size size) {
 }
 
 Size utf8_length(const char *bytes, Size size) {
-  bool owned;
-  Size utf8_size;
-  const char *utf8 = utf8_form(bytes, size, &owned, &utf8_size);
-  if (utf8 == nullptr)
-    return size;
-  if (owned)
-    pfree(const_cast<char *>(utf8));
-  return utf8_size;
+  Utf8 utf8 = utf8_form(bytes, size);
+  release(utf8);
+  return utf8.size;
 }
 
 bytea *digest_of_key(const text *key) {
@@ -117,18 +107,15 @@ bytea *digest_of_key(const text *key) {
   if (last_digest.valid && last_digest.key_size == size &&
       memcmp(last_digest.key, bytes, size) == 0)
     return as_bytea(last_digest.digest.bytes, last_digest.digest.size);
-  bool owned;
-  Size utf8_size;
-  const char *utf8 = utf8_form(bytes, size, &owned, &utf8_size);
-  if (utf8 == nullptr) {
+  Utf8 utf8 = utf8_form(bytes, size);
+  if (utf8.data == nullptr) {
     uint8 digest_bytes[key_digest_size];
     unconverted_key_digest(bytes, size, digest_bytes);
     return as_bytea(digest_bytes, key_digest_size);
   }
   OrderedKeyDigest digest;
-  ordered_key_digest(utf8, utf8_size, digest);
-  if (owned)
-    pfree(const_cast<char *>(utf8));
+  ordered_key_digest(utf8.data, utf8.size, digest);
+  release(utf8);
   last_digest.valid = size <= sizeof last_digest.key;
   if (last_digest.valid) {
     memcpy(last_digest.key, bytes, size);
@@ -138,26 +125,16 @@ bytea *digest_of_key(const text *key) {
   return as_bytea(digest.bytes, digest.size);
 }
 
-// A key that has no UTF-8 form is digested over its own bytes, marked
-// (fingerprint::unconverted_key_digest).
 bytea *tenant_digest_of_key(const text *key) {
-  const char *bytes = VARDATA_ANY(key);
-  Size size = VARSIZE_ANY_EXHDR(key);
   uint8 digest[key_digest_size];
-  bool owned;
-  Size utf8_size;
-  const char *utf8 = utf8_form(bytes, size, &owned, &utf8_size);
-  if (utf8 == nullptr) {
-    unconverted_key_digest(bytes, size, digest);
-  } else {
-    key_digest(utf8, utf8_size, digest);
-    if (owned)
-      pfree(const_cast<char *>(utf8));
-  }
+  Utf8 utf8 = utf8_form(key);
+  if (utf8.data == nullptr)
+    unconverted_key_digest(VARDATA_ANY(key), utf8.size, digest);
+  else
+    key_digest(utf8.data, utf8.size, digest);
+  release(utf8);
   return as_bytea(digest, key_digest_size);
 }
-
-// --- derived keys: a key's keyed digest, for calls downstream ----------------
 
 namespace {
 
@@ -169,24 +146,18 @@ constexpr uint8 tag_key_unconverted = 0x02;
 constexpr uint8 tag_label_utf8 = 0x03;
 constexpr uint8 tag_label_unconverted = 0x04;
 
-// A tag, the length (8 bytes, little-endian), then the text's bytes: in
-// UTF-8, or as they are when the text has none.
+// In UTF-8 where the text has that form, so that a restore into another
+// encoding derives the same keys.
 void update_with_text(HmacSha256 &mac, const text *value, uint8 utf8_tag,
                       uint8 unconverted_tag) {
-  const char *bytes = VARDATA_ANY(value);
-  Size size = VARSIZE_ANY_EXHDR(value);
-  bool owned;
-  Size utf8_size;
-  const char *utf8 = utf8_form(bytes, size, &owned, &utf8_size);
-  const char *field = utf8 != nullptr ? utf8 : bytes;
-  Size field_size = utf8 != nullptr ? utf8_size : size;
-  uint8 header[1 + 8] = {utf8 != nullptr ? utf8_tag : unconverted_tag};
+  Utf8 utf8 = utf8_form(value);
+  const char *field = utf8.data != nullptr ? utf8.data : VARDATA_ANY(value);
+  uint8 header[1 + 8] = {utf8.data != nullptr ? utf8_tag : unconverted_tag};
   for (int i = 0; i < 8; i++)
-    header[1 + i] = static_cast<uint8>(uint64{field_size} >> (8 * i));
+    header[1 + i] = static_cast<uint8>(uint64{utf8.size} >> (8 * i));
   mac.update(header, sizeof header);
-  mac.update(field, field_size);
-  if (owned)
-    pfree(const_cast<char *>(utf8));
+  mac.update(field, utf8.size);
+  release(utf8);
 }
 
 } // namespace
@@ -203,9 +174,7 @@ text *derived_key(const uint8 *secret, std::size_t secret_size, Oid role,
   update_with_text(mac, label, tag_label_utf8, tag_label_unconverted);
   uint8 digest[HmacSha256::mac_size];
   mac.finish(digest);
-
-  // RFC 9562: version 8 in the high nibble of byte 6, variant 10 in the
-  // high bits of byte 8.
+  // RFC 9562: version 8, variant 10.
   digest[6] = static_cast<uint8>((digest[6] & 0x0F) | 0x80);
   digest[8] = static_cast<uint8>((digest[8] & 0x3F) | 0x80);
   static const char hex[] = "0123456789abcdef";

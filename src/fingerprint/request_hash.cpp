@@ -15,8 +15,7 @@ namespace idempotency::fingerprint {
 
 namespace {
 
-// Text in the database encoding is already in its UTF-8 form: a UTF8 or
-// SQL_ASCII database.
+// A UTF8 or SQL_ASCII database, whose text is its own UTF-8 form.
 bool database_text_is_utf8() {
   int encoding = GetDatabaseEncoding();
   return encoding == PG_UTF8 || encoding == PG_SQL_ASCII;
@@ -28,7 +27,6 @@ struct Bytes {
 };
 static_assert(std::is_trivially_destructible_v<Bytes>);
 
-// Text in its UTF-8 form, whatever the database encoding.
 Bytes utf8_form(const char *data, std::size_t size) {
   if (database_text_is_utf8())
     return {data, size};
@@ -40,18 +38,8 @@ Bytes utf8_form(const text *value) {
   return utf8_form(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));
 }
 
-Bytes encode(const ValueEncoder &encoder, Datum value) {
-  if (encoder.binary) {
-    bytea *bytes = OidSendFunctionCall(encoder.function, value);
-    return {VARDATA_ANY(bytes), VARSIZE_ANY_EXHDR(bytes)};
-  }
-  char *text_form = OidOutputFunctionCall(encoder.function, value);
-  return {text_form, strlen(text_form)};
-}
-
-// Send functions of text-like types convert to the client encoding; hashing
-// with the client encoding set to UTF8 keeps a request's fingerprint the
-// same whatever client_encoding the retry arrives with.
+// Send functions of text-like types convert to the client encoding: UTF8
+// while hashing, whatever client_encoding a retry arrives with.
 template <typename Body> void with_utf8_client_encoding(Body body) {
   int client_encoding = pg_get_client_encoding();
   if (client_encoding == PG_UTF8 ||
@@ -108,12 +96,16 @@ bytea *request_hash(const RequestFingerprint &prefix,
   Fingerprint digest;
   with_utf8_client_encoding([&] {
     for (int i = 0; i < args.count; i++) {
+      Oid function = encoders[i].function;
       if (args.nulls[i]) {
         fingerprint.add_null();
-        continue;
+      } else if (encoders[i].binary) {
+        bytea *bytes = OidSendFunctionCall(function, args.values[i]);
+        fingerprint.add_value(VARDATA_ANY(bytes), VARSIZE_ANY_EXHDR(bytes));
+      } else {
+        char *text_form = OidOutputFunctionCall(function, args.values[i]);
+        fingerprint.add_value(text_form, strlen(text_form));
       }
-      Bytes encoded = encode(encoders[i], args.values[i]);
-      fingerprint.add_value(encoded.data, encoded.size);
     }
     fingerprint.finish(digest);
   });

@@ -13,7 +13,6 @@ namespace idempotency::stats {
 
 namespace {
 
-constexpr int max_databases = max_counted_databases;
 constexpr int event_kinds = 5;
 
 struct DatabaseCounters {
@@ -25,12 +24,11 @@ struct DatabaseCounters {
 
 struct SharedStats {
   slock_t mutex;
-  DatabaseCounters databases[max_databases];
+  DatabaseCounters databases[max_counted_databases];
 };
 
 SharedStats *shared = nullptr;
-// This backend's slot, found once per backend (a backend serves one
-// database for its whole life).
+// Found once: a backend serves one database for its whole life.
 DatabaseCounters *own = nullptr;
 
 void init_counters(DatabaseCounters &slot, Oid database) {
@@ -41,39 +39,31 @@ void init_counters(DatabaseCounters &slot, Oid database) {
   slot.database = database;
 }
 
-// The slot of `database`, created on first use; nullptr when every slot
-// belongs to a live database.
-//
-// Which slots are reusable needs catalog lookups (is the owner's database
-// still there?), which may raise an error and so cannot run under the
-// spinlock. They run first, on the owners seen then; under the spinlock a
-// slot is taken only if its owner is still the one that was looked up, so
-// two databases never take one slot. When every candidate was taken
-// meanwhile, it looks again.
+// nullptr when every slot belongs to a live database. The catalog lookups
+// may raise an error, so they run outside the spinlock; under it a slot is
+// taken only if its owner is still the one looked up.
 DatabaseCounters *slot_of(Oid database) {
   for (;;) {
-    Oid seen_owner[max_databases];
+    Oid seen_owner[max_counted_databases];
     SpinLockAcquire(&shared->mutex);
-    for (int i = 0; i < max_databases; i++)
+    for (int i = 0; i < max_counted_databases; i++)
       seen_owner[i] = shared->databases[i].database;
     SpinLockRelease(&shared->mutex);
-
-    bool reusable[max_databases];
+    bool reusable[max_counted_databases];
     bool any_reusable = false;
-    for (int i = 0; i < max_databases; i++) {
+    for (int i = 0; i < max_counted_databases; i++) {
       reusable[i] = seen_owner[i] == InvalidOid ||
                     (seen_owner[i] != database &&
                      !SearchSysCacheExists1(DATABASEOID,
                                             ObjectIdGetDatum(seen_owner[i])));
       any_reusable |= reusable[i];
     }
-
     SpinLockAcquire(&shared->mutex);
     DatabaseCounters *found = nullptr;
     for (auto &slot : shared->databases)
       if (slot.database == database)
         found = &slot;
-    for (int i = 0; found == nullptr && i < max_databases; i++)
+    for (int i = 0; found == nullptr && i < max_counted_databases; i++)
       if (reusable[i] && shared->databases[i].database == seen_owner[i]) {
         found = &shared->databases[i];
         init_counters(*found, database);

@@ -1,15 +1,6 @@
-// Expiry: the background worker and idempotency.expire(). The launcher, a
-// background worker connected to no database, lists the databases from the
-// shared catalog pg_database each round and, one at a time, starts a
-// short-lived worker in each and waits for it to end, then sleeps
-// idempotency.expire_interval. A round visits the key stores
-// (storage/key_store.hpp) in turn, collecting and deleting expired keys a
-// batch at a time; the stores know their tables, the worker only paces the
-// batches and runs them in transactions.
-//
-// Connecting to no database itself, the launcher never stands in the way of
-// DROP DATABASE; the per-database workers connect only for a round and leave
-// early when such a command waits for their database.
+// The launcher connects to no database, so that it never stands in the way
+// of DROP DATABASE, and starts a short-lived worker in each database in
+// turn, which leaves early when a command waits to have the database alone.
 #include <algorithm>
 #include <climits>
 
@@ -54,24 +45,10 @@ namespace idempotency::worker {
 
 namespace {
 
-// --- what rounds of the worker and of idempotency.expire() share -------------
-
-// The cutoff of a round that starts at `now` in this database: keys whose
-// expires_at is at or before it are expired for every transaction running in
-// the database and every one that starts later. idempotent_call compares
-// expires_at with its transaction's start, so a transaction that started
-// before `now` keeps the keys that are still live for it.
-//
-// A key's created_at is the clock when its row was written and its
-// expires_at counts from there, so a key's lifetime starts after its
-// transaction did; callers still compare expires_at with their own
-// transaction's start. The cutoff therefore still works: it is at or before
-// the start of every transaction that may call, so a key with expires_at at
-// or before it is expired for all of them and for every later one. A key's
-// row is invisible to expiry until its transaction commits, and a
-// transaction cannot commit a key that has already expired
-// (storage/commit_guard.hpp) - except through COMMIT PREPARED, and then the
-// key is deleted like any other expired key.
+// `now`, or the start of an older transaction here that may call:
+// idempotent_call compares expires_at with its transaction's start. No
+// transaction commits an expired key (storage/commit_guard.hpp) but COMMIT
+// PREPARED, and then the key is deleted like any other.
 TimestampTz expiry_cutoff(TimestampTz now) {
   TimestampTz cutoff = now;
   int backends = pgstat_fetch_stat_numbackends();
@@ -93,14 +70,11 @@ TimestampTz expiry_cutoff(TimestampTz now) {
   return cutoff;
 }
 
-// A round in one store, its work kept in `context` (the caller's, which it
-// deletes when the round ends).
 storage::ExpiryRound begin_expiry(TimestampTz cutoff, MemoryContext context) {
   return storage::ExpiryRound{cutoff, context, nullptr, false,
                               false,  true,    0,       nullptr};
 }
 
-// store.expire_batch(), its deletions counted in the statistics.
 storage::ExpiryBatch expire_batch(const storage::KeyStore &store,
                                   storage::ExpiryRound &round, int batch_size) {
   storage::ExpiryBatch batch = store.expire_batch(round, batch_size);
@@ -108,9 +82,6 @@ storage::ExpiryBatch expire_batch(const storage::KeyStore &store,
   return batch;
 }
 
-// Reports that a round kept `kept` expired rows because their tombstones
-// were refused, with the first refusal (storage::ExpiryRound::kept_reason):
-// a WARNING naming the cause, never a key.
 void warn_kept_rows(const char *database, int64 kept, const char *reason) {
   ereport(WARNING,
           (errmsg("idempotency expiry kept " INT64_FORMAT
@@ -125,8 +96,6 @@ void warn_kept_rows(const char *database, int64 kept, const char *reason) {
                    "object and the next round expires them.")));
 }
 
-// A reload (SIGHUP) of postgresql.conf, when one was asked for; whether it
-// was.
 bool reload_settings_if_asked() {
   if (!ConfigReloadPending)
     return false;
@@ -135,16 +104,13 @@ bool reload_settings_if_asked() {
   return true;
 }
 
-// The per-database worker's name in pg_stat_activity.backend_type.
 constexpr const char *database_worker_type = "idempotency expiry";
 
-// A background worker of this library that runs `function`.
 BackgroundWorker describe_worker(const char *function, const char *type,
                                  int restart_seconds) {
   BackgroundWorker worker;
   memset(&worker, 0, sizeof(worker));
-  // A database connection (to none, for the launcher) is what lets it read
-  // pg_database.
+  // A connection (to none, for the launcher) lets it read pg_database.
   worker.bgw_flags =
       BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
   // Not on a hot standby: the postmaster starts it at promotion.
@@ -157,10 +123,8 @@ BackgroundWorker describe_worker(const char *function, const char *type,
   return worker;
 }
 
-// Whether a command that must be alone in `database` (DROP DATABASE,
-// CREATE DATABASE ... TEMPLATE, ALTER DATABASE ... RENAME or SET TABLESPACE)
-// is waiting for it: they hold a lock on the database that conflicts with
-// the one every new connection takes. Works outside transactions.
+// DROP DATABASE and the like hold a lock that conflicts with the one every
+// new connection takes. Works outside transactions.
 bool database_wanted_alone(Oid database) {
   LOCKTAG tag;
   SET_LOCKTAG_OBJECT(tag, InvalidOid, DatabaseRelationId, database, 0);
@@ -172,7 +136,6 @@ bool database_wanted_alone(Oid database) {
 
 // --- a round in one database, by a short-lived worker ------------------------
 
-// What pg_stat_activity shows while a round waits to keep its pace.
 uint32 pace_wait_event = PG_WAIT_EXTENSION;
 
 void commit_transaction() {
@@ -180,9 +143,8 @@ void commit_transaction() {
   CommitTransactionCommand();
 }
 
-// Whether to stop the round early: when the database is wanted alone, so
-// that DROP DATABASE and CREATE DATABASE ... TEMPLATE, which wait a few
-// seconds for other connections to leave, find this one gone.
+// DROP DATABASE and CREATE DATABASE ... TEMPLATE wait only a few seconds
+// for other connections to leave, and do not wake them.
 bool must_leave() {
   CHECK_FOR_INTERRUPTS();
   if (!database_wanted_alone(MyDatabaseId))
@@ -192,17 +154,12 @@ bool must_leave() {
   return true;
 }
 
-// A round that falls behind its schedule (while it collects keys, or on a
-// busy machine) catches up on at most this much of it at full speed.
+// A round behind its schedule catches up on at most this much at full
+// speed; it checks must_leave() at least this often.
 constexpr int64 max_catch_up_usecs = USECS_PER_SEC / 10;
-// The longest the worker sleeps without looking whether its database is
-// wanted alone: DROP DATABASE and CREATE DATABASE ... TEMPLATE wait only a
-// few seconds for other connections, and do not wake them.
 constexpr long max_wait_ms = 100;
 
-// idempotency.expire_rate, kept from the round's start: before each batch
-// the worker waits until the keys it has handled since then (deleted or
-// skipped) are no more than the rate allows for the time elapsed.
+// idempotency.expire_rate: keys handled (deleted or skipped) since `since`.
 struct Pace {
   int rate; // keys per second; 0: no limit
   TimestampTz since;
@@ -214,39 +171,26 @@ Pace start_pace() {
   return Pace{settings::expire_rate(), GetCurrentTimestamp(), 0};
 }
 
-// How long to wait before the next batch, in microseconds; 0: go on now.
-int64 wait_before_next_batch(Pace *pace) {
-  if (pace->rate == 0)
-    return 0;
-  TimestampTz now = GetCurrentTimestamp();
-  TimestampTz due =
-      pace->since + pace->keys * USECS_PER_SEC / static_cast<int64>(pace->rate);
-  if (due > now)
-    return due - now;
-  // Behind schedule: forget what is more than max_catch_up_usecs late, so
-  // that the round never runs flat out for long to make up for it.
-  if (now - due > max_catch_up_usecs)
-    pace->since += now - due - max_catch_up_usecs;
-  return 0;
-}
-
-// Waits for the next batch's turn under idempotency.expire_rate. Every wake
-// (its time come, SIGTERM, a barrier that DROP DATABASE waits for, a
-// reload, any other signal) first checks must_leave(); false when the round
-// must stop.
+// False when the round must stop.
 bool wait_for_turn(Pace *pace) {
   for (;;) {
     if (must_leave())
       return false;
-    // A new idempotency.expire_rate applies to the running round, counted
-    // from the reload on.
+    // A new rate applies to the running round, counted from the reload on.
     if (reload_settings_if_asked() && settings::expire_rate() != pace->rate)
       *pace = start_pace();
-    int64 wait_usecs = wait_before_next_batch(pace);
-    if (wait_usecs == 0)
+    if (pace->rate == 0)
       return true;
+    TimestampTz now = GetCurrentTimestamp();
+    TimestampTz due = pace->since + pace->keys * USECS_PER_SEC /
+                                        static_cast<int64>(pace->rate);
+    if (due <= now) {
+      if (now - due > max_catch_up_usecs)
+        pace->since += now - due - max_catch_up_usecs;
+      return true;
+    }
     long wait_ms =
-        std::min(max_wait_ms, static_cast<long>((wait_usecs + 999) / 1000));
+        std::min(max_wait_ms, static_cast<long>((due - now + 999) / 1000));
     (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
                     wait_ms, pace_wait_event);
     ResetLatch(MyLatch);
@@ -255,8 +199,7 @@ bool wait_for_turn(Pace *pace) {
 
 enum class RoundEnd { finished, left_early, extension_dropped, gave_way };
 
-// What the round has done so far; kept in the worker's memory, so that it
-// is still there after an error.
+// In the worker's memory, so that it survives an error.
 struct RoundTally {
   MemoryContext context;
   int64 deleted;
@@ -265,7 +208,6 @@ struct RoundTally {
 };
 static_assert(std::is_trivially_destructible_v<RoundTally>);
 
-// Moves the rows a store kept since the last call into the tally.
 void tally_kept(storage::ExpiryRound &round, RoundTally *tally) {
   if (round.kept == 0)
     return;
@@ -275,8 +217,7 @@ void tally_kept(storage::ExpiryRound &round, RoundTally *tally) {
   round.kept = 0;
 }
 
-// Starts a transaction of the round holding idempotency.keys in `mode`;
-// false (and no transaction) when the extension was dropped meanwhile.
+// False, with no transaction, when the extension was dropped meanwhile.
 bool begin_round_transaction(const char *activity, LOCKMODE mode) {
   SetCurrentStatementStartTimestamp();
   StartTransactionCommand();
@@ -289,34 +230,17 @@ bool begin_round_transaction(const char *activity, LOCKMODE mode) {
   return false;
 }
 
-// SET CONSTRAINTS ALL IMMEDIATE for the transaction: a DBA's deferred
-// constraint (trigger) on the key table then checks each tombstone as it is
-// written, where a refusal is that row's (storage::KeyStore::expire_batch
-// keeps it), and not at the commit, where it would undo the whole batch
-// every round.
-void check_constraints_at_once() {
-  ConstraintsSetStmt *all_immediate = makeNode(ConstraintsSetStmt);
-  all_immediate->constraints = NIL;
-  all_immediate->deferred = false;
-  AfterTriggerSetState(all_immediate);
-}
-
-// Runs the round in one key store: passes until no expired key is left;
-// each collects keys in a read-only transaction, then deletes them in
-// batches of idempotency.expire_batch_size, each batch its own short
-// transaction, at most idempotency.expire_rate keys a second (where the
-// store's batches are paced). The store keeps its work in `context`.
+// Each pass collects keys in a read-only transaction, then deletes them a
+// batch per short transaction.
 RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
                     MemoryContext context, Pace *pace, RoundTally *tally) {
-  // Marks made again where they are missing (pg_upgrade does not carry
-  // them), and keys of roles that no longer exist deleted.
+  // pg_upgrade does not carry the marks; keys of dropped roles go.
   if (!begin_round_transaction("marking the roles that have idempotency keys",
                                RowExclusiveLock))
     return RoundEnd::extension_dropped;
   if (storage::role_marks::database_marks_roles())
     tally->deleted += storage::role_marks::mark_key_roles();
   commit_transaction();
-
   int batch_size = settings::expire_batch_size();
   storage::ExpiryRound round = begin_expiry(cutoff, context);
   do {
@@ -327,14 +251,19 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
       return RoundEnd::extension_dropped;
     store.collect_expired(round, batch_size);
     commit_transaction();
-
     while (round.has_batch) {
       if (round.paced ? !wait_for_turn(pace) : must_leave())
         return RoundEnd::left_early;
       if (!begin_round_transaction("deleting expired idempotency keys",
                                    RowExclusiveLock))
         return RoundEnd::extension_dropped;
-      check_constraints_at_once();
+      // SET CONSTRAINTS ALL IMMEDIATE: a deferred constraint then refuses
+      // a tombstone as it is written (that row is kept), not at commit,
+      // which would undo the whole batch every round.
+      ConstraintsSetStmt *all_immediate = makeNode(ConstraintsSetStmt);
+      all_immediate->constraints = NIL;
+      all_immediate->deferred = false;
+      AfterTriggerSetState(all_immediate);
       storage::ExpiryBatch batch = expire_batch(store, round, batch_size);
       tally->deleted += batch.deleted;
       commit_transaction();
@@ -346,29 +275,8 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
   return RoundEnd::finished;
 }
 
-// Runs the round in every key store (storage::expiry_store): the local
-// table, then the tenant keys of the Citus coordinator, which one DELETE
-// expires on every shard, where the shard is now.
-RoundEnd run_stores(TimestampTz cutoff, MemoryContext pass_context,
-                    RoundTally *tally) {
-  Pace pace = start_pace();
-  for (int i = 0; i < storage::key_backend_count; i++) {
-    RoundEnd end = run_passes(storage::expiry_store(i), cutoff, pass_context,
-                              &pace, tally);
-    MemoryContextReset(pass_context);
-    if (end != RoundEnd::finished)
-      return end;
-  }
-  return RoundEnd::finished;
-}
-
-// Looks up whether the extension is installed and, if so, the round's
-// cutoff, and records the round's start; false when no round runs. Without
-// the extension the database is left alone, silently. When Citus has taken
-// idempotency.keys over, the keys are in its shards and the local table is
-// not theirs to expire (calls refuse the table too): the round deletes
-// nothing, warns, and is recorded as failed, so that monitoring on
-// expiry_status sees that keys no longer expire here.
+// False when no round runs. A table Citus took over is not the round's to
+// expire: recorded as failed, monitoring sees that keys no longer expire.
 bool prepare_round(TimestampTz started, TimestampTz *cutoff,
                    const char **database_name) {
   SetCurrentStatementStartTimestamp();
@@ -402,34 +310,6 @@ bool prepare_round(TimestampTz started, TimestampTz *cutoff,
   return skipped == nullptr;
 }
 
-// Errors a round gives way to rather than fails with: a lock or statement
-// timeout (a lock_timeout set for the database, while a DBA holds the key
-// table), a cancel, a deadlock. The next round tries again.
-bool gives_way_to(const ErrorData *error) {
-  switch (error->sqlerrcode) {
-  case ERRCODE_LOCK_NOT_AVAILABLE:
-  case ERRCODE_QUERY_CANCELED:
-  case ERRCODE_T_R_DEADLOCK_DETECTED:
-  case ERRCODE_T_R_SERIALIZATION_FAILURE:
-    return true;
-  default:
-    return false;
-  }
-}
-
-// Ends the round's transaction after an error it gave way to, and says so
-// in the log; returns what the status records as the round's error.
-const char *give_way(const ErrorData *error, const char *database_name) {
-  AbortOutOfAnyTransaction();
-  ereport(LOG, (errcode(error->sqlerrcode),
-                errmsg("idempotency expiry skipped the rest of its round in "
-                       "database \"%s\": %s",
-                       database_name, error->message),
-                errhint("The next round tries again.")));
-  return psprintf("round skipped: %s (SQLSTATE %s)", error->message,
-                  unpack_sql_state(error->sqlerrcode));
-}
-
 void run_database_round() {
   Oid database = MyDatabaseId;
   TimestampTz started = GetCurrentTimestamp();
@@ -437,7 +317,6 @@ void run_database_round() {
   const char *database_name = nullptr;
   if (!prepare_round(started, &cutoff, &database_name))
     return;
-
   // Read after an error; volatile so the longjmp keeps its value.
   volatile RoundEnd end = RoundEnd::finished;
   const char *volatile skipped = nullptr;
@@ -448,21 +327,41 @@ void run_database_round() {
   MemoryContext pass_context = AllocSetContextCreate(
       context, "idempotency expiry pass", ALLOCSET_DEFAULT_SIZES);
   PG_TRY();
-  { end = run_stores(cutoff, pass_context, tally); }
+  {
+    // The local table, then the Citus coordinator's tenant keys.
+    Pace pace = start_pace();
+    for (int i = 0; i < storage::key_backend_count && end == RoundEnd::finished;
+         i++) {
+      end = run_passes(storage::expiry_store(i), cutoff, pass_context, &pace,
+                       tally);
+      MemoryContextReset(pass_context);
+    }
+  }
   PG_CATCH();
   {
     MemoryContextSwitchTo(context);
     ErrorData *error = CopyErrorData();
-    if (!gives_way_to(error)) {
-      // Record the error, then let the worker's own error handling log it
-      // and end the process; the launcher goes on with the next database.
+    // The next round tries again after a lock_timeout while a DBA holds the
+    // key table, a cancel or a deadlock.
+    int code = error->sqlerrcode;
+    if (code != ERRCODE_LOCK_NOT_AVAILABLE && code != ERRCODE_QUERY_CANCELED &&
+        code != ERRCODE_T_R_DEADLOCK_DETECTED &&
+        code != ERRCODE_T_R_SERIALIZATION_FAILURE) {
+      // The worker's error handling logs it and ends the process.
       status::round_finished(database, GetCurrentTimestamp(), tally->deleted,
                              error->message,
                              {false, tally->kept, tally->kept_reason});
       PG_RE_THROW();
     }
     FlushErrorState();
-    skipped = give_way(error, database_name);
+    AbortOutOfAnyTransaction();
+    ereport(LOG, (errcode(error->sqlerrcode),
+                  errmsg("idempotency expiry skipped the rest of its round in "
+                         "database \"%s\": %s",
+                         database_name, error->message),
+                  errhint("The next round tries again.")));
+    skipped = psprintf("round skipped: %s (SQLSTATE %s)", error->message,
+                       unpack_sql_state(error->sqlerrcode));
     end = RoundEnd::gave_way;
   }
   PG_END_TRY();
@@ -482,20 +381,15 @@ void run_database_round() {
 // --- the launcher: one round per database -----------------------------------
 
 constexpr const char *launcher_type = "idempotency launcher";
-// After pg_terminate_backend, or a crash of the server, the postmaster
-// starts the launcher again after this many seconds.
 constexpr int launcher_restart_seconds = 5;
 
-// Databases a round serves: those that accept connections. Templates are
-// left alone (they are copied rather than used, and a connection to one
-// would hold up CREATE DATABASE), and so are databases a DROP DATABASE left
-// half-dropped. Listed in the caller's memory context.
+// In the caller's memory context. A connection to a template would hold up
+// CREATE DATABASE.
 List *list_databases() {
   MemoryContext caller_context = CurrentMemoryContext;
   SetCurrentStatementStartTimestamp();
   StartTransactionCommand();
   (void)GetTransactionSnapshot();
-
   Relation pg_database = table_open(DatabaseRelationId, AccessShareLock);
   List *databases = NIL;
   TableScanDesc scan = table_beginscan_catalog(pg_database, 0, nullptr);
@@ -516,9 +410,7 @@ List *list_databases() {
   return databases;
 }
 
-// Starts the round's worker for `database` and waits until it has ended.
-// Returns false when no worker could be started (all
-// max_worker_processes slots taken): the round ends, the next one retries.
+// False when no worker could be started.
 bool serve_database(Oid database) {
   BackgroundWorker worker =
       describe_worker("idempotency_database_worker_main", database_worker_type,
@@ -544,26 +436,23 @@ bool serve_database(Oid database) {
   return true;
 }
 
-void run_launcher_round() {
-  List *databases = list_databases();
-  status::forget_all_but(databases);
-  ListCell *cell;
-  foreach (cell, databases) {
-    CHECK_FOR_INTERRUPTS();
-    (void)reload_settings_if_asked();
-    if (database_wanted_alone(lfirst_oid(cell)))
-      continue;
-    if (!serve_database(lfirst_oid(cell)))
-      break;
-  }
-}
-
-// An error in a round is logged and the launcher sleeps until the next one,
-// rather than exiting into a restart loop.
-void run_round_logging_errors(MemoryContext round_context) {
+// An error is logged rather than exiting into a restart loop.
+void run_launcher_round(MemoryContext round_context) {
   MemoryContextSwitchTo(round_context);
   PG_TRY();
-  { run_launcher_round(); }
+  {
+    List *databases = list_databases();
+    status::forget_all_but(databases);
+    ListCell *cell;
+    foreach (cell, databases) {
+      CHECK_FOR_INTERRUPTS();
+      (void)reload_settings_if_asked();
+      if (database_wanted_alone(lfirst_oid(cell)))
+        continue;
+      if (!serve_database(lfirst_oid(cell)))
+        break;
+    }
+  }
   PG_CATCH();
   {
     MemoryContextSwitchTo(round_context);
@@ -578,7 +467,6 @@ void run_round_logging_errors(MemoryContext round_context) {
   pgstat_report_activity(STATE_IDLE, nullptr);
 }
 
-// What pg_stat_activity shows while the launcher sleeps between rounds.
 uint32 sleep_wait_event = PG_WAIT_EXTENSION;
 
 [[noreturn]] void launcher_loop() {
@@ -589,7 +477,6 @@ uint32 sleep_wait_event = PG_WAIT_EXTENSION;
   for (;;) {
     CHECK_FOR_INTERRUPTS();
     (void)reload_settings_if_asked();
-
     // 0 turns the worker off: sleep until a reload changes that.
     long interval_ms = settings::expire_interval_seconds() * 1000L;
     long sleep_ms = -1;
@@ -599,14 +486,13 @@ uint32 sleep_wait_event = PG_WAIT_EXTENSION;
           ran_once ? TimestampTzPlusMilliseconds(last_round_end, interval_ms)
                    : now;
       if (now >= due) {
-        run_round_logging_errors(round_context);
+        run_launcher_round(round_context);
         last_round_end = GetCurrentTimestamp();
         ran_once = true;
         continue;
       }
       sleep_ms = TimestampDifferenceMilliseconds(now, due);
     }
-
     int events = WL_LATCH_SET | WL_EXIT_ON_PM_DEATH;
     if (sleep_ms >= 0)
       events |= WL_TIMEOUT;
@@ -623,8 +509,6 @@ void register_launcher() {
   RegisterBackgroundWorker(&worker);
 }
 
-// The cutoff is the transaction's start, the instant idempotent_call
-// compares expires_at with. Each pass is deleted at once.
 int64 expire_now() {
   TimestampTz cutoff = expiry_cutoff(GetCurrentTransactionStartTimestamp());
   int batch_size = settings::expire_batch_size();
@@ -671,10 +555,8 @@ void idempotency_database_worker_main(Datum main_arg) {
   pgstat_report_appname(idempotency::worker::database_worker_type);
   idempotency::worker::pace_wait_event =
       idempotency::compat::wait_event("IdempotencyExpiryPace");
-  // No batch waits for its commit to reach the disk: the WAL writer
-  // flushes it soon after, and a crash that loses it loses only deletions
-  // that a later round makes again. Callers meanwhile flush their own
-  // commits without queueing behind the worker's.
+  // A crash loses only deletions a later round makes again, and callers
+  // flush their commits without queueing behind the worker's.
   SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
   idempotency::worker::run_database_round();
   proc_exit(0);

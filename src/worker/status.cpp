@@ -18,8 +18,7 @@ struct SharedStatus {
 
 SharedStatus *shared = nullptr;
 
-// Callers hold the mutex. Never fails: when every slot is taken, the one
-// whose last round is oldest is reused.
+// Callers hold the mutex. Reuses the slot of the oldest round when full.
 RoundStatus &slot_for(Oid database) {
   RoundStatus *free_slot = nullptr;
   RoundStatus *oldest = &shared->databases[0];
@@ -37,14 +36,12 @@ RoundStatus &slot_for(Oid database) {
   return slot;
 }
 
-// Must run outside the spinlock: clipping may call into the encoding
-// routines. 0 for no text.
+// Outside the spinlock: clipping calls into the encoding routines.
 int clipped_length(const char *text) {
   return text != nullptr ? pg_mbcliplen(text, strlen(text), max_error_bytes - 1)
                          : 0;
 }
 
-// `text` clipped to `length` into `field`; empty for no text.
 void copy_clipped(char *field, const char *text, int length) {
   if (length > 0)
     memcpy(field, text, length);
@@ -68,6 +65,16 @@ void finish(RoundStatus &slot, TimestampTz at, int64 deleted, const char *error,
   slot.total_deleted += deleted;
   if (error != nullptr && !shortfall.skipped)
     slot.failed_rounds++;
+}
+
+template <typename Forgotten> void forget_if(Forgotten forgotten) {
+  if (shared == nullptr)
+    return;
+  SpinLockAcquire(&shared->mutex);
+  for (RoundStatus &slot : shared->databases)
+    if (forgotten(slot.database))
+      memset(&slot, 0, sizeof(slot));
+  SpinLockRelease(&shared->mutex);
 }
 
 } // namespace
@@ -122,23 +129,12 @@ void round_abandoned(Oid database, TimestampTz at, const char *error) {
 }
 
 void forget(Oid database) {
-  if (shared == nullptr)
-    return;
-  SpinLockAcquire(&shared->mutex);
-  for (RoundStatus &slot : shared->databases)
-    if (slot.database == database)
-      memset(&slot, 0, sizeof(slot));
-  SpinLockRelease(&shared->mutex);
+  forget_if([database](Oid slot) { return slot == database; });
 }
 
 void forget_all_but(const List *databases) {
-  if (shared == nullptr)
-    return;
-  SpinLockAcquire(&shared->mutex);
-  for (RoundStatus &slot : shared->databases)
-    if (!list_member_oid(databases, slot.database))
-      memset(&slot, 0, sizeof(slot));
-  SpinLockRelease(&shared->mutex);
+  forget_if(
+      [databases](Oid slot) { return !list_member_oid(databases, slot); });
 }
 
 int copy_status(RoundStatus *out) {

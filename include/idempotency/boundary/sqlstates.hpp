@@ -1,5 +1,4 @@
-// The extension's own SQLSTATEs (class IK), defined once: clients read them
-// to retry, replay or fix a request (docs/ list them with their meaning).
+// The extension's own SQLSTATEs (class IK; docs/errors.md).
 #pragma once
 
 #include "idempotency/pg.hpp"
@@ -8,16 +7,15 @@ namespace idempotency {
 
 // IK409: another transaction holds the key; retry the request later.
 constexpr int errcode_key_in_progress = MAKE_SQLSTATE('I', 'K', '4', '0', '9');
-// IK410: the key already ran; its response expired and only its tombstone
-// is kept (idempotency.remember): a retry of the same request is refused.
+// IK410: the key ran and only its tombstone is left (idempotency.remember).
 constexpr int errcode_key_gone = MAKE_SQLSTATE('I', 'K', '4', '1', '0');
 // IK422: the key was already used with a request of another fingerprint.
 constexpr int errcode_key_reused = MAKE_SQLSTATE('I', 'K', '4', '2', '2');
 // IK508: this transaction holds the key already, not yet completed.
 constexpr int errcode_key_recursion = MAKE_SQLSTATE('I', 'K', '5', '0', '8');
 
-// Whether an error is one of the above (any of class IK): an answer about one
-// key, which idempotency.claim_batch reports as that key's row.
+// An answer about one key, which idempotency.claim_batch reports as that
+// key's row.
 constexpr bool is_key_answer(int sqlerrcode) {
   return ERRCODE_TO_CATEGORY(sqlerrcode) ==
          MAKE_SQLSTATE('I', 'K', '0', '0', '0');

@@ -1,6 +1,4 @@
-// Catching a PostgreSQL error without ending the transaction: the body runs
-// in an internal subtransaction, as a PL/pgSQL block with an EXCEPTION
-// clause does, so an error undoes only what the body did.
+// Catching a PostgreSQL error without ending the transaction.
 #pragma once
 
 #include "idempotency/pg.hpp"
@@ -12,11 +10,9 @@ extern "C" {
 
 namespace idempotency {
 
-// Runs body(). Returns true when it finished. When it raised an error, its
-// subtransaction is rolled back and `handled(const ErrorData *)` decides:
-// true swallows the error (the function returns false), false raises it
-// again unchanged, SQLSTATE and all. Memory context and resource owner are
-// the caller's again in every case.
+// Runs body() in an internal subtransaction, as a PL/pgSQL EXCEPTION block
+// does; true when it finished. After an error, `handled(const ErrorData *)`
+// true swallows it (this returns false), false raises it again unchanged.
 template <typename Body, typename Handled>
 bool run_in_subtransaction(Body body, Handled handled) {
   // A longjmp out of body() skips destructors.

@@ -1,7 +1,4 @@
-// fn's arguments as bound to $1 ... $n: collected by entry/functions, hashed
-// by fingerprint/request_hash, keyed on by protocol/fn. A plain
-// struct over palloc'd arrays, so it may live in frames that call
-// PostgreSQL.
+// fn's arguments as bound to $1 ... $n, in palloc'd arrays.
 #pragma once
 
 #include "idempotency/pg.hpp"

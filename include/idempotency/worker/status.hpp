@@ -1,10 +1,5 @@
-// What the expiry worker did, per database, in shared memory.
-//
-// Shared memory rather than a table: the worker records a round without
-// writing WAL or leaving dead rows behind, the record is readable from every
-// database (and while a database's own table is locked), and it needs the
-// library preloaded, which the worker needs anyway. It starts empty after a
-// restart of the server.
+// What the expiry worker did, per database, in shared memory rather than a
+// table: no WAL, no dead rows, and readable from every database.
 #pragma once
 
 #include "idempotency/pg.hpp"
@@ -16,12 +11,10 @@ extern "C" {
 
 namespace idempotency::worker::status {
 
-// Databases with the extension installed that the status remembers; beyond
-// that, the least recently served one is forgotten.
+// Beyond max_databases, the least recently served one is forgotten.
 constexpr int max_databases = 256;
 constexpr int max_error_bytes = 256;
 
-// What the status remembers of one database.
 struct RoundStatus {
   Oid database; // InvalidOid: a free slot
   bool running;
@@ -34,17 +27,15 @@ struct RoundStatus {
   int64 rounds;
   int64 total_deleted;
   int64 failed_rounds;
-  // Expired rows the last round kept because their tombstones were refused,
-  // and the first refusal ("SQLSTATE: message").
+  // Expired rows kept because their tombstones were refused, and the first
+  // refusal ("SQLSTATE: message").
   int64 last_kept;
   char last_kept_reason[max_error_bytes];
-  // Rounds that gave way to a lock or statement timeout (or a cancel): not
-  // failures, but nothing after that point was expired.
+  // Rounds that gave way to a timeout or a cancel: not failures.
   int64 skipped_rounds;
 };
 static_assert(std::is_trivially_destructible_v<RoundStatus>);
 
-// What a round that did not fail left undone.
 struct RoundShortfall {
   bool skipped; // it gave way; its `error` says to what
   int64 kept;
@@ -56,28 +47,20 @@ static_assert(std::is_trivially_destructible_v<RoundShortfall>);
 void request_shared_memory();
 void attach_shared_memory();
 
-// A worker began a round in `database`.
 void round_started(Oid database, TimestampTz at);
 
-// The round in `database` ended; error is NULL when it succeeded, and
-// when `shortfall.skipped` what the round gave way to.
 void round_finished(Oid database, TimestampTz at, int64 deleted,
                     const char *error, const RoundShortfall &shortfall = {});
 
-// Ends the round in `database` as failed with `error`, if its worker left
-// without saying how it went (it was terminated, or crashed).
+// Fails the round if its worker left without saying how it went.
 void round_abandoned(Oid database, TimestampTz at, const char *error);
 
-// The extension is not (or no longer) installed in `database`.
 void forget(Oid database);
 
-// Keeps only the databases listed (the others were dropped).
 void forget_all_but(const List *databases);
 
-// Copies the remembered databases into out[0 .. max_databases) and returns
-// how many there are (first in `out`); -1 when the status is not in shared
-// memory (the library is not preloaded). No palloc while the status is
-// locked: the caller provides the room.
+// Returns how many were copied, -1 without the library preloaded. No palloc
+// while the status is locked: the caller provides the room.
 int copy_status(RoundStatus *out);
 
 } // namespace idempotency::worker::status
