@@ -23,16 +23,13 @@ extern "C" {
 #include "utils/rel.h"
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
-#include "catalog/namespace.h"
 #include "catalog/pg_am.h"
-#include "catalog/pg_collation.h"
 #include "catalog/pg_opfamily.h"
 #include "common/int.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
-#include "lib/stringinfo.h"
 #include "parser/parse_func.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -507,10 +504,7 @@ KeyProbe LocalKeys::probe(const KeyTable &table, const KeyRef &key,
   return result;
 }
 
-// --- writing ----------------------------------------------------------------
-//
-// Statements on the table, prepared once per backend and kept until the
-// table changes, run as its owner.
+// --- writing: statements prepared once per backend, run as the owner -------
 
 [[noreturn]] void report_replaced_row_changed() {
   ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -612,7 +606,6 @@ static_assert(std::is_trivially_destructible_v<OwnInsert>);
 
 OwnInsert own_insert;
 
-// Runs `kept` (prepared from `sql`, needed only when it is not yet) with the
 // Runs `kept` with the rows `inserting` marked as the extension's own.
 void run_own_insert(OwnerSpi &spi, KeptPlan &kept, const char *sql, int nargs,
                     Oid *types, Datum *values, const char *nulls,
@@ -940,14 +933,8 @@ constexpr int min_keys_per_pass = 100000;
 // The index must order expires_at as timestamptz does (the scan keys are
 // timestamptz comparisons) in the extension's own family, which the planner
 // never uses for a caller's query: an index in the default order would let
-// EXPLAIN ANALYZE count other roles' keys by expiry time.
-bool orders_by_expiry_family(Relation index, Oid schema) {
-  Oid family = GetSysCacheOid3(
-      OPFAMILYAMNAMENSP, Anum_pg_opfamily_oid, ObjectIdGetDatum(BTREE_AM_OID),
-      CStringGetDatum(expiry_opfamily), ObjectIdGetDatum(schema));
-  return OidIsValid(family) && index->rd_opfamily[0] == family;
-}
-
+// EXPLAIN ANALYZE count other roles' keys by expiry time. A valid index's
+// family is never InvalidOid, which a missing expiry_ops gives.
 Relation open_expires_at_index(Relation table) {
   Oid index = schema::relation(expires_at_index);
   Relation rel =
@@ -955,7 +942,11 @@ Relation open_expires_at_index(Relation table) {
   if (rel == nullptr || rel->rd_index->indrelid != table->rd_id ||
       rel->rd_index->indkey.values[0] != key_columns(table).expires_at ||
       rel->rd_rel->relam != BTREE_AM_OID ||
-      !orders_by_expiry_family(rel, get_rel_namespace(index)))
+      rel->rd_opfamily[0] !=
+          GetSysCacheOid3(OPFAMILYAMNAMENSP, Anum_pg_opfamily_oid,
+                          ObjectIdGetDatum(BTREE_AM_OID),
+                          CStringGetDatum(expiry_opfamily),
+                          ObjectIdGetDatum(get_rel_namespace(index))))
     ereport(ERROR,
             (errcode(ERRCODE_UNDEFINED_OBJECT),
              errmsg("index idempotency.%s on idempotency.keys (expires_at "
