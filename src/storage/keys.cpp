@@ -268,86 +268,6 @@ int64 exact_usecs(const Interval &span) {
   return Max(usecs, 0);
 }
 
-} // namespace
-
-TimestampTz live_row_forgotten_at(const RememberWindow &window,
-                                  TimestampTz expires_at) {
-  switch (window.source) {
-  case WindowSource::none:
-    return expires_at;
-  case WindowSource::reader_setting:
-    return settings::forgotten_at(expires_at);
-  case WindowSource::stored:
-    break;
-  }
-  if (TIMESTAMP_NOT_FINITE(expires_at))
-    return expires_at;
-  int64 usecs = window.stored_isnull ? rows_without_window_usecs
-                                     : exact_usecs(window.stored);
-  TimestampTz forgotten_at;
-  if (pg_add_s64_overflow(expires_at, usecs, &forgotten_at) ||
-      !IS_VALID_TIMESTAMP(forgotten_at))
-    return DT_NOEND;
-  return forgotten_at;
-}
-
-Datum stored_window(int64 usecs, bool *isnull) {
-  *isnull = usecs == rows_without_window_usecs;
-  if (*isnull)
-    return (Datum)0;
-  auto *span = static_cast<Interval *>(palloc0(sizeof(Interval)));
-  span->time = usecs;
-  return IntervalPGetDatum(span);
-}
-
-RowLife row_life(bool tombstone, const RememberWindow &window,
-                 TimestampTz expires_at, TimestampTz expired_at,
-                 TimestampTz now) {
-  RowLife life{};
-  if (tombstone) {
-    life.response_expired_at = expired_at;
-    life.forgotten_at = expires_at;
-  } else {
-    if (expires_at > now) {
-      life.age = RowAge::live; // the common case: no more to compute
-      return life;
-    }
-    life.response_expired_at = expires_at;
-    life.forgotten_at = live_row_forgotten_at(window, expires_at);
-  }
-  life.age = life.forgotten_at <= now ? RowAge::forgotten : RowAge::gone;
-  return life;
-}
-
-void report_schema_before_0_7() {
-  ereport(ERROR,
-          (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-           errmsg("the idempotency extension in this database is older than "
-                  "0.7, which this library no longer serves"),
-           errdetail("The library of version %s serves the schemas of "
-                     "versions 0.7 and later; older versions stored keys in "
-                     "another layout.",
-                     IDEMPOTENCY_VERSION),
-           errhint("Update the extension to 0.7 with the library of 0.7 "
-                   "(ALTER EXTENSION idempotency UPDATE TO '0.7'), then "
-                   "install this library and run ALTER EXTENSION "
-                   "idempotency UPDATE.")));
-  pg_unreachable();
-}
-
-KeyTable key_table() {
-  if (!find_table())
-    report_missing_table();
-  refuse_citus_table();
-  return KeyTable{cache.relid, InvalidOid, InvalidOid};
-}
-
-citus::TableKind key_table_citus_kind() {
-  return find_table() ? cached_citus_kind() : citus::TableKind::not_citus;
-}
-
-namespace {
-
 // The columns of `rel`, opened by the caller. Citus is checked again with
 // the table open: a conversion that committed while this transaction waited
 // for the table's lock arrives with the lock.
@@ -428,6 +348,82 @@ KeyProbe row_probe(Relation rel, const KeyColumns &columns, SysScanDesc scan,
 }
 
 } // namespace
+
+TimestampTz live_row_forgotten_at(const RememberWindow &window,
+                                  TimestampTz expires_at) {
+  switch (window.source) {
+  case WindowSource::none:
+    return expires_at;
+  case WindowSource::reader_setting:
+    return settings::forgotten_at(expires_at);
+  case WindowSource::stored:
+    break;
+  }
+  if (TIMESTAMP_NOT_FINITE(expires_at))
+    return expires_at;
+  int64 usecs = window.stored_isnull ? rows_without_window_usecs
+                                     : exact_usecs(window.stored);
+  TimestampTz forgotten_at;
+  if (pg_add_s64_overflow(expires_at, usecs, &forgotten_at) ||
+      !IS_VALID_TIMESTAMP(forgotten_at))
+    return DT_NOEND;
+  return forgotten_at;
+}
+
+Datum stored_window(int64 usecs, bool *isnull) {
+  *isnull = usecs == rows_without_window_usecs;
+  if (*isnull)
+    return (Datum)0;
+  auto *span = static_cast<Interval *>(palloc0(sizeof(Interval)));
+  span->time = usecs;
+  return IntervalPGetDatum(span);
+}
+
+RowLife row_life(bool tombstone, const RememberWindow &window,
+                 TimestampTz expires_at, TimestampTz expired_at,
+                 TimestampTz now) {
+  RowLife life{};
+  if (tombstone) {
+    life.response_expired_at = expired_at;
+    life.forgotten_at = expires_at;
+  } else {
+    if (expires_at > now) {
+      life.age = RowAge::live; // the common case: no more to compute
+      return life;
+    }
+    life.response_expired_at = expires_at;
+    life.forgotten_at = live_row_forgotten_at(window, expires_at);
+  }
+  life.age = life.forgotten_at <= now ? RowAge::forgotten : RowAge::gone;
+  return life;
+}
+
+void report_schema_before_0_7() {
+  ereport(ERROR,
+          (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+           errmsg("the idempotency extension in this database is older than "
+                  "0.7, which this library no longer serves"),
+           errdetail("The library of version %s serves the schemas of "
+                     "versions 0.7 and later; older versions stored keys in "
+                     "another layout.",
+                     IDEMPOTENCY_VERSION),
+           errhint("Update the extension to 0.7 with the library of 0.7 "
+                   "(ALTER EXTENSION idempotency UPDATE TO '0.7'), then "
+                   "install this library and run ALTER EXTENSION "
+                   "idempotency UPDATE.")));
+  pg_unreachable();
+}
+
+KeyTable key_table() {
+  if (!find_table())
+    report_missing_table();
+  refuse_citus_table();
+  return KeyTable{cache.relid, InvalidOid, InvalidOid};
+}
+
+citus::TableKind key_table_citus_kind() {
+  return find_table() ? cached_citus_kind() : citus::TableKind::not_citus;
+}
 
 const LocalKeys local_keys{};
 
@@ -751,97 +747,7 @@ StoredRow insert_key_row(OwnerSpi &spi, const KeyRef &key, const NewRow &row) {
       DatumGetTimestampTz(SPI_getbinval(inserted, desc, 5, &isnull))};
 }
 
-} // namespace
-
-bool is_own_insert(Relation rel, HeapTuple row) {
-  if (own_insert.transaction != compat::my_local_transaction_id() ||
-      own_insert.transaction == InvalidLocalTransactionId ||
-      RelationGetRelid(rel) != cache.relid)
-    return false;
-  const KeyColumns &columns = cache.columns;
-  TupleDesc desc = RelationGetDescr(rel);
-  bool isnull = true;
-  if (own_insert.tombstones) {
-    if (columns.expired_at != InvalidAttrNumber)
-      (void)heap_getattr(row, columns.expired_at, desc, &isnull);
-    return !isnull;
-  }
-  Datum scope = heap_getattr(row, columns.scope, desc, &isnull);
-  if (isnull || DatumGetObjectId(scope) != own_insert.scope)
-    return false;
-  Datum digest = heap_getattr(row, columns.key_digest, desc, &isnull);
-  return !isnull &&
-         datum_image_eq(digest, PointerGetDatum(own_insert.digest), false, -1);
-}
-
-StoredRow LocalKeys::store(const KeyTable &table, const KeyRef &key,
-                           const NewRow &row) const {
-  // fn may have dropped the extension (the drop rolls back with the error).
-  Relation rel = try_table_open(table.relid, RowExclusiveLock);
-  if (rel == nullptr)
-    report_missing_table();
-  KeyColumns columns = key_columns(rel);
-  role_marks::ensure(rel, columns.scope, key.scope);
-  table_close(rel, NoLock);
-
-  OwnerSpi spi = begin_statements();
-  // No caller changes a row whose key this transaction has claimed, but
-  // expiry may have deleted it meanwhile (nothing to do) or turned it into a
-  // tombstone: removed too when its window had passed by the instant the
-  // claim judged the key by, else 40001 and the retry gets IK410.
-  if (row.replaces != nullptr &&
-      !delete_row_version(spi, key, row.replaces->row)) {
-    KeyProbe later = local_keys.probe(table, key, row.judged_at);
-    if (later.state != KeyState::absent &&
-        (later.state != KeyState::expired ||
-         !delete_row_version(spi, key, later.row)))
-      report_replaced_row_changed();
-  }
-  StoredRow stored = insert_key_row(spi, key, row);
-  end_statements(spi);
-
-  commit_guard::note_key_written(stored.expires_at);
-  citus::note_key_write();
-  return stored;
-}
-
-bool LocalKeys::remove(const KeyTable &table, const KeyRef &key,
-                       const KeyProbe &stored) const {
-  Relation rel = table_open(table.relid, RowExclusiveLock);
-  (void)key_columns(rel); // refuses a table Citus has taken over
-  table_close(rel, NoLock);
-  OwnerSpi spi = begin_statements();
-  bool deleted = delete_row_version(spi, key, stored.row);
-  end_statements(spi);
-  if (deleted)
-    citus::note_key_write();
-  return deleted;
-}
-
-Oid LocalKeys::relation() const { return schema::relation("keys"); }
-
-role_keys::Roles LocalKeys::roles_with_keys(Oid relid,
-                                            AttrNumber scope_column) const {
-  return role_keys::in_keys(relid, scope_column);
-}
-
-uint64 LocalKeys::delete_keys_of(Oid relid, AttrNumber scope_column,
-                                 Oid role) const {
-  return role_keys::delete_in_keys(relid, scope_column, role);
-}
-
 // --- expiry -----------------------------------------------------------------
-
-bool lock_key_table(LOCKMODE mode) {
-  Oid table = schema::relation("keys");
-  if (!OidIsValid(table))
-    return false;
-  LockRelationOid(table, mode);
-  // A drop that committed while this waited for the lock took the table.
-  return SearchSysCacheExists1(RELOID, ObjectIdGetDatum(table));
-}
-
-namespace {
 
 // A key whose response expired, as its tombstone keeps it.
 struct Tombstone {
@@ -1109,6 +1015,92 @@ LocalExpiry &progress_of(ExpiryRound &round) {
 }
 
 } // namespace
+
+bool is_own_insert(Relation rel, HeapTuple row) {
+  if (own_insert.transaction != compat::my_local_transaction_id() ||
+      own_insert.transaction == InvalidLocalTransactionId ||
+      RelationGetRelid(rel) != cache.relid)
+    return false;
+  const KeyColumns &columns = cache.columns;
+  TupleDesc desc = RelationGetDescr(rel);
+  bool isnull = true;
+  if (own_insert.tombstones) {
+    if (columns.expired_at != InvalidAttrNumber)
+      (void)heap_getattr(row, columns.expired_at, desc, &isnull);
+    return !isnull;
+  }
+  Datum scope = heap_getattr(row, columns.scope, desc, &isnull);
+  if (isnull || DatumGetObjectId(scope) != own_insert.scope)
+    return false;
+  Datum digest = heap_getattr(row, columns.key_digest, desc, &isnull);
+  return !isnull &&
+         datum_image_eq(digest, PointerGetDatum(own_insert.digest), false, -1);
+}
+
+StoredRow LocalKeys::store(const KeyTable &table, const KeyRef &key,
+                           const NewRow &row) const {
+  // fn may have dropped the extension (the drop rolls back with the error).
+  Relation rel = try_table_open(table.relid, RowExclusiveLock);
+  if (rel == nullptr)
+    report_missing_table();
+  KeyColumns columns = key_columns(rel);
+  role_marks::ensure(rel, columns.scope, key.scope);
+  table_close(rel, NoLock);
+
+  OwnerSpi spi = begin_statements();
+  // No caller changes a row whose key this transaction has claimed, but
+  // expiry may have deleted it meanwhile (nothing to do) or turned it into a
+  // tombstone: removed too when its window had passed by the instant the
+  // claim judged the key by, else 40001 and the retry gets IK410.
+  if (row.replaces != nullptr &&
+      !delete_row_version(spi, key, row.replaces->row)) {
+    KeyProbe later = local_keys.probe(table, key, row.judged_at);
+    if (later.state != KeyState::absent &&
+        (later.state != KeyState::expired ||
+         !delete_row_version(spi, key, later.row)))
+      report_replaced_row_changed();
+  }
+  StoredRow stored = insert_key_row(spi, key, row);
+  end_statements(spi);
+
+  commit_guard::note_key_written(stored.expires_at);
+  citus::note_key_write();
+  return stored;
+}
+
+bool LocalKeys::remove(const KeyTable &table, const KeyRef &key,
+                       const KeyProbe &stored) const {
+  Relation rel = table_open(table.relid, RowExclusiveLock);
+  (void)key_columns(rel); // refuses a table Citus has taken over
+  table_close(rel, NoLock);
+  OwnerSpi spi = begin_statements();
+  bool deleted = delete_row_version(spi, key, stored.row);
+  end_statements(spi);
+  if (deleted)
+    citus::note_key_write();
+  return deleted;
+}
+
+Oid LocalKeys::relation() const { return schema::relation("keys"); }
+
+role_keys::Roles LocalKeys::roles_with_keys(Oid relid,
+                                            AttrNumber scope_column) const {
+  return role_keys::in_keys(relid, scope_column);
+}
+
+uint64 LocalKeys::delete_keys_of(Oid relid, AttrNumber scope_column,
+                                 Oid role) const {
+  return role_keys::delete_in_keys(relid, scope_column, role);
+}
+
+bool lock_key_table(LOCKMODE mode) {
+  Oid table = schema::relation("keys");
+  if (!OidIsValid(table))
+    return false;
+  LockRelationOid(table, mode);
+  // A drop that committed while this waited for the lock took the table.
+  return SearchSysCacheExists1(RELOID, ObjectIdGetDatum(table));
+}
 
 void LocalKeys::collect_expired(ExpiryRound &round, int batch_size) const {
   LocalExpiry &expiry = progress_of(round);
