@@ -296,9 +296,8 @@ KeyProbe in_progress(TransactionId holder) {
   return result;
 }
 
-// The row `tuple` of the key, judged `times` and written by no open
-// transaction but expiry (a tombstone, or a row it deletes) or a caller
-// replacing it.
+// The row `tuple` of the key, judged `times`, written by no open
+// transaction but expiry's or a replacing caller's.
 KeyProbe row_probe(Relation rel, const KeyColumns &columns, SysScanDesc scan,
                    HeapTuple tuple, const RowLife &times) {
   TupleDesc desc = RelationGetDescr(rel);
@@ -315,11 +314,9 @@ KeyProbe row_probe(Relation rel, const KeyColumns &columns, SysScanDesc scan,
   }
   result.request_hash = reinterpret_cast<bytea *>(DatumGetPointer(
       copy_varlena(tuple, columns.request_hash, desc, &isnull)));
-  // A gone key's fingerprint is kept until the key is forgotten, and its
-  // retry is refused by times alone: a tombstone that expiry is writing (or a
-  // row it is turning into one) answers as the committed one will, and under
-  // REPEATABLE READ the tombstone written after the snapshot stands for the
-  // live row the snapshot saw.
+  // A gone key's retry is refused by times alone: a tombstone expiry is
+  // writing answers as the committed one will, and under REPEATABLE READ one
+  // written after the snapshot stands for the live row the snapshot saw.
   if (times.age == RowAge::gone) {
     result.state = KeyState::gone;
     result.expires_at = times.forgotten_at;
@@ -480,11 +477,9 @@ KeyProbe LocalKeys::probe(const KeyTable &table, const KeyRef &key,
     if (!tombstone && expires_at <= now)
       window = remember_window(columns, read);
     RowLife times = row_life(tombstone, window, expires_at, expired_at, now);
-    // A row whose response expired being deleted - by expiry (which may be
-    // writing its tombstone), or by a caller replacing it (who holds the
-    // key's claim and shows its new row) - is judged by its times; store()
-    // waits for that delete to end. A live row being deleted is another
-    // transaction's business: wait.
+    // A row whose response expired being deleted, by expiry or by a caller
+    // replacing it (who holds the claim), is judged by its times; store()
+    // waits for that delete to end. A live row being deleted: wait.
     if (TransactionIdIsValid(dirty.xmax) && times.age == RowAge::live) {
       result = in_progress(dirty.xmax);
       break;
@@ -590,8 +585,7 @@ const char *delete_expired_sql() {
                                                 : "NULL::pg_catalog.interval");
 }
 
-// The rows the extension itself is inserting: a key's row, or a batch of
-// tombstones.
+// The rows the extension is inserting: a key's row, or tombstones.
 struct OwnInsert {
   LocalTransactionId transaction;
   bool tombstones;
@@ -630,10 +624,9 @@ void check_not_moved(HeapTuple row, TupleDesc desc, const KeyRef &key) {
                        "scope, key or key_digest", key.key);
 }
 
-// The kept plans are freed once the table changed, but never while one of
-// them runs (a trigger's own call may come here during the INSERT): the
-// count of running statements starts again with each transaction, as an
-// error ends the statements it interrupts.
+// Stale plans are freed, but never while one runs (a trigger's own call may
+// come here during the INSERT); the count restarts with each transaction, as
+// an error ends the statements it interrupts.
 OwnerSpi begin_statements() {
   if (cache.running_in != compat::my_local_transaction_id()) {
     cache.running_in = compat::my_local_transaction_id();
@@ -655,11 +648,10 @@ void end_statements(OwnerSpi &spi) {
   cache.running--;
 }
 
-// Deletes the row version `version` of `key` with a snapshot taken now (a
-// row committed after the transaction's snapshot goes as well); false when
-// it is gone. Under REPEATABLE READ and SERIALIZABLE, a DELETE that waited
-// for another transaction deleting the row raises 40001: the row is gone all
-// the same, as under READ COMMITTED.
+// Deletes the row version `version` of `key` with a snapshot taken now;
+// false when it is gone. Under REPEATABLE READ and SERIALIZABLE, a DELETE
+// that waited for another transaction deleting the row raises 40001: the row
+// is gone all the same, as under READ COMMITTED.
 bool delete_row_version(OwnerSpi &spi, const KeyRef &key,
                         const RowVersion &version) {
   Oid types[4] = {TIDOID, XIDOID, cache.scope_type, BYTEAOID};
@@ -698,10 +690,9 @@ bool delete_row_version(OwnerSpi &spi, const KeyRef &key,
   return deleted;
 }
 
-// Writes the key's row. The TTL counts from the write, not from the
-// transaction's start: fn may have run for a long time. The window after the
-// TTL is fixed now too, as exact time, so that callers and expiry end it at
-// the same instant.
+// The TTL counts from the write, not the transaction's start: fn may have
+// run long. The window after it is fixed now as exact time, so that callers
+// and expiry end it at the same instant.
 StoredRow insert_key_row(OwnerSpi &spi, const KeyRef &key, const NewRow &row) {
   TimestampTz created_at = GetCurrentTimestamp();
   TimestampTz expires_at = settings::key_expiry(created_at, row.ttl);
@@ -839,8 +830,7 @@ constexpr int min_keys_per_pass = 100000;
 // The index must order expires_at as timestamptz does (the scan keys are
 // timestamptz comparisons) in the extension's own family, which the planner
 // never uses for a caller's query: an index in the default order would let
-// EXPLAIN ANALYZE count other roles' keys by expiry time. A valid index's
-// family is never InvalidOid, which a missing expiry_ops gives.
+// EXPLAIN ANALYZE count other roles' keys by expiry time.
 Relation open_expires_at_index(Relation table) {
   Oid index = schema::relation(expires_at_index);
   Relation rel =
@@ -913,8 +903,7 @@ bool collect_pass(const ExpiryRound &round, LocalExpiry &expiry, int limit) {
                 F_TIMESTAMPTZ_GE, TimestampTzGetDatum(expiry.expires_at));
   IndexScanDesc scan = compat::index_beginscan(
       table, index, GetActiveSnapshot(), nullptr, nkeys, 0, compat::SO_NONE);
-  // The index tuple tells the entries up to the last one read apart without
-  // a visit to the heap.
+  // The index tuple tells entries read before apart without a heap visit.
   scan->xs_want_itup = true;
   index_rescan(scan, scan_keys, nkeys, nullptr, 0);
   TupleTableSlot *slot = table_slot_create(table, nullptr);
