@@ -17,17 +17,6 @@ TimestampTz *earliest = nullptr;
 int capacity = 0;
 int deepest = 0;
 
-void make_room(int level) {
-  if (level < capacity)
-    return;
-  int wanted = Max(level + 1, Max(capacity * 2, 8));
-  earliest = static_cast<TimestampTz *>(
-      earliest == nullptr
-          ? MemoryContextAlloc(TopMemoryContext, wanted * sizeof(TimestampTz))
-          : repalloc(earliest, wanted * sizeof(TimestampTz)));
-  capacity = wanted;
-}
-
 void forget_from(int level) {
   if (deepest >= level)
     deepest = level - 1;
@@ -55,7 +44,14 @@ void at_pre_commit() {
 
 void note_key_written(TimestampTz expires_at) {
   int level = GetCurrentTransactionNestLevel();
-  make_room(level);
+  if (level >= capacity) {
+    int wanted = Max(level + 1, Max(capacity * 2, 8));
+    earliest = static_cast<TimestampTz *>(
+        earliest == nullptr
+            ? MemoryContextAlloc(TopMemoryContext, wanted * sizeof(TimestampTz))
+            : repalloc(earliest, wanted * sizeof(TimestampTz)));
+    capacity = wanted;
+  }
   for (int unused = deepest + 1; unused <= level; unused++)
     earliest[unused] = DT_NOEND;
   deepest = Max(deepest, level);

@@ -27,17 +27,13 @@ const KeyBackend &key_backend(int index) {
   return tenant_keys::backend;
 }
 
-// Expiry finds its tables itself, in each of its transactions: a round runs
-// in many, and DROP EXTENSION may commit between two of them.
 KeyStore expiry_store(int index) {
   return KeyStore(key_backend(index),
                   KeyTable{InvalidOid, InvalidOid, InvalidOid});
 }
 
-// Two keys of one role with one digest: practically never by chance (see
-// fingerprint::key_digest), but a row whose key text was changed by hand
-// also lands here. Answering for the other key would hand out its
-// response; storing beside it would break the primary key.
+// Practically never by chance, but a row whose key text was changed by hand
+// lands here too. Answering for the other key would hand out its response.
 void report_shared_digest() {
   ereport(ERROR,
           (errcode(ERRCODE_UNIQUE_VIOLATION),
@@ -54,8 +50,8 @@ void check_key_row_kept(TriggeredRow result, const char *table,
                         const char *fixed_columns, const text *key) {
   if (result == TriggeredRow::kept)
     return;
-  // A tombstone's row (its key empty) is written by expiry, whose messages
-  // name no key: the text is gone, and the log is no place for it.
+  // Expiry's messages name no key: the text is gone, and the log is no
+  // place for it.
   if (VARSIZE_ANY_EXHDR(key) == 0 && result == TriggeredRow::skipped)
     ereport(ERROR,
             (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),

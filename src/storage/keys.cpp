@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <initializer_list>
 
-#include "idempotency/storage/citus.hpp"
-#include "idempotency/storage/key_store.hpp"
 #include "idempotency/storage/commit_guard.hpp"
 #include "idempotency/storage/role_marks.hpp"
 #include "idempotency/storage/owner_statements.hpp"
@@ -25,16 +23,13 @@ extern "C" {
 #include "utils/rel.h"
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
-#include "catalog/namespace.h"
 #include "catalog/pg_am.h"
-#include "catalog/pg_collation.h"
 #include "catalog/pg_opfamily.h"
 #include "common/int.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
-#include "lib/stringinfo.h"
 #include "parser/parse_func.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -57,18 +52,11 @@ namespace {
   pg_unreachable();
 }
 
-// --- what this backend knows about idempotency.keys -----------------------
-//
-// The table's oid, where our columns are, its owner, whether a trigger may
-// change the rows written, the statements that write them and whether Citus
-// has taken the table over are looked up once and kept until an invalidation
-// says the table (or a schema) changed. A table rebuilt by ALTER TABLE, VACUUM
-// FULL or CLUSTER keeps its oid; its relcache entry is invalidated all the
-// same, so the next call looks again. Citus invalidates the relcache entry of a
-// table whenever it adds it to its metadata or removes it.
+// What this backend knows about idempotency.keys is kept until an
+// invalidation says the table (or a schema) changed. A table rebuilt by
+// ALTER TABLE, VACUUM FULL or CLUSTER keeps its oid, but its relcache entry is
+// invalidated all the same, as it is when Citus adds or removes the table.
 
-// Where the extension's columns are in idempotency.keys, found by name. A
-// DBA may add and drop other columns; ours must keep their names and types.
 struct KeyColumns {
   AttrNumber scope;
   AttrNumber key;
@@ -77,13 +65,9 @@ struct KeyColumns {
   AttrNumber response;
   AttrNumber created_at;
   AttrNumber expires_at;
-  // When a tombstone's response expired; NULL in a live key's row.
-  // InvalidAttrNumber in the table of 0.7 before its update, which keeps
-  // no tombstones.
+  // InvalidAttrNumber in tables not yet updated: expired_at (set in a
+  // tombstone only) came with 1.0, remember_for with 1.1.
   AttrNumber expired_at;
-  // How long after expires_at a live key is remembered, fixed when it was
-  // claimed (remember_window). InvalidAttrNumber in the table of 1.0 and 0.7
-  // before their update.
   AttrNumber remember_for;
 };
 
@@ -100,8 +84,7 @@ struct TableCache {
   // Whether a BEFORE INSERT row trigger other than keys_loaded may change
   // a row the extension inserts.
   bool rows_may_change;
-  // The statements that write the table (see "writing" below), freed once
-  // the table changed (plans_stale) and none of them runs.
+  // Freed once the table changed (plans_stale) and none of them runs.
   KeptPlan insert_key;
   KeptPlan insert_key_returning;
   KeptPlan insert_tombstones;
@@ -139,15 +122,11 @@ void watch_invalidations() {
   watching = true;
 }
 
-// --- the extension's columns ------------------------------------------------
-
 struct ExpectedColumn {
   const char *name;
   Oid type; // InvalidOid: scope, see fits_scope()
   AttrNumber KeyColumns::*field;
-  // Added by an update (expired_at by 1.0, remember_for by 1.1): a table not
-  // yet updated has none, and is judged as its version judged it.
-  bool optional;
+  bool optional; // added by an update: a table not yet updated has none
 };
 
 constexpr ExpectedColumn expected_columns[] = {
@@ -162,24 +141,9 @@ constexpr ExpectedColumn expected_columns[] = {
     {"remember_for", INTERVALOID, &KeyColumns::remember_for, true},
 };
 
-// The C function of the trigger keys_loaded (protocol/loaded_rows.hpp),
-// which fixes rows that COPY or INSERT load; InvalidOid when there is none.
-Oid loader_function() {
-  List *name = list_make2(makeString(pstrdup("idempotency")),
-                          makeString(pstrdup("keys_loaded")));
-  return LookupFuncName(name, 0, nullptr, true);
-}
-
-// The C function of keys_loaded() from 0.7 on (entry/functions.cpp): it
-// computes the digests 0.7 and later store.
-constexpr const char *current_loader_symbol = "idempotency_ordered_keys_loaded";
-
-// The library serves the table as 0.7 and later make it. Before 0.7 the
-// primary key held other digests: none before 0.4 (it was on the key's
-// text, and request_hash was hex text), then every key's unordered digest
-// (over the database encoding in 0.4 and 0.5). Those tables are told apart
-// by what they have: a key_digest column, and a loader trigger whose C
-// function computes the digests 0.7 stores.
+// The library serves the table as 0.7 and later make it; earlier tables
+// lack key_digest or hold other digests in it, which the C function of
+// their loader trigger keys_loaded (protocol/loaded_rows.hpp) tells apart.
 bool holds_current_digests(TupleDesc desc, Oid loader) {
   if (find_column(desc, "key_digest") == nullptr || !OidIsValid(loader))
     return false;
@@ -189,15 +153,21 @@ bool holds_current_digests(TupleDesc desc, Oid loader) {
   bool isnull;
   Datum symbol = SysCacheGetAttr(PROCOID, proc, Anum_pg_proc_prosrc, &isnull);
   bool current = !isnull && strcmp(TextDatumGetCString(symbol),
-                                   current_loader_symbol) == 0;
+                                   "idempotency_ordered_keys_loaded") == 0;
   ReleaseSysCache(proc);
   return current;
 }
 
 // Refuses a table whose columns the extension could not read or write
-// correctly: a value stored under another type would be misread later.
-KeyColumns locate_columns(Relation rel, Oid loader) {
+// correctly: a value stored under another type would be misread later. The
+// catalog lookups may take in invalidations; if one concerns the table, what
+// was found serves this call and the next one looks again.
+void remember_columns(Relation rel) {
+  uint64 invalidations = cache.invalidations;
   TupleDesc desc = RelationGetDescr(rel);
+  Oid loader = LookupFuncName(list_make2(makeString(pstrdup("idempotency")),
+                                         makeString(pstrdup("keys_loaded"))),
+                              0, nullptr, true);
   if (!holds_current_digests(desc, loader))
     report_schema_before_0_7();
   KeyColumns columns{};
@@ -232,34 +202,19 @@ KeyColumns locate_columns(Relation rel, Oid loader) {
                                                             : REGROLEOID))));
     columns.*expected.field = attribute->attnum;
   }
-  return columns;
-}
-
-bool has_row_changing_trigger(Relation rel, Oid loader) {
+  cache.columns = columns;
+  cache.rows_may_change = false;
   const TriggerDesc *triggers = rel->trigdesc;
-  if (triggers == nullptr || !triggers->trig_insert_before_row)
-    return false;
-  for (int i = 0; i < triggers->numtriggers; i++) {
+  for (int i = 0; triggers != nullptr && triggers->trig_insert_before_row &&
+                  i < triggers->numtriggers;
+       i++) {
     const Trigger &trigger = triggers->triggers[i];
     if (TRIGGER_FOR_ROW(trigger.tgtype) && TRIGGER_FOR_BEFORE(trigger.tgtype) &&
         TRIGGER_FOR_INSERT(trigger.tgtype) && trigger.tgfoid != loader &&
         trigger.tgenabled != TRIGGER_DISABLED)
-      return true;
+      cache.rows_may_change = true;
   }
-  return false;
-}
-
-// Replaces the cached columns. The catalog lookups below may take in
-// invalidations; if one concerns the table, what was found serves this call
-// and the next one looks again.
-void remember_columns(Relation rel) {
-  uint64 invalidations = cache.invalidations;
-  Oid loader = loader_function();
-  KeyColumns columns = locate_columns(rel, loader);
-  cache.columns = columns;
-  cache.rows_may_change = has_row_changing_trigger(rel, loader);
-  cache.scope_type =
-      TupleDescAttr(RelationGetDescr(rel), columns.scope - 1)->atttypid;
+  cache.scope_type = TupleDescAttr(desc, columns.scope - 1)->atttypid;
   cache.owner = rel->rd_rel->relowner;
   cache.plans_stale = true;
   if (cache.relid != RelationGetRelid(rel))
@@ -268,8 +223,6 @@ void remember_columns(Relation rel) {
   cache.columns_known = cache.invalidations == invalidations;
 }
 
-// Finds idempotency.keys unless its oid is known; false when it does not
-// exist.
 bool find_table() {
   watch_invalidations();
   if (cache.relid_known)
@@ -286,9 +239,8 @@ bool find_table() {
   return true;
 }
 
-// Whether Citus has taken the cached table over. The lookup may take in
-// invalidations; if one concerns the table, the answer serves this call
-// and the next one looks again.
+// The lookup may take in invalidations; if one concerns the table, the
+// answer serves this call and the next one looks again.
 citus::TableKind cached_citus_kind() {
   if (cache.citus_known)
     return cache.citus_kind;
@@ -305,8 +257,8 @@ void refuse_citus_table() {
     citus::report_citus_table(kind);
 }
 
-// A stored span as exact time, as intervals compare (a day 24 hours, a
-// month 30 days): the same instant for every reader.
+// A stored span as exact time (a day 24 hours, a month 30 days): the same
+// instant for every reader.
 int64 exact_usecs(const Interval &span) {
   int64 usecs = span.time;
   int64 days = (int64)span.month * DAYS_PER_MONTH + span.day;
@@ -314,6 +266,82 @@ int64 exact_usecs(const Interval &span) {
       pg_add_s64_overflow(usecs, days, &usecs))
     return span.time < 0 || days < 0 ? 0 : PG_INT64_MAX;
   return Max(usecs, 0);
+}
+
+// The columns of `rel`, opened by the caller. Citus is checked again with
+// the table open: a conversion that committed while this transaction waited
+// for the table's lock arrives with the lock.
+const KeyColumns &key_columns(Relation rel) {
+  watch_invalidations();
+  if (!cache.columns_known || cache.relid != RelationGetRelid(rel))
+    remember_columns(rel);
+  refuse_citus_table();
+  return cache.columns;
+}
+
+// --- reading ----------------------------------------------------------------
+
+Datum copy_varlena(HeapTuple tuple, AttrNumber attnum, TupleDesc desc,
+                   bool *isnull) {
+  Datum value = heap_getattr(tuple, attnum, desc, isnull);
+  if (*isnull)
+    return (Datum)0;
+  return PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
+}
+
+KeyProbe in_progress(TransactionId holder) {
+  KeyProbe result{};
+  result.state = KeyState::in_progress;
+  result.holder = holder;
+  return result;
+}
+
+// The row `tuple` of the key, judged `times`, written by no open
+// transaction but expiry's or a replacing caller's.
+KeyProbe row_probe(Relation rel, const KeyColumns &columns, SysScanDesc scan,
+                   HeapTuple tuple, const RowLife &times) {
+  TupleDesc desc = RelationGetDescr(rel);
+  bool isnull = false;
+  KeyProbe result{};
+  result.row =
+      RowVersion{tuple->t_self, HeapTupleHeaderGetRawXmin(tuple->t_data)};
+  result.created_at = DatumGetTimestampTz(
+      heap_getattr(tuple, columns.created_at, desc, &isnull));
+  if (times.age == RowAge::forgotten) {
+    result.state = KeyState::expired;
+    result.expires_at = times.forgotten_at;
+    return result;
+  }
+  result.request_hash = reinterpret_cast<bytea *>(DatumGetPointer(
+      copy_varlena(tuple, columns.request_hash, desc, &isnull)));
+  // A gone key's retry is refused by times alone: a tombstone expiry is
+  // writing answers as the committed one will, and under REPEATABLE READ one
+  // written after the snapshot stands for the live row the snapshot saw.
+  if (times.age == RowAge::gone) {
+    result.state = KeyState::gone;
+    result.expires_at = times.forgotten_at;
+    result.response_expired_at = times.response_expired_at;
+    result.response_is_null = true;
+    return result;
+  }
+  // Under REPEATABLE READ and SERIALIZABLE a replay must not hand out a row
+  // the snapshot cannot see; ON CONFLICT raises the same error.
+  TransactionId xmin = HeapTupleHeaderGetXmin(tuple->t_data);
+  if (IsolationUsesXactSnapshot() &&
+      !TransactionIdIsCurrentTransactionId(xmin) &&
+      !table_tuple_satisfies_snapshot(rel, scan->slot,
+                                      GetTransactionSnapshot()))
+    ereport(ERROR,
+            (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+             errmsg("could not serialize access due to concurrent update"),
+             errdetail("The idempotency key was stored by a transaction that "
+                       "committed after this transaction's snapshot.")));
+  result.state = KeyState::done;
+  result.expires_at = DatumGetTimestampTz(
+      heap_getattr(tuple, columns.expires_at, desc, &isnull));
+  result.response =
+      copy_varlena(tuple, columns.response, desc, &result.response_is_null);
+  return result;
 }
 
 } // namespace
@@ -394,135 +422,6 @@ citus::TableKind key_table_citus_kind() {
   return find_table() ? cached_citus_kind() : citus::TableKind::not_citus;
 }
 
-namespace {
-
-// The columns of `rel` (idempotency.keys, opened by the caller), cached
-// until the table's definition changes. Raises 42703 when one of the
-// extension's columns is missing, 42804 when its type was changed, 55000 for
-// the table of a version before 0.7, and, as key_table() does, 0A000 when
-// Citus has taken the table over: checked again with the table open, since a
-// conversion that committed while this transaction waited for the table's
-// lock arrives with the lock.
-const KeyColumns &key_columns(Relation rel) {
-  watch_invalidations();
-  if (!cache.columns_known || cache.relid != RelationGetRelid(rel))
-    remember_columns(rel);
-  refuse_citus_table();
-  return cache.columns;
-}
-
-// --- reading ----------------------------------------------------------------
-
-Datum copy_varlena(HeapTuple tuple, AttrNumber attnum, TupleDesc desc,
-                   bool *isnull) {
-  Datum value = heap_getattr(tuple, attnum, desc, isnull);
-  if (*isnull)
-    return (Datum)0;
-  return PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
-}
-
-// Under REPEATABLE READ and SERIALIZABLE a replay must not hand out a row
-// this transaction's snapshot cannot see; PostgreSQL's ON CONFLICT raises a
-// serialization failure in the same situation.
-void check_visible_to_snapshot(Relation rel, SysScanDesc scan,
-                               HeapTuple tuple) {
-  if (!IsolationUsesXactSnapshot())
-    return;
-  TransactionId xmin = HeapTupleHeaderGetXmin(tuple->t_data);
-  if (TransactionIdIsCurrentTransactionId(xmin))
-    return;
-  if (!table_tuple_satisfies_snapshot(rel, scan->slot,
-                                      GetTransactionSnapshot()))
-    ereport(ERROR,
-            (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-             errmsg("could not serialize access due to concurrent update"),
-             errdetail("The idempotency key was stored by a transaction that "
-                       "committed after this transaction's snapshot.")));
-}
-
-bool is_tombstone(Relation rel, const KeyColumns &columns, HeapTuple tuple) {
-  if (columns.expired_at == InvalidAttrNumber)
-    return false;
-  bool isnull = true;
-  (void)heap_getattr(tuple, columns.expired_at, RelationGetDescr(rel), &isnull);
-  return !isnull;
-}
-
-RowLife row_times(Relation rel, const KeyColumns &columns, HeapTuple tuple,
-                  bool tombstone, TimestampTz now) {
-  TupleDesc desc = RelationGetDescr(rel);
-  bool isnull = false;
-  TimestampTz expires_at = DatumGetTimestampTz(
-      heap_getattr(tuple, columns.expires_at, desc, &isnull));
-  TimestampTz expired_at =
-      tombstone ? DatumGetTimestampTz(
-                      heap_getattr(tuple, columns.expired_at, desc, &isnull))
-                : 0;
-  RememberWindow window{};
-  if (!tombstone && expires_at <= now)
-    window = remember_window(columns, [&](AttrNumber attnum, bool *null) {
-      return heap_getattr(tuple, attnum, desc, null);
-    });
-  return row_life(tombstone, window, expires_at, expired_at, now);
-}
-
-KeyProbe in_progress(TransactionId holder) {
-  KeyProbe result{};
-  result.state = KeyState::in_progress;
-  result.holder = holder;
-  return result;
-}
-
-bool same_key(Relation rel, const KeyColumns &columns, HeapTuple tuple,
-              const text *key) {
-  bool isnull = false;
-  Datum stored =
-      heap_getattr(tuple, columns.key, RelationGetDescr(rel), &isnull);
-  return !isnull && datum_image_eq(stored, PointerGetDatum(key), false, -1);
-}
-
-// The row `tuple` of the key, judged `times` and written by no open
-// transaction but expiry (a tombstone, or a row it deletes) or a caller
-// replacing it.
-KeyProbe row_probe(Relation rel, const KeyColumns &columns, SysScanDesc scan,
-                   HeapTuple tuple, const RowLife &times) {
-  TupleDesc desc = RelationGetDescr(rel);
-  bool isnull = false;
-  KeyProbe result{};
-  result.row =
-      RowVersion{tuple->t_self, HeapTupleHeaderGetRawXmin(tuple->t_data)};
-  result.created_at = DatumGetTimestampTz(
-      heap_getattr(tuple, columns.created_at, desc, &isnull));
-  if (times.age == RowAge::forgotten) {
-    result.state = KeyState::expired;
-    result.expires_at = times.forgotten_at;
-    return result;
-  }
-  result.request_hash = reinterpret_cast<bytea *>(DatumGetPointer(
-      copy_varlena(tuple, columns.request_hash, desc, &isnull)));
-  // A gone key's fingerprint is kept until the key is forgotten, and its
-  // retry is refused by times alone: a tombstone that expiry is writing (or a
-  // row it is turning into one) answers as the committed one will, and under
-  // REPEATABLE READ the tombstone written after the snapshot stands for the
-  // live row the snapshot saw.
-  if (times.age == RowAge::gone) {
-    result.state = KeyState::gone;
-    result.expires_at = times.forgotten_at;
-    result.response_expired_at = times.response_expired_at;
-    result.response_is_null = true;
-    return result;
-  }
-  check_visible_to_snapshot(rel, scan, tuple);
-  result.state = KeyState::done;
-  result.expires_at = DatumGetTimestampTz(
-      heap_getattr(tuple, columns.expires_at, desc, &isnull));
-  result.response =
-      copy_varlena(tuple, columns.response, desc, &result.response_is_null);
-  return result;
-}
-
-} // namespace
-
 const LocalKeys local_keys{};
 
 KeyProbe LocalKeys::probe(const KeyTable &table, const KeyRef &key,
@@ -530,6 +429,7 @@ KeyProbe LocalKeys::probe(const KeyTable &table, const KeyRef &key,
   Relation rel = table_open(table.relid, AccessShareLock);
   KeyColumns columns = key_columns(rel);
 
+  TupleDesc desc = RelationGetDescr(rel);
   // systable_beginscan maps the table's column numbers to the index's.
   ScanKeyData scan_keys[2];
   ScanKeyInit(&scan_keys[0], columns.scope, BTEqualStrategyNumber, F_OIDEQ,
@@ -547,10 +447,20 @@ KeyProbe LocalKeys::probe(const KeyTable &table, const KeyRef &key,
   result.state = KeyState::absent;
   HeapTuple tuple;
   while ((tuple = systable_getnext(scan)) != nullptr) {
+    auto read = [&](AttrNumber attnum, bool *isnull) {
+      return heap_getattr(tuple, attnum, desc, isnull);
+    };
     // A tombstone keeps no key text: the digest is the key.
-    bool tombstone = is_tombstone(rel, columns, tuple);
-    if (!tombstone && !same_key(rel, columns, tuple, key.key))
-      report_shared_digest();
+    bool isnull = true;
+    if (columns.expired_at != InvalidAttrNumber)
+      (void)read(columns.expired_at, &isnull);
+    bool tombstone = !isnull;
+    if (!tombstone) {
+      Datum stored = read(columns.key, &isnull);
+      if (isnull ||
+          !datum_image_eq(stored, PointerGetDatum(key.key), false, -1))
+        report_shared_digest();
+    }
     // The dirty snapshot reports an open inserter in xmin and an open
     // deleter in xmax. A live row being inserted means another transaction
     // holds the key right now; a tombstone being inserted is expiry's (or a
@@ -559,12 +469,17 @@ KeyProbe LocalKeys::probe(const KeyTable &table, const KeyRef &key,
       result = in_progress(dirty.xmin);
       break;
     }
-    RowLife times = row_times(rel, columns, tuple, tombstone, now);
-    // A row whose response expired being deleted - by expiry (which may be
-    // writing its tombstone), or by a caller replacing it (who holds the
-    // key's claim and shows its new row) - is judged by its times; store()
-    // waits for that delete to end. A live row being deleted is another
-    // transaction's business: wait.
+    TimestampTz expires_at =
+        DatumGetTimestampTz(read(columns.expires_at, &isnull));
+    TimestampTz expired_at =
+        tombstone ? DatumGetTimestampTz(read(columns.expired_at, &isnull)) : 0;
+    RememberWindow window{};
+    if (!tombstone && expires_at <= now)
+      window = remember_window(columns, read);
+    RowLife times = row_life(tombstone, window, expires_at, expired_at, now);
+    // A row whose response expired being deleted, by expiry or by a caller
+    // replacing it (who holds the claim), is judged by its times; store()
+    // waits for that delete to end. A live row being deleted: wait.
     if (TransactionIdIsValid(dirty.xmax) && times.age == RowAge::live) {
       result = in_progress(dirty.xmax);
       break;
@@ -580,12 +495,7 @@ KeyProbe LocalKeys::probe(const KeyTable &table, const KeyRef &key,
   return result;
 }
 
-// --- writing ----------------------------------------------------------------
-//
-// Rows are written, replaced and deleted by statements on the table,
-// prepared once per backend and kept until the table changes, run as its
-// owner: defaults, generated columns, constraints, triggers, every index and
-// logical replication apply as to any INSERT or DELETE.
+// --- writing: statements prepared once per backend, run as the owner -------
 
 [[noreturn]] void report_replaced_row_changed() {
   ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -601,78 +511,58 @@ namespace {
 constexpr int insert_key_args = 8;
 enum InsertedColumn { inserted_scope = 1, inserted_digest, inserted_key };
 
-// role_scope's own operator, or oid's for a scope of type regrole.
-const char *scope_operator() {
-  return getBaseType(cache.scope_type) == REGROLEOID
-             ? "OPERATOR(pg_catalog.=)"
-             : "OPERATOR(idempotency.=)";
-}
-
-// The columns of the extension that the table has, as an INSERT names them.
-void append_key_columns(StringInfo sql) {
-  appendStringInfoString(sql, "INSERT INTO idempotency.keys AS k (scope, key, "
-                              "key_digest, request_hash, response, "
-                              "created_at, expires_at");
-  if (cache.columns.expired_at != InvalidAttrNumber)
-    appendStringInfoString(sql, ", expired_at");
-  if (cache.columns.remember_for != InvalidAttrNumber)
-    appendStringInfoString(sql, ", remember_for");
-  appendStringInfoChar(sql, ')');
+const char *insert_into_sql() {
+  return psprintf(
+      "INSERT INTO idempotency.keys AS k (scope, key, "
+      "key_digest, request_hash, response, created_at, expires_at"
+      "%s%s)",
+      cache.columns.expired_at != InvalidAttrNumber ? ", expired_at" : "",
+      cache.columns.remember_for != InvalidAttrNumber ? ", remember_for" : "");
 }
 
 constexpr const char *inserted_identity =
     " RETURNING k.scope, k.key_digest, k.key";
 
 // $1 scope, $2 key, $3 key_digest, $4 request_hash, $5 response,
-// $6 created_at, $7 expires_at, $8 remember_for; a live row's expired_at is
-// NULL.
+// $6 created_at, $7 expires_at, $8 remember_for; expired_at is NULL.
 const char *insert_key_sql(bool returning) {
-  StringInfoData sql;
-  initStringInfo(&sql);
-  append_key_columns(&sql);
-  appendStringInfoString(&sql, " VALUES ($1, $2, $3, $4, $5, $6, $7");
-  if (cache.columns.expired_at != InvalidAttrNumber)
-    appendStringInfoString(&sql, ", NULL");
-  if (cache.columns.remember_for != InvalidAttrNumber)
-    appendStringInfoString(&sql, ", $8");
-  appendStringInfoChar(&sql, ')');
-  if (returning)
-    appendStringInfo(&sql, "%s, k.created_at, k.expires_at", inserted_identity);
-  return sql.data;
+  return psprintf("%s VALUES ($1, $2, $3, $4, $5, $6, $7%s%s)%s%s",
+                  insert_into_sql(),
+                  cache.columns.expired_at != InvalidAttrNumber ? ", NULL" : "",
+                  cache.columns.remember_for != InvalidAttrNumber ? ", $8" : "",
+                  returning ? inserted_identity : "",
+                  returning ? ", k.created_at, k.expires_at" : "");
 }
 
-// The tombstones of a batch, one element of each array per key: $1 scope,
-// $2 key_digest, $3 request_hash, $4 created_at, $5 expires_at (when the
-// tombstone goes), $6 expired_at, $7 remember_for.
+// One array per column, one element per key: $1 scope, $2 key_digest,
+// $3 request_hash, $4 created_at, $5 expires_at (when the tombstone goes),
+// $6 expired_at, $7 remember_for.
 const char *insert_tombstones_sql() {
-  StringInfoData sql;
-  initStringInfo(&sql);
-  append_key_columns(&sql);
-  appendStringInfoString(&sql, " SELECT t.scope, '', t.digest, t.hash, NULL,"
-                               " t.created_at, t.forgotten_at, t.expired_at");
-  if (cache.columns.remember_for != InvalidAttrNumber)
-    appendStringInfoString(&sql, ", t.remember_for");
-  appendStringInfo(
-      &sql,
+  return psprintf(
+      "%s SELECT t.scope, '', t.digest, t.hash, NULL, t.created_at,"
+      " t.forgotten_at, t.expired_at%s"
       " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
       " pg_catalog.unnest($3), pg_catalog.unnest($4),"
       " pg_catalog.unnest($5), pg_catalog.unnest($6),"
       " pg_catalog.unnest($7)) AS"
       " t(scope, digest, hash, created_at, forgotten_at,"
       " expired_at, remember_for)%s",
+      insert_into_sql(),
+      cache.columns.remember_for != InvalidAttrNumber ? ", t.remember_for" : "",
       inserted_identity);
-  return sql.data;
 }
 
-// That row version of that key only: $1 ctid, $2 xmin, $3 scope,
-// $4 key_digest.
+// That row version of that key only: $1 ctid, $2 xmin, $3 scope (with
+// role_scope's own operator, or oid's for regrole), $4 key_digest.
 const char *delete_version_sql() {
   return psprintf("DELETE FROM idempotency.keys AS k"
                   " WHERE k.ctid OPERATOR(pg_catalog.=) $1"
                   " AND k.xmin OPERATOR(pg_catalog.=) $2"
                   " AND k.scope %s $3"
                   " AND k.key_digest OPERATOR(pg_catalog.=) $4",
-                  scope_operator());
+                  getBaseType(cache.scope_type) == REGROLEOID
+                      ? "OPERATOR(pg_catalog.=)"
+                      : "OPERATOR(idempotency.=)");
 }
 
 // The rows $1 (tid[]) still expired at $2 that no other transaction is
@@ -695,8 +585,7 @@ const char *delete_expired_sql() {
                                                 : "NULL::pg_catalog.interval");
 }
 
-// The rows the extension itself is inserting (keys_loaded leaves them
-// alone): a key's row, or a batch of tombstones.
+// The rows the extension is inserting: a key's row, or tombstones.
 struct OwnInsert {
   LocalTransactionId transaction;
   bool tombstones;
@@ -707,8 +596,7 @@ static_assert(std::is_trivially_destructible_v<OwnInsert>);
 
 OwnInsert own_insert;
 
-// Runs `kept` (prepared from `sql`, needed only when it is not yet) with the
-// rows `inserting` marked as the extension's own.
+// Runs `kept` with the rows `inserting` marked as the extension's own.
 void run_own_insert(OwnerSpi &spi, KeptPlan &kept, const char *sql, int nargs,
                     Oid *types, Datum *values, const char *nulls,
                     OwnInsert inserting, int expected) {
@@ -719,8 +607,8 @@ void run_own_insert(OwnerSpi &spi, KeptPlan &kept, const char *sql, int nargs,
   own_insert = outer;
 }
 
-// Raises 09000 unless the inserted row `row` (RETURNING scope, key_digest,
-// key) is still `key`'s: a BEFORE trigger may change it, but not move it.
+// Raises 09000 unless the inserted row (RETURNING scope, key_digest, key)
+// is still `key`'s: a BEFORE trigger may change it, but not move it.
 void check_not_moved(HeapTuple row, TupleDesc desc, const KeyRef &key) {
   bool scope_isnull = false;
   bool digest_isnull = false;
@@ -736,10 +624,9 @@ void check_not_moved(HeapTuple row, TupleDesc desc, const KeyRef &key) {
                        "scope, key or key_digest", key.key);
 }
 
-// The kept plans are freed once the table changed, but never while one of
-// them runs (a trigger's own call may come here during the INSERT): the
-// count of running statements starts again with each transaction, as an
-// error ends the statements it interrupts.
+// Stale plans are freed, but never while one runs (a trigger's own call may
+// come here during the INSERT); the count restarts with each transaction, as
+// an error ends the statements it interrupts.
 OwnerSpi begin_statements() {
   if (cache.running_in != compat::my_local_transaction_id()) {
     cache.running_in = compat::my_local_transaction_id();
@@ -761,82 +648,51 @@ void end_statements(OwnerSpi &spi) {
   cache.running--;
 }
 
-// Deletes the row version `version` of `key` as probe() found it, with a
-// snapshot taken now (a row committed after the transaction's snapshot is
-// deleted as well). False when it is gone: deleted meanwhile (by expiry,
-// committed or waited for), or changed.
-bool delete_version(OwnerSpi &spi, const KeyRef &key,
-                    const RowVersion &version) {
+// Deletes the row version `version` of `key` with a snapshot taken now;
+// false when it is gone. Under REPEATABLE READ and SERIALIZABLE, a DELETE
+// that waited for another transaction deleting the row raises 40001: the row
+// is gone all the same, as under READ COMMITTED.
+bool delete_row_version(OwnerSpi &spi, const KeyRef &key,
+                        const RowVersion &version) {
   Oid types[4] = {TIDOID, XIDOID, cache.scope_type, BYTEAOID};
   Datum values[4] = {PointerGetDatum(&version.tid),
                      TransactionIdGetDatum(version.xmin),
                      ObjectIdGetDatum(key.scope), PointerGetDatum(key.digest)};
-  spi.run_kept_with_snapshot(
-      cache.delete_version,
-      cache.delete_version.plan == nullptr ? delete_version_sql() : nullptr, 4,
-      types, values, nullptr, GetLatestSnapshot(), SPI_OK_DELETE);
-  return SPI_processed > 0;
-}
-
-// Whether the row version is still there for a snapshot taken now.
-bool version_exists(const RowVersion &version) {
-  Oid types[2] = {TIDOID, XIDOID};
-  Datum values[2] = {PointerGetDatum(&version.tid),
-                     TransactionIdGetDatum(version.xmin)};
-  SPIPlanPtr plan = SPI_prepare("SELECT FROM idempotency.keys AS k"
-                                " WHERE k.ctid OPERATOR(pg_catalog.=) $1"
-                                " AND k.xmin OPERATOR(pg_catalog.=) $2",
-                                2, types);
-  if (plan == nullptr ||
-      SPI_execute_snapshot(plan, values, nullptr, GetLatestSnapshot(),
-                           InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
-    elog(ERROR, "idempotency: reading idempotency.keys failed");
-  bool exists = SPI_processed > 0;
-  SPI_freeplan(plan);
-  return exists;
-}
-
-// Under REPEATABLE READ and SERIALIZABLE, a DELETE that waited for another
-// transaction deleting the row raises 40001: the row is gone all the same,
-// as under READ COMMITTED (false).
-bool delete_row_version(OwnerSpi &spi, const KeyRef &key,
-                        const RowVersion &version) {
+  auto run = [&] {
+    spi.run_kept(
+        cache.delete_version,
+        cache.delete_version.plan == nullptr ? delete_version_sql() : nullptr,
+        4, types, values, nullptr, false, SPI_OK_DELETE, GetLatestSnapshot());
+    return SPI_processed > 0;
+  };
   if (!IsolationUsesXactSnapshot())
-    return delete_version(spi, key, version);
+    return run();
   bool deleted = false;
-  run_in_subtransaction([&] { deleted = delete_version(spi, key, version); },
-                        [&](const ErrorData *error) {
-                          return error->sqlerrcode ==
-                                     ERRCODE_T_R_SERIALIZATION_FAILURE &&
-                                 !version_exists(version);
-                        });
+  run_in_subtransaction(
+      [&] { deleted = run(); },
+      [&](const ErrorData *error) {
+        if (error->sqlerrcode != ERRCODE_T_R_SERIALIZATION_FAILURE)
+          return false;
+        // Handled when the version is gone for a snapshot taken now.
+        SPIPlanPtr plan = SPI_prepare("SELECT FROM idempotency.keys AS k"
+                                      " WHERE k.ctid OPERATOR(pg_catalog.=) $1"
+                                      " AND k.xmin OPERATOR(pg_catalog.=) $2",
+                                      2, types);
+        if (plan == nullptr ||
+            SPI_execute_snapshot(plan, values, nullptr, GetLatestSnapshot(),
+                                 InvalidSnapshot, true, false,
+                                 1) != SPI_OK_SELECT)
+          elog(ERROR, "idempotency: reading idempotency.keys failed");
+        bool exists = SPI_processed > 0;
+        SPI_freeplan(plan);
+        return !exists;
+      });
   return deleted;
 }
 
-// Removes the expired row the new one replaces. No caller changes a row
-// whose key this transaction has claimed, but expiry may have deleted it
-// meanwhile (then there is nothing to do) or turned it into a tombstone:
-// that one is removed too when its window has passed by `now`, the instant
-// the claim judged the key by; one whose window had not (its
-// idempotency.remember differed) makes the call fail with 40001, and the
-// retry gets IK410.
-void delete_expired_row(OwnerSpi &spi, const KeyTable &table, const KeyRef &key,
-                        const RowVersion &version, TimestampTz now) {
-  if (delete_row_version(spi, key, version))
-    return;
-  KeyProbe later = local_keys.probe(table, key, now);
-  if (later.state == KeyState::absent)
-    return;
-  if (later.state != KeyState::expired ||
-      !delete_row_version(spi, key, later.row))
-    report_replaced_row_changed();
-}
-
-// Writes the key's row. The TTL counts from the write, not from the
-// transaction's start: fn may have run for a long time. The window after the
-// TTL is fixed now too, as exact time, so that callers and expiry end it at
-// the same instant. BEFORE row triggers may change the row, but not drop it
-// or move it to another key.
+// The TTL counts from the write, not the transaction's start: fn may have
+// run long. The window after it is fixed now as exact time, so that callers
+// and expiry end it at the same instant.
 StoredRow insert_key_row(OwnerSpi &spi, const KeyRef &key, const NewRow &row) {
   TimestampTz created_at = GetCurrentTimestamp();
   TimestampTz expires_at = settings::key_expiry(created_at, row.ttl);
@@ -882,91 +738,9 @@ StoredRow insert_key_row(OwnerSpi &spi, const KeyRef &key, const NewRow &row) {
       DatumGetTimestampTz(SPI_getbinval(inserted, desc, 5, &isnull))};
 }
 
-} // namespace
-
-bool is_own_insert(Relation rel, HeapTuple row) {
-  if (own_insert.transaction != compat::my_local_transaction_id() ||
-      own_insert.transaction == InvalidLocalTransactionId ||
-      RelationGetRelid(rel) != cache.relid)
-    return false;
-  const KeyColumns &columns = cache.columns;
-  TupleDesc desc = RelationGetDescr(rel);
-  bool isnull = true;
-  if (own_insert.tombstones) {
-    if (columns.expired_at != InvalidAttrNumber)
-      (void)heap_getattr(row, columns.expired_at, desc, &isnull);
-    return !isnull;
-  }
-  Datum scope = heap_getattr(row, columns.scope, desc, &isnull);
-  if (isnull || DatumGetObjectId(scope) != own_insert.scope)
-    return false;
-  Datum digest = heap_getattr(row, columns.key_digest, desc, &isnull);
-  return !isnull &&
-         datum_image_eq(digest, PointerGetDatum(own_insert.digest), false, -1);
-}
-
-StoredRow LocalKeys::store(const KeyTable &table, const KeyRef &key,
-                           const NewRow &row) const {
-  // fn may have dropped the extension (the drop rolls back with the error).
-  Relation rel = try_table_open(table.relid, RowExclusiveLock);
-  if (rel == nullptr)
-    report_missing_table();
-  KeyColumns columns = key_columns(rel);
-  role_marks::ensure(rel, columns.scope, key.scope);
-  table_close(rel, NoLock);
-
-  OwnerSpi spi = begin_statements();
-  if (row.replaces != nullptr)
-    delete_expired_row(spi, table, key, row.replaces->row, row.judged_at);
-  StoredRow stored = insert_key_row(spi, key, row);
-  end_statements(spi);
-
-  commit_guard::note_key_written(stored.expires_at);
-  citus::note_key_write();
-  return stored;
-}
-
-bool LocalKeys::remove(const KeyTable &table, const KeyRef &key,
-                       const KeyProbe &stored) const {
-  Relation rel = table_open(table.relid, RowExclusiveLock);
-  (void)key_columns(rel); // refuses a table Citus has taken over
-  table_close(rel, NoLock);
-  OwnerSpi spi = begin_statements();
-  bool deleted = delete_row_version(spi, key, stored.row);
-  end_statements(spi);
-  if (deleted)
-    citus::note_key_write();
-  return deleted;
-}
-
-Oid LocalKeys::relation() const { return schema::relation("keys"); }
-
-role_keys::Roles LocalKeys::roles_with_keys(Oid relid,
-                                            AttrNumber scope_column) const {
-  return role_keys::in_keys(relid, scope_column);
-}
-
-uint64 LocalKeys::delete_keys_of(Oid relid, AttrNumber scope_column,
-                                 Oid role) const {
-  return role_keys::delete_in_keys(relid, scope_column, role);
-}
-
 // --- expiry -----------------------------------------------------------------
 
-bool lock_key_table(LOCKMODE mode) {
-  Oid table = schema::relation("keys");
-  if (!OidIsValid(table))
-    return false;
-  LockRelationOid(table, mode);
-  // A drop that committed while this waited for the lock took the table.
-  return SearchSysCacheExists1(RELOID, ObjectIdGetDatum(table));
-}
-
-namespace {
-
-// A key whose response expired, as its tombstone keeps it: its scope and
-// digest, its request's fingerprint, when it ran, when its response expired
-// and when it is forgotten.
+// A key whose response expired, as its tombstone keeps it.
 struct Tombstone {
   Oid scope;
   bytea *digest;
@@ -978,14 +752,11 @@ struct Tombstone {
 static_assert(std::is_trivially_destructible_v<Tombstone>);
 
 // Writes the tombstones of keys expiry has deleted in this transaction, as
-// one INSERT (statement triggers fire once). A row's key text is empty and
-// its response NULL; expired_at holds when the response expired, expires_at
-// when the tombstone goes. A BEFORE trigger may not skip or move one (09000).
+// one INSERT (statement triggers fire once).
 void insert_tombstones(OwnerSpi &spi, const Tombstone *tombstones, int count) {
   if (count == 0)
     return;
-  // One array per column, in insert_tombstones_sql()'s order.
-  constexpr int arrays = 7;
+  constexpr int arrays = 7; // in insert_tombstones_sql()'s order
   const Oid element_types[arrays] = {
       cache.scope_type, BYTEAOID,       BYTEAOID,   TIMESTAMPTZOID,
       TIMESTAMPTZOID,   TIMESTAMPTZOID, INTERVALOID};
@@ -1025,7 +796,6 @@ void insert_tombstones(OwnerSpi &spi, const Tombstone *tombstones, int count) {
                                               : nullptr,
       arrays, types, values, nullptr, OwnInsert{0, true, InvalidOid, nullptr},
       SPI_OK_INSERT_RETURNING);
-  // A BEFORE trigger may change a tombstone, but not drop it or move it.
   text *empty_key = cstring_to_text("");
   if (SPI_processed < (uint64)count)
     check_key_row_kept(TriggeredRow::skipped, "idempotency.keys",
@@ -1037,11 +807,9 @@ void insert_tombstones(OwnerSpi &spi, const Tombstone *tombstones, int count) {
   }
 }
 
-// A round's progress in idempotency.keys (ExpiryRound::progress): where the
-// index scan stands, and the rows of the current pass. A pass goes on after
-// the last entry the previous one read, so no pass steps again over keys an
-// earlier one handled. Keys may share their expires_at; B-tree keeps such
-// equal entries in heap order, so the entry's row address orders them.
+// A round's progress (ExpiryRound::progress). A pass goes on after the last
+// entry the previous one read; B-tree keeps entries with equal expires_at in
+// heap order, so the entry's row address tells them apart.
 struct LocalExpiry {
   bool positioned;        // the last entry read:
   TimestampTz expires_at; // its key
@@ -1059,48 +827,36 @@ constexpr const char *expiry_opfamily = "expiry_ops";
 // further than a batch; large passes keep a round's scans few.
 constexpr int min_keys_per_pass = 100000;
 
-[[noreturn]] void report_missing_index() {
-  ereport(ERROR,
-          (errcode(ERRCODE_UNDEFINED_OBJECT),
-           errmsg("index idempotency.%s on idempotency.keys (expires_at "
-                  "idempotency.%s) does not exist",
-                  expires_at_index, expiry_opfamily),
-           errhint("Recreate it with CREATE INDEX %s ON idempotency.keys "
-                   "(expires_at idempotency.%s).",
-                   expires_at_index, expiry_opfamily)));
-  pg_unreachable();
-}
-
 // The index must order expires_at as timestamptz does (the scan keys are
 // timestamptz comparisons) in the extension's own family, which the planner
 // never uses for a caller's query: an index in the default order would let
 // EXPLAIN ANALYZE count other roles' keys by expiry time.
-bool orders_by_expiry_family(Relation index, Oid schema) {
-  Oid family = GetSysCacheOid3(
-      OPFAMILYAMNAMENSP, Anum_pg_opfamily_oid, ObjectIdGetDatum(BTREE_AM_OID),
-      CStringGetDatum(expiry_opfamily), ObjectIdGetDatum(schema));
-  return OidIsValid(family) && index->rd_opfamily[0] == family;
-}
-
 Relation open_expires_at_index(Relation table) {
   Oid index = schema::relation(expires_at_index);
-  if (!OidIsValid(index))
-    report_missing_index();
-  Relation rel = index_open(index, AccessShareLock);
-  Form_pg_index form = rel->rd_index;
-  if (form->indrelid != table->rd_id ||
-      form->indkey.values[0] != key_columns(table).expires_at ||
+  Relation rel =
+      OidIsValid(index) ? index_open(index, AccessShareLock) : nullptr;
+  if (rel == nullptr || rel->rd_index->indrelid != table->rd_id ||
+      rel->rd_index->indkey.values[0] != key_columns(table).expires_at ||
       rel->rd_rel->relam != BTREE_AM_OID ||
-      !orders_by_expiry_family(rel, get_rel_namespace(index)))
-    report_missing_index();
+      rel->rd_opfamily[0] !=
+          GetSysCacheOid3(OPFAMILYAMNAMENSP, Anum_pg_opfamily_oid,
+                          ObjectIdGetDatum(BTREE_AM_OID),
+                          CStringGetDatum(expiry_opfamily),
+                          ObjectIdGetDatum(get_rel_namespace(index))))
+    ereport(ERROR,
+            (errcode(ERRCODE_UNDEFINED_OBJECT),
+             errmsg("index idempotency.%s on idempotency.keys (expires_at "
+                    "idempotency.%s) does not exist",
+                    expires_at_index, expiry_opfamily),
+             errhint("Recreate it with CREATE INDEX %s ON idempotency.keys "
+                     "(expires_at idempotency.%s).",
+                     expires_at_index, expiry_opfamily)));
   return rel;
 }
 
 // The tombstone of the deleted row `row` (delete_expired_sql()'s columns),
-// or none (false) when the key is not to be remembered past `cutoff`: its
-// window (live_row_forgotten_at, the rule callers judge it by) is empty or
-// has passed too, the row was a tombstone past its window, or the table has
-// no expired_at (0.7's).
+// or false when the key is not to be remembered past `cutoff`, by the rule
+// callers judge it by (live_row_forgotten_at).
 bool tombstone_of(const KeyColumns &columns, HeapTuple row, TupleDesc desc,
                   TimestampTz cutoff, Tombstone *tombstone) {
   if (columns.expired_at == InvalidAttrNumber)
@@ -1132,9 +888,8 @@ bool tombstone_of(const KeyColumns &columns, HeapTuple row, TupleDesc desc,
   return true;
 }
 
-// Collects up to `limit` keys with expires_at <= the round's cutoff after
-// the last entry read, visible to the active snapshot, in a pass of
-// `expiry`'s own; false while expired keys are left after them.
+// Collects up to `limit` expired keys after the last entry read, visible to
+// the active snapshot; false while expired keys are left after them.
 bool collect_pass(const ExpiryRound &round, LocalExpiry &expiry, int limit) {
   Relation table = table_open(key_table().relid, AccessShareLock);
   Relation index = open_expires_at_index(table);
@@ -1148,8 +903,7 @@ bool collect_pass(const ExpiryRound &round, LocalExpiry &expiry, int limit) {
                 F_TIMESTAMPTZ_GE, TimestampTzGetDatum(expiry.expires_at));
   IndexScanDesc scan = compat::index_beginscan(
       table, index, GetActiveSnapshot(), nullptr, nkeys, 0, compat::SO_NONE);
-  // The index tuple tells the entries up to the last one read apart without
-  // a visit to the heap.
+  // The index tuple tells entries read before apart without a heap visit.
   scan->xs_want_itup = true;
   index_rescan(scan, scan_keys, nkeys, nullptr, 0);
   TupleTableSlot *slot = table_slot_create(table, nullptr);
@@ -1202,11 +956,9 @@ bool collect_pass(const ExpiryRound &round, LocalExpiry &expiry, int limit) {
   return finished;
 }
 
-// Deletes, in the current transaction, those of the rows `tids` that are
-// still expired and that no other transaction is changing; returns how many
-// it deleted. A live key's row whose window under idempotency.remember has
-// not passed by `cutoff` is replaced by its tombstone (insert_tombstones);
-// a tombstone past its window, or a key not remembered, is deleted.
+// Deletes those of the rows `tids` still expired that no other transaction
+// is changing, writing the tombstones of those still remembered; returns how
+// many it deleted.
 int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
                      int count) {
   Relation table = table_open(key_table().relid, RowExclusiveLock);
@@ -1245,33 +997,6 @@ bool refused_row(const ErrorData *error) {
   return !sqlstate_transient(unpack_sql_state(error->sqlerrcode));
 }
 
-// The rows of a batch that failed, each in a subtransaction of its own: a
-// row whose tombstone is refused keeps its live row (deleting it would let
-// a late retry run again); callers judge it by its times all the same, and
-// once its window has passed it is deleted without a tombstone.
-int64 expire_row_by_row(ExpiryRound &round, const ItemPointerData *tids,
-                        int count) {
-  int64 deleted = 0;
-  for (int i = 0; i < count; i++) {
-    const ItemPointerData *tid = &tids[i];
-    int64 row_deleted = 0;
-    if (run_in_subtransaction(
-            [&] { row_deleted = delete_expired(round.cutoff, tid, 1); },
-            [&](const ErrorData *error) {
-              if (!refused_row(error))
-                return false;
-              if (round.kept++ == 0)
-                round.kept_reason = MemoryContextStrdup(
-                    round.context,
-                    psprintf("%s: %s", unpack_sql_state(error->sqlerrcode),
-                             error->message));
-              return true;
-            }))
-      deleted += row_deleted;
-  }
-  return deleted;
-}
-
 LocalExpiry &progress_of(ExpiryRound &round) {
   if (round.progress == nullptr)
     round.progress = MemoryContextAllocZero(round.context, sizeof(LocalExpiry));
@@ -1279,6 +1004,92 @@ LocalExpiry &progress_of(ExpiryRound &round) {
 }
 
 } // namespace
+
+bool is_own_insert(Relation rel, HeapTuple row) {
+  if (own_insert.transaction != compat::my_local_transaction_id() ||
+      own_insert.transaction == InvalidLocalTransactionId ||
+      RelationGetRelid(rel) != cache.relid)
+    return false;
+  const KeyColumns &columns = cache.columns;
+  TupleDesc desc = RelationGetDescr(rel);
+  bool isnull = true;
+  if (own_insert.tombstones) {
+    if (columns.expired_at != InvalidAttrNumber)
+      (void)heap_getattr(row, columns.expired_at, desc, &isnull);
+    return !isnull;
+  }
+  Datum scope = heap_getattr(row, columns.scope, desc, &isnull);
+  if (isnull || DatumGetObjectId(scope) != own_insert.scope)
+    return false;
+  Datum digest = heap_getattr(row, columns.key_digest, desc, &isnull);
+  return !isnull &&
+         datum_image_eq(digest, PointerGetDatum(own_insert.digest), false, -1);
+}
+
+StoredRow LocalKeys::store(const KeyTable &table, const KeyRef &key,
+                           const NewRow &row) const {
+  // fn may have dropped the extension (the drop rolls back with the error).
+  Relation rel = try_table_open(table.relid, RowExclusiveLock);
+  if (rel == nullptr)
+    report_missing_table();
+  KeyColumns columns = key_columns(rel);
+  role_marks::ensure(rel, columns.scope, key.scope);
+  table_close(rel, NoLock);
+
+  OwnerSpi spi = begin_statements();
+  // No caller changes a row whose key this transaction has claimed, but
+  // expiry may have deleted it meanwhile (nothing to do) or turned it into a
+  // tombstone: removed too when its window had passed by the instant the
+  // claim judged the key by, else 40001 and the retry gets IK410.
+  if (row.replaces != nullptr &&
+      !delete_row_version(spi, key, row.replaces->row)) {
+    KeyProbe later = local_keys.probe(table, key, row.judged_at);
+    if (later.state != KeyState::absent &&
+        (later.state != KeyState::expired ||
+         !delete_row_version(spi, key, later.row)))
+      report_replaced_row_changed();
+  }
+  StoredRow stored = insert_key_row(spi, key, row);
+  end_statements(spi);
+
+  commit_guard::note_key_written(stored.expires_at);
+  citus::note_key_write();
+  return stored;
+}
+
+bool LocalKeys::remove(const KeyTable &table, const KeyRef &key,
+                       const KeyProbe &stored) const {
+  Relation rel = table_open(table.relid, RowExclusiveLock);
+  (void)key_columns(rel); // refuses a table Citus has taken over
+  table_close(rel, NoLock);
+  OwnerSpi spi = begin_statements();
+  bool deleted = delete_row_version(spi, key, stored.row);
+  end_statements(spi);
+  if (deleted)
+    citus::note_key_write();
+  return deleted;
+}
+
+Oid LocalKeys::relation() const { return schema::relation("keys"); }
+
+role_keys::Roles LocalKeys::roles_with_keys(Oid relid,
+                                            AttrNumber scope_column) const {
+  return role_keys::in_keys(relid, scope_column);
+}
+
+uint64 LocalKeys::delete_keys_of(Oid relid, AttrNumber scope_column,
+                                 Oid role) const {
+  return role_keys::delete_in_keys(relid, scope_column, role);
+}
+
+bool lock_key_table(LOCKMODE mode) {
+  Oid table = schema::relation("keys");
+  if (!OidIsValid(table))
+    return false;
+  LockRelationOid(table, mode);
+  // A drop that committed while this waited for the lock took the table.
+  return SearchSysCacheExists1(RELOID, ObjectIdGetDatum(table));
+}
 
 void LocalKeys::collect_expired(ExpiryRound &round, int batch_size) const {
   LocalExpiry &expiry = progress_of(round);
@@ -1294,10 +1105,31 @@ ExpiryBatch LocalKeys::expire_batch(ExpiryRound &round, int batch_size) const {
   const ItemPointerData *tids = expiry.tids + expiry.next;
   TimestampTz cutoff = round.cutoff;
   int64 deleted = 0;
-  // One subtransaction for the batch, and one per row only when it failed.
+  // One subtransaction for the batch; if it fails, one per row: a row whose
+  // tombstone is refused keeps its live row (deleting it would let a late
+  // retry run again); callers judge it by its times all the same, and once
+  // its window has passed it is deleted without a tombstone.
   if (!run_in_subtransaction(
-          [&] { deleted = delete_expired(cutoff, tids, count); }, refused_row))
-    deleted = expire_row_by_row(round, tids, count);
+          [&] { deleted = delete_expired(cutoff, tids, count); },
+          refused_row)) {
+    deleted = 0;
+    for (int i = 0; i < count; i++) {
+      int64 row_deleted = 0;
+      if (run_in_subtransaction(
+              [&] { row_deleted = delete_expired(cutoff, &tids[i], 1); },
+              [&](const ErrorData *error) {
+                if (!refused_row(error))
+                  return false;
+                if (round.kept++ == 0)
+                  round.kept_reason = MemoryContextStrdup(
+                      round.context,
+                      psprintf("%s: %s", unpack_sql_state(error->sqlerrcode),
+                               error->message));
+                return true;
+              }))
+        deleted += row_deleted;
+    }
+  }
   expiry.next += count;
   round.has_batch = expiry.next < expiry.count;
   return ExpiryBatch{deleted, count};

@@ -12,27 +12,11 @@ namespace idempotency::storage {
 
 namespace {
 
-void check_result(int rc, int expected) {
+int check_result(int rc, int expected) {
   if (rc != expected)
     elog(ERROR, "idempotency: statement on a key table failed: %s",
          SPI_result_code_string(rc));
-}
-
-void prepare_if_needed(KeptPlan &kept, const char *sql, int nargs, Oid *types) {
-  if (kept.plan != nullptr && kept.first_type == types[0])
-    return;
-  forget_plan(kept);
-  // A generic plan for the local key table: parsed and planned once.
-  SPIPlanPtr plan = SPI_prepare_cursor(sql, nargs, types,
-                                       kept.custom ? CURSOR_OPT_CUSTOM_PLAN
-                                                   : CURSOR_OPT_GENERIC_PLAN);
-  if (plan == nullptr)
-    elog(ERROR, "idempotency: preparing a statement on a key table failed: %s",
-         SPI_result_code_string(SPI_result));
-  if (SPI_keepplan(plan) != 0)
-    elog(ERROR, "idempotency: SPI_keepplan failed");
-  kept.plan = plan;
-  kept.first_type = types[0];
+  return rc;
 }
 
 } // namespace
@@ -45,30 +29,34 @@ void forget_plan(KeptPlan &kept) {
 
 int OwnerSpi::run(const char *sql, int nargs, Oid *types, Datum *values,
                   const char *nulls, bool read_only, int expected) {
-  int rc =
-      SPI_execute_with_args(sql, nargs, types, values, nulls, read_only, 0);
-  check_result(rc, expected);
-  return rc;
+  return check_result(
+      SPI_execute_with_args(sql, nargs, types, values, nulls, read_only, 0),
+      expected);
 }
 
 int OwnerSpi::run_kept(KeptPlan &kept, const char *sql, int nargs, Oid *types,
                        Datum *values, const char *nulls, bool read_only,
-                       int expected) {
-  prepare_if_needed(kept, sql, nargs, types);
-  int rc = SPI_execute_plan(kept.plan, values, nulls, read_only, 0);
-  check_result(rc, expected);
-  return rc;
-}
-
-int OwnerSpi::run_kept_with_snapshot(KeptPlan &kept, const char *sql, int nargs,
-                                     Oid *types, Datum *values,
-                                     const char *nulls, Snapshot snapshot,
-                                     int expected) {
-  prepare_if_needed(kept, sql, nargs, types);
-  int rc = SPI_execute_snapshot(kept.plan, values, nulls, snapshot,
-                                InvalidSnapshot, false, true, 0);
-  check_result(rc, expected);
-  return rc;
+                       int expected, Snapshot snapshot) {
+  if (kept.plan == nullptr || kept.first_type != types[0]) {
+    forget_plan(kept);
+    SPIPlanPtr plan = SPI_prepare_cursor(sql, nargs, types,
+                                         kept.custom ? CURSOR_OPT_CUSTOM_PLAN
+                                                     : CURSOR_OPT_GENERIC_PLAN);
+    if (plan == nullptr)
+      elog(ERROR,
+           "idempotency: preparing a statement on a key table failed: %s",
+           SPI_result_code_string(SPI_result));
+    if (SPI_keepplan(plan) != 0)
+      elog(ERROR, "idempotency: SPI_keepplan failed");
+    kept.plan = plan;
+    kept.first_type = types[0];
+  }
+  if (snapshot == InvalidSnapshot)
+    return check_result(
+        SPI_execute_plan(kept.plan, values, nulls, read_only, 0), expected);
+  return check_result(SPI_execute_snapshot(kept.plan, values, nulls, snapshot,
+                                           InvalidSnapshot, read_only, true, 0),
+                      expected);
 }
 
 } // namespace idempotency::storage
@@ -84,19 +72,10 @@ Oid of(Oid relid) {
   return owner;
 }
 
-Saved become(Oid owner) {
+Saved begin_spi(Oid owner) {
   Saved saved;
   GetUserIdAndSecContext(&saved.user, &saved.context);
   SetUserIdAndSecContext(owner, saved.context | SECURITY_LOCAL_USERID_CHANGE);
-  return saved;
-}
-
-void restore(const Saved &saved) {
-  SetUserIdAndSecContext(saved.user, saved.context);
-}
-
-Saved begin_spi(Oid owner) {
-  Saved saved = become(owner);
   if (SPI_connect() != SPI_OK_CONNECT)
     elog(ERROR, "SPI_connect failed");
   return saved;
@@ -104,7 +83,7 @@ Saved begin_spi(Oid owner) {
 
 void finish_spi(const Saved &saved) {
   SPI_finish();
-  restore(saved);
+  SetUserIdAndSecContext(saved.user, saved.context);
 }
 
 } // namespace idempotency::storage::table_owner

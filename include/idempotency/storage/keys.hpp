@@ -1,15 +1,10 @@
-// Key storage: the table idempotency.keys and its primary key index.
-//
-// The primary key is (scope, key_digest): the role and a fixed-size digest
-// of the key (fingerprint::key_digest), so its entries stay small however
-// long keys are. The key's text is kept in the row and compared on every
-// lookup. Reads go straight to the index with a dirty snapshot, which also sees
-// rows of transactions still in progress: that is how a call learns that
-// another transaction holds a key, and which transaction to wait for. Writes
-// are INSERT and DELETE statements, prepared once per backend and run as the
-// table's owner (storage/owner_statements.hpp): defaults of columns a DBA
-// added, constraints, triggers, every kind of index and logical replication
-// apply as to any statement.
+// Key storage: the table idempotency.keys, whose primary key is (scope,
+// key_digest); the key's text is kept in the row and compared on every
+// lookup. Reads go straight to the index with a dirty snapshot, which also
+// sees rows of open transactions: that is how a call learns that another
+// transaction holds a key, and which one to wait for. Writes are INSERT and
+// DELETE statements run as the table's owner (storage/owner_statements.hpp),
+// so defaults, constraints, triggers, indexes and logical replication apply.
 #pragma once
 
 #include "idempotency/pg.hpp"
@@ -26,29 +21,19 @@ extern "C" {
 
 namespace idempotency::storage {
 
-// idempotency.keys of the current database, as a call's key table. Raises
-// 42P01 when the table is missing, and 0A000 when Citus has taken it
-// over (a distributed, reference or Citus-managed local table: its rows are
-// then in shards, not in the local heap read and written here; see
-// storage/citus.hpp). Both answers are cached until the table's relcache
-// entry is invalidated, so the check costs a call nothing.
+// idempotency.keys of the current database. Raises 42P01 when it is missing
+// and 0A000 when Citus has taken it over (its rows are then in shards, not
+// the local heap). Both answers are cached until a relcache invalidation.
 KeyTable key_table();
 
-// Whether (and how) Citus has taken idempotency.keys over, without raising:
-// for the expiry worker, which then leaves the database alone. not_citus
-// when the table does not exist.
+// Whether (and how) Citus has taken idempotency.keys over, without raising;
+// not_citus when the table does not exist.
 citus::TableKind key_table_citus_kind();
 
-// idempotency.keys as a KeyBackend (storage/key_store.hpp). The commit of
-// a transaction is refused if a key it stored has expired by then
-// (storage/commit_guard.hpp). Expiry walks the index keys_expires_at_idx
-// (expires_at idempotency.expiry_ops) up to the cutoff in passes: a pass
-// collects the expired keys' row addresses with one read-only scan, and the
-// rows are then deleted in heap order, a batch at a time. Expiry takes no
-// claim and waits for no one: a row another transaction has locked or
-// changed is skipped and left for a later round. A caller that sees a key
-// expired runs fn at once; its write of the new row waits only for an
-// expiry transaction that deleted the old row and has not yet ended.
+// idempotency.keys as a KeyBackend. Expiry walks keys_expires_at_idx up to
+// the cutoff in passes: one read-only scan collects row addresses, then rows
+// are deleted in heap order a batch at a time. It takes no claim and waits
+// for no one: a row another transaction has locked is left for a later round.
 class LocalKeys final : public KeyBackend {
 public:
   KeyProbe probe(const KeyTable &table, const KeyRef &key,
@@ -69,17 +54,14 @@ public:
 
 extern const LocalKeys local_keys;
 
-// Whether `row`, which a BEFORE INSERT trigger on `rel` sees, is one the
-// extension itself is inserting into idempotency.keys in this transaction:
-// keys_loaded (protocol/loaded_rows.hpp) leaves those alone.
+// Whether `row`, seen by a BEFORE INSERT trigger on `rel`, is one the
+// extension is inserting into idempotency.keys: keys_loaded leaves those be.
 bool is_own_insert(Relation rel, HeapTuple row);
 
-// Where a live row's window after its TTL comes from: none (0.7's table,
-// no tombstones), the reader's idempotency.remember (1.0's table, which
-// stores none), or the row's remember_for, fixed when the key was claimed;
-// NULL there (a key claimed under the default, or a row of 1.0 restored from
-// a dump) stands for rows_without_window_usecs. One rule for callers and expiry
-// alike (docs/expiry.md#when-a-keys-windows-are-fixed).
+// Where a live row's window after its TTL comes from: none (0.7's table),
+// the reader's idempotency.remember (1.0's table), or the row's
+// remember_for, where NULL stands for rows_without_window_usecs
+// (docs/expiry.md#when-a-keys-windows-are-fixed).
 enum class WindowSource { none, reader_setting, stored };
 
 struct RememberWindow {
@@ -109,23 +91,19 @@ RememberWindow remember_window(const Columns &columns, Read read) {
   return window;
 }
 
-// remember_for as a key's row stores it, from its span in exact time: NULL
-// for rows_without_window_usecs, which NULL stands for (idempotency.remember's
-// default, in UTC and wherever no offset change falls in the window), so that
-// a key's row under the default costs no more than before 1.1.
+// remember_for as stored for a span in exact time: NULL for the default
+// span, so that a row under the default costs no more than before 1.1.
 Datum stored_window(int64 usecs, bool *isnull);
 
-// When a live row whose response expired at `expires_at` is forgotten.
-// A stored span counts as exact time (a day 24 hours, a month 30 days), never
-// less than nothing.
+// When a live row whose response expired at `expires_at` is forgotten; a
+// stored span counts as exact time (a day 24 hours, a month 30 days).
 TimestampTz live_row_forgotten_at(const RememberWindow &window,
                                   TimestampTz expires_at);
 
-// A stored row's life, as of `now`, by its times alone. A live key's row
-// has expired_at NULL and expires_at when its response expires; a tombstone
-// has expired_at set and expires_at when it is forgotten. A live row past
-// its TTL is judged as the tombstone expiry would make of it: gone until
-// live_row_forgotten_at(), whether or not expiry has come by.
+// A stored row's life as of `now`, by its times alone. A live row has
+// expired_at NULL and expires_at when its response expires; a tombstone has
+// expired_at set and expires_at when it is forgotten. A live row past its
+// TTL is judged as the tombstone expiry would make of it.
 enum class RowAge { live, gone, forgotten };
 
 struct RowLife {
@@ -140,13 +118,12 @@ RowLife row_life(bool tombstone, const RememberWindow &window,
                  TimestampTz expires_at, TimestampTz expired_at,
                  TimestampTz now);
 
-// 55000: the extension in this database is older than 0.7, whose schema
-// the library no longer serves; the hint says how to update.
+// 55000: the extension in this database is older than 0.7.
 [[noreturn]] void report_schema_before_0_7();
 
-// 40001: the expired row a new one replaces was changed meanwhile, in
-// practice turned by expiry, whose round began earlier, into a tombstone
-// whose window had not passed by its cutoff; the retry gets IK410.
+// 40001: the expired row a new one replaces was changed meanwhile (in
+// practice turned by expiry into a tombstone still in its window); the retry
+// gets IK410.
 [[noreturn]] void report_replaced_row_changed();
 
 // Locks idempotency.keys in `mode` until the end of the transaction. False
