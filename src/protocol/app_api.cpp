@@ -7,7 +7,6 @@
 #include "idempotency/boundary/subtransaction.hpp"
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/protocol/call.hpp"
-#include "idempotency/protocol/fn.hpp"
 #include "idempotency/stats/stats.hpp"
 #include "idempotency/storage/key_store.hpp"
 
@@ -22,20 +21,18 @@ namespace idempotency::protocol {
 
 namespace {
 
-// A key this transaction claimed through claim(), until the transaction
-// ends or the claim is released. Lives in TopTransactionContext.
+// A key this transaction claimed, in TopTransactionContext until the
+// transaction ends or the claim is released.
 struct HeldKey {
-  storage::KeyRef key; // a copy, in TopTransactionContext
+  storage::KeyRef key;
   bytea *fingerprint;
   Claim claim; // owned by the transaction's resource owner
   Interval ttl;
   Interval remember;
   storage::KeyProbe expired_row; // as probe() found it; no pointers
   bool completed;
-  // Subtransactions are numbered in the order they start, so every
-  // subtransaction begun after a savepoint has a larger id than the
-  // savepoint's: rolling back subtransaction S undoes what was done in any
-  // subtransaction >= S.
+  // Subtransactions are numbered in the order they start: rolling back
+  // subtransaction S undoes what was done in any subtransaction >= S.
   SubTransactionId claimed_in;
   SubTransactionId completed_in;
   HeldKey *next;
@@ -65,31 +62,9 @@ HeldKey *find_held(const storage::KeyRef &key) {
   return nullptr;
 }
 
-void forget_held(HeldKey *gone) {
-  for (HeldKey **link = &held_keys; *link != nullptr; link = &(*link)->next)
-    if (*link == gone) {
-      *link = gone->next;
-      return;
-    }
-}
-
 text *copy_text(const text *value) {
   auto *copy = static_cast<text *>(palloc(VARSIZE_ANY(value)));
   memcpy(copy, value, VARSIZE_ANY(value));
-  return copy;
-}
-
-// `key` with its values copied into the current memory context.
-storage::KeyRef copy_key(const storage::KeyRef &key) {
-  storage::KeyRef copy = key;
-  copy.key = copy_text(key.key);
-  copy.digest = copy_text(key.digest);
-  if (key.has_tenant) {
-    int16 length;
-    bool by_value;
-    get_typlenbyval(key.tenant_type, &length, &by_value);
-    copy.tenant = datumCopy(key.tenant, by_value, length);
-  }
   return copy;
 }
 
@@ -97,7 +72,15 @@ void hold(const storage::KeyRef &key, bytea *fingerprint,
           const TakenKey &taken) {
   MemoryContext caller = MemoryContextSwitchTo(TopTransactionContext);
   auto *held = static_cast<HeldKey *>(palloc0(sizeof(HeldKey)));
-  held->key = copy_key(key);
+  held->key = key;
+  held->key.key = copy_text(key.key);
+  held->key.digest = copy_text(key.digest);
+  if (key.has_tenant) {
+    int16 length;
+    bool by_value;
+    get_typlenbyval(key.tenant_type, &length, &by_value);
+    held->key.tenant = datumCopy(key.tenant, by_value, length);
+  }
   held->fingerprint = copy_text(fingerprint);
   held->claim = taken.claim;
   held->ttl = settings::ttl();
@@ -109,11 +92,10 @@ void hold(const storage::KeyRef &key, bytea *fingerprint,
   MemoryContextSwitchTo(caller);
 }
 
-// The claimed, not yet completed key of this transaction, or an error.
 HeldKey &claimed_key(const storage::KeyRef &key, const char *command) {
   HeldKey *held = find_held(key);
   if (held == nullptr) {
-    const char *shown = key_text(key);
+    const char *shown = key_for_message(key.key);
     ereport(ERROR,
             (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
              errmsg("idempotency key \"%s\" is not claimed by this transaction",
@@ -126,7 +108,7 @@ HeldKey &claimed_key(const storage::KeyRef &key, const char *command) {
                      "same transaction.")));
   }
   if (held->completed) {
-    const char *shown = key_text(key);
+    const char *shown = key_for_message(key.key);
     ereport(ERROR,
             (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
              errmsg("idempotency key \"%s\" is already completed in this "
@@ -171,11 +153,10 @@ int compare_bytes(const varlena *a, const varlena *b) {
 } // namespace
 
 ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
-  // The claim marker and the client's text (or NULL), so a claim never
-  // matches an idempotent_call of the same key.
+  // Of the claim marker and the client's text, so a claim never matches an
+  // idempotent_call of the same key.
   bytea *fingerprint = fingerprint::client_fingerprint(nullptr, client_hash);
-  // Claimed before it is looked up: claim() serves queue consumers, whose
-  // keys are mostly new, and a new key is then looked up once.
+  // claim() serves queue consumers, whose keys are mostly new.
   storage::KeyStore store = storage::key_store_for(key);
   TakenKey taken = take_key(
       store, key, fingerprint, GetCurrentTransactionStartTimestamp(),
@@ -183,10 +164,7 @@ ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
       TopTransactionResourceOwner, KeyExpected::new_key);
   if (taken.replay) {
     const storage::KeyProbe &stored = taken.stored;
-    record_last_call(is_error_document(stored.response, stored.response_is_null)
-                         ? Outcome::replayed_error
-                         : Outcome::replayed,
-                     stored.created_at, stored.expires_at);
+    record_replay(stored);
     return ClaimRow{true, stored.response,   stored.response_is_null,
                     true, stored.created_at, stored.expires_at};
   }
@@ -211,10 +189,9 @@ void complete_key(const storage::KeyRef &key, Datum response,
   held.completed_in = GetCurrentSubTransactionId();
   stats::count(stats::Event::ran);
   // Outside any subtransaction only the whole transaction can undo the
-  // completion, and the row now shows the key as in progress to everyone
-  // else: the lock has done its work. Inside one, a ROLLBACK TO would remove
-  // the row again, so the lock stays until the transaction ends; and so it
-  // does for a tenant key, whose row others do not see before it commits.
+  // completion, and the row now shows the key as in progress to others.
+  // Inside one, a ROLLBACK TO would remove the row again; and a tenant key's
+  // row is not seen by others before it commits: the lock stays.
   if (GetCurrentTransactionNestLevel() == 1 && store.row_shows_in_progress())
     release(held.claim);
 }
@@ -222,7 +199,11 @@ void complete_key(const storage::KeyRef &key, Datum response,
 void release_key(const storage::KeyRef &key) {
   HeldKey &held = claimed_key(key, "idempotency.release()");
   release(held.claim);
-  forget_held(&held);
+  for (HeldKey **link = &held_keys; *link != nullptr; link = &(*link)->next)
+    if (*link == &held) {
+      *link = held.next;
+      return;
+    }
 }
 
 LookupRow lookup_key(const storage::KeyRef &key) {
@@ -265,7 +246,7 @@ LookupRow lookup_key(const storage::KeyRef &key) {
 bool forget_key(const storage::KeyRef &key) {
   PreventCommandIfReadOnly("idempotency.forget");
   if (find_held(key) != nullptr) {
-    const char *shown = key_text(key);
+    const char *shown = key_for_message(key.key);
     ereport(
         ERROR,
         (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -334,12 +315,11 @@ void at_pre_commit() { check_no_unfinished_claims("commit"); }
 
 void at_pre_prepare() { check_no_unfinished_claims("prepare"); }
 
-// The list lived in TopTransactionContext; the claim locks go with the
-// transaction's resource owner.
+// The claim locks go with the transaction's resource owner.
 void at_transaction_end() { held_keys = nullptr; }
 
-// ROLLBACK TO: a claim taken after the savepoint is gone (its lock too); a
-// completion made after it is undone, leaving the key claimed.
+// A claim taken after the savepoint is gone (its lock too); a completion
+// made after it is undone, leaving the key claimed.
 void at_subtransaction_abort(SubTransactionId aborted) {
   HeldKey **link = &held_keys;
   while (*link != nullptr) {
