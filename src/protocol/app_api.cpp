@@ -68,30 +68,6 @@ text *copy_text(const text *value) {
   return copy;
 }
 
-void hold(const storage::KeyRef &key, bytea *fingerprint,
-          const TakenKey &taken) {
-  MemoryContext caller = MemoryContextSwitchTo(TopTransactionContext);
-  auto *held = static_cast<HeldKey *>(palloc0(sizeof(HeldKey)));
-  held->key = key;
-  held->key.key = copy_text(key.key);
-  held->key.digest = copy_text(key.digest);
-  if (key.has_tenant) {
-    int16 length;
-    bool by_value;
-    get_typlenbyval(key.tenant_type, &length, &by_value);
-    held->key.tenant = datumCopy(key.tenant, by_value, length);
-  }
-  held->fingerprint = copy_text(fingerprint);
-  held->claim = taken.claim;
-  held->ttl = settings::ttl();
-  held->remember = settings::remember();
-  held->expired_row = taken.stored;
-  held->claimed_in = GetCurrentSubTransactionId();
-  held->next = held_keys;
-  held_keys = held;
-  MemoryContextSwitchTo(caller);
-}
-
 HeldKey &claimed_key(const storage::KeyRef &key, const char *command) {
   HeldKey *held = find_held(key);
   if (held == nullptr) {
@@ -141,15 +117,6 @@ void check_no_unfinished_claims(const char *ending) {
   }
 }
 
-int compare_bytes(const varlena *a, const varlena *b) {
-  Size a_size = VARSIZE_ANY_EXHDR(a);
-  Size b_size = VARSIZE_ANY_EXHDR(b);
-  int order = memcmp(VARDATA_ANY(a), VARDATA_ANY(b), Min(a_size, b_size));
-  if (order != 0)
-    return order;
-  return a_size < b_size ? -1 : (a_size > b_size ? 1 : 0);
-}
-
 } // namespace
 
 ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
@@ -168,7 +135,26 @@ ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
     return ClaimRow{true, stored.response,   stored.response_is_null,
                     true, stored.created_at, stored.expires_at};
   }
-  hold(key, fingerprint, taken);
+  MemoryContext caller = MemoryContextSwitchTo(TopTransactionContext);
+  auto *held = static_cast<HeldKey *>(palloc0(sizeof(HeldKey)));
+  held->key = key;
+  held->key.key = copy_text(key.key);
+  held->key.digest = copy_text(key.digest);
+  if (key.has_tenant) {
+    int16 length;
+    bool by_value;
+    get_typlenbyval(key.tenant_type, &length, &by_value);
+    held->key.tenant = datumCopy(key.tenant, by_value, length);
+  }
+  held->fingerprint = copy_text(fingerprint);
+  held->claim = taken.claim;
+  held->ttl = settings::ttl();
+  held->remember = settings::remember();
+  held->expired_row = taken.stored;
+  held->claimed_in = GetCurrentSubTransactionId();
+  held->next = held_keys;
+  held_keys = held;
+  MemoryContextSwitchTo(caller);
   record_last_call(Outcome::ran);
   return ClaimRow{false, (Datum)0, true, false, 0, 0};
 }
@@ -211,23 +197,15 @@ LookupRow lookup_key(const storage::KeyRef &key) {
       key, GetCurrentTransactionStartTimestamp());
   HeldKey *held = find_held(key);
   LookupState state = LookupState::in_progress;
-  switch (stored.state) {
-  case storage::KeyState::done:
+  if (stored.state == storage::KeyState::done)
     state = LookupState::done;
-    break;
-  case storage::KeyState::in_progress:
-    break;
-  case storage::KeyState::gone:
+  else if (stored.state == storage::KeyState::gone)
     state = LookupState::gone;
-    break;
-  case storage::KeyState::expired:
-  case storage::KeyState::absent:
-    // A claimed key has no new row until it is completed.
-    if (held == nullptr && !claimed_elsewhere(key))
-      state = stored.state == storage::KeyState::expired ? LookupState::expired
-                                                         : LookupState::absent;
-    break;
-  }
+  // A claimed key has no new row until it is completed.
+  else if (stored.state != storage::KeyState::in_progress && held == nullptr &&
+           !claimed_elsewhere(key))
+    state = stored.state == storage::KeyState::expired ? LookupState::expired
+                                                       : LookupState::absent;
   // A key this transaction claimed and has not completed is in progress,
   // whatever expired row it is to replace.
   if (held != nullptr && !held->completed)
@@ -256,19 +234,12 @@ bool forget_key(const storage::KeyRef &key) {
   storage::KeyStore store = storage::key_store_for(key);
   storage::KeyProbe stored =
       store.probe(key, GetCurrentTransactionStartTimestamp());
-  switch (stored.state) {
-  case storage::KeyState::done:
-  case storage::KeyState::gone:
+  if (stored.state == storage::KeyState::done ||
+      stored.state == storage::KeyState::gone)
     return store.remove(key, stored);
-  case storage::KeyState::in_progress:
+  if (stored.state == storage::KeyState::in_progress || claimed_elsewhere(key))
     report_in_progress(key);
-  case storage::KeyState::absent:
-  case storage::KeyState::expired:
-    if (claimed_elsewhere(key))
-      report_in_progress(key);
-    return false;
-  }
-  pg_unreachable();
+  return false;
 }
 
 void claim_batch(const storage::KeyRef *keys, text *const *client_hashes,
@@ -278,8 +249,14 @@ void claim_batch(const storage::KeyRef *keys, text *const *client_hashes,
   for (int i = 0; i < count; i++)
     order[i] = i;
   std::sort(order, order + count, [keys](int a, int b) {
-    int by_digest = compare_bytes(keys[a].digest, keys[b].digest);
-    return by_digest != 0 ? by_digest < 0 : a < b;
+    const varlena *x = keys[a].digest;
+    const varlena *y = keys[b].digest;
+    Size x_size = VARSIZE_ANY_EXHDR(x);
+    Size y_size = VARSIZE_ANY_EXHDR(y);
+    int by_digest = memcmp(VARDATA_ANY(x), VARDATA_ANY(y), Min(x_size, y_size));
+    if (by_digest != 0)
+      return by_digest < 0;
+    return x_size != y_size ? x_size < y_size : a < b;
   });
   for (int n = 0; n < count; n++) {
     int i = order[n];

@@ -180,8 +180,6 @@ MemoryContext inferred_context = nullptr;
 
 void keep_inferred(uint64 hash, const char *sql, int nargs, const Oid *given,
                    const Oid *types, uint64 at) {
-  if (hash_get_num_entries(inferred) >= max_inferred)
-    return;
   auto copy = [](const void *from, Size size) {
     void *to = MemoryContextAlloc(inferred_context, Max(size, 1));
     memcpy(to, from, size);
@@ -244,7 +242,8 @@ void infer_parameter_types(const char *sql, int nargs, const Oid *given,
     return;
   }
   infer(sql, nargs, given, types);
-  keep_inferred(hash, sql, nargs, given, types, at);
+  if (hash_get_num_entries(inferred) < max_inferred)
+    keep_inferred(hash, sql, nargs, given, types, at);
 }
 
 // How one argument becomes the value fn receives: PostgreSQL's assignment
@@ -434,15 +433,13 @@ Statement *statement_for(text *fn, const FnArgs &args) {
   }
 
   // Not kept: the cache is full, or another statement has the same hash.
-  if (found != nullptr || hash_get_num_entries(statements) >= max_statements) {
-    auto *transient = static_cast<Statement *>(palloc(sizeof(Statement)));
-    *transient = build(hash, fn, args, false, CurrentMemoryContext);
-    return transient;
-  }
-
-  Statement built = build(hash, fn, args, true, statements_context);
+  bool kept =
+      found == nullptr && hash_get_num_entries(statements) < max_statements;
+  Statement built = build(hash, fn, args, kept,
+                          kept ? statements_context : CurrentMemoryContext);
   auto *entry = static_cast<Statement *>(
-      hash_search(statements, &hash, HASH_ENTER, nullptr));
+      kept ? hash_search(statements, &hash, HASH_ENTER, nullptr)
+           : palloc(sizeof(Statement)));
   *entry = built;
   return entry;
 }
