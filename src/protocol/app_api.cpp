@@ -21,8 +21,7 @@ namespace idempotency::protocol {
 
 namespace {
 
-// A key this transaction claimed, in TopTransactionContext until the
-// transaction ends or the claim is released.
+// In TopTransactionContext.
 struct HeldKey {
   storage::KeyRef key;
   bytea *fingerprint;
@@ -120,15 +119,14 @@ void check_no_unfinished_claims(const char *ending) {
 } // namespace
 
 ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
-  // Of the claim marker and the client's text, so a claim never matches an
-  // idempotent_call of the same key.
+  // With the claim marker, so a claim never matches an idempotent_call.
   bytea *fingerprint = fingerprint::client_fingerprint(nullptr, client_hash);
   // claim() serves queue consumers, whose keys are mostly new.
   storage::KeyStore store = storage::key_store_for(key);
-  TakenKey taken = take_key(
-      store, key, fingerprint, GetCurrentTransactionStartTimestamp(),
-      key.has_tenant ? "idempotency.tenant_claim" : "idempotency.claim",
-      TopTransactionResourceOwner, KeyExpected::new_key);
+  TakenKey taken = take_key(store, key, fingerprint,
+                            key.has_tenant ? "idempotency.tenant_claim"
+                                           : "idempotency.claim",
+                            TopTransactionResourceOwner, KeyExpected::new_key);
   if (taken.replay) {
     const storage::KeyProbe &stored = taken.stored;
     record_replay(stored);
@@ -174,10 +172,8 @@ void complete_key(const storage::KeyRef &key, Datum response,
   held.completed = true;
   held.completed_in = GetCurrentSubTransactionId();
   stats::count(stats::Event::ran);
-  // Outside any subtransaction only the whole transaction can undo the
-  // completion, and the row now shows the key as in progress to others.
-  // Inside one, a ROLLBACK TO would remove the row again; and a tenant key's
-  // row is not seen by others before it commits: the lock stays.
+  // The row now shows the key as in progress to others, except inside a
+  // subtransaction (a ROLLBACK TO would remove it) or for a tenant key.
   if (GetCurrentTransactionNestLevel() == 1 && store.row_shows_in_progress())
     release(held.claim);
 }
@@ -206,8 +202,6 @@ LookupRow lookup_key(const storage::KeyRef &key) {
            !claimed_elsewhere(key))
     state = stored.state == storage::KeyState::expired ? LookupState::expired
                                                        : LookupState::absent;
-  // A key this transaction claimed and has not completed is in progress,
-  // whatever expired row it is to replace.
   if (held != nullptr && !held->completed)
     state = LookupState::in_progress;
   bool done = state == LookupState::done;
@@ -295,8 +289,7 @@ void at_pre_prepare() { check_no_unfinished_claims("prepare"); }
 // The claim locks go with the transaction's resource owner.
 void at_transaction_end() { held_keys = nullptr; }
 
-// A claim taken after the savepoint is gone (its lock too); a completion
-// made after it is undone, leaving the key claimed.
+// Undoes claims and completions made after the savepoint.
 void at_subtransaction_abort(SubTransactionId aborted) {
   HeldKey **link = &held_keys;
   while (*link != nullptr) {

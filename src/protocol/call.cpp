@@ -32,10 +32,8 @@ namespace {
 
 LastCall last{Outcome::none, false, 0, 0};
 
-// --- claims ------------------------------------------------------------------
-
-// An HMAC-SHA256 keyed with the cluster's claim secret; copy it for each
-// message. Reads (or creates) the secret on the first call in this backend.
+// Keyed with the cluster's claim secret, read on first use; copy it for each
+// message.
 const fingerprint::HmacSha256 &claim_mac() {
   static fingerprint::HmacSha256 keyed(nullptr, 0);
   static bool loaded = false;
@@ -48,25 +46,21 @@ const fingerprint::HmacSha256 &claim_mac() {
   return keyed;
 }
 
-// The top bit of locktag_field4 marks claim locks: it keeps them apart from
-// pg_advisory_lock's tags (field4 1 and 2), and pg_locks shows every claim
-// with a negative objsubid.
+// The top bit of locktag_field4 keeps claim locks apart from
+// pg_advisory_lock's tags (field4 1 and 2).
 constexpr uint16 claim_lock_class = 0x8000;
 constexpr uint16 field4_mac_mask = 0x7FFF;
 
-// A claim is the tag in ExclusiveLock, always taken without waiting. Callers
-// wait for it in RowShareLock, which conflicts with ExclusiveLock and not
-// with itself, so the lock manager wakes every waiter together when the
-// holder lets go. Waiters that took the claim and let go of it instead
-// would pass it from one to the next while each retried in vain.
+// Callers wait for a claim in a mode that conflicts with it but not with
+// itself, so that all waiters wake together when the holder lets go; taking
+// the claim to wait would pass it from waiter to waiter, each retrying in
+// vain.
 constexpr LOCKMODE claim_mode = ExclusiveLock;
 constexpr LOCKMODE waiter_mode = RowShareLock;
 
-// Runs a blocking lock wait until the deadline (idempotency.wait_timeout),
-// in a subtransaction so that reaching it can be caught; false when it
-// passed. A shorter lock_timeout still ends the wait with 55P03, and
-// statement_timeout with 57014: those errors, and any other, are raised
-// unchanged. `undo` runs on any error, after the rollback.
+// Runs a lock wait until the deadline, in a subtransaction so that reaching
+// it can be caught (false). A shorter lock_timeout or statement_timeout
+// still raises its own error. `undo` runs on any error, after the rollback.
 template <typename Wait, typename Undo>
 bool wait_until(TimestampTz deadline, Wait wait, Undo undo) {
   long remaining_ms =
@@ -97,8 +91,7 @@ bool wait_until(TimestampTz deadline, Wait wait, Undo undo) {
       });
 }
 
-// Runs `body` with `owner` (nullptr: the current one) as the current
-// resource owner. An error leaves it set; error recovery resets it.
+// An error leaves `owner` set; error recovery resets CurrentResourceOwner.
 template <typename Body> auto with_owner(ResourceOwner owner, Body body) {
   ResourceOwner saved = CurrentResourceOwner;
   if (owner != nullptr)
@@ -110,10 +103,8 @@ template <typename Body> auto with_owner(ResourceOwner owner, Body body) {
 
 // The tag is database, role, then 47 bits of HMAC-SHA256(cluster secret,
 // database || role || key (|| 0 || tenant)): no key of one role can take
-// another role's lock, and without the secret nobody can tell from pg_locks
-// which key a tag belongs to. Within one role and database a claim falsely
-// meets another key in flight with probability n / 2^47 (3.6e-10 with
-// 50,000 in flight), which costs a retry (IK409), never a second execution.
+// another role's lock, and pg_locks does not tell which key a tag is. Two
+// keys meet with probability n / 2^47, which costs a retry (IK409).
 Claim claim_for(const storage::KeyRef &key, ResourceOwner owner) {
   uint32 prefix[2] = {pg_hton32(MyDatabaseId), pg_hton32(key.scope)};
   fingerprint::HmacSha256 mac = claim_mac();
@@ -151,8 +142,7 @@ Claim claim_for(const storage::KeyRef &key, ResourceOwner owner) {
   return claim;
 }
 
-// Whether another transaction holds the claim of `tag` (or queues to take
-// it); waiters passing through in waiter_mode do not count.
+// Waiters passing through in waiter_mode do not count.
 bool held_by_claimer(const LOCKTAG &tag) {
   LockAcquireResult taken = LockAcquire(&tag, waiter_mode, false, true);
   if (taken == LOCKACQUIRE_NOT_AVAIL)
@@ -161,39 +151,10 @@ bool held_by_claimer(const LOCKTAG &tag) {
   return false;
 }
 
-// Waits for the claim itself and keeps it for the claim's resource owner,
-// not the wait's subtransaction, which would hand it to its parent's owner.
-// Only for a claim nobody holds: waiters just woken still pass through it,
-// and a conditional attempt could keep missing.
-bool wait_for_claim(Claim &claim, TimestampTz deadline) {
-  ResourceOwner owner = CurrentResourceOwner;
-  const LOCKTAG *tag = &claim.tag;
-  volatile bool granted = false;
-  claim.held = wait_until(
-      deadline,
-      [owner, tag, &granted] {
-        ResourceOwner wait_owner = CurrentResourceOwner;
-        CurrentResourceOwner = owner;
-        LockAcquire(tag, claim_mode, false, false);
-        CurrentResourceOwner = wait_owner;
-        granted = true;
-      },
-      // Granted, then an error (a timeout that fired at the grant, a
-      // cancel): the claim is not taken.
-      [tag, &granted] {
-        if (granted)
-          LockRelease(tag, claim_mode, false);
-      });
-  return claim.held;
-}
-
-// released: another transaction held the claim and let go of it; look at
-// the key again. recursive: this transaction holds it already.
+// released: the holder let go of the claim; look at the key again.
 enum class ClaimResult { acquired, released, busy, recursive };
 
-// With deadline 0, answers busy at once when another transaction holds the
-// claim; otherwise waits until the holder lets go of it, together with
-// every other waiter (released), or until the deadline (busy).
+// With deadline 0, busy at once when another transaction holds the claim.
 ClaimResult acquire(Claim &claim, TimestampTz deadline) {
   return with_owner(claim.owner, [&claim, deadline] {
     LockAcquireResult taken = LockAcquire(&claim.tag, claim_mode, false, true);
@@ -208,11 +169,30 @@ ClaimResult acquire(Claim &claim, TimestampTz deadline) {
     }
     if (deadline == 0)
       return ClaimResult::busy;
-    // Held by none: only waiters just woken pass through it.
-    if (!held_by_claimer(claim.tag))
-      return wait_for_claim(claim, deadline) ? ClaimResult::acquired
-                                             : ClaimResult::busy;
     const LOCKTAG *tag = &claim.tag;
+    if (!held_by_claimer(claim.tag)) {
+      // Held by none: waiters just woken pass through it, and a conditional
+      // attempt could keep missing. Kept for the claim's resource owner: the
+      // wait's subtransaction would hand it to its parent's owner.
+      ResourceOwner owner = CurrentResourceOwner;
+      volatile bool granted = false;
+      claim.held = wait_until(
+          deadline,
+          [owner, tag, &granted] {
+            ResourceOwner wait_owner = CurrentResourceOwner;
+            CurrentResourceOwner = owner;
+            LockAcquire(tag, claim_mode, false, false);
+            CurrentResourceOwner = wait_owner;
+            granted = true;
+          },
+          // Granted, then an error (a timeout that fired at the grant, a
+          // cancel): the claim is not taken.
+          [tag, &granted] {
+            if (granted)
+              LockRelease(tag, claim_mode, false);
+          });
+      return claim.held ? ClaimResult::acquired : ClaimResult::busy;
+    }
     bool released = wait_until(
         deadline,
         [tag] {
@@ -223,8 +203,6 @@ ClaimResult acquire(Claim &claim, TimestampTz deadline) {
     return released ? ClaimResult::released : ClaimResult::busy;
   });
 }
-
-// --- taking a key ------------------------------------------------------------
 
 bool same_bytes(const varlena *a, const varlena *b) {
   return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
@@ -284,9 +262,8 @@ bool same_bytes(const varlena *a, const varlena *b) {
 } // namespace
 
 CallResult idempotent_call(const CallRequest &call) {
-  // The fingerprint is of fn, the types fn receives and their values, or,
-  // when the client passed its own request_hash, of fn and the client's
-  // text (the same key and hash with another fn is another request).
+  // With the client's request_hash, the fingerprint is of fn and that text:
+  // the same key and hash with another fn is another request.
   Statement *statement = statement_for(call.fn, call.given);
   FnArgs args = received_args(*statement, call.given);
   bytea *fingerprint =
@@ -294,14 +271,12 @@ CallResult idempotent_call(const CallRequest &call) {
           ? fingerprint::request_hash(statement->fingerprint_prefix,
                                       statement->encoders, args)
           : fingerprint::client_fingerprint(call.fn, call.client_hash);
-  // A key is expected to be what this backend's last call found: a backend
-  // mostly serves one kind of call in a row (new requests, or a client's
-  // burst of retries). A wrong guess costs a second look (about 17,000
-  // instructions) or a claim (about 9,000), never a different outcome.
+  // As this backend's last call found: a backend mostly serves one kind of
+  // call in a row (new requests, or a burst of retries). A wrong guess costs
+  // a second look or a claim, never a different outcome.
   static KeyExpected expected = KeyExpected::new_key;
   storage::KeyStore store = storage::key_store_for(call.key);
   TakenKey taken = take_key(store, call.key, fingerprint,
-                            GetCurrentTransactionStartTimestamp(),
                             call.key.has_tenant ? "idempotency.tenant_call"
                                                 : "idempotency.idempotent_call",
                             nullptr, expected);
@@ -340,18 +315,15 @@ CallResult idempotent_call(const CallRequest &call) {
 }
 
 TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
-                  const bytea *fingerprint, TimestampTz now,
-                  const char *command, ResourceOwner owner,
-                  KeyExpected expected) {
+                  const bytea *fingerprint, const char *command,
+                  ResourceOwner owner, KeyExpected expected) {
   int wait_ms = settings::wait_timeout_ms();
   TimestampTz deadline =
       wait_ms == 0
           ? 0
           : TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_ms);
-  // A key expected new is claimed first, only if that is immediate
-  // (deadline 0), so that it is looked up once; a retry is looked up first
-  // and its replay needs no claim. Every outcome is decided by a look at
-  // the key: a claim not free at once leaves it to the loop.
+  // A key expected new is claimed first, without waiting, so that it is
+  // looked up once; every outcome is still decided by a look at the key.
   Claim claim{};
   if (expected == KeyExpected::new_key && !XactReadOnly &&
       !IsInParallelMode()) {
@@ -362,7 +334,8 @@ TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
   // Each pass looks at the key afresh: after a wait the holder may have
   // committed (replay), rolled back (proceed), or still hold it.
   for (;;) {
-    storage::KeyProbe stored = store.probe(key, now);
+    storage::KeyProbe stored =
+        store.probe(key, GetCurrentTransactionStartTimestamp());
     if (stored.state == storage::KeyState::done ||
         stored.state == storage::KeyState::gone) {
       release(claim);
@@ -392,8 +365,7 @@ TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
 
     claim = claim_for(key, owner);
     switch (acquire(claim, deadline)) {
-    // Look again: taken, the key may have been stored meanwhile; released
-    // by its holder, a replay mostly, or the key to claim.
+    // Taken, the key may have been stored meanwhile: look again.
     case ClaimResult::acquired:
     case ClaimResult::released:
       continue;

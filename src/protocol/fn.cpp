@@ -26,6 +26,7 @@ extern "C" {
 #include "utils/fmgroids.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
+#include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -36,10 +37,8 @@ namespace idempotency::protocol {
 
 namespace {
 
-// The backend's caches (inferred parameter types, statements): entries keyed
-// by a 64-bit hash, whose first member it is, in a memory context of the
-// cache's own under TopMemoryContext. Two keys may share a hash: a caller
-// checks an entry's full key itself.
+// Entries keyed by a 64-bit hash, their first member. Two keys may share a
+// hash: a caller checks an entry's full key itself.
 HTAB *create_backend_table(const char *name, Size entry_size,
                            MemoryContext context) {
   HASHCTL ctl;
@@ -50,8 +49,7 @@ HTAB *create_backend_table(const char *name, Size entry_size,
   return hash_create(name, 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 }
 
-// A hash of fn's text and the caller's argument types, cut to
-// idempotency.debug_statement_hash_bits.
+// Cut to idempotency.debug_statement_hash_bits.
 uint64 statement_hash(const char *sql, size_t sql_size, int nargs,
                       const Oid *types) {
   uint64 hash = hash_bytes_extended(
@@ -61,10 +59,7 @@ uint64 statement_hash(const char *sql, size_t sql_size, int nargs,
          settings::statement_hash_mask();
 }
 
-// --- what fn receives: its parameters' types, each argument's conversion -----
-
-// What one analysis of fn found: the type of each parameter (InvalidOid
-// where it stayed open) and the types of fn's result columns.
+// Parameter types (InvalidOid where open) and result column types.
 struct Analysis {
   Oid *types;
   int result_count;
@@ -78,12 +73,11 @@ Analysis new_analysis(int nargs, const Oid *types) {
   return analysis;
 }
 
-// Analyses fn as PostgreSQL analyses a client's statement with untyped
-// parameters, starting from analysis->types. In a subtransaction: an fn that
-// cannot be analysed this way (an ambiguous operator, a relation created
-// later in the transaction) answers false. No post-analysis hook runs: this
-// is not a statement of the session. A parallel worker cannot start a
-// subtransaction; there the caller's types stand.
+// As PostgreSQL analyses a client's statement with untyped parameters, in a
+// subtransaction: an fn that cannot be analysed this way (an ambiguous
+// operator, a relation created later in the transaction) answers false. A
+// parallel worker cannot start a subtransaction; there the caller's types
+// stand.
 bool analyse(const char *sql, int nargs, Analysis *analysis) {
   if (IsInParallelMode())
     return false;
@@ -122,10 +116,8 @@ bool analyse(const char *sql, int nargs, Analysis *analysis) {
   return true;
 }
 
-// PostgreSQL types an untyped parameter text where nothing asks for a type
-// (`SELECT $1`, `ARRAY[$1, $2]`, `VALUES ($1)`), though fn only passes the
-// value on. Such a parameter keeps the caller's non-string type when fn
-// accepts it and then returns other types: the value reaches fn's result.
+// PostgreSQL makes text an untyped parameter fn only passes on (`SELECT $1`);
+// it keeps the caller's non-string type when fn then returns other types.
 void keep_passed_through_types(const char *sql, int nargs, const Oid *given,
                                Analysis *open) {
   Analysis seeded = new_analysis(nargs, open->types);
@@ -149,9 +141,8 @@ void catalog_changed(Datum, compat::SysCacheIdentifier, uint32) {
   generation++;
 }
 
-// Counts the changes this backend has seen to the catalogs that decide fn's
-// parameter types or their names: what was worked out at an older
-// generation is worked out again.
+// Counts changes to the catalogs that decide fn's parameter types or their
+// names: what was worked out at an older generation is worked out again.
 uint64 parameter_types_generation() {
   static bool watching = false;
   if (!watching) {
@@ -164,7 +155,6 @@ uint64 parameter_types_generation() {
   return generation;
 }
 
-// The answers of infer_parameter_types, per fn text and given types.
 struct Inferred {
   uint64 hash; // the table's key
   char *sql;
@@ -202,6 +192,9 @@ void keep_inferred(uint64 hash, const char *sql, int nargs, const Oid *given,
   *entry = kept;
 }
 
+// With every parameter open or, when fn cannot be analysed so (`SELECT $1 +
+// $2`), with the given types; a parameter still open is the given type, or
+// text.
 void infer(const char *sql, int nargs, const Oid *given, Oid *types) {
   for (int i = 0; i < nargs; i++)
     types[i] = InvalidOid;
@@ -246,9 +239,8 @@ void infer_parameter_types(const char *sql, int nargs, const Oid *given,
     keep_inferred(hash, sql, nargs, given, types, at);
 }
 
-// How one argument becomes the value fn receives: PostgreSQL's assignment
-// cast (as INSERT applies it), or for a string argument the target type's
-// input function (as for an untyped literal).
+// PostgreSQL's assignment cast (as INSERT applies it), or for a string
+// argument the target type's input function (as for an untyped literal).
 struct Conversion {
   ExprState *expression; // nullptr: passed as it is
   Oid given;
@@ -261,8 +253,7 @@ static_assert(std::is_trivially_destructible_v<Conversion>);
 
 namespace {
 
-// The conversion of argument `position` (0-based), in the current memory
-// context. Raises 42804 when there is none.
+// Raises 42804 when there is none.
 Conversion conversion_between(Oid given, Oid target, int position) {
   Conversion conversion;
   memset(&conversion, 0, sizeof(conversion));
@@ -304,10 +295,7 @@ Conversion conversion_between(Oid given, Oid target, int position) {
   return conversion;
 }
 
-// --- the statement: what is kept per fn text and argument types --------------
-
-// Applications have a handful of fn texts; this only bounds a pathological
-// caller (one fn text per call).
+// Only bounds a pathological caller (one fn text per call).
 constexpr long max_statements = 1024;
 
 HTAB *statements = nullptr;
@@ -326,10 +314,9 @@ void fingerprint_types(Statement &statement, text *fn) {
   statement.fingerprint_prefix.keep_prefix_state();
 }
 
-// Works out, in a new memory context under `parent`, what fn receives and
-// how each argument gets there; everything that may fail runs before the
-// statement changes. The generation is read first: a change that arrives
-// meanwhile leaves the statement stale, described again on next use.
+// Everything that may fail runs before the statement changes. The
+// generation is read first: a change that arrives meanwhile leaves the
+// statement stale.
 void describe(Statement &statement, text *fn, const Oid *types,
               MemoryContext parent) {
   uint64 generation = parameter_types_generation();
@@ -478,9 +465,7 @@ FnArgs received_args(const Statement &statement, const FnArgs &args) {
 
 namespace {
 
-// An error the parser positions is positioned in fn's text, with fn as its
-// QUERY, as SPI's own error context callback does: without this, the cursor
-// would point into the caller's statement.
+// Positions a parser error in fn's text, as SPI does, not in the caller's.
 void position_in_fn(void *sql) {
   int position = geterrposition();
   if (position <= 0)
@@ -489,8 +474,6 @@ void position_in_fn(void *sql) {
   internalerrposition(position);
   internalerrquery(static_cast<const char *>(sql));
 }
-
-// --- running fn: SPI, its result as jsonb ------------------------------------
 
 // to_jsonb() learns its argument's type from the call expression, so it is
 // called through an FmgrInfo whose fn_expr carries a typed placeholder.
@@ -546,9 +529,8 @@ Datum run_fn(Statement &statement, const FnArgs &args, bool *is_null) {
   if (SPI_connect() != SPI_OK_CONNECT)
     elog(ERROR, "SPI_connect failed");
   if (statement.plan == nullptr) {
-    // Counted on the raw parse trees, before anything is analysed:
-    // analysing a later statement could fail on what an earlier one would
-    // have created (CREATE TABLE t ...; SELECT * FROM t would answer 42P01).
+    // Counted before anything is analysed: a later statement could fail on
+    // what an earlier one would have created.
     ErrorContextCallback in_fn{error_context_stack, position_in_fn,
                                statement.sql};
     error_context_stack = &in_fn;
@@ -593,37 +575,25 @@ Datum run_fn(Statement &statement, const FnArgs &args, bool *is_null) {
   return response;
 }
 
-// --- stored errors: fn's error as the response -------------------------------
-
-// A key, or a member's value: a string, or JSON null when the error has no
-// such field.
-void push_string(compat::JsonbInState *state, JsonbIteratorToken token,
-                 const char *text) {
-  JsonbValue value;
-  value.type = text == nullptr ? jbvNull : jbvString;
-  if (text != nullptr) {
-    value.val.string.val = const_cast<char *>(text);
-    value.val.string.len = (int)strlen(text);
-  }
-  compat::pushJsonbValue(state, token, &value);
-}
-
 Datum error_document(const ErrorData *error) {
   const char *members[][2] = {{"sqlstate", unpack_sql_state(error->sqlerrcode)},
                               {"message", error->message},
                               {"detail", error->detail},
                               {"hint", error->hint}};
-  compat::JsonbInState state{};
-  compat::pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
-  push_string(&state, WJB_KEY, "error");
-  compat::pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
-  for (const auto &member : members) {
-    push_string(&state, WJB_KEY, member[0]);
-    push_string(&state, WJB_VALUE, member[1]);
+  StringInfoData json;
+  initStringInfo(&json);
+  appendStringInfoString(&json, "{\"error\": {");
+  for (int i = 0; i < 4; i++) {
+    appendStringInfoString(&json, i == 0 ? "" : ", ");
+    escape_json(&json, members[i][0]);
+    appendStringInfoString(&json, ": ");
+    if (members[i][1] == nullptr)
+      appendStringInfoString(&json, "null");
+    else
+      escape_json(&json, members[i][1]);
   }
-  compat::pushJsonbValue(&state, WJB_END_OBJECT, nullptr);
-  compat::pushJsonbValue(&state, WJB_END_OBJECT, nullptr);
-  return JsonbPGetDatum(JsonbValueToJsonb(state.result));
+  appendStringInfoString(&json, "}}");
+  return DirectFunctionCall1(jsonb_in, CStringGetDatum(json.data));
 }
 
 // A transient condition (a lock timeout, a cancel, ...) is never stored,

@@ -53,9 +53,8 @@ Datum keys_loaded_body(FunctionCallInfo fcinfo) {
   bool key_isnull, hash_isnull;
   Datum key = heap_getattr(row, key_column, desc, &key_isnull);
   Datum hash = heap_getattr(row, hash_column, desc, &hash_isnull);
-  // Rows of dumps made before 0.4 hold request_hash as text (the hex of the
-  // fingerprint, or before 0.3 the client's own text) and, before 0.3, a
-  // status of 'done': neither can be read as a fingerprint.
+  // Dumps made before 0.4 hold request_hash as text and, before 0.3, a
+  // status.
   if ((!hash_isnull && toast_raw_datum_size(hash) - VARHDRSZ !=
                            fingerprint::fingerprint_size) ||
       column_is_set(desc, row, "status"))
@@ -68,8 +67,7 @@ Datum keys_loaded_body(FunctionCallInfo fcinfo) {
                        (int)fingerprint::fingerprint_size),
              errhint("Restore the dump into a database with version 0.7 of "
                      "the extension, then dump that database again.")));
-  // A loaded key's role gets its mark, as when the role stores a key: the
-  // keys of a restored dump hold their roles from the start.
+  // A loaded key's role gets its mark, as when the role stores a key.
   int scope_column = SPI_fnumber(desc, "scope");
   bool scope_isnull = true;
   Datum scope = (Datum)0;
@@ -78,9 +76,8 @@ Datum keys_loaded_body(FunctionCallInfo fcinfo) {
   if (!scope_isnull)
     storage::role_marks::ensure(trigger->tg_relation, scope_column,
                                 DatumGetObjectId(scope));
-  // A tombstone (expired_at set, from 1.0 on) keeps no key text to compute
-  // a digest from: its digest is loaded as it was dumped, in the form 1.0
-  // computes.
+  // A tombstone (expired_at set) keeps no key text: its digest is loaded as
+  // dumped.
   if (key_isnull || column_is_set(desc, row, "expired_at"))
     return PointerGetDatum(row);
   Datum digest =

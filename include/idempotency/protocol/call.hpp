@@ -1,7 +1,6 @@
-// The call protocol of idempotency.idempotent_call (and tenant_call): look
-// the key up, claim it, run fn, store the response - all in the caller's
-// transaction. The application API (protocol/app_api.hpp) takes its keys the
-// same way, through the claims, take_key and the helpers below.
+// idempotent_call and tenant_call: look the key up, claim it, run fn and
+// store the response in the caller's transaction. The application API takes
+// its keys the same way (take_key).
 #pragma once
 
 #include "idempotency/fingerprint/fn_args.hpp"
@@ -34,19 +33,10 @@ struct CallResult {
 // arguments: a call that fails on them has none.
 CallResult idempotent_call(const CallRequest &call);
 
-// --- claims ------------------------------------------------------------------
-//
-// While a call runs fn its key has no row yet; the claim, a heavyweight lock
-// on a tag of the database, the role and a keyed MAC of the key, covers that
-// window. Correctness never rests on it: the primary key of idempotency.keys
-// makes a second execution impossible to commit, and the claim only turns a
-// wait inside the unique index into an immediate IK409.
-//
-// The application API's claims belong to the transaction's resource owner
-// (owner), whatever subtransaction took them, and stay until the key is
-// completed outside any subtransaction: a savepoint rolled back after
-// complete() removes the row again, and the lock must still cover the key.
-
+// A claim covers a key while fn runs and the key has no row yet.
+// Correctness never rests on it: the primary key makes a second execution
+// impossible to commit, and the claim only turns a wait inside the unique
+// index into an immediate IK409.
 struct Claim {
   LOCKTAG tag;
   bool held;
@@ -59,8 +49,6 @@ bool claimed_elsewhere(const storage::KeyRef &key);
 
 void release(Claim &claim);
 
-// --- taking a key ------------------------------------------------------------
-
 // A done row with the request's fingerprint (replay), or the key claimed by
 // this transaction (proceed).
 struct TakenKey {
@@ -69,18 +57,14 @@ struct TakenKey {
   Claim claim;              // proceed: held
 };
 
-// Looks the key up and claims it (`fingerprint`: 32 raw bytes, as the row
-// stores it), waiting up to idempotency.wait_timeout for another
-// transaction that holds it. Raises IK409, IK410, IK422, IK508, and
-// PostgreSQL's read-only error when the key must be written on a standby;
-// `command` names the SQL function in those errors. `expected` changes only
-// the cost: a new key is cheapest claimed before it is looked up (once), a
-// stored one looked up without a claim.
+// Looks the key up and claims it, waiting up to idempotency.wait_timeout for
+// another transaction that holds it; raises IK409, IK410, IK422, IK508, or
+// the read-only error naming `command`. `expected` changes only the cost: a
+// new key is cheapest claimed first, a stored one looked up without a claim.
 enum class KeyExpected { new_key, stored };
 TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
-                  const bytea *fingerprint, TimestampTz now,
-                  const char *command, ResourceOwner owner,
-                  KeyExpected expected);
+                  const bytea *fingerprint, const char *command,
+                  ResourceOwner owner, KeyExpected expected);
 
 // IK409 for a key another transaction holds.
 [[noreturn]] void report_in_progress(const storage::KeyRef &key);
@@ -95,11 +79,9 @@ char *key_for_message(const text *key);
 void check_response_size(const storage::KeyRef &key, Datum response,
                          bool response_is_null);
 
-// --- the session's last call -------------------------------------------------
-//
-// What the last idempotent_call or claim of this session did, for
-// idempotency.last_call() and last_call_replayed(); cleared when a call
-// starts, so a call that fails leaves none.
+// What the session's last idempotent_call or claim did, for
+// idempotency.last_call(); cleared when a call starts, so a call that fails
+// leaves none.
 
 enum class Outcome {
   none,          // no call yet, or the last one failed
@@ -118,7 +100,6 @@ struct LastCall {
 
 void clear_last_call();
 void record_last_call(Outcome outcome);
-// Records the replay of a stored row.
 void record_replay(const storage::KeyProbe &stored);
 const LastCall &last_call();
 
