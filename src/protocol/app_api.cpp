@@ -39,25 +39,23 @@ struct HeldKey {
 
 HeldKey *held_keys = nullptr; // this transaction's, newest first
 
-bool same_key(const storage::KeyRef &a, const storage::KeyRef &b) {
-  if (a.scope != b.scope || a.has_tenant != b.has_tenant ||
-      VARSIZE_ANY_EXHDR(a.key) != VARSIZE_ANY_EXHDR(b.key) ||
-      memcmp(VARDATA_ANY(a.key), VARDATA_ANY(b.key),
-             VARSIZE_ANY_EXHDR(b.key)) != 0)
-    return false;
-  if (!a.has_tenant)
-    return true;
-  int16 length;
-  bool by_value;
-  get_typlenbyval(a.tenant_type, &length, &by_value);
-  return a.tenant_type == b.tenant_type &&
-         datumIsEqual(a.tenant, b.tenant, by_value, length);
-}
-
 HeldKey *find_held(const storage::KeyRef &key) {
-  for (HeldKey *held = held_keys; held != nullptr; held = held->next)
-    if (same_key(held->key, key))
+  for (HeldKey *held = held_keys; held != nullptr; held = held->next) {
+    const storage::KeyRef &a = held->key;
+    if (a.scope != key.scope || a.has_tenant != key.has_tenant ||
+        VARSIZE_ANY_EXHDR(a.key) != VARSIZE_ANY_EXHDR(key.key) ||
+        memcmp(VARDATA_ANY(a.key), VARDATA_ANY(key.key),
+               VARSIZE_ANY_EXHDR(key.key)) != 0)
+      continue;
+    if (!a.has_tenant)
       return held;
+    int16 length;
+    bool by_value;
+    get_typlenbyval(a.tenant_type, &length, &by_value);
+    if (a.tenant_type == key.tenant_type &&
+        datumIsEqual(a.tenant, key.tenant, by_value, length))
+      return held;
+  }
   return nullptr;
 }
 

@@ -46,11 +46,6 @@ const fingerprint::HmacSha256 &claim_mac() {
   return keyed;
 }
 
-// The top bit of locktag_field4 keeps claim locks apart from
-// pg_advisory_lock's tags (field4 1 and 2).
-constexpr uint16 claim_lock_class = 0x8000;
-constexpr uint16 field4_mac_mask = 0x7FFF;
-
 // Callers wait for a claim in a mode that conflicts with it but not with
 // itself, so that all waiters wake together when the holder lets go; taking
 // the claim to wait would pass it from waiter to waiter, each retrying in
@@ -133,11 +128,11 @@ Claim claim_for(const storage::KeyRef &key, ResourceOwner owner) {
 
   uint32 field3 = ((uint32)digest[0] << 24) | ((uint32)digest[1] << 16) |
                   ((uint32)digest[2] << 8) | (uint32)digest[3];
-  uint16 field4 = claim_lock_class |
-                  ((((uint16)digest[4] << 8) | digest[5]) & field4_mac_mask);
+  // The top bit of locktag_field4 keeps claim locks apart from
+  // pg_advisory_lock's tags (field4 1 and 2).
+  uint16 field4 = 0x8000 | ((((uint16)digest[4] << 8) | digest[5]) & 0x7FFF);
   Claim claim{};
   SET_LOCKTAG_ADVISORY(claim.tag, MyDatabaseId, key.scope, field3, field4);
-  claim.held = false;
   claim.owner = owner;
   return claim;
 }
@@ -202,11 +197,6 @@ ClaimResult acquire(Claim &claim, TimestampTz deadline) {
         [] {});
     return released ? ClaimResult::released : ClaimResult::busy;
   });
-}
-
-bool same_bytes(const varlena *a, const varlena *b) {
-  return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
-         memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
 }
 
 [[noreturn]] void report_reused(const storage::KeyRef &key) {
@@ -339,7 +329,10 @@ TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
     if (stored.state == storage::KeyState::done ||
         stored.state == storage::KeyState::gone) {
       release(claim);
-      if (!same_bytes(stored.request_hash, fingerprint))
+      const bytea *hash = stored.request_hash;
+      if (VARSIZE_ANY_EXHDR(hash) != VARSIZE_ANY_EXHDR(fingerprint) ||
+          memcmp(VARDATA_ANY(hash), VARDATA_ANY(fingerprint),
+                 VARSIZE_ANY_EXHDR(hash)) != 0)
         report_reused(key);
       if (stored.state == storage::KeyState::gone)
         report_gone(key, stored);

@@ -116,25 +116,6 @@ bool analyse(const char *sql, int nargs, Analysis *analysis) {
   return true;
 }
 
-// PostgreSQL makes text an untyped parameter fn only passes on (`SELECT $1`);
-// it keeps the caller's non-string type when fn then returns other types.
-void keep_passed_through_types(const char *sql, int nargs, const Oid *given,
-                               Analysis *open) {
-  Analysis seeded = new_analysis(nargs, open->types);
-  bool any = false;
-  for (int i = 0; i < nargs; i++)
-    if (open->types[i] == TEXTOID && OidIsValid(given[i]) &&
-        TypeCategory(given[i]) != TYPCATEGORY_STRING) {
-      seeded.types[i] = given[i];
-      any = true;
-    }
-  if (any && analyse(sql, nargs, &seeded) &&
-      (open->result_count != seeded.result_count ||
-       memcmp(open->result_types, seeded.result_types,
-              sizeof(Oid) * open->result_count) != 0))
-    memcpy(open->types, seeded.types, sizeof(Oid) * nargs);
-}
-
 uint64 generation = 0;
 
 void catalog_changed(Datum, compat::SysCacheIdentifier, uint32) {
@@ -200,7 +181,22 @@ void infer(const char *sql, int nargs, const Oid *given, Oid *types) {
     types[i] = InvalidOid;
   Analysis analysis = new_analysis(nargs, types);
   if (analyse(sql, nargs, &analysis)) {
-    keep_passed_through_types(sql, nargs, given, &analysis);
+    // PostgreSQL makes text an untyped parameter fn only passes on (`SELECT
+    // $1`); it keeps the caller's non-string type when fn then returns
+    // other types.
+    Analysis seeded = new_analysis(nargs, analysis.types);
+    bool any = false;
+    for (int i = 0; i < nargs; i++)
+      if (analysis.types[i] == TEXTOID && OidIsValid(given[i]) &&
+          TypeCategory(given[i]) != TYPCATEGORY_STRING) {
+        seeded.types[i] = given[i];
+        any = true;
+      }
+    if (any && analyse(sql, nargs, &seeded) &&
+        (analysis.result_count != seeded.result_count ||
+         memcmp(analysis.result_types, seeded.result_types,
+                sizeof(Oid) * analysis.result_count) != 0))
+      analysis = seeded;
   } else {
     analysis = new_analysis(nargs, given);
     if (!analyse(sql, nargs, &analysis))
@@ -501,13 +497,11 @@ Datum row_to_jsonb(HeapTuple row, TupleDesc desc) {
 }
 
 Datum result_to_jsonb(SPITupleTable *table, uint64 rows, bool *is_null) {
-  *is_null = false;
   int columns = table == nullptr ? 0 : table->tupdesc->natts;
   ResultShape shape = result_shape(rows, columns);
-  if (table == nullptr || shape == ResultShape::no_response) {
-    *is_null = true;
+  *is_null = shape == ResultShape::no_response;
+  if (*is_null)
     return (Datum)0;
-  }
   // Rows become records, which to_jsonb finds through a blessed descriptor.
   if (row_is_object(columns))
     BlessTupleDesc(table->tupdesc);

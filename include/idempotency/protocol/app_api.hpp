@@ -1,9 +1,6 @@
-// The application API: claim(), complete(), release(), claim_batch(),
-// lookup() and forget(), for request handlers that run several statements
-// inside the transaction they open. The keys a transaction claimed are kept
-// per transaction: it cannot commit or prepare while one is neither
-// completed nor released, and ROLLBACK TO undoes claims and completions made
-// after the savepoint.
+// The application API, for request handlers that run several statements in
+// the transaction they open. A transaction cannot commit or prepare while a
+// key it claimed is neither completed nor released.
 #pragma once
 
 #include "idempotency/pg.hpp"
@@ -31,9 +28,8 @@ struct LookupRow {
   bool response_is_null;
 };
 
-// A tenant key (key.has_tenant) for the tenant_* variants. claim_key's
-// client_hash is nullptr when none was given; the caller has cleared the
-// session's last call before reading the arguments.
+// claim_key's client_hash is nullptr when none was given; the caller has
+// cleared the session's last call before reading the arguments.
 ClaimRow claim_key(const storage::KeyRef &key, text *client_hash);
 void complete_key(const storage::KeyRef &key, Datum response,
                   bool response_is_null);
@@ -54,16 +50,13 @@ struct BatchAnswer {
 };
 static_assert(std::is_trivially_destructible_v<BatchAnswer>);
 
-// claim_key for each of `count` role keys, each in a subtransaction of its
-// own so that an IK error is an answer while the other claims stand; any
-// other error ends the batch. The keys are taken in the order of their
-// digests, then positions, so two batches that share keys never wait on
-// each other in a cycle. A key given twice gets at its later occurrences
-// what a second claim() gets. last_call() has no row after a batch.
+// claim_key for each key, each in a subtransaction of its own so that an IK
+// error is an answer while the other claims stand. The keys are taken in
+// the order of their digests, so two batches that share keys never wait on
+// each other in a cycle. last_call() has no row after a batch.
 void claim_batch(const storage::KeyRef *keys, text *const *client_hashes,
                  int count, BatchAnswer *answers);
 
-// Called by the extension's transaction callbacks (entry/transaction.cpp).
 namespace claims {
 
 void at_pre_commit();

@@ -15,7 +15,6 @@ extern "C" {
 
 namespace idempotency::protocol {
 
-// A call, its SQL arguments read and checked (entry/functions).
 struct CallRequest {
   storage::KeyRef key; // a tenant key for tenant_call (key.has_tenant)
   text *fn;
@@ -44,7 +43,6 @@ struct Claim {
 };
 static_assert(std::is_trivially_destructible_v<Claim>);
 
-// Whether another transaction holds the key's claim right now.
 bool claimed_elsewhere(const storage::KeyRef &key);
 
 void release(Claim &claim);
