@@ -240,15 +240,13 @@ void claim_batch(const storage::KeyRef *keys, text *const *client_hashes,
   int *order = static_cast<int *>(palloc(sizeof(int) * Max(count, 1)));
   for (int i = 0; i < count; i++)
     order[i] = i;
-  std::sort(order, order + count, [keys](int a, int b) {
+  std::stable_sort(order, order + count, [keys](int a, int b) {
     const varlena *x = keys[a].digest;
     const varlena *y = keys[b].digest;
     Size x_size = VARSIZE_ANY_EXHDR(x);
     Size y_size = VARSIZE_ANY_EXHDR(y);
     int by_digest = memcmp(VARDATA_ANY(x), VARDATA_ANY(y), Min(x_size, y_size));
-    if (by_digest != 0)
-      return by_digest < 0;
-    return x_size != y_size ? x_size < y_size : a < b;
+    return by_digest != 0 ? by_digest < 0 : x_size < y_size;
   });
   for (int n = 0; n < count; n++) {
     int i = order[n];

@@ -35,6 +35,18 @@ extern "C" {
 
 namespace idempotency::protocol {
 
+// PostgreSQL's assignment cast (as INSERT applies it), or for a string
+// argument the target type's input function (as for an untyped literal).
+struct Conversion {
+  ExprState *expression; // nullptr: passed as it is
+  Oid given;
+  ExprContext *context;
+  ParamListInfo argument;
+  int16 result_length;
+  bool result_by_value;
+};
+static_assert(std::is_trivially_destructible_v<Conversion>);
+
 namespace {
 
 // Entries keyed by a 64-bit hash, their first member. Two keys may share a
@@ -149,30 +161,6 @@ constexpr long max_inferred = 1024;
 HTAB *inferred = nullptr;
 MemoryContext inferred_context = nullptr;
 
-void keep_inferred(uint64 hash, const char *sql, int nargs, const Oid *given,
-                   const Oid *types, uint64 at) {
-  auto copy = [](const void *from, Size size) {
-    void *to = MemoryContextAlloc(inferred_context, Max(size, 1));
-    memcpy(to, from, size);
-    return to;
-  };
-  Inferred kept{hash,
-                static_cast<char *>(copy(sql, strlen(sql) + 1)),
-                nargs,
-                static_cast<Oid *>(copy(given, sizeof(Oid) * nargs)),
-                static_cast<Oid *>(copy(types, sizeof(Oid) * nargs)),
-                at};
-  bool existed;
-  auto *entry = static_cast<Inferred *>(
-      hash_search(inferred, &hash, HASH_ENTER, &existed));
-  if (existed) {
-    pfree(entry->sql);
-    pfree(entry->given);
-    pfree(entry->types);
-  }
-  *entry = kept;
-}
-
 // With every parameter open or, when fn cannot be analysed so (`SELECT $1 +
 // $2`), with the given types; a parameter still open is the given type, or
 // text.
@@ -208,46 +196,6 @@ void infer(const char *sql, int nargs, const Oid *given, Oid *types) {
       types[i] = OidIsValid(given[i]) ? given[i] : TEXTOID;
   }
 }
-
-} // namespace
-
-void infer_parameter_types(const char *sql, int nargs, const Oid *given,
-                           Oid *types) {
-  uint64 at = parameter_types_generation();
-  uint64 hash = statement_hash(sql, strlen(sql), nargs, given);
-  if (inferred == nullptr) {
-    inferred_context = AllocSetContextCreate(
-        TopMemoryContext, "idempotency parameter types", ALLOCSET_SMALL_SIZES);
-    inferred = create_backend_table("idempotency parameter types",
-                                    sizeof(Inferred), inferred_context);
-  }
-  auto *found =
-      static_cast<Inferred *>(hash_search(inferred, &hash, HASH_FIND, nullptr));
-  if (found != nullptr && found->nargs == nargs &&
-      strcmp(found->sql, sql) == 0 &&
-      memcmp(found->given, given, sizeof(Oid) * nargs) == 0 &&
-      found->generation == at) {
-    memcpy(types, found->types, sizeof(Oid) * nargs);
-    return;
-  }
-  infer(sql, nargs, given, types);
-  if (hash_get_num_entries(inferred) < max_inferred)
-    keep_inferred(hash, sql, nargs, given, types, at);
-}
-
-// PostgreSQL's assignment cast (as INSERT applies it), or for a string
-// argument the target type's input function (as for an untyped literal).
-struct Conversion {
-  ExprState *expression; // nullptr: passed as it is
-  Oid given;
-  ExprContext *context;
-  ParamListInfo argument;
-  int16 result_length;
-  bool result_by_value;
-};
-static_assert(std::is_trivially_destructible_v<Conversion>);
-
-namespace {
 
 // Raises 42804 when there is none.
 Conversion conversion_between(Oid given, Oid target, int position) {
@@ -375,91 +323,6 @@ Statement build(uint64 hash, text *fn, const FnArgs &args, bool kept,
   describe(statement, fn, inferred_types(statement), context);
   return statement;
 }
-
-} // namespace
-
-Statement *statement_for(text *fn, const FnArgs &args) {
-  if (statements == nullptr) {
-    statements_context = AllocSetContextCreate(
-        TopMemoryContext, "idempotency statements", ALLOCSET_DEFAULT_SIZES);
-    statements = create_backend_table("idempotency statements",
-                                      sizeof(Statement), statements_context);
-  }
-  const char *sql = VARDATA_ANY(fn);
-  size_t sql_size = VARSIZE_ANY_EXHDR(fn);
-  uint64 hash = statement_hash(sql, sql_size, args.count, args.types);
-
-  auto *found = static_cast<Statement *>(
-      hash_search(statements, &hash, HASH_FIND, nullptr));
-  if (found != nullptr && found->nargs == args.count &&
-      strlen(found->sql) == sql_size &&
-      memcmp(found->sql, sql, sql_size) == 0 &&
-      memcmp(found->given_types, args.types, sizeof(Oid) * args.count) == 0) {
-    if (found->catalog_generation == parameter_types_generation())
-      return found;
-    // After a catalog change: a statement whose types are unchanged keeps
-    // its conversions and plan and only names its types again.
-    uint64 generation = parameter_types_generation();
-    Oid *types = inferred_types(*found);
-    if (memcmp(types, found->types, sizeof(Oid) * found->nargs) != 0) {
-      // The old plan is not freed: a call further up this backend's stack
-      // may still be running it.
-      describe(*found, fn, types, statements_context);
-      found->plan = nullptr;
-      return found;
-    }
-    MemoryContext caller = MemoryContextSwitchTo(found->context);
-    fingerprint_types(*found, fn);
-    MemoryContextSwitchTo(caller);
-    found->catalog_generation = generation;
-    return found;
-  }
-
-  // Not kept: the cache is full, or another statement has the same hash.
-  bool kept =
-      found == nullptr && hash_get_num_entries(statements) < max_statements;
-  Statement built = build(hash, fn, args, kept,
-                          kept ? statements_context : CurrentMemoryContext);
-  auto *entry = static_cast<Statement *>(
-      kept ? hash_search(statements, &hash, HASH_ENTER, nullptr)
-           : palloc(sizeof(Statement)));
-  *entry = built;
-  return entry;
-}
-
-FnArgs received_args(const Statement &statement, const FnArgs &args) {
-  if (!statement.converts)
-    return args;
-  FnArgs received = args;
-  received.types = statement.types;
-  received.values =
-      static_cast<Datum *>(palloc(sizeof(Datum) * Max(args.count, 1)));
-  received.nulls =
-      static_cast<bool *>(palloc(sizeof(bool) * Max(args.count, 1)));
-  for (int i = 0; i < args.count; i++) {
-    received.nulls[i] = args.nulls[i];
-    received.values[i] = args.values[i];
-    const Conversion &conversion = statement.conversions[i];
-    if (args.nulls[i] || conversion.expression == nullptr)
-      continue;
-    ParamExternData &argument = conversion.argument->params[0];
-    argument.value = args.values[i];
-    argument.isnull = false;
-    argument.pflags = PARAM_FLAG_CONST;
-    argument.ptype = conversion.given;
-    // A cast may answer NULL.
-    Datum converted = ExecEvalExprSwitchContext(
-        conversion.expression, conversion.context, &received.nulls[i]);
-    received.values[i] = received.nulls[i]
-                             ? (Datum)0
-                             : datumCopy(converted, conversion.result_by_value,
-                                         conversion.result_length);
-    ResetExprContext(conversion.context);
-  }
-  return received;
-}
-
-namespace {
 
 // Positions a parser error in fn's text, as SPI does, not in the caller's.
 void position_in_fn(void *sql) {
@@ -599,6 +462,125 @@ bool error_is_stored(const ErrorData *error) {
 }
 
 } // namespace
+
+void infer_parameter_types(const char *sql, int nargs, const Oid *given,
+                           Oid *types) {
+  uint64 at = parameter_types_generation();
+  uint64 hash = statement_hash(sql, strlen(sql), nargs, given);
+  if (inferred == nullptr) {
+    inferred_context = AllocSetContextCreate(
+        TopMemoryContext, "idempotency parameter types", ALLOCSET_SMALL_SIZES);
+    inferred = create_backend_table("idempotency parameter types",
+                                    sizeof(Inferred), inferred_context);
+  }
+  auto *found =
+      static_cast<Inferred *>(hash_search(inferred, &hash, HASH_FIND, nullptr));
+  if (found != nullptr && found->nargs == nargs &&
+      strcmp(found->sql, sql) == 0 &&
+      memcmp(found->given, given, sizeof(Oid) * nargs) == 0 &&
+      found->generation == at) {
+    memcpy(types, found->types, sizeof(Oid) * nargs);
+    return;
+  }
+  infer(sql, nargs, given, types);
+  if (hash_get_num_entries(inferred) >= max_inferred)
+    return;
+  // One allocation: the given types, the types, then the text.
+  Size oids = sizeof(Oid) * nargs;
+  auto *copy = static_cast<char *>(
+      MemoryContextAlloc(inferred_context, 2 * oids + strlen(sql) + 1));
+  memcpy(copy, given, oids);
+  memcpy(copy + oids, types, oids);
+  memcpy(copy + 2 * oids, sql, strlen(sql) + 1);
+  bool existed;
+  auto *entry = static_cast<Inferred *>(
+      hash_search(inferred, &hash, HASH_ENTER, &existed));
+  if (existed)
+    pfree(entry->given);
+  Oid *kept = reinterpret_cast<Oid *>(copy);
+  *entry = Inferred{hash, copy + 2 * oids, nargs, kept, kept + nargs, at};
+}
+
+Statement *statement_for(text *fn, const FnArgs &args) {
+  if (statements == nullptr) {
+    statements_context = AllocSetContextCreate(
+        TopMemoryContext, "idempotency statements", ALLOCSET_DEFAULT_SIZES);
+    statements = create_backend_table("idempotency statements",
+                                      sizeof(Statement), statements_context);
+  }
+  const char *sql = VARDATA_ANY(fn);
+  size_t sql_size = VARSIZE_ANY_EXHDR(fn);
+  uint64 hash = statement_hash(sql, sql_size, args.count, args.types);
+
+  auto *found = static_cast<Statement *>(
+      hash_search(statements, &hash, HASH_FIND, nullptr));
+  if (found != nullptr && found->nargs == args.count &&
+      strlen(found->sql) == sql_size &&
+      memcmp(found->sql, sql, sql_size) == 0 &&
+      memcmp(found->given_types, args.types, sizeof(Oid) * args.count) == 0) {
+    uint64 generation = parameter_types_generation();
+    if (found->catalog_generation == generation)
+      return found;
+    // After a catalog change: a statement whose types are unchanged keeps
+    // its conversions and plan and only names its types again.
+    Oid *types = inferred_types(*found);
+    if (memcmp(types, found->types, sizeof(Oid) * found->nargs) != 0) {
+      // The old plan is not freed: a call further up this backend's stack
+      // may still be running it.
+      describe(*found, fn, types, statements_context);
+      found->plan = nullptr;
+      return found;
+    }
+    MemoryContext caller = MemoryContextSwitchTo(found->context);
+    fingerprint_types(*found, fn);
+    MemoryContextSwitchTo(caller);
+    found->catalog_generation = generation;
+    return found;
+  }
+
+  // Not kept: the cache is full, or another statement has the same hash.
+  bool kept =
+      found == nullptr && hash_get_num_entries(statements) < max_statements;
+  Statement built = build(hash, fn, args, kept,
+                          kept ? statements_context : CurrentMemoryContext);
+  auto *entry = static_cast<Statement *>(
+      kept ? hash_search(statements, &hash, HASH_ENTER, nullptr)
+           : palloc(sizeof(Statement)));
+  *entry = built;
+  return entry;
+}
+
+FnArgs received_args(const Statement &statement, const FnArgs &args) {
+  if (!statement.converts)
+    return args;
+  FnArgs received = args;
+  received.types = statement.types;
+  received.values =
+      static_cast<Datum *>(palloc(sizeof(Datum) * Max(args.count, 1)));
+  received.nulls =
+      static_cast<bool *>(palloc(sizeof(bool) * Max(args.count, 1)));
+  for (int i = 0; i < args.count; i++) {
+    received.nulls[i] = args.nulls[i];
+    received.values[i] = args.values[i];
+    const Conversion &conversion = statement.conversions[i];
+    if (args.nulls[i] || conversion.expression == nullptr)
+      continue;
+    ParamExternData &argument = conversion.argument->params[0];
+    argument.value = args.values[i];
+    argument.isnull = false;
+    argument.pflags = PARAM_FLAG_CONST;
+    argument.ptype = conversion.given;
+    // A cast may answer NULL.
+    Datum converted = ExecEvalExprSwitchContext(
+        conversion.expression, conversion.context, &received.nulls[i]);
+    received.values[i] = received.nulls[i]
+                             ? (Datum)0
+                             : datumCopy(converted, conversion.result_by_value,
+                                         conversion.result_length);
+    ResetExprContext(conversion.context);
+  }
+  return received;
+}
 
 Datum run_fn_storing_errors(Statement &statement, const FnArgs &args,
                             bool *is_null, bool *is_error) {
