@@ -60,9 +60,8 @@ HeldKey *find_held(const storage::KeyRef &key) {
 }
 
 text *copy_text(const text *value) {
-  auto *copy = static_cast<text *>(palloc(VARSIZE_ANY(value)));
-  memcpy(copy, value, VARSIZE_ANY(value));
-  return copy;
+  return reinterpret_cast<text *>(
+      DatumGetPointer(datumCopy(PointerGetDatum(value), false, -1)));
 }
 
 HeldKey &claimed_key(const storage::KeyRef &key, const char *command) {

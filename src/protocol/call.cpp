@@ -210,7 +210,6 @@ ClaimResult acquire(Claim &claim, TimestampTz deadline) {
            errdetail("A key identifies one request; its stored response "
                      "belongs to a request with another fingerprint."),
            errhint("Use a new idempotency key for a new request.")));
-  pg_unreachable();
 }
 
 [[noreturn]] void report_recursion(const storage::KeyRef &key) {
@@ -223,7 +222,6 @@ ClaimResult acquire(Claim &claim, TimestampTz deadline) {
            errdetail("The key was claimed earlier in this transaction and is "
                      "not yet complete: fn called idempotent_call with its "
                      "own key, or claim() was called twice.")));
-  pg_unreachable();
 }
 
 // A retry of a key whose response is no longer kept: it ran, and must not
@@ -246,7 +244,6 @@ ClaimResult acquire(Claim &claim, TimestampTz deadline) {
                      expired_at, forgotten_at),
            errhint("The request must not run again. Use a new idempotency "
                    "key only for a new request.")));
-  pg_unreachable();
 }
 
 } // namespace
@@ -378,7 +375,6 @@ void report_in_progress(const storage::KeyRef &key) {
                          "transaction",
                          shown),
                   errhint("Retry the request later.")));
-  pg_unreachable();
 }
 
 bool claimed_elsewhere(const storage::KeyRef &key) {

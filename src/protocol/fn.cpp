@@ -74,13 +74,12 @@ uint64 statement_hash(const char *sql, size_t sql_size, int nargs,
 // Parameter types (InvalidOid where open) and result column types.
 struct Analysis {
   Oid *types;
-  int result_count;
-  Oid *result_types;
+  List *result_types;
 };
 
 Analysis new_analysis(int nargs, const Oid *types) {
-  Analysis analysis{static_cast<Oid *>(palloc(sizeof(Oid) * Max(nargs, 1))), 0,
-                    nullptr};
+  Analysis analysis{static_cast<Oid *>(palloc(sizeof(Oid) * Max(nargs, 1))),
+                    NIL};
   memcpy(analysis.types, types, sizeof(Oid) * nargs);
   return analysis;
 }
@@ -108,14 +107,13 @@ bool analyse(const char *sql, int nargs, Analysis *analysis) {
         check_variable_parameters(state, query);
         List *columns = query->commandType == CMD_SELECT ? query->targetList
                                                          : query->returningList;
-        analysis->result_types = static_cast<Oid *>(
-            palloc(sizeof(Oid) * Max(list_length(columns), 1)));
         ListCell *cell;
         foreach (cell, columns) {
           TargetEntry *column = lfirst_node(TargetEntry, cell);
           if (!column->resjunk)
-            analysis->result_types[analysis->result_count++] =
-                exprType(reinterpret_cast<Node *>(column->expr));
+            analysis->result_types =
+                lappend_oid(analysis->result_types,
+                            exprType(reinterpret_cast<Node *>(column->expr)));
         }
         free_parsestate(state);
       },
@@ -181,9 +179,7 @@ void infer(const char *sql, int nargs, const Oid *given, Oid *types) {
         any = true;
       }
     if (any && analyse(sql, nargs, &seeded) &&
-        (analysis.result_count != seeded.result_count ||
-         memcmp(analysis.result_types, seeded.result_types,
-                sizeof(Oid) * analysis.result_count) != 0))
+        !equal(analysis.result_types, seeded.result_types))
       analysis = seeded;
   } else {
     analysis = new_analysis(nargs, given);
@@ -199,8 +195,7 @@ void infer(const char *sql, int nargs, const Oid *given, Oid *types) {
 
 // Raises 42804 when there is none.
 Conversion conversion_between(Oid given, Oid target, int position) {
-  Conversion conversion;
-  memset(&conversion, 0, sizeof(conversion));
+  Conversion conversion{};
   if (given == target)
     return conversion;
 

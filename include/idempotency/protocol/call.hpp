@@ -47,8 +47,6 @@ bool claimed_elsewhere(const storage::KeyRef &key);
 
 void release(Claim &claim);
 
-// A done row with the request's fingerprint (replay), or the key claimed by
-// this transaction (proceed).
 struct TakenKey {
   bool replay;
   storage::KeyProbe stored; // replay: the row; proceed: absent or expired
