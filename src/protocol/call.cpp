@@ -46,10 +46,9 @@ const fingerprint::HmacSha256 &claim_mac() {
   return keyed;
 }
 
-// Callers wait for a claim in a mode that conflicts with it but not with
-// itself, so that all waiters wake together when the holder lets go; taking
-// the claim to wait would pass it from waiter to waiter, each retrying in
-// vain.
+// Waiters use a mode that conflicts with the claim but not with itself, so
+// all wake together when the holder lets go; waiting by taking the claim
+// would pass it from waiter to waiter, each retrying in vain.
 constexpr LOCKMODE claim_mode = ExclusiveLock;
 constexpr LOCKMODE waiter_mode = RowShareLock;
 
@@ -273,8 +272,7 @@ CallResult idempotent_call(const CallRequest &call) {
     return CallResult{taken.stored.response, taken.stored.response_is_null};
   }
 
-  // The TTL and remember window in force when the key was claimed,
-  // whatever fn sets.
+  // As in force when the key was claimed, whatever fn sets.
   Interval ttl = settings::ttl();
   Interval remember = settings::remember();
   bool response_is_null;

@@ -53,8 +53,7 @@ namespace {
 // hash: a caller checks an entry's full key itself.
 HTAB *create_backend_table(const char *name, Size entry_size,
                            MemoryContext context) {
-  HASHCTL ctl;
-  memset(&ctl, 0, sizeof(ctl));
+  HASHCTL ctl{};
   ctl.keysize = sizeof(uint64);
   ctl.entrysize = entry_size;
   ctl.hcxt = context;
@@ -84,11 +83,10 @@ Analysis new_analysis(int nargs, const Oid *types) {
   return analysis;
 }
 
-// As PostgreSQL analyses a client's statement with untyped parameters, in a
-// subtransaction: an fn that cannot be analysed this way (an ambiguous
-// operator, a relation created later in the transaction) answers false. A
-// parallel worker cannot start a subtransaction; there the caller's types
-// stand.
+// As PostgreSQL analyses a client's statement with untyped parameters; an fn
+// that cannot be analysed so (an ambiguous operator, a relation created later
+// in the transaction) answers false, as does a parallel worker, which cannot
+// start the subtransaction.
 bool analyse(const char *sql, int nargs, Analysis *analysis) {
   if (IsInParallelMode())
     return false;
@@ -303,10 +301,7 @@ Oid *inferred_types(const Statement &statement) {
 
 Statement build(uint64 hash, text *fn, const FnArgs &args, bool kept,
                 MemoryContext context) {
-  size_t sql_size = VARSIZE_ANY_EXHDR(fn);
-  char *sql = allocate<char>(context, (int)sql_size + 1);
-  memcpy(sql, VARDATA_ANY(fn), sql_size);
-  sql[sql_size] = '\0';
+  char *sql = MemoryContextStrdup(context, text_to_cstring(fn));
   Oid *given_types = allocate<Oid>(context, args.count);
   memcpy(given_types, args.types, sizeof(Oid) * args.count);
   // describe() fills in everything after given_types.

@@ -50,10 +50,9 @@ struct BatchAnswer {
 };
 static_assert(std::is_trivially_destructible_v<BatchAnswer>);
 
-// claim_key for each key, each in a subtransaction of its own so that an IK
-// error is an answer while the other claims stand. The keys are taken in
-// the order of their digests, so two batches that share keys never wait on
-// each other in a cycle. last_call() has no row after a batch.
+// claim_key for each key in a subtransaction of its own: an IK error is an
+// answer. Keys are taken in digest order, so two batches that share keys
+// never wait on each other in a cycle. last_call() has no row after it.
 void claim_batch(const storage::KeyRef *keys, text *const *client_hashes,
                  int count, BatchAnswer *answers);
 

@@ -75,9 +75,8 @@ char *key_for_message(const text *key);
 void check_response_size(const storage::KeyRef &key, Datum response,
                          bool response_is_null);
 
-// What the session's last idempotent_call or claim did, for
-// idempotency.last_call(); cleared when a call starts, so a call that fails
-// leaves none.
+// The session's last idempotent_call or claim; cleared when a call starts,
+// so a call that fails leaves none.
 
 enum class Outcome {
   none,          // no call yet, or the last one failed

@@ -23,10 +23,9 @@ void infer_parameter_types(const char *sql, int nargs, const Oid *given,
 
 struct Conversion; // how each argument becomes what fn receives (fn.cpp)
 
-// Kept per fn text and caller's argument types for the life of the backend.
-// The plan cache revalidates the plan; a change to the catalogs that decide
-// fn's parameter types makes the statement work them out again, so every
-// backend answers alike.
+// Kept per fn text and caller's argument types for the life of the backend;
+// a change to the catalogs that decide fn's parameter types makes it work
+// them out again, so every backend answers alike.
 struct Statement {
   uint64 hash; // the cache's key
   char *sql;
@@ -45,9 +44,8 @@ struct Statement {
 };
 static_assert(std::is_trivially_destructible_v<Statement>);
 
-// Past the cache's size limit the statement is built afresh in the current
-// memory context. Entries are never freed, so a statement (and its plan)
-// stays valid while fn runs, even if fn makes calls of its own.
+// Entries are never freed, so a statement (and its plan) stays valid while
+// fn runs, even if fn makes calls of its own.
 Statement *statement_for(text *fn, const FnArgs &args);
 
 // The arguments as fn receives them: `args` itself when nothing converts.
