@@ -7,7 +7,6 @@
 #include "idempotency/boundary/subtransaction.hpp"
 #include "idempotency/settings/settings.hpp"
 #include "idempotency/protocol/call.hpp"
-#include "idempotency/protocol/fn.hpp"
 #include "idempotency/stats/stats.hpp"
 #include "idempotency/storage/key_store.hpp"
 
@@ -22,20 +21,17 @@ namespace idempotency::protocol {
 
 namespace {
 
-// A key this transaction claimed through claim(), until the transaction
-// ends or the claim is released. Lives in TopTransactionContext.
+// In TopTransactionContext.
 struct HeldKey {
-  storage::KeyRef key; // a copy, in TopTransactionContext
+  storage::KeyRef key;
   bytea *fingerprint;
   Claim claim; // owned by the transaction's resource owner
   Interval ttl;
   Interval remember;
   storage::KeyProbe expired_row; // as probe() found it; no pointers
   bool completed;
-  // Subtransactions are numbered in the order they start, so every
-  // subtransaction begun after a savepoint has a larger id than the
-  // savepoint's: rolling back subtransaction S undoes what was done in any
-  // subtransaction >= S.
+  // Subtransactions are numbered in the order they start: rolling back
+  // subtransaction S undoes what was done in any subtransaction >= S.
   SubTransactionId claimed_in;
   SubTransactionId completed_in;
   HeldKey *next;
@@ -43,77 +39,35 @@ struct HeldKey {
 
 HeldKey *held_keys = nullptr; // this transaction's, newest first
 
-bool same_key(const storage::KeyRef &a, const storage::KeyRef &b) {
-  if (a.scope != b.scope || a.has_tenant != b.has_tenant ||
-      VARSIZE_ANY_EXHDR(a.key) != VARSIZE_ANY_EXHDR(b.key) ||
-      memcmp(VARDATA_ANY(a.key), VARDATA_ANY(b.key),
-             VARSIZE_ANY_EXHDR(b.key)) != 0)
-    return false;
-  if (!a.has_tenant)
-    return true;
-  int16 length;
-  bool by_value;
-  get_typlenbyval(a.tenant_type, &length, &by_value);
-  return a.tenant_type == b.tenant_type &&
-         datumIsEqual(a.tenant, b.tenant, by_value, length);
-}
-
 HeldKey *find_held(const storage::KeyRef &key) {
-  for (HeldKey *held = held_keys; held != nullptr; held = held->next)
-    if (same_key(held->key, key))
+  for (HeldKey *held = held_keys; held != nullptr; held = held->next) {
+    const storage::KeyRef &a = held->key;
+    if (a.scope != key.scope || a.has_tenant != key.has_tenant ||
+        VARSIZE_ANY_EXHDR(a.key) != VARSIZE_ANY_EXHDR(key.key) ||
+        memcmp(VARDATA_ANY(a.key), VARDATA_ANY(key.key),
+               VARSIZE_ANY_EXHDR(key.key)) != 0)
+      continue;
+    if (!a.has_tenant)
       return held;
+    int16 length;
+    bool by_value;
+    get_typlenbyval(a.tenant_type, &length, &by_value);
+    if (a.tenant_type == key.tenant_type &&
+        datumIsEqual(a.tenant, key.tenant, by_value, length))
+      return held;
+  }
   return nullptr;
 }
 
-void forget_held(HeldKey *gone) {
-  for (HeldKey **link = &held_keys; *link != nullptr; link = &(*link)->next)
-    if (*link == gone) {
-      *link = gone->next;
-      return;
-    }
-}
-
 text *copy_text(const text *value) {
-  auto *copy = static_cast<text *>(palloc(VARSIZE_ANY(value)));
-  memcpy(copy, value, VARSIZE_ANY(value));
-  return copy;
+  return reinterpret_cast<text *>(
+      DatumGetPointer(datumCopy(PointerGetDatum(value), false, -1)));
 }
 
-// `key` with its values copied into the current memory context.
-storage::KeyRef copy_key(const storage::KeyRef &key) {
-  storage::KeyRef copy = key;
-  copy.key = copy_text(key.key);
-  copy.digest = copy_text(key.digest);
-  if (key.has_tenant) {
-    int16 length;
-    bool by_value;
-    get_typlenbyval(key.tenant_type, &length, &by_value);
-    copy.tenant = datumCopy(key.tenant, by_value, length);
-  }
-  return copy;
-}
-
-void hold(const storage::KeyRef &key, bytea *fingerprint,
-          const TakenKey &taken) {
-  MemoryContext caller = MemoryContextSwitchTo(TopTransactionContext);
-  auto *held = static_cast<HeldKey *>(palloc0(sizeof(HeldKey)));
-  held->key = copy_key(key);
-  held->fingerprint = copy_text(fingerprint);
-  held->claim = taken.claim;
-  held->ttl = settings::ttl();
-  held->remember = settings::remember();
-  held->expired_row = taken.stored;
-  held->claimed_in = GetCurrentSubTransactionId();
-  held->next = held_keys;
-  held_keys = held;
-  MemoryContextSwitchTo(caller);
-}
-
-// The claimed, not yet completed key of this transaction, or an error.
 HeldKey &claimed_key(const storage::KeyRef &key, const char *command) {
   HeldKey *held = find_held(key);
   if (held == nullptr) {
-    const char *shown = key_text(key);
+    const char *shown = key_for_message(key.key);
     ereport(ERROR,
             (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
              errmsg("idempotency key \"%s\" is not claimed by this transaction",
@@ -126,7 +80,7 @@ HeldKey &claimed_key(const storage::KeyRef &key, const char *command) {
                      "same transaction.")));
   }
   if (held->completed) {
-    const char *shown = key_text(key);
+    const char *shown = key_for_message(key.key);
     ereport(ERROR,
             (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
              errmsg("idempotency key \"%s\" is already completed in this "
@@ -159,38 +113,43 @@ void check_no_unfinished_claims(const char *ending) {
   }
 }
 
-int compare_bytes(const varlena *a, const varlena *b) {
-  Size a_size = VARSIZE_ANY_EXHDR(a);
-  Size b_size = VARSIZE_ANY_EXHDR(b);
-  int order = memcmp(VARDATA_ANY(a), VARDATA_ANY(b), Min(a_size, b_size));
-  if (order != 0)
-    return order;
-  return a_size < b_size ? -1 : (a_size > b_size ? 1 : 0);
-}
-
 } // namespace
 
 ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
-  // The claim marker and the client's text (or NULL), so a claim never
-  // matches an idempotent_call of the same key.
+  // With the claim marker, so a claim never matches an idempotent_call.
   bytea *fingerprint = fingerprint::client_fingerprint(nullptr, client_hash);
-  // Claimed before it is looked up: claim() serves queue consumers, whose
-  // keys are mostly new, and a new key is then looked up once.
+  // claim() serves queue consumers, whose keys are mostly new.
   storage::KeyStore store = storage::key_store_for(key);
-  TakenKey taken = take_key(
-      store, key, fingerprint, GetCurrentTransactionStartTimestamp(),
-      key.has_tenant ? "idempotency.tenant_claim" : "idempotency.claim",
-      TopTransactionResourceOwner, KeyExpected::new_key);
+  TakenKey taken = take_key(store, key, fingerprint,
+                            key.has_tenant ? "idempotency.tenant_claim"
+                                           : "idempotency.claim",
+                            TopTransactionResourceOwner, KeyExpected::new_key);
   if (taken.replay) {
     const storage::KeyProbe &stored = taken.stored;
-    record_last_call(is_error_document(stored.response, stored.response_is_null)
-                         ? Outcome::replayed_error
-                         : Outcome::replayed,
-                     stored.created_at, stored.expires_at);
+    record_replay(stored);
     return ClaimRow{true, stored.response,   stored.response_is_null,
                     true, stored.created_at, stored.expires_at};
   }
-  hold(key, fingerprint, taken);
+  MemoryContext caller = MemoryContextSwitchTo(TopTransactionContext);
+  auto *held = static_cast<HeldKey *>(palloc0(sizeof(HeldKey)));
+  held->key = key;
+  held->key.key = copy_text(key.key);
+  held->key.digest = copy_text(key.digest);
+  if (key.has_tenant) {
+    int16 length;
+    bool by_value;
+    get_typlenbyval(key.tenant_type, &length, &by_value);
+    held->key.tenant = datumCopy(key.tenant, by_value, length);
+  }
+  held->fingerprint = copy_text(fingerprint);
+  held->claim = taken.claim;
+  held->ttl = settings::ttl();
+  held->remember = settings::remember();
+  held->expired_row = taken.stored;
+  held->claimed_in = GetCurrentSubTransactionId();
+  held->next = held_keys;
+  held_keys = held;
+  MemoryContextSwitchTo(caller);
   record_last_call(Outcome::ran);
   return ClaimRow{false, (Datum)0, true, false, 0, 0};
 }
@@ -210,11 +169,8 @@ void complete_key(const storage::KeyRef &key, Datum response,
   held.completed = true;
   held.completed_in = GetCurrentSubTransactionId();
   stats::count(stats::Event::ran);
-  // Outside any subtransaction only the whole transaction can undo the
-  // completion, and the row now shows the key as in progress to everyone
-  // else: the lock has done its work. Inside one, a ROLLBACK TO would remove
-  // the row again, so the lock stays until the transaction ends; and so it
-  // does for a tenant key, whose row others do not see before it commits.
+  // The row now shows the key as in progress to others, except inside a
+  // subtransaction (a ROLLBACK TO would remove it) or for a tenant key.
   if (GetCurrentTransactionNestLevel() == 1 && store.row_shows_in_progress())
     release(held.claim);
 }
@@ -222,7 +178,11 @@ void complete_key(const storage::KeyRef &key, Datum response,
 void release_key(const storage::KeyRef &key) {
   HeldKey &held = claimed_key(key, "idempotency.release()");
   release(held.claim);
-  forget_held(&held);
+  for (HeldKey **link = &held_keys; *link != nullptr; link = &(*link)->next)
+    if (*link == &held) {
+      *link = held.next;
+      return;
+    }
 }
 
 LookupRow lookup_key(const storage::KeyRef &key) {
@@ -230,25 +190,15 @@ LookupRow lookup_key(const storage::KeyRef &key) {
       key, GetCurrentTransactionStartTimestamp());
   HeldKey *held = find_held(key);
   LookupState state = LookupState::in_progress;
-  switch (stored.state) {
-  case storage::KeyState::done:
+  if (stored.state == storage::KeyState::done)
     state = LookupState::done;
-    break;
-  case storage::KeyState::in_progress:
-    break;
-  case storage::KeyState::gone:
+  else if (stored.state == storage::KeyState::gone)
     state = LookupState::gone;
-    break;
-  case storage::KeyState::expired:
-  case storage::KeyState::absent:
-    // A claimed key has no new row until it is completed.
-    if (held == nullptr && !claimed_elsewhere(key))
-      state = stored.state == storage::KeyState::expired ? LookupState::expired
-                                                         : LookupState::absent;
-    break;
-  }
-  // A key this transaction claimed and has not completed is in progress,
-  // whatever expired row it is to replace.
+  // A claimed key has no new row until it is completed.
+  else if (stored.state != storage::KeyState::in_progress && held == nullptr &&
+           !claimed_elsewhere(key))
+    state = stored.state == storage::KeyState::expired ? LookupState::expired
+                                                       : LookupState::absent;
   if (held != nullptr && !held->completed)
     state = LookupState::in_progress;
   bool done = state == LookupState::done;
@@ -265,7 +215,7 @@ LookupRow lookup_key(const storage::KeyRef &key) {
 bool forget_key(const storage::KeyRef &key) {
   PreventCommandIfReadOnly("idempotency.forget");
   if (find_held(key) != nullptr) {
-    const char *shown = key_text(key);
+    const char *shown = key_for_message(key.key);
     ereport(
         ERROR,
         (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -275,19 +225,12 @@ bool forget_key(const storage::KeyRef &key) {
   storage::KeyStore store = storage::key_store_for(key);
   storage::KeyProbe stored =
       store.probe(key, GetCurrentTransactionStartTimestamp());
-  switch (stored.state) {
-  case storage::KeyState::done:
-  case storage::KeyState::gone:
+  if (stored.state == storage::KeyState::done ||
+      stored.state == storage::KeyState::gone)
     return store.remove(key, stored);
-  case storage::KeyState::in_progress:
+  if (stored.state == storage::KeyState::in_progress || claimed_elsewhere(key))
     report_in_progress(key);
-  case storage::KeyState::absent:
-  case storage::KeyState::expired:
-    if (claimed_elsewhere(key))
-      report_in_progress(key);
-    return false;
-  }
-  pg_unreachable();
+  return false;
 }
 
 void claim_batch(const storage::KeyRef *keys, text *const *client_hashes,
@@ -296,9 +239,13 @@ void claim_batch(const storage::KeyRef *keys, text *const *client_hashes,
   int *order = static_cast<int *>(palloc(sizeof(int) * Max(count, 1)));
   for (int i = 0; i < count; i++)
     order[i] = i;
-  std::sort(order, order + count, [keys](int a, int b) {
-    int by_digest = compare_bytes(keys[a].digest, keys[b].digest);
-    return by_digest != 0 ? by_digest < 0 : a < b;
+  std::stable_sort(order, order + count, [keys](int a, int b) {
+    const varlena *x = keys[a].digest;
+    const varlena *y = keys[b].digest;
+    Size x_size = VARSIZE_ANY_EXHDR(x);
+    Size y_size = VARSIZE_ANY_EXHDR(y);
+    int by_digest = memcmp(VARDATA_ANY(x), VARDATA_ANY(y), Min(x_size, y_size));
+    return by_digest != 0 ? by_digest < 0 : x_size < y_size;
   });
   for (int n = 0; n < count; n++) {
     int i = order[n];
@@ -334,12 +281,10 @@ void at_pre_commit() { check_no_unfinished_claims("commit"); }
 
 void at_pre_prepare() { check_no_unfinished_claims("prepare"); }
 
-// The list lived in TopTransactionContext; the claim locks go with the
-// transaction's resource owner.
+// The claim locks go with the transaction's resource owner.
 void at_transaction_end() { held_keys = nullptr; }
 
-// ROLLBACK TO: a claim taken after the savepoint is gone (its lock too); a
-// completion made after it is undone, leaving the key claimed.
+// Undoes claims and completions made after the savepoint.
 void at_subtransaction_abort(SubTransactionId aborted) {
   HeldKey **link = &held_keys;
   while (*link != nullptr) {

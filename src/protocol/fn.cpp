@@ -26,6 +26,7 @@ extern "C" {
 #include "utils/fmgroids.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
+#include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -34,32 +35,32 @@ extern "C" {
 
 namespace idempotency::protocol {
 
-// --- the backend's tables ----------------------------------------------------
-//
-// The per-backend caches below (inferred parameter types, statements) are
-// hash tables of the same kind: entries keyed by a 64-bit hash of what they
-// describe, kept in a memory context of the cache's own for the life of the
-// backend. A caller checks an entry's full key itself: two keys may share a
-// hash.
+// PostgreSQL's assignment cast (as INSERT applies it), or for a string
+// argument the target type's input function (as for an untyped literal).
+struct Conversion {
+  ExprState *expression; // nullptr: passed as it is
+  Oid given;
+  ExprContext *context;
+  ParamListInfo argument;
+  int16 result_length;
+  bool result_by_value;
+};
+static_assert(std::is_trivially_destructible_v<Conversion>);
 
 namespace {
 
-// A hash table `name` of entries of `entry_size` bytes whose first member is
-// their uint64 key, allocated in `context` (the cache's own, under
-// TopMemoryContext, so that it outlives every transaction).
+// Entries keyed by a 64-bit hash, their first member. Two keys may share a
+// hash: a caller checks an entry's full key itself.
 HTAB *create_backend_table(const char *name, Size entry_size,
                            MemoryContext context) {
-  HASHCTL ctl;
-  memset(&ctl, 0, sizeof(ctl));
+  HASHCTL ctl{};
   ctl.keysize = sizeof(uint64);
   ctl.entrysize = entry_size;
   ctl.hcxt = context;
   return hash_create(name, 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 }
 
-// The key both caches give a statement: a hash of fn's text (`sql_size`
-// bytes) and the caller's argument types, cut to
-// idempotency.debug_statement_hash_bits.
+// Cut to idempotency.debug_statement_hash_bits.
 uint64 statement_hash(const char *sql, size_t sql_size, int nargs,
                       const Oid *types) {
   uint64 hash = hash_bytes_extended(
@@ -69,50 +70,23 @@ uint64 statement_hash(const char *sql, size_t sql_size, int nargs,
          settings::statement_hash_mask();
 }
 
-// --- what fn receives: its parameters' types, each argument's conversion -----
-
-// What one analysis of fn found: the type of each parameter (InvalidOid
-// where it stayed open) and the types of fn's result columns.
+// Parameter types (InvalidOid where open) and result column types.
 struct Analysis {
   Oid *types;
-  int result_count;
-  Oid *result_types;
+  List *result_types;
 };
 
 Analysis new_analysis(int nargs, const Oid *types) {
-  Analysis analysis{static_cast<Oid *>(palloc(sizeof(Oid) * Max(nargs, 1))), 0,
-                    nullptr};
+  Analysis analysis{static_cast<Oid *>(palloc(sizeof(Oid) * Max(nargs, 1))),
+                    NIL};
   memcpy(analysis.types, types, sizeof(Oid) * nargs);
   return analysis;
 }
 
-void record_result_types(const Query *query, Analysis *analysis) {
-  List *columns = query->commandType == CMD_SELECT ? query->targetList
-                                                   : query->returningList;
-  analysis->result_types =
-      static_cast<Oid *>(palloc(sizeof(Oid) * Max(list_length(columns), 1)));
-  ListCell *cell;
-  foreach (cell, columns) {
-    TargetEntry *column = lfirst_node(TargetEntry, cell);
-    if (!column->resjunk)
-      analysis->result_types[analysis->result_count++] =
-          exprType(reinterpret_cast<Node *>(column->expr));
-  }
-}
-
-bool same_results(const Analysis &a, const Analysis &b) {
-  return a.result_count == b.result_count &&
-         memcmp(a.result_types, b.result_types, sizeof(Oid) * a.result_count) ==
-             0;
-}
-
-// Analyses fn's one statement as PostgreSQL analyses a client's statement
-// with untyped parameters, starting from analysis->types (InvalidOid for
-// open ones). Runs in a subtransaction: an fn that cannot be analysed this
-// way (an ambiguous operator, a relation created later in the transaction)
-// answers false. No post-analysis hook runs: this is not a statement of the
-// session. A parallel worker cannot start a subtransaction; there the
-// caller's types stand.
+// As PostgreSQL analyses a client's statement with untyped parameters; an fn
+// that cannot be analysed so (an ambiguous operator, a relation created later
+// in the transaction) answers false, as does a parallel worker, which cannot
+// start the subtransaction.
 bool analyse(const char *sql, int nargs, Analysis *analysis) {
   if (IsInParallelMode())
     return false;
@@ -129,7 +103,16 @@ bool analyse(const char *sql, int nargs, Analysis *analysis) {
         Query *query =
             transformTopLevelStmt(state, linitial_node(RawStmt, statements));
         check_variable_parameters(state, query);
-        record_result_types(query, analysis);
+        List *columns = query->commandType == CMD_SELECT ? query->targetList
+                                                         : query->returningList;
+        ListCell *cell;
+        foreach (cell, columns) {
+          TargetEntry *column = lfirst_node(TargetEntry, cell);
+          if (!column->resjunk)
+            analysis->result_types =
+                lappend_oid(analysis->result_types,
+                            exprType(reinterpret_cast<Node *>(column->expr)));
+        }
         free_parsestate(state);
       },
       [](const ErrorData *) { return true; });
@@ -141,35 +124,14 @@ bool analyse(const char *sql, int nargs, Analysis *analysis) {
   return true;
 }
 
-// PostgreSQL types an untyped parameter text by default where nothing asks
-// for a type (`SELECT $1`, `ARRAY[$1, $2]`, `VALUES ($1)`); fn does not need
-// text there, it passes the value on. A parameter the open analysis made
-// text and the caller gave another type keeps the caller's type when fn
-// accepts it and then returns other types: the value reaches fn's result.
-void keep_passed_through_types(const char *sql, int nargs, const Oid *given,
-                               Analysis *open) {
-  Analysis seeded = new_analysis(nargs, open->types);
-  bool any = false;
-  for (int i = 0; i < nargs; i++)
-    if (open->types[i] == TEXTOID && OidIsValid(given[i]) &&
-        TypeCategory(given[i]) != TYPCATEGORY_STRING) {
-      seeded.types[i] = given[i];
-      any = true;
-    }
-  if (any && analyse(sql, nargs, &seeded) && !same_results(*open, seeded))
-    memcpy(open->types, seeded.types, sizeof(Oid) * nargs);
-}
-
 uint64 generation = 0;
 
 void catalog_changed(Datum, compat::SysCacheIdentifier, uint32) {
   generation++;
 }
 
-// Counts the changes this backend has seen to the catalogs that decide fn's
-// parameter types or their names (types, schemas, functions, operators,
-// casts, columns): what was worked out at an older generation is worked out
-// again.
+// Counts changes to the catalogs that decide fn's parameter types or their
+// names: what was worked out at an older generation is worked out again.
 uint64 parameter_types_generation() {
   static bool watching = false;
   if (!watching) {
@@ -182,7 +144,6 @@ uint64 parameter_types_generation() {
   return generation;
 }
 
-// The answers of infer_parameter_types, per fn text and given types.
 struct Inferred {
   uint64 hash; // the table's key
   char *sql;
@@ -196,55 +157,28 @@ constexpr long max_inferred = 1024;
 HTAB *inferred = nullptr;
 MemoryContext inferred_context = nullptr;
 
-Inferred *find_inferred(uint64 hash, const char *sql, int nargs,
-                        const Oid *given) {
-  if (inferred == nullptr) {
-    inferred_context = AllocSetContextCreate(
-        TopMemoryContext, "idempotency parameter types", ALLOCSET_SMALL_SIZES);
-    inferred = create_backend_table("idempotency parameter types",
-                                    sizeof(Inferred), inferred_context);
-  }
-  auto *found =
-      static_cast<Inferred *>(hash_search(inferred, &hash, HASH_FIND, nullptr));
-  if (found == nullptr || found->nargs != nargs ||
-      strcmp(found->sql, sql) != 0 ||
-      memcmp(found->given, given, sizeof(Oid) * nargs) != 0)
-    return nullptr;
-  return found;
-}
-
-void keep_inferred(uint64 hash, const char *sql, int nargs, const Oid *given,
-                   const Oid *types, uint64 at) {
-  if (hash_get_num_entries(inferred) >= max_inferred)
-    return;
-  auto copy = [](const void *from, Size size) {
-    void *to = MemoryContextAlloc(inferred_context, Max(size, 1));
-    memcpy(to, from, size);
-    return to;
-  };
-  Inferred kept{hash,
-                static_cast<char *>(copy(sql, strlen(sql) + 1)),
-                nargs,
-                static_cast<Oid *>(copy(given, sizeof(Oid) * nargs)),
-                static_cast<Oid *>(copy(types, sizeof(Oid) * nargs)),
-                at};
-  bool existed;
-  auto *entry = static_cast<Inferred *>(
-      hash_search(inferred, &hash, HASH_ENTER, &existed));
-  if (existed) {
-    pfree(entry->sql);
-    pfree(entry->given);
-    pfree(entry->types);
-  }
-  *entry = kept;
-}
-
+// With every parameter open or, when fn cannot be analysed so (`SELECT $1 +
+// $2`), with the given types; a parameter still open is the given type, or
+// text.
 void infer(const char *sql, int nargs, const Oid *given, Oid *types) {
   for (int i = 0; i < nargs; i++)
     types[i] = InvalidOid;
   Analysis analysis = new_analysis(nargs, types);
   if (analyse(sql, nargs, &analysis)) {
-    keep_passed_through_types(sql, nargs, given, &analysis);
+    // PostgreSQL makes text an untyped parameter fn only passes on (`SELECT
+    // $1`); it keeps the caller's non-string type when fn then returns
+    // other types.
+    Analysis seeded = new_analysis(nargs, analysis.types);
+    bool any = false;
+    for (int i = 0; i < nargs; i++)
+      if (analysis.types[i] == TEXTOID && OidIsValid(given[i]) &&
+          TypeCategory(given[i]) != TYPCATEGORY_STRING) {
+        seeded.types[i] = given[i];
+        any = true;
+      }
+    if (any && analyse(sql, nargs, &seeded) &&
+        !equal(analysis.result_types, seeded.result_types))
+      analysis = seeded;
   } else {
     analysis = new_analysis(nargs, given);
     if (!analyse(sql, nargs, &analysis))
@@ -257,42 +191,9 @@ void infer(const char *sql, int nargs, const Oid *given, Oid *types) {
   }
 }
 
-} // namespace
-
-void infer_parameter_types(const char *sql, int nargs, const Oid *given,
-                           Oid *types) {
-  uint64 at = parameter_types_generation();
-  uint64 hash = statement_hash(sql, strlen(sql), nargs, given);
-  Inferred *found = find_inferred(hash, sql, nargs, given);
-  if (found != nullptr && found->generation == at) {
-    memcpy(types, found->types, sizeof(Oid) * nargs);
-    return;
-  }
-  infer(sql, nargs, given, types);
-  keep_inferred(hash, sql, nargs, given, types, at);
-}
-
-// How one argument becomes the value fn receives: nothing to do when the
-// caller's type is fn's, else PostgreSQL's own conversion - the assignment
-// cast (as INSERT applies it), or for a string argument the target type's
-// input function (as for an untyped literal).
-struct Conversion {
-  ExprState *expression; // nullptr: passed as it is
-  Oid given;
-  ExprContext *context;
-  ParamListInfo argument;
-  int16 result_length;
-  bool result_by_value;
-};
-static_assert(std::is_trivially_destructible_v<Conversion>);
-
-namespace {
-
-// The conversion of argument `position` (0-based) from `given` to `target`,
-// allocated in the current memory context. Raises 42804 when there is none.
+// Raises 42804 when there is none.
 Conversion conversion_between(Oid given, Oid target, int position) {
-  Conversion conversion;
-  memset(&conversion, 0, sizeof(conversion));
+  Conversion conversion{};
   if (given == target)
     return conversion;
 
@@ -303,8 +204,6 @@ Conversion conversion_between(Oid given, Oid target, int position) {
   argument->paramtypmod = -1;
   argument->paramcollid = get_typcollation(given);
   argument->location = -1;
-  // A string is read by the target type's input function, as an untyped
-  // literal would be; anything else converts as INSERT would convert it.
   CoercionContext context = TypeCategory(given) == TYPCATEGORY_STRING
                                 ? COERCION_EXPLICIT
                                 : COERCION_ASSIGNMENT;
@@ -333,53 +232,17 @@ Conversion conversion_between(Oid given, Oid target, int position) {
   return conversion;
 }
 
-// The value fn receives for a non-null argument, in the current memory
-// context (*is_null: a cast may answer NULL).
-Datum convert(const Conversion &conversion, Datum value, bool *is_null) {
-  ParamExternData &argument = conversion.argument->params[0];
-  argument.value = value;
-  argument.isnull = false;
-  argument.pflags = PARAM_FLAG_CONST;
-  argument.ptype = conversion.given;
-  Datum converted = ExecEvalExprSwitchContext(conversion.expression,
-                                              conversion.context, is_null);
-  Datum copied = *is_null ? (Datum)0
-                          : datumCopy(converted, conversion.result_by_value,
-                                      conversion.result_length);
-  ResetExprContext(conversion.context);
-  return copied;
-}
-
-// --- the statement: what is kept per fn text and argument types --------------
-
-// Applications have a handful of fn texts; this only bounds a pathological
-// caller (one fn text per call). Beyond it statements are not kept.
+// Only bounds a pathological caller (one fn text per call).
 constexpr long max_statements = 1024;
 
 HTAB *statements = nullptr;
 MemoryContext statements_context = nullptr;
-
-bool matches(const Statement &statement, const char *sql, size_t sql_size,
-             const FnArgs &args) {
-  return statement.nargs == args.count && strlen(statement.sql) == sql_size &&
-         memcmp(statement.sql, sql, sql_size) == 0 &&
-         memcmp(statement.given_types, args.types, sizeof(Oid) * args.count) ==
-             0;
-}
-
-void create_table() {
-  statements_context = AllocSetContextCreate(
-      TopMemoryContext, "idempotency statements", ALLOCSET_DEFAULT_SIZES);
-  statements = create_backend_table("idempotency statements", sizeof(Statement),
-                                    statements_context);
-}
 
 template <typename T> T *allocate(MemoryContext context, int count) {
   return static_cast<T *>(
       MemoryContextAlloc(context, sizeof(T) * Max(count, 1)));
 }
 
-// Fills the fingerprint prefix and encoders from the statement's types.
 void fingerprint_types(Statement &statement, text *fn) {
   for (int i = 0; i < statement.nargs; i++)
     statement.encoders[i] = fingerprint::encoder_for(statement.types[i]);
@@ -388,10 +251,9 @@ void fingerprint_types(Statement &statement, text *fn) {
   statement.fingerprint_prefix.keep_prefix_state();
 }
 
-// Works out, in a new memory context under `parent`, what fn receives and
-// how each argument gets there; everything that may fail runs before the
-// statement changes. The generation is read first: a change that arrives
-// meanwhile leaves the statement stale, described again on next use.
+// Everything that may fail runs before the statement changes. The
+// generation is read first: a change that arrives meanwhile leaves the
+// statement stale.
 void describe(Statement &statement, text *fn, const Oid *types,
               MemoryContext parent) {
   uint64 generation = parameter_types_generation();
@@ -437,31 +299,9 @@ Oid *inferred_types(const Statement &statement) {
   return types;
 }
 
-// After a catalog change: the types again; a statement whose types are
-// unchanged keeps its conversions and plan and only names its types again.
-void refresh(Statement &statement, text *fn) {
-  uint64 generation = parameter_types_generation();
-  Oid *types = inferred_types(statement);
-  if (memcmp(types, statement.types, sizeof(Oid) * statement.nargs) != 0) {
-    // The old plan is left to its memory context, not freed: a call further
-    // up this backend's stack may still be running it.
-    describe(statement, fn, types, statements_context);
-    statement.plan = nullptr;
-    return;
-  }
-  // The prefixes' bytes and kept states live with the statement.
-  MemoryContext caller = MemoryContextSwitchTo(statement.context);
-  fingerprint_types(statement, fn);
-  MemoryContextSwitchTo(caller);
-  statement.catalog_generation = generation;
-}
-
 Statement build(uint64 hash, text *fn, const FnArgs &args, bool kept,
                 MemoryContext context) {
-  size_t sql_size = VARSIZE_ANY_EXHDR(fn);
-  char *sql = allocate<char>(context, (int)sql_size + 1);
-  memcpy(sql, VARDATA_ANY(fn), sql_size);
-  sql[sql_size] = '\0';
+  char *sql = MemoryContextStrdup(context, text_to_cstring(fn));
   Oid *given_types = allocate<Oid>(context, args.count);
   memcpy(given_types, args.types, sizeof(Oid) * args.count);
   // describe() fills in everything after given_types.
@@ -474,33 +314,228 @@ Statement build(uint64 hash, text *fn, const FnArgs &args, bool kept,
   return statement;
 }
 
+// Positions a parser error in fn's text, as SPI does, not in the caller's.
+void position_in_fn(void *sql) {
+  int position = geterrposition();
+  if (position <= 0)
+    return;
+  errposition(0);
+  internalerrposition(position);
+  internalerrquery(static_cast<const char *>(sql));
+}
+
+// to_jsonb() learns its argument's type from the call expression, so it is
+// called through an FmgrInfo whose fn_expr carries a typed placeholder.
+Datum to_jsonb_of(Datum value, Oid type) {
+  FmgrInfo flinfo;
+  fmgr_info(F_TO_JSONB, &flinfo);
+  List *call_args = list_make1(makeNullConst(type, -1, InvalidOid));
+  flinfo.fn_expr = reinterpret_cast<Node *>(
+      makeFuncExpr(F_TO_JSONB, JSONBOID, call_args, InvalidOid, InvalidOid,
+                   COERCE_EXPLICIT_CALL));
+  return FunctionCall1(&flinfo, value);
+}
+
+Datum row_to_jsonb(HeapTuple row, TupleDesc desc) {
+  if (row_is_object(desc->natts))
+    return to_jsonb_of(heap_copy_tuple_as_datum(row, desc), RECORDOID);
+  bool is_null;
+  Datum value = SPI_getbinval(row, desc, 1, &is_null);
+  if (is_null) {
+    JsonbValue null_value;
+    null_value.type = jbvNull;
+    return JsonbPGetDatum(JsonbValueToJsonb(&null_value));
+  }
+  return to_jsonb_of(value, SPI_gettypeid(desc, 1));
+}
+
+Datum result_to_jsonb(SPITupleTable *table, uint64 rows, bool *is_null) {
+  int columns = table == nullptr ? 0 : table->tupdesc->natts;
+  ResultShape shape = result_shape(rows, columns);
+  *is_null = shape == ResultShape::no_response;
+  if (*is_null)
+    return (Datum)0;
+  // Rows become records, which to_jsonb finds through a blessed descriptor.
+  if (row_is_object(columns))
+    BlessTupleDesc(table->tupdesc);
+  if (shape != ResultShape::array)
+    return row_to_jsonb(table->vals[0], table->tupdesc);
+  if (rows > (uint64)MaxArraySize)
+    ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                    errmsg("fn returned too many rows for one response")));
+  auto *elements = static_cast<Datum *>(palloc(sizeof(Datum) * rows));
+  for (uint64 i = 0; i < rows; i++)
+    elements[i] = row_to_jsonb(table->vals[i], table->tupdesc);
+  ArrayType *array =
+      construct_array(elements, (int)rows, JSONBOID, -1, false, TYPALIGN_INT);
+  return to_jsonb_of(PointerGetDatum(array), JSONBARRAYOID);
+}
+
+Datum run_fn(Statement &statement, const FnArgs &args, bool *is_null) {
+  MemoryContext result_context = CurrentMemoryContext;
+  if (SPI_connect() != SPI_OK_CONNECT)
+    elog(ERROR, "SPI_connect failed");
+  if (statement.plan == nullptr) {
+    // Counted before anything is analysed: a later statement could fail on
+    // what an earlier one would have created.
+    ErrorContextCallback in_fn{error_context_stack, position_in_fn,
+                               statement.sql};
+    error_context_stack = &in_fn;
+    List *parsed = pg_parse_query(statement.sql);
+    error_context_stack = in_fn.previous;
+    if (list_length(parsed) != 1)
+      ereport(ERROR, (errcode(ERRCODE_SYNTAX_ERROR),
+                      errmsg("fn must be exactly one SQL statement")));
+    SPIPlanPtr plan =
+        SPI_prepare(statement.sql, statement.nargs, statement.types);
+    if (plan == nullptr)
+      elog(ERROR, "SPI_prepare failed for fn: %s",
+           SPI_result_code_string(SPI_result));
+    // A statement that is not kept gets a plan that SPI_finish frees.
+    if (statement.kept && SPI_keepplan(plan) != 0)
+      elog(ERROR, "SPI_keepplan failed for fn");
+    statement.plan = plan;
+  }
+  auto *nulls = static_cast<char *>(palloc(Max(args.count, 1)));
+  for (int i = 0; i < args.count; i++)
+    nulls[i] = args.nulls[i] ? 'n' : ' ';
+  int rc = SPI_execute_plan(statement.plan, args.values, nulls, false, 0);
+  // SPI refuses some statements by return code rather than by error.
+  if (rc == SPI_ERROR_TRANSACTION)
+    ereport(ERROR,
+            (errcode(ERRCODE_INVALID_TRANSACTION_TERMINATION),
+             errmsg("fn cannot commit, roll back or otherwise control the "
+                    "transaction"),
+             errdetail("fn runs inside the caller's transaction, which "
+                       "commits or rolls back the key with it.")));
+  if (rc == SPI_ERROR_COPY)
+    ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                    errmsg("fn cannot run COPY to or from the client")));
+  if (rc < 0)
+    elog(ERROR, "running fn failed: %s", SPI_result_code_string(rc));
+
+  // The response outlives the SPI connection.
+  MemoryContext spi_context = MemoryContextSwitchTo(result_context);
+  Datum response = result_to_jsonb(SPI_tuptable, SPI_processed, is_null);
+  MemoryContextSwitchTo(spi_context);
+  SPI_finish();
+  return response;
+}
+
+Datum error_document(const ErrorData *error) {
+  const char *members[][2] = {{"sqlstate", unpack_sql_state(error->sqlerrcode)},
+                              {"message", error->message},
+                              {"detail", error->detail},
+                              {"hint", error->hint}};
+  StringInfoData json;
+  initStringInfo(&json);
+  appendStringInfoString(&json, "{\"error\": {");
+  for (int i = 0; i < 4; i++) {
+    appendStringInfoString(&json, i == 0 ? "" : ", ");
+    escape_json(&json, members[i][0]);
+    appendStringInfoString(&json, ": ");
+    if (members[i][1] == nullptr)
+      appendStringInfoString(&json, "null");
+    else
+      escape_json(&json, members[i][1]);
+  }
+  appendStringInfoString(&json, "}}");
+  return DirectFunctionCall1(jsonb_in, CStringGetDatum(json.data));
+}
+
+// A transient condition (a lock timeout, a cancel, ...) is never stored,
+// even when its class is listed: a retry must run fn again.
+bool error_is_stored(const ErrorData *error) {
+  const char *sqlstate = unpack_sql_state(error->sqlerrcode);
+  return sqlstate_listed(settings::stored_errors(), sqlstate) &&
+         !sqlstate_transient(sqlstate);
+}
+
 } // namespace
 
+void infer_parameter_types(const char *sql, int nargs, const Oid *given,
+                           Oid *types) {
+  uint64 at = parameter_types_generation();
+  uint64 hash = statement_hash(sql, strlen(sql), nargs, given);
+  if (inferred == nullptr) {
+    inferred_context = AllocSetContextCreate(
+        TopMemoryContext, "idempotency parameter types", ALLOCSET_SMALL_SIZES);
+    inferred = create_backend_table("idempotency parameter types",
+                                    sizeof(Inferred), inferred_context);
+  }
+  auto *found =
+      static_cast<Inferred *>(hash_search(inferred, &hash, HASH_FIND, nullptr));
+  if (found != nullptr && found->nargs == nargs &&
+      strcmp(found->sql, sql) == 0 &&
+      memcmp(found->given, given, sizeof(Oid) * nargs) == 0 &&
+      found->generation == at) {
+    memcpy(types, found->types, sizeof(Oid) * nargs);
+    return;
+  }
+  infer(sql, nargs, given, types);
+  if (hash_get_num_entries(inferred) >= max_inferred)
+    return;
+  // One allocation: the given types, the types, then the text.
+  Size oids = sizeof(Oid) * nargs;
+  auto *copy = static_cast<char *>(
+      MemoryContextAlloc(inferred_context, 2 * oids + strlen(sql) + 1));
+  memcpy(copy, given, oids);
+  memcpy(copy + oids, types, oids);
+  memcpy(copy + 2 * oids, sql, strlen(sql) + 1);
+  bool existed;
+  auto *entry = static_cast<Inferred *>(
+      hash_search(inferred, &hash, HASH_ENTER, &existed));
+  if (existed)
+    pfree(entry->given);
+  Oid *kept = reinterpret_cast<Oid *>(copy);
+  *entry = Inferred{hash, copy + 2 * oids, nargs, kept, kept + nargs, at};
+}
+
 Statement *statement_for(text *fn, const FnArgs &args) {
-  if (statements == nullptr)
-    create_table();
+  if (statements == nullptr) {
+    statements_context = AllocSetContextCreate(
+        TopMemoryContext, "idempotency statements", ALLOCSET_DEFAULT_SIZES);
+    statements = create_backend_table("idempotency statements",
+                                      sizeof(Statement), statements_context);
+  }
   const char *sql = VARDATA_ANY(fn);
   size_t sql_size = VARSIZE_ANY_EXHDR(fn);
   uint64 hash = statement_hash(sql, sql_size, args.count, args.types);
 
   auto *found = static_cast<Statement *>(
       hash_search(statements, &hash, HASH_FIND, nullptr));
-  if (found != nullptr && matches(*found, sql, sql_size, args)) {
-    if (found->catalog_generation != parameter_types_generation())
-      refresh(*found, fn);
+  if (found != nullptr && found->nargs == args.count &&
+      strlen(found->sql) == sql_size &&
+      memcmp(found->sql, sql, sql_size) == 0 &&
+      memcmp(found->given_types, args.types, sizeof(Oid) * args.count) == 0) {
+    uint64 generation = parameter_types_generation();
+    if (found->catalog_generation == generation)
+      return found;
+    // After a catalog change: a statement whose types are unchanged keeps
+    // its conversions and plan and only names its types again.
+    Oid *types = inferred_types(*found);
+    if (memcmp(types, found->types, sizeof(Oid) * found->nargs) != 0) {
+      // The old plan is not freed: a call further up this backend's stack
+      // may still be running it.
+      describe(*found, fn, types, statements_context);
+      found->plan = nullptr;
+      return found;
+    }
+    MemoryContext caller = MemoryContextSwitchTo(found->context);
+    fingerprint_types(*found, fn);
+    MemoryContextSwitchTo(caller);
+    found->catalog_generation = generation;
     return found;
   }
 
   // Not kept: the cache is full, or another statement has the same hash.
-  if (found != nullptr || hash_get_num_entries(statements) >= max_statements) {
-    auto *transient = static_cast<Statement *>(palloc(sizeof(Statement)));
-    *transient = build(hash, fn, args, false, CurrentMemoryContext);
-    return transient;
-  }
-
-  Statement built = build(hash, fn, args, true, statements_context);
+  bool kept =
+      found == nullptr && hash_get_num_entries(statements) < max_statements;
+  Statement built = build(hash, fn, args, kept,
+                          kept ? statements_context : CurrentMemoryContext);
   auto *entry = static_cast<Statement *>(
-      hash_search(statements, &hash, HASH_ENTER, nullptr));
+      kept ? hash_search(statements, &hash, HASH_ENTER, nullptr)
+           : palloc(sizeof(Statement)));
   *entry = built;
   return entry;
 }
@@ -517,186 +552,25 @@ FnArgs received_args(const Statement &statement, const FnArgs &args) {
   for (int i = 0; i < args.count; i++) {
     received.nulls[i] = args.nulls[i];
     received.values[i] = args.values[i];
-    if (!args.nulls[i] && statement.conversions[i].expression != nullptr)
-      received.values[i] =
-          convert(statement.conversions[i], args.values[i], &received.nulls[i]);
+    const Conversion &conversion = statement.conversions[i];
+    if (args.nulls[i] || conversion.expression == nullptr)
+      continue;
+    ParamExternData &argument = conversion.argument->params[0];
+    argument.value = args.values[i];
+    argument.isnull = false;
+    argument.pflags = PARAM_FLAG_CONST;
+    argument.ptype = conversion.given;
+    // A cast may answer NULL.
+    Datum converted = ExecEvalExprSwitchContext(
+        conversion.expression, conversion.context, &received.nulls[i]);
+    received.values[i] = received.nulls[i]
+                             ? (Datum)0
+                             : datumCopy(converted, conversion.result_by_value,
+                                         conversion.result_length);
+    ResetExprContext(conversion.context);
   }
   return received;
 }
-
-namespace {
-
-// An error the parser positions is positioned in fn's text, with fn as its
-// QUERY, as SPI does for the statements it parses (its error context
-// callback): without this, the cursor would point into the caller's
-// statement.
-void position_in_fn(void *sql) {
-  int position = geterrposition();
-  if (position <= 0)
-    return;
-  errposition(0);
-  internalerrposition(position);
-  internalerrquery(static_cast<const char *>(sql));
-}
-
-// Counted on the raw parse trees, before anything is analysed: analysing a
-// later statement could fail on what an earlier one would have created
-// (CREATE TABLE t ...; SELECT * FROM t would answer 42P01).
-void check_single_statement(const char *sql) {
-  ErrorContextCallback in_fn{error_context_stack, position_in_fn,
-                             const_cast<char *>(sql)};
-  error_context_stack = &in_fn;
-  List *statements = pg_parse_query(sql);
-  error_context_stack = in_fn.previous;
-  if (list_length(statements) != 1)
-    ereport(ERROR, (errcode(ERRCODE_SYNTAX_ERROR),
-                    errmsg("fn must be exactly one SQL statement")));
-}
-
-// --- running fn: SPI, its result as jsonb ------------------------------------
-
-// to_jsonb() learns its argument's type from the call expression, so it is
-// called through an FmgrInfo whose fn_expr carries a typed placeholder.
-Datum to_jsonb_of(Datum value, Oid type) {
-  FmgrInfo flinfo;
-  fmgr_info(F_TO_JSONB, &flinfo);
-  List *call_args = list_make1(makeNullConst(type, -1, InvalidOid));
-  flinfo.fn_expr = reinterpret_cast<Node *>(
-      makeFuncExpr(F_TO_JSONB, JSONBOID, call_args, InvalidOid, InvalidOid,
-                   COERCE_EXPLICIT_CALL));
-  return FunctionCall1(&flinfo, value);
-}
-
-// One row as jsonb: its single value, or an object of its columns.
-Datum row_to_jsonb(HeapTuple row, TupleDesc desc) {
-  if (row_is_object(desc->natts))
-    return to_jsonb_of(heap_copy_tuple_as_datum(row, desc), RECORDOID);
-  bool is_null;
-  Datum value = SPI_getbinval(row, desc, 1, &is_null);
-  if (is_null) {
-    JsonbValue null_value;
-    null_value.type = jbvNull;
-    return JsonbPGetDatum(JsonbValueToJsonb(&null_value));
-  }
-  return to_jsonb_of(value, SPI_gettypeid(desc, 1));
-}
-
-Datum rows_to_jsonb(SPITupleTable *table, uint64 rows) {
-  auto *elements = static_cast<Datum *>(palloc(sizeof(Datum) * rows));
-  for (uint64 i = 0; i < rows; i++)
-    elements[i] = row_to_jsonb(table->vals[i], table->tupdesc);
-  ArrayType *array =
-      construct_array(elements, (int)rows, JSONBOID, -1, false, TYPALIGN_INT);
-  return to_jsonb_of(PointerGetDatum(array), JSONBARRAYOID);
-}
-
-Datum result_to_jsonb(SPITupleTable *table, uint64 rows, bool *is_null) {
-  *is_null = false;
-  int columns = table == nullptr ? 0 : table->tupdesc->natts;
-  ResultShape shape = result_shape(rows, columns);
-  if (table == nullptr || shape == ResultShape::no_response) {
-    *is_null = true;
-    return (Datum)0;
-  }
-  // Rows become records, which to_jsonb finds through a blessed descriptor.
-  if (row_is_object(columns))
-    BlessTupleDesc(table->tupdesc);
-  if (shape != ResultShape::array)
-    return row_to_jsonb(table->vals[0], table->tupdesc);
-  if (rows > (uint64)MaxArraySize)
-    ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                    errmsg("fn returned too many rows for one response")));
-  return rows_to_jsonb(table, rows);
-}
-
-// SPI refuses some statements by return code rather than by error.
-void check_execution(int rc) {
-  if (rc == SPI_ERROR_TRANSACTION)
-    ereport(ERROR,
-            (errcode(ERRCODE_INVALID_TRANSACTION_TERMINATION),
-             errmsg("fn cannot commit, roll back or otherwise control the "
-                    "transaction"),
-             errdetail("fn runs inside the caller's transaction, which "
-                       "commits or rolls back the key with it.")));
-  if (rc == SPI_ERROR_COPY)
-    ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                    errmsg("fn cannot run COPY to or from the client")));
-  if (rc < 0)
-    elog(ERROR, "running fn failed: %s", SPI_result_code_string(rc));
-}
-
-Datum run_fn(Statement &statement, const FnArgs &args, bool *is_null) {
-  MemoryContext result_context = CurrentMemoryContext;
-  if (SPI_connect() != SPI_OK_CONNECT)
-    elog(ERROR, "SPI_connect failed");
-  if (statement.plan == nullptr) {
-    check_single_statement(statement.sql);
-    SPIPlanPtr plan =
-        SPI_prepare(statement.sql, statement.nargs, statement.types);
-    if (plan == nullptr)
-      elog(ERROR, "SPI_prepare failed for fn: %s",
-           SPI_result_code_string(SPI_result));
-    // A statement that is not kept gets a plan that SPI_finish frees.
-    if (statement.kept && SPI_keepplan(plan) != 0)
-      elog(ERROR, "SPI_keepplan failed for fn");
-    statement.plan = plan;
-  }
-  auto *nulls = static_cast<char *>(palloc(Max(args.count, 1)));
-  for (int i = 0; i < args.count; i++)
-    nulls[i] = args.nulls[i] ? 'n' : ' ';
-  check_execution(
-      SPI_execute_plan(statement.plan, args.values, nulls, false, 0));
-
-  // The response outlives the SPI connection.
-  MemoryContext spi_context = MemoryContextSwitchTo(result_context);
-  Datum response = result_to_jsonb(SPI_tuptable, SPI_processed, is_null);
-  MemoryContextSwitchTo(spi_context);
-  SPI_finish();
-  return response;
-}
-
-// --- stored errors: fn's error as the response -------------------------------
-
-// A key, or a member's value: a string, or JSON null when the error has no
-// such field.
-void push_string(compat::JsonbInState *state, JsonbIteratorToken token,
-                 const char *text) {
-  JsonbValue value;
-  value.type = text == nullptr ? jbvNull : jbvString;
-  if (text != nullptr) {
-    value.val.string.val = const_cast<char *>(text);
-    value.val.string.len = (int)strlen(text);
-  }
-  compat::pushJsonbValue(state, token, &value);
-}
-
-Datum error_document(const ErrorData *error) {
-  const char *members[][2] = {{"sqlstate", unpack_sql_state(error->sqlerrcode)},
-                              {"message", error->message},
-                              {"detail", error->detail},
-                              {"hint", error->hint}};
-  compat::JsonbInState state{};
-  compat::pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
-  push_string(&state, WJB_KEY, "error");
-  compat::pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
-  for (const auto &member : members) {
-    push_string(&state, WJB_KEY, member[0]);
-    push_string(&state, WJB_VALUE, member[1]);
-  }
-  compat::pushJsonbValue(&state, WJB_END_OBJECT, nullptr);
-  compat::pushJsonbValue(&state, WJB_END_OBJECT, nullptr);
-  return JsonbPGetDatum(JsonbValueToJsonb(state.result));
-}
-
-// A transient condition (a lock timeout, a cancel, ...) is never stored,
-// even when its class is listed: a retry must run fn again.
-bool error_is_stored(const ErrorData *error) {
-  const char *sqlstate = unpack_sql_state(error->sqlerrcode);
-  return sqlstate_listed(settings::stored_errors(), sqlstate) &&
-         !sqlstate_transient(sqlstate);
-}
-
-} // namespace
 
 Datum run_fn_storing_errors(Statement &statement, const FnArgs &args,
                             bool *is_null, bool *is_error) {
@@ -704,7 +578,6 @@ Datum run_fn_storing_errors(Statement &statement, const FnArgs &args,
   if (settings::stored_errors().count == 0)
     return run_fn(statement, args, is_null);
 
-  // fn's effects live in a subtransaction that a stored error rolls back.
   Datum response = (Datum)0;
   run_in_subtransaction([&] { response = run_fn(statement, args, is_null); },
                         [&](const ErrorData *error) {

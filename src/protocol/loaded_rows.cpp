@@ -14,35 +14,6 @@ namespace idempotency::protocol {
 
 namespace {
 
-TriggerData *row_trigger_data(FunctionCallInfo fcinfo) {
-  if (!CALLED_AS_TRIGGER(fcinfo))
-    ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-                    errmsg("idempotency.keys_loaded() must be called as a "
-                           "trigger")));
-  auto *trigger = reinterpret_cast<TriggerData *>(fcinfo->context);
-  if (!TRIGGER_FIRED_BEFORE(trigger->tg_event) ||
-      !TRIGGER_FIRED_FOR_ROW(trigger->tg_event) ||
-      !TRIGGER_FIRED_BY_INSERT(trigger->tg_event))
-    ereport(ERROR,
-            (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-             errmsg("idempotency.keys_loaded() must fire BEFORE INSERT FOR "
-                    "EACH ROW")));
-  return trigger;
-}
-
-// A loaded key's role gets its mark, as when the role stores a key: the
-// keys of a restored dump hold their roles from the start.
-void mark_role_of(Relation keys, HeapTuple row) {
-  TupleDesc desc = RelationGetDescr(keys);
-  int scope_column = SPI_fnumber(desc, "scope");
-  if (scope_column <= 0)
-    return;
-  bool isnull;
-  Datum scope = heap_getattr(row, scope_column, desc, &isnull);
-  if (!isnull)
-    storage::role_marks::ensure(keys, scope_column, DatumGetObjectId(scope));
-}
-
 // Whether the row has a column of this name, and it is not NULL.
 bool column_is_set(TupleDesc desc, HeapTuple row, const char *name) {
   int column = SPI_fnumber(desc, name);
@@ -55,7 +26,18 @@ bool column_is_set(TupleDesc desc, HeapTuple row, const char *name) {
 } // namespace
 
 Datum keys_loaded_body(FunctionCallInfo fcinfo) {
-  TriggerData *trigger = row_trigger_data(fcinfo);
+  if (!CALLED_AS_TRIGGER(fcinfo))
+    ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                    errmsg("idempotency.keys_loaded() must be called as a "
+                           "trigger")));
+  auto *trigger = reinterpret_cast<TriggerData *>(fcinfo->context);
+  if (!TRIGGER_FIRED_BEFORE(trigger->tg_event) ||
+      !TRIGGER_FIRED_FOR_ROW(trigger->tg_event) ||
+      !TRIGGER_FIRED_BY_INSERT(trigger->tg_event))
+    ereport(ERROR,
+            (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+             errmsg("idempotency.keys_loaded() must fire BEFORE INSERT FOR "
+                    "EACH ROW")));
   HeapTuple row = trigger->tg_trigtuple;
   // The extension's own rows are whole already.
   if (storage::is_own_insert(trigger->tg_relation, row))
@@ -71,9 +53,8 @@ Datum keys_loaded_body(FunctionCallInfo fcinfo) {
   bool key_isnull, hash_isnull;
   Datum key = heap_getattr(row, key_column, desc, &key_isnull);
   Datum hash = heap_getattr(row, hash_column, desc, &hash_isnull);
-  // Rows of dumps made before 0.4 hold request_hash as text (the hex of the
-  // fingerprint, or before 0.3 the client's own text) and, before 0.3, a
-  // status of 'done': neither can be read as a fingerprint.
+  // Dumps made before 0.4 hold request_hash as text and, before 0.3, a
+  // status.
   if ((!hash_isnull && toast_raw_datum_size(hash) - VARHDRSZ !=
                            fingerprint::fingerprint_size) ||
       column_is_set(desc, row, "status"))
@@ -86,10 +67,17 @@ Datum keys_loaded_body(FunctionCallInfo fcinfo) {
                        (int)fingerprint::fingerprint_size),
              errhint("Restore the dump into a database with version 0.7 of "
                      "the extension, then dump that database again.")));
-  mark_role_of(trigger->tg_relation, row);
-  // A tombstone (expired_at set, from 1.0 on) keeps no key text to compute
-  // a digest from: its digest is loaded as it was dumped, in the form 1.0
-  // computes.
+  // A loaded key's role gets its mark, as when the role stores a key.
+  int scope_column = SPI_fnumber(desc, "scope");
+  bool scope_isnull = true;
+  Datum scope = (Datum)0;
+  if (scope_column > 0)
+    scope = heap_getattr(row, scope_column, desc, &scope_isnull);
+  if (!scope_isnull)
+    storage::role_marks::ensure(trigger->tg_relation, scope_column,
+                                DatumGetObjectId(scope));
+  // A tombstone (expired_at set) keeps no key text: its digest is loaded as
+  // dumped.
   if (key_isnull || column_is_set(desc, row, "expired_at"))
     return PointerGetDatum(row);
   Datum digest =

@@ -1,7 +1,5 @@
-// fn: the caller's one SQL statement - the types its parameters receive
-// and each argument's conversion to them, what is kept per statement, how
-// it runs, how its result becomes the stored jsonb response, and the errors
-// it may store in its place.
+// fn, the caller's one SQL statement: its parameter types, how it runs, and
+// its result or stored error as the jsonb response.
 #pragma once
 
 #include "idempotency/fingerprint/request_hash.hpp"
@@ -15,54 +13,19 @@ extern "C" {
 
 namespace idempotency::protocol {
 
-// --- what fn receives --------------------------------------------------------
-//
-// The types fn's own text gives its parameters, and the conversion of each
-// argument to them.
-//
-// A request is identified by what fn receives, not by how a driver labelled
-// its values on the wire: `SELECT withdraw($1, $2)` with withdraw(integer,
-// bigint) receives an integer and a bigint whether the client sent int2,
-// int8, varchar or an untyped '300'. The types are PostgreSQL's own answer
-// for untyped parameters (what a client that prepares fn with no types
-// would be told); a parameter whose type fn leaves open keeps the type the
-// caller gave it (an untyped one is text). docs/fingerprints.md states the
-// rule for users.
-
-// Fills types[0 .. nargs) for fn's `sql`. given[i] is the caller's type of
-// argument i, or InvalidOid when the caller left it untyped:
-//  1. fn analysed with every parameter open gives the types;
-//  2. except that a parameter fn only passes on to its result (`SELECT $1`,
-//     `ARRAY[$1, $2]`), which PostgreSQL would make text by default, keeps
-//     the caller's type;
-//  3. when fn cannot be analysed with its parameters open (`SELECT $1 + $2`),
-//     fn analysed with the given types gives the types of the others;
-//  4. a parameter still open is the given type, or text.
-// Never raises for what fn's text says: an fn that cannot be analysed
-// raises its own error when it is prepared to run. The answer is kept per
-// fn text and given types for the life of the backend (up to a bound), until
-// a catalog that decides the types changes (fn.cpp's generation): a client's
-// statement with untyped parameters that is parsed for every call (an
-// unnamed statement) asks again each time.
+// The types fn's `sql` gives its parameters (docs/fingerprints.md); given[i]
+// is the caller's type of argument i, InvalidOid when untyped. Never raises
+// for what fn's text says: fn raises its own error when it is prepared.
+// Answers are kept until a catalog that decides them changes, since a
+// client's unnamed statement asks again for every call.
 void infer_parameter_types(const char *sql, int nargs, const Oid *given,
                            Oid *types);
 
-// --- the statement -----------------------------------------------------------
-//
-// Kept per fn statement - fn's text with the types its caller gave the
-// arguments - for the life of the backend: the types fn receives and how
-// each argument converts to them (above), the request fingerprint's prefix
-// (fn and the received types, hashed), how to encode each value, and the
-// prepared plan. A statement is analysed, planned and
-// fingerprinted once per backend rather than once per call; PostgreSQL's
-// plan cache revalidates the plan after DDL or a change of search_path or
-// role, and a change to the catalogs that decide fn's parameter types or
-// their names (types, schemas, functions, operators, casts, columns) makes
-// the statement work them out again on next use, so every backend answers
-// alike.
-
 struct Conversion; // how each argument becomes what fn receives (fn.cpp)
 
+// Kept per fn text and caller's argument types for the life of the backend;
+// a change to the catalogs that decide fn's parameter types makes it work
+// them out again, so every backend answers alike.
 struct Statement {
   uint64 hash; // the cache's key
   char *sql;
@@ -81,33 +44,17 @@ struct Statement {
 };
 static_assert(std::is_trivially_destructible_v<Statement>);
 
-// The statement of fn with these arguments' types. Past the cache's size
-// limit the statement is built afresh for each call in the current memory
-// context. Entries are never freed, so a statement (and its plan) stays
-// valid while fn runs, even if fn makes calls of its own.
+// Entries are never freed, so a statement (and its plan) stays valid while
+// fn runs, even if fn makes calls of its own.
 Statement *statement_for(text *fn, const FnArgs &args);
 
 // The arguments as fn receives them: `args` itself when nothing converts.
 FnArgs received_args(const Statement &statement, const FnArgs &args);
 
-// --- stored errors -----------------------------------------------------------
-//
-// With idempotency.store_errors set, an error of a listed SQLSTATE raised
-// by fn is the call's outcome. fn then runs in a subtransaction, so that
-// the error undoes fn's effects while the caller's transaction goes on to
-// store the error as the response:
-//
-//   {"error": {"sqlstate": "P0001", "message": "...", "detail": null,
-//              "hint": null}}
-//
-// With the setting empty fn runs as it always did, without a subtransaction.
-
-// Runs fn - the statement's plan, prepared on first use - with the caller's
-// rights, through SPI, and returns its result as jsonb in the current memory
-// context (see docs/how-it-works.md, "Result to jsonb"); *is_null is set when
-// fn returned no rows. With idempotency.store_errors set, an error of a
-// listed SQLSTATE is caught, fn's effects are rolled back, and its document
-// is returned with *is_error set; any other error propagates unchanged.
+// fn's result as jsonb; *is_null when fn returned no rows. With
+// idempotency.store_errors set, fn runs in a subtransaction, and an error of
+// a listed SQLSTATE rolls back fn's effects and is returned as
+// {"error": {"sqlstate": ..., "message": ..., "detail": ..., "hint": ...}}.
 Datum run_fn_storing_errors(Statement &statement, const FnArgs &args,
                             bool *is_null, bool *is_error);
 

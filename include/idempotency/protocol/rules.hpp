@@ -14,25 +14,17 @@ constexpr std::size_t max_key_bytes = 255;
 
 enum class KeyCheck { ok, empty, too_long };
 
-// Checks a key by its size in bytes (of its UTF-8 form) alone, so an
-// oversized key is refused before it reaches an index.
+// By size alone, so that an oversized key is refused before it reaches an
+// index.
 inline KeyCheck check_key_size(std::size_t bytes) noexcept {
   if (bytes == 0)
     return KeyCheck::empty;
   return bytes > max_key_bytes ? KeyCheck::too_long : KeyCheck::ok;
 }
 
-// How fn's result becomes the response (see docs/how-it-works.md,
-// "Result to jsonb"):
-//   no_response  - fn returned no rows, or was not a row-returning statement
-//                  (SQL NULL);
-//   value        - one row of one column: that value as jsonb;
-//   object       - one row of several columns: {"column": value, ...};
-//   array        - several rows: a jsonb array with one element per row,
-//                  each element a value or an object as above.
+// See docs/how-it-works.md, "Result to jsonb".
 enum class ResultShape { no_response, value, object, array };
 
-// Whether each row is represented as a bare value (one column) or an object.
 inline bool row_is_object(int columns) noexcept { return columns > 1; }
 
 inline ResultShape result_shape(std::uint64_t rows, int columns) noexcept {
