@@ -16,20 +16,60 @@ namespace idempotency::storage {
 
 KeyStore key_store_for(const KeyRef &key) {
   if (key.has_tenant)
-    return KeyStore(tenant_keys::backend, tenant_keys::table_for(key));
-  return KeyStore(local_keys, key_table());
+    return KeyStore(KeyTableKind::tenant, tenant_keys::table_for(key));
+  return KeyStore(KeyTableKind::local, key_table());
 }
 
-const KeyBackend &key_backend(int index) {
-  Assert(index >= 0 && index < key_backend_count);
-  if (index == 0)
-    return local_keys;
-  return tenant_keys::backend;
+KeyStore store_of_kind(KeyTableKind kind) {
+  return KeyStore(kind, KeyTable{InvalidOid, InvalidOid, InvalidOid});
 }
 
-KeyStore expiry_store(int index) {
-  return KeyStore(key_backend(index),
-                  KeyTable{InvalidOid, InvalidOid, InvalidOid});
+KeyProbe KeyStore::probe(const KeyRef &key, TimestampTz now) const {
+  return kind_ == KeyTableKind::local ? local_keys::probe(table_, key, now)
+                                      : tenant_keys::probe(table_, key, now);
+}
+
+StoredRow KeyStore::store(const KeyRef &key, const NewRow &row) const {
+  return kind_ == KeyTableKind::local ? local_keys::store(table_, key, row)
+                                      : tenant_keys::store(table_, key, row);
+}
+
+bool KeyStore::remove(const KeyRef &key, const KeyProbe &stored) const {
+  return kind_ == KeyTableKind::local
+             ? local_keys::remove(table_, key, stored)
+             : tenant_keys::remove(table_, key, stored);
+}
+
+Oid KeyStore::relation() const {
+  return kind_ == KeyTableKind::local ? local_keys::relation()
+                                      : tenant_keys::relation();
+}
+
+role_keys::Roles KeyStore::roles_with_keys(Oid relid,
+                                           AttrNumber scope_column) const {
+  return kind_ == KeyTableKind::local
+             ? local_keys::roles_with_keys(relid, scope_column)
+             : tenant_keys::roles_with_keys(relid, scope_column);
+}
+
+uint64 KeyStore::delete_keys_of(Oid relid, AttrNumber scope_column,
+                                Oid role) const {
+  return kind_ == KeyTableKind::local
+             ? local_keys::delete_keys_of(relid, scope_column, role)
+             : tenant_keys::delete_keys_of(relid, scope_column, role);
+}
+
+void KeyStore::collect_expired(ExpiryRound &round, int batch_size) const {
+  if (kind_ == KeyTableKind::local)
+    local_keys::collect_expired(round, batch_size);
+  else
+    tenant_keys::collect_expired(round, batch_size);
+}
+
+ExpiryBatch KeyStore::expire_batch(ExpiryRound &round, int batch_size) const {
+  return kind_ == KeyTableKind::local
+             ? local_keys::expire_batch(round, batch_size)
+             : tenant_keys::expire_batch(round, batch_size);
 }
 
 // Practically never by chance, but a row whose key text was changed by hand

@@ -422,10 +422,8 @@ citus::TableKind key_table_citus_kind() {
   return find_table() ? cached_citus_kind() : citus::TableKind::not_citus;
 }
 
-const LocalKeys local_keys{};
-
-KeyProbe LocalKeys::probe(const KeyTable &table, const KeyRef &key,
-                          TimestampTz now) const {
+KeyProbe local_keys::probe(const KeyTable &table, const KeyRef &key,
+                           TimestampTz now) {
   Relation rel = table_open(table.relid, AccessShareLock);
   KeyColumns columns = key_columns(rel);
 
@@ -1026,8 +1024,8 @@ bool is_own_insert(Relation rel, HeapTuple row) {
          datum_image_eq(digest, PointerGetDatum(own_insert.digest), false, -1);
 }
 
-StoredRow LocalKeys::store(const KeyTable &table, const KeyRef &key,
-                           const NewRow &row) const {
+StoredRow local_keys::store(const KeyTable &table, const KeyRef &key,
+                            const NewRow &row) {
   // fn may have dropped the extension (the drop rolls back with the error).
   Relation rel = try_table_open(table.relid, RowExclusiveLock);
   if (rel == nullptr)
@@ -1043,7 +1041,7 @@ StoredRow LocalKeys::store(const KeyTable &table, const KeyRef &key,
   // claim judged the key by, else 40001 and the retry gets IK410.
   if (row.replaces != nullptr &&
       !delete_row_version(spi, key, row.replaces->row)) {
-    KeyProbe later = local_keys.probe(table, key, row.judged_at);
+    KeyProbe later = local_keys::probe(table, key, row.judged_at);
     if (later.state != KeyState::absent &&
         (later.state != KeyState::expired ||
          !delete_row_version(spi, key, later.row)))
@@ -1057,8 +1055,8 @@ StoredRow LocalKeys::store(const KeyTable &table, const KeyRef &key,
   return stored;
 }
 
-bool LocalKeys::remove(const KeyTable &table, const KeyRef &key,
-                       const KeyProbe &stored) const {
+bool local_keys::remove(const KeyTable &table, const KeyRef &key,
+                        const KeyProbe &stored) {
   Relation rel = table_open(table.relid, RowExclusiveLock);
   (void)key_columns(rel); // refuses a table Citus has taken over
   table_close(rel, NoLock);
@@ -1070,15 +1068,15 @@ bool LocalKeys::remove(const KeyTable &table, const KeyRef &key,
   return deleted;
 }
 
-Oid LocalKeys::relation() const { return schema::relation("keys"); }
+Oid local_keys::relation() { return schema::relation("keys"); }
 
-role_keys::Roles LocalKeys::roles_with_keys(Oid relid,
-                                            AttrNumber scope_column) const {
+role_keys::Roles local_keys::roles_with_keys(Oid relid,
+                                             AttrNumber scope_column) {
   return role_keys::in_keys(relid, scope_column);
 }
 
-uint64 LocalKeys::delete_keys_of(Oid relid, AttrNumber scope_column,
-                                 Oid role) const {
+uint64 local_keys::delete_keys_of(Oid relid, AttrNumber scope_column,
+                                  Oid role) {
   return role_keys::delete_in_keys(relid, scope_column, role);
 }
 
@@ -1091,7 +1089,7 @@ bool lock_key_table(LOCKMODE mode) {
   return SearchSysCacheExists1(RELOID, ObjectIdGetDatum(table));
 }
 
-void LocalKeys::collect_expired(ExpiryRound &round, int batch_size) const {
+void local_keys::collect_expired(ExpiryRound &round, int batch_size) {
   LocalExpiry &expiry = progress_of(round);
   round.finished =
       collect_pass(round, expiry, std::max(batch_size, min_keys_per_pass));
@@ -1099,7 +1097,7 @@ void LocalKeys::collect_expired(ExpiryRound &round, int batch_size) const {
   round.paced = true;
 }
 
-ExpiryBatch LocalKeys::expire_batch(ExpiryRound &round, int batch_size) const {
+ExpiryBatch local_keys::expire_batch(ExpiryRound &round, int batch_size) {
   LocalExpiry &expiry = progress_of(round);
   int count = std::min(batch_size, expiry.count - expiry.next);
   const ItemPointerData *tids = expiry.tids + expiry.next;

@@ -194,8 +194,8 @@ bool grant_names(const GrantStmt *grant, Oid relid) {
 // which changed pg_shdepend, the remembered roles are forgotten first.
 int64 mark_roles(const GrantStmt *grant) {
   int64 deleted = 0;
-  for (int b = 0; b < key_backend_count; b++) {
-    const KeyBackend &store = key_backend(b);
+  for (KeyTableKind kind : key_table_kinds) {
+    KeyStore store = store_of_kind(kind);
     Oid relid = store.relation();
     if (!OidIsValid(relid) || (grant != nullptr && !grant_names(grant, relid)))
       continue;
@@ -236,12 +236,13 @@ bool database_marks_roles() {
 }
 
 void drop_owned_keys(const List *roles) {
-  Oid relids[key_backend_count];
-  AttrNumber scope_columns[key_backend_count];
+  constexpr int kinds = lengthof(key_table_kinds);
+  Oid relids[kinds];
+  AttrNumber scope_columns[kinds];
   // Calls that may be storing keys finish first, and new ones wait until
   // DROP OWNED commits: no key of a dropped role can slip in meanwhile.
-  for (int i = 0; i < key_backend_count; i++) {
-    relids[i] = key_backend(i).relation();
+  for (int i = 0; i < kinds; i++) {
+    relids[i] = store_of_kind(key_table_kinds[i]).relation();
     if (!OidIsValid(relids[i]))
       continue;
     LockRelationOid(relids[i], ShareRowExclusiveLock);
@@ -257,10 +258,11 @@ void drop_owned_keys(const List *roles) {
     if (!has_privs_of_role(GetUserId(), role))
       ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
                       errmsg("permission denied to drop objects")));
-    for (int i = 0; i < key_backend_count; i++) {
+    for (int i = 0; i < kinds; i++) {
       if (!OidIsValid(relids[i]))
         continue;
-      (void)key_backend(i).delete_keys_of(relids[i], scope_columns[i], role);
+      (void)store_of_kind(key_table_kinds[i])
+          .delete_keys_of(relids[i], scope_columns[i], role);
       // As a REVOKE on the column would: there may be more than one row (a
       // GRANT on the column to a marked role adds the server's own).
       updateAclDependencies(RelationRelationId, relids[i], scope_columns[i],

@@ -371,7 +371,7 @@ constexpr const char *stored_forgotten_at =
 
 // The same rules as the local keys' expiry.
 int64 expire(TimestampTz now) {
-  Oid relid = backend.relation();
+  Oid relid = relation();
   // Citus runs the statements on every shard: once, from the coordinator.
   if (!OidIsValid(relid) || citus::local_group() != 0)
     return 0;
@@ -464,13 +464,10 @@ KeyTable table_for(const KeyRef &key) {
   report_not_local(key);
 }
 
-const Backend backend{};
-
 // The tenant's shard is read directly by its primary key: through Citus the
 // same lookup costs several times as much. table_for() holds the placement
 // lock: the shard stays here until the transaction ends.
-KeyProbe Backend::probe(const KeyTable &table, const KeyRef &key,
-                        TimestampTz now) const {
+KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
   Relation rel = table_open(table.local_shard, AccessShareLock);
   ShardColumns columns = shard_columns(rel);
   TupleDesc desc = RelationGetDescr(rel);
@@ -556,8 +553,7 @@ KeyProbe Backend::probe(const KeyTable &table, const KeyRef &key,
   return result;
 }
 
-StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
-                         const NewRow &row) const {
+StoredRow store(const KeyTable &table, const KeyRef &key, const NewRow &row) {
   TimestampTz created_at = GetCurrentTimestamp();
   TimestampTz expires_at = settings::key_expiry(created_at, row.ttl);
   // Fixed now, as for a role's key (storage/keys.cpp).
@@ -610,8 +606,7 @@ StoredRow Backend::store(const KeyTable &table, const KeyRef &key,
 
 // The row probe() found, by its key (a tombstone's is empty) and creation
 // time: a row the key got since is another request's.
-bool Backend::remove(const KeyTable &table, const KeyRef &key,
-                     const KeyProbe &stored) const {
+bool remove(const KeyTable &table, const KeyRef &key, const KeyProbe &stored) {
   return delete_key_rows(
              remove_plan, table, key,
              "(k.key OPERATOR(pg_catalog.=) $4 OR "
@@ -622,19 +617,19 @@ bool Backend::remove(const KeyTable &table, const KeyRef &key,
 }
 
 // Citus finds the expired keys on every shard, unpaced by expire_rate.
-void Backend::collect_expired(ExpiryRound &round, int) const {
+void collect_expired(ExpiryRound &round, int) {
   round.has_batch = true;
   round.finished = true;
   round.paced = false;
 }
 
-ExpiryBatch Backend::expire_batch(ExpiryRound &round, int) const {
+ExpiryBatch expire_batch(ExpiryRound &round, int) {
   int64 deleted = expire(round.cutoff);
   round.has_batch = false;
   return ExpiryBatch{deleted, deleted};
 }
 
-Oid Backend::relation() const {
+Oid relation() {
   Oid relid = tenant_keys_oid();
   if (!OidIsValid(relid) ||
       citus::table_kind(relid) != citus::TableKind::distributed)
@@ -644,7 +639,7 @@ Oid Backend::relation() const {
 
 // Roles do not have the same OID on every node: each node settles the roles
 // of its own shards.
-role_keys::Roles Backend::roles_with_keys(Oid relid, AttrNumber) const {
+role_keys::Roles roles_with_keys(Oid relid, AttrNumber) {
   Oid owner = table_owner::of(relid);
   citus::ShardRelations shards = citus::local_shard_relations(relid);
   // A role with keys in several shards is listed once per shard.
@@ -661,8 +656,7 @@ role_keys::Roles Backend::roles_with_keys(Oid relid, AttrNumber) const {
   return all;
 }
 
-uint64 Backend::delete_keys_of(Oid relid, AttrNumber scope_column,
-                               Oid role) const {
+uint64 delete_keys_of(Oid relid, AttrNumber scope_column, Oid role) {
   Oid scope_type = get_atttype(relid, scope_column);
   Oid owner = table_owner::of(relid);
   citus::ShardRelations shards = citus::local_shard_relations(relid);

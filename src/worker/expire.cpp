@@ -330,10 +330,11 @@ void run_database_round() {
   {
     // The local table, then the Citus coordinator's tenant keys.
     Pace pace = start_pace();
-    for (int i = 0; i < storage::key_backend_count && end == RoundEnd::finished;
-         i++) {
-      end = run_passes(storage::expiry_store(i), cutoff, pass_context, &pace,
-                       tally);
+    for (storage::KeyTableKind kind : storage::key_table_kinds) {
+      if (end != RoundEnd::finished)
+        break;
+      end = run_passes(storage::store_of_kind(kind), cutoff, pass_context,
+                       &pace, tally);
       MemoryContextReset(pass_context);
     }
   }
@@ -513,8 +514,8 @@ int64 expire_now() {
   TimestampTz cutoff = expiry_cutoff(GetCurrentTransactionStartTimestamp());
   int batch_size = settings::expire_batch_size();
   RoundTally tally{CurrentMemoryContext, 0, 0, nullptr};
-  for (int i = 0; i < storage::key_backend_count; i++) {
-    storage::KeyStore store = storage::expiry_store(i);
+  for (storage::KeyTableKind kind : storage::key_table_kinds) {
+    storage::KeyStore store = storage::store_of_kind(kind);
     MemoryContext context =
         AllocSetContextCreate(CurrentMemoryContext, "idempotency expiry pass",
                               ALLOCSET_DEFAULT_SIZES);

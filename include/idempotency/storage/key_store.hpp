@@ -1,7 +1,7 @@
 // The key store: the one way the protocol, the expiry worker and the role
 // marks reach a key table, idempotency.keys (storage/keys.hpp) or, for a
-// tenant key, idempotency.tenant_keys (storage/tenant_keys.hpp), behind
-// KeyBackend; the protocol never asks which one it has.
+// tenant key, idempotency.tenant_keys (storage/tenant_keys.hpp), through
+// KeyStore; the protocol never asks which one it has.
 #pragma once
 
 #include "idempotency/pg.hpp"
@@ -111,75 +111,51 @@ struct KeyTable {
 };
 static_assert(std::is_trivially_destructible_v<KeyTable>);
 
-// How one kind of key table is read and written. Stateless; what a call
-// found is in its KeyTable.
-class KeyBackend {
+// The two kinds of key table: idempotency.keys (storage/keys.hpp) and
+// idempotency.tenant_keys (storage/tenant_keys.hpp), in the order expiry,
+// the role marks and DROP OWNED visit them.
+enum class KeyTableKind { local, tenant };
+constexpr KeyTableKind key_table_kinds[] = {KeyTableKind::local,
+                                            KeyTableKind::tenant};
+
+// A key table and its kind: chosen once per call, a plain value. Each
+// operation goes to the kind's own functions.
+class KeyStore {
 public:
+  KeyStore(KeyTableKind kind, KeyTable table) : kind_(kind), table_(table) {}
+
   // Looks the key up. Under REPEATABLE READ or SERIALIZABLE, a row committed
   // by another transaction after this transaction's snapshot raises 40001.
   // Values are copied into the current memory context.
-  virtual KeyProbe probe(const KeyTable &table, const KeyRef &key,
-                         TimestampTz now) const = 0;
+  KeyProbe probe(const KeyRef &key, TimestampTz now) const;
   // Stores a completed call's row, after deleting the expired row version
   // it replaces (never whatever row holds its address by now).
-  virtual StoredRow store(const KeyTable &table, const KeyRef &key,
-                          const NewRow &row) const = 0;
+  StoredRow store(const KeyRef &key, const NewRow &row) const;
   // Deletes the done or gone row version `stored` of a key its owner
   // forgets; false when expiry deleted it meanwhile.
-  virtual bool remove(const KeyTable &table, const KeyRef &key,
-                      const KeyProbe &stored) const = 0;
-  // Whether an uncommitted row shows its key as in progress to others; if
-  // not, a call's claim covers the key until the transaction ends.
-  virtual bool row_shows_in_progress() const = 0;
+  bool remove(const KeyRef &key, const KeyProbe &stored) const;
+  // Whether an uncommitted row shows its key as in progress to others (the
+  // local table's dirty-snapshot probe sees it; a tenant key's MVCC read
+  // does not); if not, a call's claim covers the key until the transaction
+  // ends.
+  bool row_shows_in_progress() const { return kind_ == KeyTableKind::local; }
 
   // This kind's key table where it holds keys on this node, or InvalidOid.
-  virtual Oid relation() const = 0;
+  Oid relation() const;
   // For the role marks and DROP OWNED, on `relid` (relation(), locked by the
   // caller): the roles with keys on this node, and the deletion of one
   // role's keys with a snapshot taken now (returns how many).
-  virtual role_keys::Roles roles_with_keys(Oid relid,
-                                           AttrNumber scope_column) const = 0;
-  virtual uint64 delete_keys_of(Oid relid, AttrNumber scope_column,
-                                Oid role) const = 0;
+  role_keys::Roles roles_with_keys(Oid relid, AttrNumber scope_column) const;
+  uint64 delete_keys_of(Oid relid, AttrNumber scope_column, Oid role) const;
 
   // Expiry, in steps the caller runs in transactions of its own, each with
   // an active snapshot: collect the next expired keys (read-only), then
   // delete them a batch at a time while round.has_batch.
-  virtual void collect_expired(ExpiryRound &round, int batch_size) const = 0;
-  virtual ExpiryBatch expire_batch(ExpiryRound &round,
-                                   int batch_size) const = 0;
-
-protected:
-  ~KeyBackend() = default;
-};
-
-// A key table and its backend: chosen once per call, a plain value.
-class KeyStore {
-public:
-  KeyStore(const KeyBackend &backend, KeyTable table)
-      : backend_(&backend), table_(table) {}
-
-  KeyProbe probe(const KeyRef &key, TimestampTz now) const {
-    return backend_->probe(table_, key, now);
-  }
-  StoredRow store(const KeyRef &key, const NewRow &row) const {
-    return backend_->store(table_, key, row);
-  }
-  bool remove(const KeyRef &key, const KeyProbe &stored) const {
-    return backend_->remove(table_, key, stored);
-  }
-  bool row_shows_in_progress() const {
-    return backend_->row_shows_in_progress();
-  }
-  void collect_expired(ExpiryRound &round, int batch_size) const {
-    backend_->collect_expired(round, batch_size);
-  }
-  ExpiryBatch expire_batch(ExpiryRound &round, int batch_size) const {
-    return backend_->expire_batch(round, batch_size);
-  }
+  void collect_expired(ExpiryRound &round, int batch_size) const;
+  ExpiryBatch expire_batch(ExpiryRound &round, int batch_size) const;
 
 private:
-  const KeyBackend *backend_;
+  KeyTableKind kind_;
   KeyTable table_;
 };
 static_assert(std::is_trivially_destructible_v<KeyStore>);
@@ -188,14 +164,10 @@ static_assert(std::is_trivially_destructible_v<KeyStore>);
 // raise when the table cannot serve it.
 KeyStore key_store_for(const KeyRef &key);
 
-// Every kind of key table, in the order expiry, the role marks and DROP
-// OWNED visit them: idempotency.keys, then idempotency.tenant_keys.
-constexpr int key_backend_count = 2;
-const KeyBackend &key_backend(int index);
-
-// The store of key_backend(index) for expiry, which finds its table itself
-// in each of its transactions: DROP EXTENSION may commit between two.
-KeyStore expiry_store(int index);
+// A store of `kind` for expiry and the role marks, which find the table
+// themselves in each of their transactions: DROP EXTENSION may commit
+// between two.
+KeyStore store_of_kind(KeyTableKind kind);
 
 // 23505: a stored row has the key's scope and digest but another key text.
 [[noreturn]] void report_shared_digest();

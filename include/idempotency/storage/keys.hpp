@@ -30,29 +30,21 @@ KeyTable key_table();
 // not_citus when the table does not exist.
 citus::TableKind key_table_citus_kind();
 
-// idempotency.keys as a KeyBackend. Expiry walks keys_expires_at_idx up to
+// idempotency.keys, the store of KeyStore's local kind (storage/key_store.hpp).
+// Expiry walks keys_expires_at_idx up to
 // the cutoff in passes: one read-only scan collects row addresses, then rows
 // are deleted in heap order a batch at a time. It takes no claim and waits
 // for no one: a row another transaction has locked is left for a later round.
-class LocalKeys final : public KeyBackend {
-public:
-  KeyProbe probe(const KeyTable &table, const KeyRef &key,
-                 TimestampTz now) const override;
-  StoredRow store(const KeyTable &table, const KeyRef &key,
-                  const NewRow &row) const override;
-  bool remove(const KeyTable &table, const KeyRef &key,
-              const KeyProbe &stored) const override;
-  bool row_shows_in_progress() const override { return true; }
-  Oid relation() const override;
-  role_keys::Roles roles_with_keys(Oid relid,
-                                   AttrNumber scope_column) const override;
-  uint64 delete_keys_of(Oid relid, AttrNumber scope_column,
-                        Oid role) const override;
-  void collect_expired(ExpiryRound &round, int batch_size) const override;
-  ExpiryBatch expire_batch(ExpiryRound &round, int batch_size) const override;
-};
-
-extern const LocalKeys local_keys;
+namespace local_keys {
+KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now);
+StoredRow store(const KeyTable &table, const KeyRef &key, const NewRow &row);
+bool remove(const KeyTable &table, const KeyRef &key, const KeyProbe &stored);
+Oid relation();
+role_keys::Roles roles_with_keys(Oid relid, AttrNumber scope_column);
+uint64 delete_keys_of(Oid relid, AttrNumber scope_column, Oid role);
+void collect_expired(ExpiryRound &round, int batch_size);
+ExpiryBatch expire_batch(ExpiryRound &round, int batch_size);
+} // namespace local_keys
 
 // Whether `row`, seen by a BEFORE INSERT trigger on `rel`, is one the
 // extension is inserting into idempotency.keys: keys_loaded leaves those be.

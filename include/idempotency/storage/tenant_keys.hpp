@@ -19,29 +19,18 @@ KeyTable table_for(const KeyRef &key);
 // The type an untyped tenant gets; text where the table does not exist.
 Oid tenant_type();
 
-// store raises IK409 when a transaction that claimed the key on another
-// node (around a shard move) committed it first.
-class Backend final : public KeyBackend {
-public:
-  KeyProbe probe(const KeyTable &table, const KeyRef &key,
-                 TimestampTz now) const override;
-  StoredRow store(const KeyTable &table, const KeyRef &key,
-                  const NewRow &row) const override;
-  bool remove(const KeyTable &table, const KeyRef &key,
-              const KeyProbe &stored) const override;
-  // Read with an MVCC snapshot, which hides rows of open transactions.
-  bool row_shows_in_progress() const override { return false; }
-  // Where Citus distributes it, the table's relation on this node; its
-  // roles and keys are those of the shards on this node.
-  Oid relation() const override;
-  role_keys::Roles roles_with_keys(Oid relid,
-                                   AttrNumber scope_column) const override;
-  uint64 delete_keys_of(Oid relid, AttrNumber scope_column,
-                        Oid role) const override;
-  void collect_expired(ExpiryRound &round, int batch_size) const override;
-  ExpiryBatch expire_batch(ExpiryRound &round, int batch_size) const override;
-};
-
-extern const Backend backend;
+// The store of KeyStore's tenant kind (storage/key_store.hpp). store raises
+// IK409 when a transaction that claimed the key on another node (around a
+// shard move) committed it first. relation() is, where Citus distributes the
+// table, its relation on this node; its roles and keys are those of the
+// shards on this node.
+KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now);
+StoredRow store(const KeyTable &table, const KeyRef &key, const NewRow &row);
+bool remove(const KeyTable &table, const KeyRef &key, const KeyProbe &stored);
+Oid relation();
+role_keys::Roles roles_with_keys(Oid relid, AttrNumber scope_column);
+uint64 delete_keys_of(Oid relid, AttrNumber scope_column, Oid role);
+void collect_expired(ExpiryRound &round, int batch_size);
+ExpiryBatch expire_batch(ExpiryRound &round, int batch_size);
 
 } // namespace idempotency::storage::tenant_keys
