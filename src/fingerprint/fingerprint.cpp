@@ -341,11 +341,12 @@ void finish_into(Sha256 &hash, std::uint8_t *out, std::size_t size) noexcept {
   std::memcpy(out, digest, size);
 }
 
-void digest_into(const void *data, std::size_t data_size, std::uint8_t *out,
-                 std::size_t size) noexcept {
+// The first `kept` bytes of the SHA-256 of `length` bytes at `data`.
+void digest_into(const void *data, std::size_t length, std::uint8_t *out,
+                 std::size_t kept) noexcept {
   Sha256 hash;
-  hash.update(data, data_size);
-  finish_into(hash, out, size);
+  hash.update(data, length);
+  finish_into(hash, out, kept);
 }
 
 // Distinct tags keep a NULL from ever encoding like a value, a type name

@@ -303,6 +303,21 @@ Oid relation_in_spi(int column) {
   return is_null ? InvalidOid : DatumGetObjectId(relid);
 }
 
+// partmethod 'n': a reference table (repmodel 't'), a single-shard
+// distributed table (it has a colocation group), or a managed local table.
+TableKind kind_of_first_row() {
+  if (SPI_processed == 0)
+    return TableKind::not_citus;
+  bool is_null = true;
+  if (DatumGetChar(first_value(1, &is_null)) != 'n')
+    return TableKind::distributed;
+  if (DatumGetChar(first_value(2, &is_null)) == 't')
+    return TableKind::reference;
+  if (DatumGetInt32(first_value(3, &is_null)) != 0)
+    return TableKind::distributed;
+  return TableKind::managed_local;
+}
+
 } // namespace
 
 TableKind table_kind(Oid relid) {
@@ -311,18 +326,7 @@ TableKind table_kind(Oid relid) {
   connect_spi();
   Datum values[1] = {ObjectIdGetDatum(relid)};
   read_now(partition_of_table, values);
-  // partmethod 'n': a reference table (repmodel 't'), a single-shard
-  // distributed table (it has a colocation group), or a managed local table.
-  bool is_null = true;
-  TableKind kind = TableKind::managed_local;
-  if (SPI_processed == 0)
-    kind = TableKind::not_citus;
-  else if (DatumGetChar(first_value(1, &is_null)) != 'n')
-    kind = TableKind::distributed;
-  else if (DatumGetChar(first_value(2, &is_null)) == 't')
-    kind = TableKind::reference;
-  else if (DatumGetInt32(first_value(3, &is_null)) != 0)
-    kind = TableKind::distributed;
+  TableKind kind = kind_of_first_row();
   SPI_finish();
   return kind;
 }
