@@ -11,8 +11,11 @@ use FindBin;
 use lib $FindBin::RealBin;
 use IdempotencyTest;
 
+# The worker starts off (interval 0) and is turned on at 1s once the first
+# test holds its lock: a round between the commit of the keys and the lock
+# would delete both.
 my $node = preloaded_node('worker_limits',
-	conf => "idempotency.expire_interval = '1s'\nidempotency.remember = 0\n");
+	conf => "idempotency.expire_interval = 0\nidempotency.remember = 0\n");
 $node->safe_psql('postgres', 'CREATE EXTENSION idempotency');
 
 # Expired keys, committed together so that one round finds them all.
@@ -42,6 +45,8 @@ my $holder = $node->background_psql('postgres');
 $holder->query_safe(
 	"BEGIN; SELECT key FROM idempotency.keys WHERE key = 'locked' FOR UPDATE");
 my $rounds = rounds_in('postgres');
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET idempotency.expire_interval = '1s'; SELECT pg_reload_conf()");
 # Two whole rounds end while the lock is held: a worker waiting for the row
 # would end none.
 $node->poll_query_until('postgres',
