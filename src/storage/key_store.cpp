@@ -41,21 +41,21 @@ bool KeyStore::remove(const KeyRef &key, const KeyProbe &stored) const {
 }
 
 Oid KeyStore::relation() const {
-  return kind_ == KeyTableKind::local ? local_keys::relation()
+  return kind_ == KeyTableKind::local ? schema::relation("keys")
                                       : tenant_keys::relation();
 }
 
 role_keys::Roles KeyStore::roles_with_keys(Oid relid,
                                            AttrNumber scope_column) const {
   return kind_ == KeyTableKind::local
-             ? local_keys::roles_with_keys(relid, scope_column)
+             ? role_keys::in_keys(relid, scope_column)
              : tenant_keys::roles_with_keys(relid, scope_column);
 }
 
 uint64 KeyStore::delete_keys_of(Oid relid, AttrNumber scope_column,
                                 Oid role) const {
   return kind_ == KeyTableKind::local
-             ? local_keys::delete_keys_of(relid, scope_column, role)
+             ? role_keys::delete_in_keys(relid, scope_column, role)
              : tenant_keys::delete_keys_of(relid, scope_column, role);
 }
 

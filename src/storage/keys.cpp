@@ -622,10 +622,22 @@ void check_not_moved(HeapTuple row, TupleDesc desc, const KeyRef &key) {
                        "scope, key or key_digest", key.key);
 }
 
-// Stale plans are freed, but never while one runs (a trigger's own call may
-// come here during the INSERT); the count restarts with each transaction, as
-// an error ends the statements it interrupts.
-OwnerSpi begin_statements() {
+// Locks the table and checks its columns (and Citus) with the lock held;
+// `marked`'s role gets its mark. Stale plans are freed, but never while one
+// runs (a trigger's own call may come here during the INSERT); the count
+// restarts with each transaction, as an error ends the statements it
+// interrupts.
+OwnerSpi begin_statements(Oid relid, const KeyRef *marked) {
+  // fn may have dropped the extension before a store (the drop rolls back
+  // with the error).
+  Relation rel = marked == nullptr ? table_open(relid, RowExclusiveLock)
+                                   : try_table_open(relid, RowExclusiveLock);
+  if (rel == nullptr)
+    report_missing_table();
+  AttrNumber scope_column = key_columns(rel).scope;
+  if (marked != nullptr)
+    role_marks::ensure(rel, scope_column, marked->scope);
+  table_close(rel, NoLock);
   if (cache.running_in != compat::my_local_transaction_id()) {
     cache.running_in = compat::my_local_transaction_id();
     cache.running = 0;
@@ -738,55 +750,60 @@ StoredRow insert_key_row(OwnerSpi &spi, const KeyRef &key, const NewRow &row) {
 
 // --- expiry -----------------------------------------------------------------
 
-// A key whose response expired, as its tombstone keeps it.
-struct Tombstone {
-  Oid scope;
-  bytea *digest;
-  bytea *request_hash;
-  TimestampTz created_at;
-  TimestampTz response_expired_at;
-  TimestampTz forgotten_at;
-};
-static_assert(std::is_trivially_destructible_v<Tombstone>);
-
-// Writes the tombstones of keys expiry has deleted in this transaction, as
-// one INSERT (statement triggers fire once).
-void insert_tombstones(OwnerSpi &spi, const Tombstone *tombstones, int count) {
-  if (count == 0)
+// Writes, as one INSERT (statement triggers fire once), the tombstones of
+// the rows expiry deleted (`deleted`, delete_expired_sql()'s columns) whose
+// keys are remembered past `cutoff` by the rule callers judge them by
+// (live_row_forgotten_at).
+void insert_tombstones(OwnerSpi &spi, const SPITupleTable *deleted,
+                       uint64 count, TimestampTz cutoff) {
+  const KeyColumns &columns = cache.columns;
+  if (columns.expired_at == InvalidAttrNumber)
     return;
   constexpr int arrays = 7; // in insert_tombstones_sql()'s order
   const Oid element_types[arrays] = {
       cache.scope_type, BYTEAOID,       BYTEAOID,   TIMESTAMPTZOID,
       TIMESTAMPTZOID,   TIMESTAMPTZOID, INTERVALOID};
-  Datum *elements[arrays];
-  bool *nulls[arrays];
-  for (int a = 0; a < arrays; a++) {
-    elements[a] = static_cast<Datum *>(palloc(count * sizeof(Datum)));
-    nulls[a] = static_cast<bool *>(palloc0(count * sizeof(bool)));
+  ArrayBuildState *built[arrays];
+  for (int a = 0; a < arrays; a++)
+    built[a] = initArrayResult(element_types[a], CurrentMemoryContext, false);
+  auto add = [&](int a, Datum value, bool isnull) {
+    accumArrayResult(built[a], value, isnull, element_types[a],
+                     CurrentMemoryContext);
+  };
+  enum { expires_at = 5, expired_at, window };
+  TupleDesc desc = deleted->tupdesc;
+  for (uint64 i = 0; i < count; i++) {
+    HeapTuple row = deleted->vals[i];
+    bool isnull = false;
+    (void)SPI_getbinval(row, desc, expired_at, &isnull);
+    if (!isnull)
+      continue; // a tombstone past its window
+    TimestampTz response_expired_at =
+        DatumGetTimestampTz(SPI_getbinval(row, desc, expires_at, &isnull));
+    RememberWindow remembered =
+        remember_window(columns, [&](AttrNumber, bool *null) {
+          return SPI_getbinval(row, desc, window, null);
+        });
+    TimestampTz forgotten_at =
+        live_row_forgotten_at(remembered, response_expired_at);
+    if (forgotten_at <= cutoff)
+      continue;
+    // scope, key_digest, request_hash and created_at, as they were
+    for (int a = 0; a < 4; a++)
+      add(a, SPI_getbinval(row, desc, a + 1, &isnull), isnull);
+    add(4, TimestampTzGetDatum(forgotten_at), false);
+    add(5, TimestampTzGetDatum(response_expired_at), false);
+    Datum span = stored_window(forgotten_at - response_expired_at, &isnull);
+    add(6, span, isnull);
   }
-  for (int i = 0; i < count; i++) {
-    const Tombstone &t = tombstones[i];
-    elements[0][i] = ObjectIdGetDatum(t.scope);
-    elements[1][i] = PointerGetDatum(t.digest);
-    elements[2][i] = PointerGetDatum(t.request_hash);
-    elements[3][i] = TimestampTzGetDatum(t.created_at);
-    elements[4][i] = TimestampTzGetDatum(t.forgotten_at);
-    elements[5][i] = TimestampTzGetDatum(t.response_expired_at);
-    elements[6][i] =
-        stored_window(t.forgotten_at - t.response_expired_at, &nulls[6][i]);
-  }
+  int remembered = built[0]->nelems;
+  if (remembered == 0)
+    return;
   Oid types[arrays];
   Datum values[arrays];
   for (int a = 0; a < arrays; a++) {
     types[a] = get_array_type(element_types[a]);
-    int16 length;
-    bool by_value;
-    char align;
-    get_typlenbyvalalign(element_types[a], &length, &by_value, &align);
-    int lower_bound = 1;
-    values[a] = PointerGetDatum(
-        construct_md_array(elements[a], nulls[a], 1, &count, &lower_bound,
-                           element_types[a], length, by_value, align));
+    values[a] = makeArrayResult(built[a], CurrentMemoryContext);
   }
   run_own_insert(
       spi, cache.insert_tombstones,
@@ -795,12 +812,16 @@ void insert_tombstones(OwnerSpi &spi, const Tombstone *tombstones, int count) {
       arrays, types, values, nullptr, OwnInsert{0, true, InvalidOid, nullptr},
       SPI_OK_INSERT_RETURNING);
   text *empty_key = cstring_to_text("");
-  if (SPI_processed < (uint64)count)
+  if (SPI_processed < (uint64)remembered)
     check_key_row_kept(TriggeredRow::skipped, "idempotency.keys",
                        "scope, key or key_digest", empty_key);
-  for (int i = 0; i < count; i++) {
-    KeyRef key{tombstones[i].scope, empty_key, tombstones[i].digest, false,
-               InvalidOid,          (Datum)0};
+  for (int i = 0; i < remembered; i++) {
+    KeyRef key{DatumGetObjectId(built[0]->dvalues[i]),
+               empty_key,
+               DatumGetByteaPP(built[1]->dvalues[i]),
+               false,
+               InvalidOid,
+               (Datum)0};
     check_not_moved(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, key);
   }
 }
@@ -850,40 +871,6 @@ Relation open_expires_at_index(Relation table) {
                      "(expires_at idempotency.%s).",
                      expires_at_index, expiry_opfamily)));
   return rel;
-}
-
-// The tombstone of the deleted row `row` (delete_expired_sql()'s columns),
-// or false when the key is not to be remembered past `cutoff`, by the rule
-// callers judge it by (live_row_forgotten_at).
-bool tombstone_of(const KeyColumns &columns, HeapTuple row, TupleDesc desc,
-                  TimestampTz cutoff, Tombstone *tombstone) {
-  if (columns.expired_at == InvalidAttrNumber)
-    return false;
-  enum { scope = 1, digest, hash, created_at, expires_at, expired_at, window };
-  bool isnull = false;
-  (void)SPI_getbinval(row, desc, expired_at, &isnull);
-  if (!isnull)
-    return false; // a tombstone past its window
-  TimestampTz response_expired_at =
-      DatumGetTimestampTz(SPI_getbinval(row, desc, expires_at, &isnull));
-  RememberWindow remembered =
-      remember_window(columns, [&](AttrNumber, bool *null) {
-        return SPI_getbinval(row, desc, window, null);
-      });
-  TimestampTz forgotten_at =
-      live_row_forgotten_at(remembered, response_expired_at);
-  if (forgotten_at <= cutoff)
-    return false;
-  tombstone->scope = DatumGetObjectId(SPI_getbinval(row, desc, scope, &isnull));
-  tombstone->digest =
-      DatumGetByteaPP(SPI_getbinval(row, desc, digest, &isnull));
-  tombstone->request_hash =
-      DatumGetByteaPP(SPI_getbinval(row, desc, hash, &isnull));
-  tombstone->created_at =
-      DatumGetTimestampTz(SPI_getbinval(row, desc, created_at, &isnull));
-  tombstone->response_expired_at = response_expired_at;
-  tombstone->forgotten_at = forgotten_at;
-  return true;
 }
 
 // Collects up to `limit` expired keys after the last entry read, visible to
@@ -959,10 +946,7 @@ bool collect_pass(const ExpiryRound &round, LocalExpiry &expiry, int limit) {
 // many it deleted.
 int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
                      int count) {
-  Relation table = table_open(key_table().relid, RowExclusiveLock);
-  const KeyColumns &columns = key_columns(table);
-  table_close(table, NoLock);
-  OwnerSpi spi = begin_statements();
+  OwnerSpi spi = begin_statements(key_table().relid, nullptr);
   auto *elements = static_cast<Datum *>(palloc(count * sizeof(Datum)));
   for (int i = 0; i < count; i++)
     elements[i] = PointerGetDatum(&tids[i]);
@@ -975,15 +959,7 @@ int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
                                                     : nullptr,
                2, types, values, nullptr, false, SPI_OK_DELETE_RETURNING);
   uint64 deleted = SPI_processed;
-  SPITupleTable *rows = SPI_tuptable;
-  auto *tombstones =
-      static_cast<Tombstone *>(palloc(Max(deleted, 1) * sizeof(Tombstone)));
-  int remembered = 0;
-  for (uint64 i = 0; i < deleted; i++)
-    if (tombstone_of(columns, rows->vals[i], rows->tupdesc, cutoff,
-                     &tombstones[remembered]))
-      remembered++;
-  insert_tombstones(spi, tombstones, remembered);
+  insert_tombstones(spi, SPI_tuptable, deleted, cutoff);
   end_statements(spi);
   return (int64)deleted;
 }
@@ -1026,15 +1002,7 @@ bool is_own_insert(Relation rel, HeapTuple row) {
 
 StoredRow local_keys::store(const KeyTable &table, const KeyRef &key,
                             const NewRow &row) {
-  // fn may have dropped the extension (the drop rolls back with the error).
-  Relation rel = try_table_open(table.relid, RowExclusiveLock);
-  if (rel == nullptr)
-    report_missing_table();
-  KeyColumns columns = key_columns(rel);
-  role_marks::ensure(rel, columns.scope, key.scope);
-  table_close(rel, NoLock);
-
-  OwnerSpi spi = begin_statements();
+  OwnerSpi spi = begin_statements(table.relid, &key);
   // No caller changes a row whose key this transaction has claimed, but
   // expiry may have deleted it meanwhile (nothing to do) or turned it into a
   // tombstone: removed too when its window had passed by the instant the
@@ -1057,27 +1025,12 @@ StoredRow local_keys::store(const KeyTable &table, const KeyRef &key,
 
 bool local_keys::remove(const KeyTable &table, const KeyRef &key,
                         const KeyProbe &stored) {
-  Relation rel = table_open(table.relid, RowExclusiveLock);
-  (void)key_columns(rel); // refuses a table Citus has taken over
-  table_close(rel, NoLock);
-  OwnerSpi spi = begin_statements();
+  OwnerSpi spi = begin_statements(table.relid, nullptr);
   bool deleted = delete_row_version(spi, key, stored.row);
   end_statements(spi);
   if (deleted)
     citus::note_key_write();
   return deleted;
-}
-
-Oid local_keys::relation() { return schema::relation("keys"); }
-
-role_keys::Roles local_keys::roles_with_keys(Oid relid,
-                                             AttrNumber scope_column) {
-  return role_keys::in_keys(relid, scope_column);
-}
-
-uint64 local_keys::delete_keys_of(Oid relid, AttrNumber scope_column,
-                                  Oid role) {
-  return role_keys::delete_in_keys(relid, scope_column, role);
 }
 
 bool lock_key_table(LOCKMODE mode) {

@@ -39,9 +39,6 @@ namespace local_keys {
 KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now);
 StoredRow store(const KeyTable &table, const KeyRef &key, const NewRow &row);
 bool remove(const KeyTable &table, const KeyRef &key, const KeyProbe &stored);
-Oid relation();
-role_keys::Roles roles_with_keys(Oid relid, AttrNumber scope_column);
-uint64 delete_keys_of(Oid relid, AttrNumber scope_column, Oid role);
 void collect_expired(ExpiryRound &round, int batch_size);
 ExpiryBatch expire_batch(ExpiryRound &round, int batch_size);
 } // namespace local_keys
