@@ -89,6 +89,7 @@ struct TableCache {
   KeptPlan insert_key_returning;
   KeptPlan insert_tombstones;
   KeptPlan delete_version;
+  KeptPlan version_exists;
   KeptPlan delete_expired;
   bool plans_stale;
   int running;
@@ -606,20 +607,19 @@ void run_own_insert(OwnerSpi &spi, KeptPlan &kept, const char *sql, int nargs,
 }
 
 // Raises 09000 unless the inserted row (RETURNING scope, key_digest, key)
-// is still `key`'s: a BEFORE trigger may change it, but not move it.
-void check_not_moved(HeapTuple row, TupleDesc desc, const KeyRef &key) {
-  bool scope_isnull = false;
-  bool digest_isnull = false;
-  bool key_isnull = false;
-  Datum scope = SPI_getbinval(row, desc, inserted_scope, &scope_isnull);
-  Datum digest = SPI_getbinval(row, desc, inserted_digest, &digest_isnull);
-  Datum text_key = SPI_getbinval(row, desc, inserted_key, &key_isnull);
-  if (scope_isnull || digest_isnull || key_isnull ||
-      DatumGetObjectId(scope) != key.scope ||
-      !datum_image_eq(digest, PointerGetDatum(key.digest), false, -1) ||
-      !datum_image_eq(text_key, PointerGetDatum(key.key), false, -1))
+// is still the key's: a BEFORE trigger may change it, but not move it.
+void check_not_moved(HeapTuple row, TupleDesc desc, Oid scope,
+                     const bytea *digest, text *key) {
+  bool isnull[3];
+  Datum stored_scope = SPI_getbinval(row, desc, inserted_scope, &isnull[0]);
+  Datum stored_digest = SPI_getbinval(row, desc, inserted_digest, &isnull[1]);
+  Datum stored_key = SPI_getbinval(row, desc, inserted_key, &isnull[2]);
+  if (isnull[0] || isnull[1] || isnull[2] ||
+      DatumGetObjectId(stored_scope) != scope ||
+      !datum_image_eq(stored_digest, PointerGetDatum(digest), false, -1) ||
+      !datum_image_eq(stored_key, PointerGetDatum(key), false, -1))
     check_key_row_kept(TriggeredRow::moved, "idempotency.keys",
-                       "scope, key or key_digest", key.key);
+                       "scope, key or key_digest", key);
 }
 
 // Locks the table and checks its columns (and Citus) with the lock held;
@@ -645,7 +645,7 @@ OwnerSpi begin_statements(Oid relid, const KeyRef *marked) {
   if (cache.plans_stale && cache.running == 0) {
     for (KeptPlan *kept : {&cache.insert_key, &cache.insert_key_returning,
                            &cache.insert_tombstones, &cache.delete_version,
-                           &cache.delete_expired})
+                           &cache.version_exists, &cache.delete_expired})
       forget_plan(*kept);
     cache.plans_stale = false;
   }
@@ -678,25 +678,21 @@ bool delete_row_version(OwnerSpi &spi, const KeyRef &key,
   if (!IsolationUsesXactSnapshot())
     return run();
   bool deleted = false;
-  run_in_subtransaction(
-      [&] { deleted = run(); },
-      [&](const ErrorData *error) {
-        if (error->sqlerrcode != ERRCODE_T_R_SERIALIZATION_FAILURE)
-          return false;
-        // Handled when the version is gone for a snapshot taken now.
-        SPIPlanPtr plan = SPI_prepare("SELECT FROM idempotency.keys AS k"
-                                      " WHERE k.ctid OPERATOR(pg_catalog.=) $1"
-                                      " AND k.xmin OPERATOR(pg_catalog.=) $2",
-                                      2, types);
-        if (plan == nullptr ||
-            SPI_execute_snapshot(plan, values, nullptr, GetLatestSnapshot(),
-                                 InvalidSnapshot, true, false,
-                                 1) != SPI_OK_SELECT)
-          elog(ERROR, "idempotency: reading idempotency.keys failed");
-        bool exists = SPI_processed > 0;
-        SPI_freeplan(plan);
-        return !exists;
-      });
+  run_in_subtransaction([&] { deleted = run(); },
+                        [&](const ErrorData *error) {
+                          if (error->sqlerrcode !=
+                              ERRCODE_T_R_SERIALIZATION_FAILURE)
+                            return false;
+                          // Handled when the version is gone for a snapshot
+                          // taken now.
+                          spi.run_kept(cache.version_exists,
+                                       "SELECT FROM idempotency.keys AS k"
+                                       " WHERE k.ctid OPERATOR(pg_catalog.=) $1"
+                                       " AND k.xmin OPERATOR(pg_catalog.=) $2",
+                                       2, types, values, nullptr, true,
+                                       SPI_OK_SELECT, GetLatestSnapshot());
+                          return SPI_processed == 0;
+                        });
   return deleted;
 }
 
@@ -741,7 +737,7 @@ StoredRow insert_key_row(OwnerSpi &spi, const KeyRef &key, const NewRow &row) {
                        "scope, key or key_digest", key.key);
   HeapTuple inserted = SPI_tuptable->vals[0];
   TupleDesc desc = SPI_tuptable->tupdesc;
-  check_not_moved(inserted, desc, key);
+  check_not_moved(inserted, desc, key.scope, key.digest, key.key);
   bool isnull = false;
   return StoredRow{
       DatumGetTimestampTz(SPI_getbinval(inserted, desc, 4, &isnull)),
@@ -815,15 +811,10 @@ void insert_tombstones(OwnerSpi &spi, const SPITupleTable *deleted,
   if (SPI_processed < (uint64)remembered)
     check_key_row_kept(TriggeredRow::skipped, "idempotency.keys",
                        "scope, key or key_digest", empty_key);
-  for (int i = 0; i < remembered; i++) {
-    KeyRef key{DatumGetObjectId(built[0]->dvalues[i]),
-               empty_key,
-               DatumGetByteaPP(built[1]->dvalues[i]),
-               false,
-               InvalidOid,
-               (Datum)0};
-    check_not_moved(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, key);
-  }
+  for (int i = 0; i < remembered; i++)
+    check_not_moved(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+                    DatumGetObjectId(built[0]->dvalues[i]),
+                    DatumGetByteaPP(built[1]->dvalues[i]), empty_key);
 }
 
 // A round's progress (ExpiryRound::progress). A pass goes on after the last
