@@ -142,23 +142,6 @@ constexpr ExpectedColumn expected_columns[] = {
     {"remember_for", INTERVALOID, &KeyColumns::remember_for, true},
 };
 
-// The library serves the table as 0.7 and later make it; earlier tables
-// lack key_digest or hold other digests in it, which the C function of
-// their loader trigger keys_loaded (protocol/loaded_rows.hpp) tells apart.
-bool holds_current_digests(TupleDesc desc, Oid loader) {
-  if (find_column(desc, "key_digest") == nullptr || !OidIsValid(loader))
-    return false;
-  HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(loader));
-  if (!HeapTupleIsValid(proc))
-    return false;
-  bool isnull;
-  Datum symbol = SysCacheGetAttr(PROCOID, proc, Anum_pg_proc_prosrc, &isnull);
-  bool current = !isnull && strcmp(TextDatumGetCString(symbol),
-                                   "idempotency_ordered_keys_loaded") == 0;
-  ReleaseSysCache(proc);
-  return current;
-}
-
 // Refuses a table whose columns the extension could not read or write
 // correctly: a value stored under another type would be misread later. The
 // catalog lookups may take in invalidations; if one concerns the table, what
@@ -169,8 +152,20 @@ void remember_columns(Relation rel) {
   Oid loader = LookupFuncName(list_make2(makeString(pstrdup("idempotency")),
                                          makeString(pstrdup("keys_loaded"))),
                               0, nullptr, true);
-  if (!holds_current_digests(desc, loader))
+  // The library serves the table as 0.7 and later make it; earlier tables
+  // lack key_digest or hold other digests in it, which the C function of
+  // their loader trigger keys_loaded (protocol/loaded_rows.hpp) tells apart.
+  HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(loader));
+  bool isnull = true;
+  Datum symbol =
+      HeapTupleIsValid(proc)
+          ? SysCacheGetAttr(PROCOID, proc, Anum_pg_proc_prosrc, &isnull)
+          : (Datum)0;
+  if (find_column(desc, "key_digest") == nullptr || isnull ||
+      strcmp(TextDatumGetCString(symbol), "idempotency_ordered_keys_loaded") !=
+          0)
     report_schema_before_0_7();
+  ReleaseSysCache(proc);
   KeyColumns columns{};
   for (ExpectedColumn expected : expected_columns) {
     Form_pg_attribute attribute = find_column(desc, expected.name);
@@ -294,54 +289,6 @@ KeyProbe in_progress(TransactionId holder) {
   KeyProbe result{};
   result.state = KeyState::in_progress;
   result.holder = holder;
-  return result;
-}
-
-// The row `tuple` of the key, judged `times`, written by no open
-// transaction but expiry's or a replacing caller's.
-KeyProbe row_probe(Relation rel, const KeyColumns &columns, SysScanDesc scan,
-                   HeapTuple tuple, const RowLife &times) {
-  TupleDesc desc = RelationGetDescr(rel);
-  bool isnull = false;
-  KeyProbe result{};
-  result.row =
-      RowVersion{tuple->t_self, HeapTupleHeaderGetRawXmin(tuple->t_data)};
-  result.created_at = DatumGetTimestampTz(
-      heap_getattr(tuple, columns.created_at, desc, &isnull));
-  if (times.age == RowAge::forgotten) {
-    result.state = KeyState::expired;
-    result.expires_at = times.forgotten_at;
-    return result;
-  }
-  result.request_hash = reinterpret_cast<bytea *>(DatumGetPointer(
-      copy_varlena(tuple, columns.request_hash, desc, &isnull)));
-  // A gone key's retry is refused by times alone: a tombstone expiry is
-  // writing answers as the committed one will, and under REPEATABLE READ one
-  // written after the snapshot stands for the live row the snapshot saw.
-  if (times.age == RowAge::gone) {
-    result.state = KeyState::gone;
-    result.expires_at = times.forgotten_at;
-    result.response_expired_at = times.response_expired_at;
-    result.response_is_null = true;
-    return result;
-  }
-  // Under REPEATABLE READ and SERIALIZABLE a replay must not hand out a row
-  // the snapshot cannot see; ON CONFLICT raises the same error.
-  TransactionId xmin = HeapTupleHeaderGetXmin(tuple->t_data);
-  if (IsolationUsesXactSnapshot() &&
-      !TransactionIdIsCurrentTransactionId(xmin) &&
-      !table_tuple_satisfies_snapshot(rel, scan->slot,
-                                      GetTransactionSnapshot()))
-    ereport(ERROR,
-            (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-             errmsg("could not serialize access due to concurrent update"),
-             errdetail("The idempotency key was stored by a transaction that "
-                       "committed after this transaction's snapshot.")));
-  result.state = KeyState::done;
-  result.expires_at = DatumGetTimestampTz(
-      heap_getattr(tuple, columns.expires_at, desc, &isnull));
-  result.response =
-      copy_varlena(tuple, columns.response, desc, &result.response_is_null);
   return result;
 }
 
@@ -483,10 +430,46 @@ KeyProbe local_keys::probe(const KeyTable &table, const KeyRef &key,
       result = in_progress(dirty.xmax);
       break;
     }
-    result = row_probe(rel, columns, scan, tuple, times);
-    if (result.state != KeyState::expired)
+    // The row, written by no open transaction but expiry's or a replacing
+    // caller's.
+    result = KeyProbe{};
+    result.row =
+        RowVersion{tuple->t_self, HeapTupleHeaderGetRawXmin(tuple->t_data)};
+    result.created_at = DatumGetTimestampTz(read(columns.created_at, &isnull));
+    result.expires_at = times.forgotten_at;
+    if (times.age == RowAge::forgotten) {
+      result.state = KeyState::expired;
+      continue; // the key's new row, if any, may come next
+    }
+    result.request_hash = reinterpret_cast<bytea *>(DatumGetPointer(
+        copy_varlena(tuple, columns.request_hash, desc, &isnull)));
+    // A gone key's retry is refused by times alone: a tombstone expiry is
+    // writing answers as the committed one will, and under REPEATABLE READ one
+    // written after the snapshot stands for the live row the snapshot saw.
+    if (times.age == RowAge::gone) {
+      result.state = KeyState::gone;
+      result.response_expired_at = times.response_expired_at;
+      result.response_is_null = true;
       break;
-    // An expired row: the key's new row, if any, may come next.
+    }
+    // Under REPEATABLE READ and SERIALIZABLE a replay must not hand out a row
+    // the snapshot cannot see; ON CONFLICT raises the same error.
+    TransactionId xmin = HeapTupleHeaderGetXmin(tuple->t_data);
+    if (IsolationUsesXactSnapshot() &&
+        !TransactionIdIsCurrentTransactionId(xmin) &&
+        !table_tuple_satisfies_snapshot(rel, scan->slot,
+                                        GetTransactionSnapshot()))
+      ereport(ERROR,
+              (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+               errmsg("could not serialize access due to concurrent update"),
+               errdetail("The idempotency key was stored by a transaction "
+                         "that committed after this transaction's "
+                         "snapshot.")));
+    result.state = KeyState::done;
+    result.expires_at = expires_at;
+    result.response =
+        copy_varlena(tuple, columns.response, desc, &result.response_is_null);
+    break;
   }
 
   systable_endscan(scan);
