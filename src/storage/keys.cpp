@@ -660,22 +660,20 @@ bool delete_row_version(OwnerSpi &spi, const KeyRef &key,
   };
   if (!IsolationUsesXactSnapshot())
     return run();
+  // Handled when the version is gone for a snapshot taken now.
+  auto gone_now = [&](const ErrorData *error) {
+    if (error->sqlerrcode != ERRCODE_T_R_SERIALIZATION_FAILURE)
+      return false;
+    spi.run_kept(cache.version_exists,
+                 "SELECT FROM idempotency.keys AS k"
+                 " WHERE k.ctid OPERATOR(pg_catalog.=) $1"
+                 " AND k.xmin OPERATOR(pg_catalog.=) $2",
+                 2, types, values, nullptr, true, SPI_OK_SELECT,
+                 GetLatestSnapshot());
+    return SPI_processed == 0;
+  };
   bool deleted = false;
-  run_in_subtransaction([&] { deleted = run(); },
-                        [&](const ErrorData *error) {
-                          if (error->sqlerrcode !=
-                              ERRCODE_T_R_SERIALIZATION_FAILURE)
-                            return false;
-                          // Handled when the version is gone for a snapshot
-                          // taken now.
-                          spi.run_kept(cache.version_exists,
-                                       "SELECT FROM idempotency.keys AS k"
-                                       " WHERE k.ctid OPERATOR(pg_catalog.=) $1"
-                                       " AND k.xmin OPERATOR(pg_catalog.=) $2",
-                                       2, types, values, nullptr, true,
-                                       SPI_OK_SELECT, GetLatestSnapshot());
-                          return SPI_processed == 0;
-                        });
+  run_in_subtransaction([&] { deleted = run(); }, gone_now);
   return deleted;
 }
 
