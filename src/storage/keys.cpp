@@ -275,8 +275,6 @@ const KeyColumns &key_columns(Relation rel) {
   return cache.columns;
 }
 
-// --- reading ----------------------------------------------------------------
-
 Datum copy_varlena(HeapTuple tuple, AttrNumber attnum, TupleDesc desc,
                    bool *isnull) {
   Datum value = heap_getattr(tuple, attnum, desc, isnull);
@@ -433,8 +431,8 @@ KeyProbe local_keys::probe(const KeyTable &table, const KeyRef &key,
     // The row, written by no open transaction but expiry's or a replacing
     // caller's.
     result = KeyProbe{};
-    result.row =
-        RowVersion{tuple->t_self, HeapTupleHeaderGetRawXmin(tuple->t_data)};
+    result.tid = tuple->t_self;
+    result.xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
     result.created_at = DatumGetTimestampTz(read(columns.created_at, &isnull));
     result.expires_at = times.forgotten_at;
     if (times.age == RowAge::forgotten) {
@@ -476,8 +474,6 @@ KeyProbe local_keys::probe(const KeyTable &table, const KeyRef &key,
   table_close(rel, NoLock);
   return result;
 }
-
-// --- writing: statements prepared once per backend, run as the owner -------
 
 [[noreturn]] void report_replaced_row_changed() {
   ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -646,7 +642,7 @@ void end_statements(OwnerSpi &spi) {
 // that waited for another transaction deleting the row raises 40001: the row
 // is gone all the same, as under READ COMMITTED.
 bool delete_row_version(OwnerSpi &spi, const KeyRef &key,
-                        const RowVersion &version) {
+                        const KeyProbe &version) {
   Oid types[4] = {TIDOID, XIDOID, cache.scope_type, BYTEAOID};
   Datum values[4] = {PointerGetDatum(&version.tid),
                      TransactionIdGetDatum(version.xmin),
@@ -724,8 +720,6 @@ StoredRow insert_key_row(OwnerSpi &spi, const KeyRef &key, const NewRow &row) {
       DatumGetTimestampTz(SPI_getbinval(inserted, desc, 4, &isnull)),
       DatumGetTimestampTz(SPI_getbinval(inserted, desc, 5, &isnull))};
 }
-
-// --- expiry -----------------------------------------------------------------
 
 // Writes, as one INSERT (statement triggers fire once), the tombstones of
 // the rows expiry deleted (`deleted`, delete_expired_sql()'s columns) whose
@@ -979,12 +973,11 @@ StoredRow local_keys::store(const KeyTable &table, const KeyRef &key,
   // expiry may have deleted it meanwhile (nothing to do) or turned it into a
   // tombstone: removed too when its window had passed by the instant the
   // claim judged the key by, else 40001 and the retry gets IK410.
-  if (row.replaces != nullptr &&
-      !delete_row_version(spi, key, row.replaces->row)) {
+  if (row.replaces != nullptr && !delete_row_version(spi, key, *row.replaces)) {
     KeyProbe later = local_keys::probe(table, key, row.judged_at);
     if (later.state != KeyState::absent &&
         (later.state != KeyState::expired ||
-         !delete_row_version(spi, key, later.row)))
+         !delete_row_version(spi, key, later)))
       report_replaced_row_changed();
   }
   StoredRow stored = insert_key_row(spi, key, row);
@@ -998,7 +991,7 @@ StoredRow local_keys::store(const KeyTable &table, const KeyRef &key,
 bool local_keys::remove(const KeyTable &table, const KeyRef &key,
                         const KeyProbe &stored) {
   OwnerSpi spi = begin_statements(table.relid, nullptr);
-  bool deleted = delete_row_version(spi, key, stored.row);
+  bool deleted = delete_row_version(spi, key, stored);
   end_statements(spi);
   if (deleted)
     citus::note_key_write();

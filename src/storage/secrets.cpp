@@ -57,17 +57,18 @@ bool read_secret(ClaimSecret *secret) {
   return true;
 }
 
-const char *const make_a_secret_hint =
-    "A superuser can make one: INSERT INTO idempotency.derived_key_secret "
-    "SELECT pg_catalog.sha256(pg_catalog.uuid_send(pg_catalog.gen_random_"
-    "uuid()) || pg_catalog.uuid_send(pg_catalog.gen_random_uuid()) || "
-    "pg_catalog.uuid_send(pg_catalog.gen_random_uuid())). It changes every "
-    "derived key: restore the old secret instead if it can be found.";
-
 [[noreturn]] void no_secret(const char *detail) {
-  ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                  errmsg("this database has no derived-key secret"),
-                  errdetail("%s", detail), errhint("%s", make_a_secret_hint)));
+  ereport(ERROR,
+          (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+           errmsg("this database has no derived-key secret"),
+           errdetail("%s", detail),
+           errhint("A superuser can make one: INSERT INTO "
+                   "idempotency.derived_key_secret SELECT "
+                   "pg_catalog.sha256(pg_catalog.uuid_send(pg_catalog.gen_"
+                   "random_uuid()) || pg_catalog.uuid_send(pg_catalog.gen_"
+                   "random_uuid()) || pg_catalog.uuid_send(pg_catalog.gen_"
+                   "random_uuid())). It changes every derived key: restore "
+                   "the old secret instead if it can be found.")));
   pg_unreachable();
 }
 

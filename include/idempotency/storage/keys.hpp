@@ -31,10 +31,10 @@ KeyTable key_table();
 citus::TableKind key_table_citus_kind();
 
 // idempotency.keys, the store of KeyStore's local kind (storage/key_store.hpp).
-// Expiry walks keys_expires_at_idx up to
-// the cutoff in passes: one read-only scan collects row addresses, then rows
-// are deleted in heap order a batch at a time. It takes no claim and waits
-// for no one: a row another transaction has locked is left for a later round.
+// Expiry walks keys_expires_at_idx up to the cutoff in passes: one read-only
+// scan collects row addresses, then rows are deleted in heap order a batch at
+// a time. It takes no claim and waits for no one: a row another transaction
+// has locked is left for a later round.
 namespace local_keys {
 KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now);
 StoredRow store(const KeyTable &table, const KeyRef &key, const NewRow &row);
