@@ -241,10 +241,9 @@ citus::TableKind cached_citus_kind() {
   if (cache.citus_known)
     return cache.citus_kind;
   uint64 invalidations = cache.invalidations;
-  citus::TableKind kind = citus::table_kind(cache.relid);
-  cache.citus_kind = kind;
+  cache.citus_kind = citus::table_kind(cache.relid);
   cache.citus_known = cache.invalidations == invalidations;
-  return kind;
+  return cache.citus_kind;
 }
 
 void refuse_citus_table() {
