@@ -17,11 +17,6 @@ TimestampTz *earliest = nullptr;
 int capacity = 0;
 int deepest = 0;
 
-void forget_from(int level) {
-  if (deepest >= level)
-    deepest = level - 1;
-}
-
 } // namespace
 
 void at_pre_commit() {
@@ -65,11 +60,11 @@ void at_subtransaction_commit() {
   if (level > deepest)
     return;
   earliest[level - 1] = Min(earliest[level - 1], earliest[level]);
-  forget_from(level);
+  deepest = level - 1;
 }
 
 void at_subtransaction_abort() {
-  forget_from(GetCurrentTransactionNestLevel());
+  deepest = Min(deepest, GetCurrentTransactionNestLevel() - 1);
 }
 
 } // namespace idempotency::storage::commit_guard

@@ -41,21 +41,21 @@ bool KeyStore::remove(const KeyRef &key, const KeyProbe &stored) const {
 }
 
 Oid KeyStore::relation() const {
-  return kind_ == KeyTableKind::local ? local_keys::relation()
+  return kind_ == KeyTableKind::local ? schema::relation("keys")
                                       : tenant_keys::relation();
 }
 
 role_keys::Roles KeyStore::roles_with_keys(Oid relid,
                                            AttrNumber scope_column) const {
   return kind_ == KeyTableKind::local
-             ? local_keys::roles_with_keys(relid, scope_column)
+             ? role_keys::in_keys(relid, scope_column)
              : tenant_keys::roles_with_keys(relid, scope_column);
 }
 
 uint64 KeyStore::delete_keys_of(Oid relid, AttrNumber scope_column,
                                 Oid role) const {
   return kind_ == KeyTableKind::local
-             ? local_keys::delete_keys_of(relid, scope_column, role)
+             ? role_keys::delete_in_keys(relid, scope_column, role)
              : tenant_keys::delete_keys_of(relid, scope_column, role);
 }
 
@@ -92,36 +92,29 @@ void check_key_row_kept(TriggeredRow result, const char *table,
     return;
   // Expiry's messages name no key: the text is gone, and the log is no
   // place for it.
-  if (VARSIZE_ANY_EXHDR(key) == 0 && result == TriggeredRow::skipped)
-    ereport(ERROR,
-            (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
-             errmsg("a BEFORE INSERT trigger on %s skipped the tombstone of "
-                    "an expired idempotency key",
-                    table),
-             errdetail("Without its tombstone, a late retry of the key would "
-                       "run its request again; expiry keeps the expired "
-                       "row instead.")));
-  if (VARSIZE_ANY_EXHDR(key) == 0)
-    ereport(ERROR,
-            (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
-             errmsg("a BEFORE INSERT trigger on %s changed the %s of the "
-                    "tombstone of an expired idempotency key",
-                    table, fixed_columns),
-             errdetail("The tombstone must stay under the key that ran.")));
+  bool tombstone = VARSIZE_ANY_EXHDR(key) == 0;
+  const char *of_key =
+      tombstone ? "the tombstone of an expired idempotency key"
+                : psprintf("idempotency key \"%s\"", text_to_cstring(key));
   if (result == TriggeredRow::skipped)
-    ereport(ERROR,
-            (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
-             errmsg("a BEFORE INSERT trigger on %s skipped the row of "
-                    "idempotency key \"%s\"",
-                    table, text_to_cstring(key)),
-             errdetail("Without its row, a retry of the key would run its "
-                       "request again.")));
-  ereport(ERROR,
-          (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
-           errmsg("a BEFORE INSERT trigger on %s changed the %s of "
-                  "idempotency key \"%s\"",
-                  table, fixed_columns, text_to_cstring(key)),
-           errdetail("The row must stay under the key that was claimed.")));
+    ereport(
+        ERROR,
+        (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+         errmsg("a BEFORE INSERT trigger on %s skipped %s%s", table,
+                tombstone ? "" : "the row of ", of_key),
+         errdetail(tombstone ? "Without its tombstone, a late retry of the key "
+                               "would run its request again; expiry keeps the "
+                               "expired row instead."
+                             : "Without its row, a retry of the key would run "
+                               "its request again.")));
+  ereport(
+      ERROR,
+      (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+       errmsg("a BEFORE INSERT trigger on %s changed the %s of %s", table,
+              fixed_columns, of_key),
+       errdetail(tombstone ? "The tombstone must stay under the key that ran."
+                           : "The row must stay under the key that was "
+                             "claimed.")));
 }
 
 namespace schema {

@@ -89,6 +89,7 @@ struct TableCache {
   KeptPlan insert_key_returning;
   KeptPlan insert_tombstones;
   KeptPlan delete_version;
+  KeptPlan version_exists;
   KeptPlan delete_expired;
   bool plans_stale;
   int running;
@@ -141,23 +142,6 @@ constexpr ExpectedColumn expected_columns[] = {
     {"remember_for", INTERVALOID, &KeyColumns::remember_for, true},
 };
 
-// The library serves the table as 0.7 and later make it; earlier tables
-// lack key_digest or hold other digests in it, which the C function of
-// their loader trigger keys_loaded (protocol/loaded_rows.hpp) tells apart.
-bool holds_current_digests(TupleDesc desc, Oid loader) {
-  if (find_column(desc, "key_digest") == nullptr || !OidIsValid(loader))
-    return false;
-  HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(loader));
-  if (!HeapTupleIsValid(proc))
-    return false;
-  bool isnull;
-  Datum symbol = SysCacheGetAttr(PROCOID, proc, Anum_pg_proc_prosrc, &isnull);
-  bool current = !isnull && strcmp(TextDatumGetCString(symbol),
-                                   "idempotency_ordered_keys_loaded") == 0;
-  ReleaseSysCache(proc);
-  return current;
-}
-
 // Refuses a table whose columns the extension could not read or write
 // correctly: a value stored under another type would be misread later. The
 // catalog lookups may take in invalidations; if one concerns the table, what
@@ -168,8 +152,20 @@ void remember_columns(Relation rel) {
   Oid loader = LookupFuncName(list_make2(makeString(pstrdup("idempotency")),
                                          makeString(pstrdup("keys_loaded"))),
                               0, nullptr, true);
-  if (!holds_current_digests(desc, loader))
+  // The library serves the table as 0.7 and later make it; earlier tables
+  // lack key_digest or hold other digests in it, which the C function of
+  // their loader trigger keys_loaded (protocol/loaded_rows.hpp) tells apart.
+  HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(loader));
+  bool isnull = true;
+  Datum symbol =
+      HeapTupleIsValid(proc)
+          ? SysCacheGetAttr(PROCOID, proc, Anum_pg_proc_prosrc, &isnull)
+          : (Datum)0;
+  if (find_column(desc, "key_digest") == nullptr || isnull ||
+      strcmp(TextDatumGetCString(symbol), "idempotency_ordered_keys_loaded") !=
+          0)
     report_schema_before_0_7();
+  ReleaseSysCache(proc);
   KeyColumns columns{};
   for (ExpectedColumn expected : expected_columns) {
     Form_pg_attribute attribute = find_column(desc, expected.name);
@@ -245,10 +241,9 @@ citus::TableKind cached_citus_kind() {
   if (cache.citus_known)
     return cache.citus_kind;
   uint64 invalidations = cache.invalidations;
-  citus::TableKind kind = citus::table_kind(cache.relid);
-  cache.citus_kind = kind;
+  cache.citus_kind = citus::table_kind(cache.relid);
   cache.citus_known = cache.invalidations == invalidations;
-  return kind;
+  return cache.citus_kind;
 }
 
 void refuse_citus_table() {
@@ -279,8 +274,6 @@ const KeyColumns &key_columns(Relation rel) {
   return cache.columns;
 }
 
-// --- reading ----------------------------------------------------------------
-
 Datum copy_varlena(HeapTuple tuple, AttrNumber attnum, TupleDesc desc,
                    bool *isnull) {
   Datum value = heap_getattr(tuple, attnum, desc, isnull);
@@ -293,54 +286,6 @@ KeyProbe in_progress(TransactionId holder) {
   KeyProbe result{};
   result.state = KeyState::in_progress;
   result.holder = holder;
-  return result;
-}
-
-// The row `tuple` of the key, judged `times`, written by no open
-// transaction but expiry's or a replacing caller's.
-KeyProbe row_probe(Relation rel, const KeyColumns &columns, SysScanDesc scan,
-                   HeapTuple tuple, const RowLife &times) {
-  TupleDesc desc = RelationGetDescr(rel);
-  bool isnull = false;
-  KeyProbe result{};
-  result.row =
-      RowVersion{tuple->t_self, HeapTupleHeaderGetRawXmin(tuple->t_data)};
-  result.created_at = DatumGetTimestampTz(
-      heap_getattr(tuple, columns.created_at, desc, &isnull));
-  if (times.age == RowAge::forgotten) {
-    result.state = KeyState::expired;
-    result.expires_at = times.forgotten_at;
-    return result;
-  }
-  result.request_hash = reinterpret_cast<bytea *>(DatumGetPointer(
-      copy_varlena(tuple, columns.request_hash, desc, &isnull)));
-  // A gone key's retry is refused by times alone: a tombstone expiry is
-  // writing answers as the committed one will, and under REPEATABLE READ one
-  // written after the snapshot stands for the live row the snapshot saw.
-  if (times.age == RowAge::gone) {
-    result.state = KeyState::gone;
-    result.expires_at = times.forgotten_at;
-    result.response_expired_at = times.response_expired_at;
-    result.response_is_null = true;
-    return result;
-  }
-  // Under REPEATABLE READ and SERIALIZABLE a replay must not hand out a row
-  // the snapshot cannot see; ON CONFLICT raises the same error.
-  TransactionId xmin = HeapTupleHeaderGetXmin(tuple->t_data);
-  if (IsolationUsesXactSnapshot() &&
-      !TransactionIdIsCurrentTransactionId(xmin) &&
-      !table_tuple_satisfies_snapshot(rel, scan->slot,
-                                      GetTransactionSnapshot()))
-    ereport(ERROR,
-            (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-             errmsg("could not serialize access due to concurrent update"),
-             errdetail("The idempotency key was stored by a transaction that "
-                       "committed after this transaction's snapshot.")));
-  result.state = KeyState::done;
-  result.expires_at = DatumGetTimestampTz(
-      heap_getattr(tuple, columns.expires_at, desc, &isnull));
-  result.response =
-      copy_varlena(tuple, columns.response, desc, &result.response_is_null);
   return result;
 }
 
@@ -482,18 +427,52 @@ KeyProbe local_keys::probe(const KeyTable &table, const KeyRef &key,
       result = in_progress(dirty.xmax);
       break;
     }
-    result = row_probe(rel, columns, scan, tuple, times);
-    if (result.state != KeyState::expired)
+    // The row, written by no open transaction but expiry's or a replacing
+    // caller's.
+    result = KeyProbe{};
+    result.tid = tuple->t_self;
+    result.xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
+    result.created_at = DatumGetTimestampTz(read(columns.created_at, &isnull));
+    result.expires_at = times.forgotten_at;
+    if (times.age == RowAge::forgotten) {
+      result.state = KeyState::expired;
+      continue; // the key's new row, if any, may come next
+    }
+    result.request_hash = reinterpret_cast<bytea *>(DatumGetPointer(
+        copy_varlena(tuple, columns.request_hash, desc, &isnull)));
+    // A gone key's retry is refused by times alone: a tombstone expiry is
+    // writing answers as the committed one will, and under REPEATABLE READ one
+    // written after the snapshot stands for the live row the snapshot saw.
+    if (times.age == RowAge::gone) {
+      result.state = KeyState::gone;
+      result.response_expired_at = times.response_expired_at;
+      result.response_is_null = true;
       break;
-    // An expired row: the key's new row, if any, may come next.
+    }
+    // Under REPEATABLE READ and SERIALIZABLE a replay must not hand out a row
+    // the snapshot cannot see; ON CONFLICT raises the same error.
+    TransactionId xmin = HeapTupleHeaderGetXmin(tuple->t_data);
+    if (IsolationUsesXactSnapshot() &&
+        !TransactionIdIsCurrentTransactionId(xmin) &&
+        !table_tuple_satisfies_snapshot(rel, scan->slot,
+                                        GetTransactionSnapshot()))
+      ereport(ERROR,
+              (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+               errmsg("could not serialize access due to concurrent update"),
+               errdetail("The idempotency key was stored by a transaction "
+                         "that committed after this transaction's "
+                         "snapshot.")));
+    result.state = KeyState::done;
+    result.expires_at = expires_at;
+    result.response =
+        copy_varlena(tuple, columns.response, desc, &result.response_is_null);
+    break;
   }
 
   systable_endscan(scan);
   table_close(rel, NoLock);
   return result;
 }
-
-// --- writing: statements prepared once per backend, run as the owner -------
 
 [[noreturn]] void report_replaced_row_changed() {
   ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -606,26 +585,37 @@ void run_own_insert(OwnerSpi &spi, KeptPlan &kept, const char *sql, int nargs,
 }
 
 // Raises 09000 unless the inserted row (RETURNING scope, key_digest, key)
-// is still `key`'s: a BEFORE trigger may change it, but not move it.
-void check_not_moved(HeapTuple row, TupleDesc desc, const KeyRef &key) {
-  bool scope_isnull = false;
-  bool digest_isnull = false;
-  bool key_isnull = false;
-  Datum scope = SPI_getbinval(row, desc, inserted_scope, &scope_isnull);
-  Datum digest = SPI_getbinval(row, desc, inserted_digest, &digest_isnull);
-  Datum text_key = SPI_getbinval(row, desc, inserted_key, &key_isnull);
-  if (scope_isnull || digest_isnull || key_isnull ||
-      DatumGetObjectId(scope) != key.scope ||
-      !datum_image_eq(digest, PointerGetDatum(key.digest), false, -1) ||
-      !datum_image_eq(text_key, PointerGetDatum(key.key), false, -1))
+// is still the key's: a BEFORE trigger may change it, but not move it.
+void check_not_moved(HeapTuple row, TupleDesc desc, Oid scope,
+                     const bytea *digest, text *key) {
+  bool isnull[3];
+  Datum stored_scope = SPI_getbinval(row, desc, inserted_scope, &isnull[0]);
+  Datum stored_digest = SPI_getbinval(row, desc, inserted_digest, &isnull[1]);
+  Datum stored_key = SPI_getbinval(row, desc, inserted_key, &isnull[2]);
+  if (isnull[0] || isnull[1] || isnull[2] ||
+      DatumGetObjectId(stored_scope) != scope ||
+      !datum_image_eq(stored_digest, PointerGetDatum(digest), false, -1) ||
+      !datum_image_eq(stored_key, PointerGetDatum(key), false, -1))
     check_key_row_kept(TriggeredRow::moved, "idempotency.keys",
-                       "scope, key or key_digest", key.key);
+                       "scope, key or key_digest", key);
 }
 
-// Stale plans are freed, but never while one runs (a trigger's own call may
-// come here during the INSERT); the count restarts with each transaction, as
-// an error ends the statements it interrupts.
-OwnerSpi begin_statements() {
+// Locks the table and checks its columns (and Citus) with the lock held;
+// `marked`'s role gets its mark. Stale plans are freed, but never while one
+// runs (a trigger's own call may come here during the INSERT); the count
+// restarts with each transaction, as an error ends the statements it
+// interrupts.
+OwnerSpi begin_statements(Oid relid, const KeyRef *marked) {
+  // fn may have dropped the extension before a store (the drop rolls back
+  // with the error).
+  Relation rel = marked == nullptr ? table_open(relid, RowExclusiveLock)
+                                   : try_table_open(relid, RowExclusiveLock);
+  if (rel == nullptr)
+    report_missing_table();
+  AttrNumber scope_column = key_columns(rel).scope;
+  if (marked != nullptr)
+    role_marks::ensure(rel, scope_column, marked->scope);
+  table_close(rel, NoLock);
   if (cache.running_in != compat::my_local_transaction_id()) {
     cache.running_in = compat::my_local_transaction_id();
     cache.running = 0;
@@ -633,7 +623,7 @@ OwnerSpi begin_statements() {
   if (cache.plans_stale && cache.running == 0) {
     for (KeptPlan *kept : {&cache.insert_key, &cache.insert_key_returning,
                            &cache.insert_tombstones, &cache.delete_version,
-                           &cache.delete_expired})
+                           &cache.version_exists, &cache.delete_expired})
       forget_plan(*kept);
     cache.plans_stale = false;
   }
@@ -651,7 +641,7 @@ void end_statements(OwnerSpi &spi) {
 // that waited for another transaction deleting the row raises 40001: the row
 // is gone all the same, as under READ COMMITTED.
 bool delete_row_version(OwnerSpi &spi, const KeyRef &key,
-                        const RowVersion &version) {
+                        const KeyProbe &version) {
   Oid types[4] = {TIDOID, XIDOID, cache.scope_type, BYTEAOID};
   Datum values[4] = {PointerGetDatum(&version.tid),
                      TransactionIdGetDatum(version.xmin),
@@ -665,26 +655,20 @@ bool delete_row_version(OwnerSpi &spi, const KeyRef &key,
   };
   if (!IsolationUsesXactSnapshot())
     return run();
+  // Handled when the version is gone for a snapshot taken now.
+  auto gone_now = [&](const ErrorData *error) {
+    if (error->sqlerrcode != ERRCODE_T_R_SERIALIZATION_FAILURE)
+      return false;
+    spi.run_kept(cache.version_exists,
+                 "SELECT FROM idempotency.keys AS k"
+                 " WHERE k.ctid OPERATOR(pg_catalog.=) $1"
+                 " AND k.xmin OPERATOR(pg_catalog.=) $2",
+                 2, types, values, nullptr, true, SPI_OK_SELECT,
+                 GetLatestSnapshot());
+    return SPI_processed == 0;
+  };
   bool deleted = false;
-  run_in_subtransaction(
-      [&] { deleted = run(); },
-      [&](const ErrorData *error) {
-        if (error->sqlerrcode != ERRCODE_T_R_SERIALIZATION_FAILURE)
-          return false;
-        // Handled when the version is gone for a snapshot taken now.
-        SPIPlanPtr plan = SPI_prepare("SELECT FROM idempotency.keys AS k"
-                                      " WHERE k.ctid OPERATOR(pg_catalog.=) $1"
-                                      " AND k.xmin OPERATOR(pg_catalog.=) $2",
-                                      2, types);
-        if (plan == nullptr ||
-            SPI_execute_snapshot(plan, values, nullptr, GetLatestSnapshot(),
-                                 InvalidSnapshot, true, false,
-                                 1) != SPI_OK_SELECT)
-          elog(ERROR, "idempotency: reading idempotency.keys failed");
-        bool exists = SPI_processed > 0;
-        SPI_freeplan(plan);
-        return !exists;
-      });
+  run_in_subtransaction([&] { deleted = run(); }, gone_now);
   return deleted;
 }
 
@@ -729,64 +713,67 @@ StoredRow insert_key_row(OwnerSpi &spi, const KeyRef &key, const NewRow &row) {
                        "scope, key or key_digest", key.key);
   HeapTuple inserted = SPI_tuptable->vals[0];
   TupleDesc desc = SPI_tuptable->tupdesc;
-  check_not_moved(inserted, desc, key);
+  check_not_moved(inserted, desc, key.scope, key.digest, key.key);
   bool isnull = false;
   return StoredRow{
       DatumGetTimestampTz(SPI_getbinval(inserted, desc, 4, &isnull)),
       DatumGetTimestampTz(SPI_getbinval(inserted, desc, 5, &isnull))};
 }
 
-// --- expiry -----------------------------------------------------------------
-
-// A key whose response expired, as its tombstone keeps it.
-struct Tombstone {
-  Oid scope;
-  bytea *digest;
-  bytea *request_hash;
-  TimestampTz created_at;
-  TimestampTz response_expired_at;
-  TimestampTz forgotten_at;
-};
-static_assert(std::is_trivially_destructible_v<Tombstone>);
-
-// Writes the tombstones of keys expiry has deleted in this transaction, as
-// one INSERT (statement triggers fire once).
-void insert_tombstones(OwnerSpi &spi, const Tombstone *tombstones, int count) {
-  if (count == 0)
+// Writes, as one INSERT (statement triggers fire once), the tombstones of
+// the rows expiry deleted (`deleted`, delete_expired_sql()'s columns) whose
+// keys are remembered past `cutoff` by the rule callers judge them by
+// (live_row_forgotten_at).
+void insert_tombstones(OwnerSpi &spi, const SPITupleTable *deleted,
+                       uint64 count, TimestampTz cutoff) {
+  const KeyColumns &columns = cache.columns;
+  if (columns.expired_at == InvalidAttrNumber)
     return;
   constexpr int arrays = 7; // in insert_tombstones_sql()'s order
   const Oid element_types[arrays] = {
       cache.scope_type, BYTEAOID,       BYTEAOID,   TIMESTAMPTZOID,
       TIMESTAMPTZOID,   TIMESTAMPTZOID, INTERVALOID};
-  Datum *elements[arrays];
-  bool *nulls[arrays];
-  for (int a = 0; a < arrays; a++) {
-    elements[a] = static_cast<Datum *>(palloc(count * sizeof(Datum)));
-    nulls[a] = static_cast<bool *>(palloc0(count * sizeof(bool)));
+  ArrayBuildState *built[arrays];
+  for (int a = 0; a < arrays; a++)
+    built[a] = initArrayResult(element_types[a], CurrentMemoryContext, false);
+  auto add = [&](int a, Datum value, bool isnull) {
+    accumArrayResult(built[a], value, isnull, element_types[a],
+                     CurrentMemoryContext);
+  };
+  enum { expires_at = 5, expired_at, window };
+  TupleDesc desc = deleted->tupdesc;
+  for (uint64 i = 0; i < count; i++) {
+    HeapTuple row = deleted->vals[i];
+    bool isnull = false;
+    (void)SPI_getbinval(row, desc, expired_at, &isnull);
+    if (!isnull)
+      continue; // a tombstone past its window
+    TimestampTz response_expired_at =
+        DatumGetTimestampTz(SPI_getbinval(row, desc, expires_at, &isnull));
+    RememberWindow remembered =
+        remember_window(columns, [&](AttrNumber, bool *null) {
+          return SPI_getbinval(row, desc, window, null);
+        });
+    TimestampTz forgotten_at =
+        live_row_forgotten_at(remembered, response_expired_at);
+    if (forgotten_at <= cutoff)
+      continue;
+    // scope, key_digest, request_hash and created_at, as they were
+    for (int a = 0; a < 4; a++)
+      add(a, SPI_getbinval(row, desc, a + 1, &isnull), isnull);
+    add(4, TimestampTzGetDatum(forgotten_at), false);
+    add(5, TimestampTzGetDatum(response_expired_at), false);
+    Datum span = stored_window(forgotten_at - response_expired_at, &isnull);
+    add(6, span, isnull);
   }
-  for (int i = 0; i < count; i++) {
-    const Tombstone &t = tombstones[i];
-    elements[0][i] = ObjectIdGetDatum(t.scope);
-    elements[1][i] = PointerGetDatum(t.digest);
-    elements[2][i] = PointerGetDatum(t.request_hash);
-    elements[3][i] = TimestampTzGetDatum(t.created_at);
-    elements[4][i] = TimestampTzGetDatum(t.forgotten_at);
-    elements[5][i] = TimestampTzGetDatum(t.response_expired_at);
-    elements[6][i] =
-        stored_window(t.forgotten_at - t.response_expired_at, &nulls[6][i]);
-  }
+  int remembered = built[0]->nelems;
+  if (remembered == 0)
+    return;
   Oid types[arrays];
   Datum values[arrays];
   for (int a = 0; a < arrays; a++) {
     types[a] = get_array_type(element_types[a]);
-    int16 length;
-    bool by_value;
-    char align;
-    get_typlenbyvalalign(element_types[a], &length, &by_value, &align);
-    int lower_bound = 1;
-    values[a] = PointerGetDatum(
-        construct_md_array(elements[a], nulls[a], 1, &count, &lower_bound,
-                           element_types[a], length, by_value, align));
+    values[a] = makeArrayResult(built[a], CurrentMemoryContext);
   }
   run_own_insert(
       spi, cache.insert_tombstones,
@@ -795,14 +782,13 @@ void insert_tombstones(OwnerSpi &spi, const Tombstone *tombstones, int count) {
       arrays, types, values, nullptr, OwnInsert{0, true, InvalidOid, nullptr},
       SPI_OK_INSERT_RETURNING);
   text *empty_key = cstring_to_text("");
-  if (SPI_processed < (uint64)count)
+  if (SPI_processed < (uint64)remembered)
     check_key_row_kept(TriggeredRow::skipped, "idempotency.keys",
                        "scope, key or key_digest", empty_key);
-  for (int i = 0; i < count; i++) {
-    KeyRef key{tombstones[i].scope, empty_key, tombstones[i].digest, false,
-               InvalidOid,          (Datum)0};
-    check_not_moved(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, key);
-  }
+  for (int i = 0; i < remembered; i++)
+    check_not_moved(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+                    DatumGetObjectId(built[0]->dvalues[i]),
+                    DatumGetByteaPP(built[1]->dvalues[i]), empty_key);
 }
 
 // A round's progress (ExpiryRound::progress). A pass goes on after the last
@@ -850,40 +836,6 @@ Relation open_expires_at_index(Relation table) {
                      "(expires_at idempotency.%s).",
                      expires_at_index, expiry_opfamily)));
   return rel;
-}
-
-// The tombstone of the deleted row `row` (delete_expired_sql()'s columns),
-// or false when the key is not to be remembered past `cutoff`, by the rule
-// callers judge it by (live_row_forgotten_at).
-bool tombstone_of(const KeyColumns &columns, HeapTuple row, TupleDesc desc,
-                  TimestampTz cutoff, Tombstone *tombstone) {
-  if (columns.expired_at == InvalidAttrNumber)
-    return false;
-  enum { scope = 1, digest, hash, created_at, expires_at, expired_at, window };
-  bool isnull = false;
-  (void)SPI_getbinval(row, desc, expired_at, &isnull);
-  if (!isnull)
-    return false; // a tombstone past its window
-  TimestampTz response_expired_at =
-      DatumGetTimestampTz(SPI_getbinval(row, desc, expires_at, &isnull));
-  RememberWindow remembered =
-      remember_window(columns, [&](AttrNumber, bool *null) {
-        return SPI_getbinval(row, desc, window, null);
-      });
-  TimestampTz forgotten_at =
-      live_row_forgotten_at(remembered, response_expired_at);
-  if (forgotten_at <= cutoff)
-    return false;
-  tombstone->scope = DatumGetObjectId(SPI_getbinval(row, desc, scope, &isnull));
-  tombstone->digest =
-      DatumGetByteaPP(SPI_getbinval(row, desc, digest, &isnull));
-  tombstone->request_hash =
-      DatumGetByteaPP(SPI_getbinval(row, desc, hash, &isnull));
-  tombstone->created_at =
-      DatumGetTimestampTz(SPI_getbinval(row, desc, created_at, &isnull));
-  tombstone->response_expired_at = response_expired_at;
-  tombstone->forgotten_at = forgotten_at;
-  return true;
 }
 
 // Collects up to `limit` expired keys after the last entry read, visible to
@@ -959,10 +911,7 @@ bool collect_pass(const ExpiryRound &round, LocalExpiry &expiry, int limit) {
 // many it deleted.
 int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
                      int count) {
-  Relation table = table_open(key_table().relid, RowExclusiveLock);
-  const KeyColumns &columns = key_columns(table);
-  table_close(table, NoLock);
-  OwnerSpi spi = begin_statements();
+  OwnerSpi spi = begin_statements(key_table().relid, nullptr);
   auto *elements = static_cast<Datum *>(palloc(count * sizeof(Datum)));
   for (int i = 0; i < count; i++)
     elements[i] = PointerGetDatum(&tids[i]);
@@ -975,15 +924,7 @@ int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
                                                     : nullptr,
                2, types, values, nullptr, false, SPI_OK_DELETE_RETURNING);
   uint64 deleted = SPI_processed;
-  SPITupleTable *rows = SPI_tuptable;
-  auto *tombstones =
-      static_cast<Tombstone *>(palloc(Max(deleted, 1) * sizeof(Tombstone)));
-  int remembered = 0;
-  for (uint64 i = 0; i < deleted; i++)
-    if (tombstone_of(columns, rows->vals[i], rows->tupdesc, cutoff,
-                     &tombstones[remembered]))
-      remembered++;
-  insert_tombstones(spi, tombstones, remembered);
+  insert_tombstones(spi, SPI_tuptable, deleted, cutoff);
   end_statements(spi);
   return (int64)deleted;
 }
@@ -1026,25 +967,16 @@ bool is_own_insert(Relation rel, HeapTuple row) {
 
 StoredRow local_keys::store(const KeyTable &table, const KeyRef &key,
                             const NewRow &row) {
-  // fn may have dropped the extension (the drop rolls back with the error).
-  Relation rel = try_table_open(table.relid, RowExclusiveLock);
-  if (rel == nullptr)
-    report_missing_table();
-  KeyColumns columns = key_columns(rel);
-  role_marks::ensure(rel, columns.scope, key.scope);
-  table_close(rel, NoLock);
-
-  OwnerSpi spi = begin_statements();
+  OwnerSpi spi = begin_statements(table.relid, &key);
   // No caller changes a row whose key this transaction has claimed, but
   // expiry may have deleted it meanwhile (nothing to do) or turned it into a
   // tombstone: removed too when its window had passed by the instant the
   // claim judged the key by, else 40001 and the retry gets IK410.
-  if (row.replaces != nullptr &&
-      !delete_row_version(spi, key, row.replaces->row)) {
+  if (row.replaces != nullptr && !delete_row_version(spi, key, *row.replaces)) {
     KeyProbe later = local_keys::probe(table, key, row.judged_at);
     if (later.state != KeyState::absent &&
         (later.state != KeyState::expired ||
-         !delete_row_version(spi, key, later.row)))
+         !delete_row_version(spi, key, later)))
       report_replaced_row_changed();
   }
   StoredRow stored = insert_key_row(spi, key, row);
@@ -1057,27 +989,12 @@ StoredRow local_keys::store(const KeyTable &table, const KeyRef &key,
 
 bool local_keys::remove(const KeyTable &table, const KeyRef &key,
                         const KeyProbe &stored) {
-  Relation rel = table_open(table.relid, RowExclusiveLock);
-  (void)key_columns(rel); // refuses a table Citus has taken over
-  table_close(rel, NoLock);
-  OwnerSpi spi = begin_statements();
-  bool deleted = delete_row_version(spi, key, stored.row);
+  OwnerSpi spi = begin_statements(table.relid, nullptr);
+  bool deleted = delete_row_version(spi, key, stored);
   end_statements(spi);
   if (deleted)
     citus::note_key_write();
   return deleted;
-}
-
-Oid local_keys::relation() { return schema::relation("keys"); }
-
-role_keys::Roles local_keys::roles_with_keys(Oid relid,
-                                             AttrNumber scope_column) {
-  return role_keys::in_keys(relid, scope_column);
-}
-
-uint64 local_keys::delete_keys_of(Oid relid, AttrNumber scope_column,
-                                  Oid role) {
-  return role_keys::delete_in_keys(relid, scope_column, role);
 }
 
 bool lock_key_table(LOCKMODE mode) {

@@ -51,9 +51,7 @@ int OwnerSpi::run_kept(KeptPlan &kept, const char *sql, int nargs, Oid *types,
     kept.plan = plan;
     kept.first_type = types[0];
   }
-  if (snapshot == InvalidSnapshot)
-    return check_result(
-        SPI_execute_plan(kept.plan, values, nulls, read_only, 0), expected);
+  // Without a snapshot, the same as SPI_execute_plan.
   return check_result(SPI_execute_snapshot(kept.plan, values, nulls, snapshot,
                                            InvalidSnapshot, read_only, true, 0),
                       expected);

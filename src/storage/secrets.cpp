@@ -35,7 +35,7 @@ bool read_secret(ClaimSecret *secret) {
                     errmsg("could not open file \"%s\": %m", secret_file)));
   }
   // One byte more than a secret, to notice a file that is too long.
-  uint8 buffer[claim_secret_bytes + 1];
+  uint8 buffer[secret_bytes + 1];
   ssize_t got = read(fd, buffer, sizeof buffer);
   int read_errno = errno;
   CloseTransientFile(fd);
@@ -44,30 +44,31 @@ bool read_secret(ClaimSecret *secret) {
     ereport(ERROR, (errcode_for_file_access(),
                     errmsg("could not read file \"%s\": %m", secret_file)));
   }
-  if (got != (ssize_t)claim_secret_bytes)
+  if (got != (ssize_t)secret_bytes)
     ereport(ERROR,
             (errcode(ERRCODE_DATA_CORRUPTED),
              errmsg("file \"%s\" holds %zd bytes, not the %zu of a claim "
                     "secret",
-                    secret_file, got, claim_secret_bytes),
+                    secret_file, got, secret_bytes),
              errhint("Stop the server, remove the file, and start the server "
                      "again: a new secret is made on first use.")));
-  memcpy(secret->bytes, buffer, claim_secret_bytes);
+  memcpy(secret->bytes, buffer, secret_bytes);
   explicit_bzero(buffer, sizeof buffer);
   return true;
 }
 
-const char *const make_a_secret_hint =
-    "A superuser can make one: INSERT INTO idempotency.derived_key_secret "
-    "SELECT pg_catalog.sha256(pg_catalog.uuid_send(pg_catalog.gen_random_"
-    "uuid()) || pg_catalog.uuid_send(pg_catalog.gen_random_uuid()) || "
-    "pg_catalog.uuid_send(pg_catalog.gen_random_uuid())). It changes every "
-    "derived key: restore the old secret instead if it can be found.";
-
 [[noreturn]] void no_secret(const char *detail) {
-  ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                  errmsg("this database has no derived-key secret"),
-                  errdetail("%s", detail), errhint("%s", make_a_secret_hint)));
+  ereport(ERROR,
+          (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+           errmsg("this database has no derived-key secret"),
+           errdetail("%s", detail),
+           errhint("A superuser can make one: INSERT INTO "
+                   "idempotency.derived_key_secret SELECT "
+                   "pg_catalog.sha256(pg_catalog.uuid_send(pg_catalog.gen_"
+                   "random_uuid()) || pg_catalog.uuid_send(pg_catalog.gen_"
+                   "random_uuid()) || pg_catalog.uuid_send(pg_catalog.gen_"
+                   "random_uuid())). It changes every derived key: restore "
+                   "the old secret instead if it can be found.")));
   pg_unreachable();
 }
 
@@ -84,7 +85,7 @@ ClaimSecret read_claim_secret() {
   snprintf(temporary, sizeof temporary, "%s.%d.tmp", secret_file, MyProcPid);
   // Left over by a backend of the same pid that failed halfway.
   unlink(temporary);
-  if (!pg_strong_random(secret.bytes, claim_secret_bytes))
+  if (!pg_strong_random(secret.bytes, secret_bytes))
     ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
                     errmsg("could not generate a random claim secret")));
   int fd = OpenTransientFilePerm(
@@ -93,9 +94,9 @@ ClaimSecret read_claim_secret() {
     ereport(ERROR, (errcode_for_file_access(),
                     errmsg("could not create file \"%s\": %m", temporary)));
   errno = 0;
-  bool written = write(fd, secret.bytes, claim_secret_bytes) ==
-                     (ssize_t)claim_secret_bytes &&
-                 pg_fsync(fd) == 0;
+  bool written =
+      write(fd, secret.bytes, secret_bytes) == (ssize_t)secret_bytes &&
+      pg_fsync(fd) == 0;
   // A short write sets no errno: the disk is full.
   int write_errno = errno != 0 ? errno : ENOSPC;
   CloseTransientFile(fd);
@@ -144,8 +145,8 @@ DerivedKeySecret read_derived_key_secret() {
     if (is_null)
       continue;
     bytea *bytes = DatumGetByteaPP(value);
-    if (VARSIZE_ANY_EXHDR(bytes) == derived_key_secret_bytes) {
-      memcpy(secret.bytes, VARDATA_ANY(bytes), derived_key_secret_bytes);
+    if (VARSIZE_ANY_EXHDR(bytes) == secret_bytes) {
+      memcpy(secret.bytes, VARDATA_ANY(bytes), secret_bytes);
       size_ok = true;
     }
     if (reinterpret_cast<Pointer>(bytes) != DatumGetPointer(value)) {

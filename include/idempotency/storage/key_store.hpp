@@ -39,20 +39,16 @@ enum class KeyState {
   done,        // a committed (or our own) row within its TTL
 };
 
-// One version of a stored row. The address alone names no row for long:
-// once the row is deleted, vacuum may give its slot to another key's row.
-struct RowVersion {
-  ItemPointerData tid;
-  TransactionId xmin; // as written, kept when the row is frozen
-};
-
 struct KeyProbe {
   KeyState state;
   TransactionId holder; // in_progress: the transaction to wait for
-  RowVersion row;       // expired: the row a new call replaces; done, gone:
-                        // the row
-  bytea *request_hash;  // done, gone: the stored fingerprint
-  Datum response;       // done: the stored response
+  // The row version (expired: the one a new call replaces; done, gone: the
+  // row). The address alone names no row for long: once the row is
+  // deleted, vacuum may give its slot to another key's row.
+  ItemPointerData tid;
+  TransactionId xmin;  // as written, kept when the row is frozen
+  bytea *request_hash; // done, gone: the stored fingerprint
+  Datum response;      // done: the stored response
   bool response_is_null;
   TimestampTz created_at; // done, expired, gone: the row's times; gone:
   TimestampTz expires_at; // expires_at is when the key is forgotten

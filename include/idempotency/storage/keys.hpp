@@ -31,17 +31,14 @@ KeyTable key_table();
 citus::TableKind key_table_citus_kind();
 
 // idempotency.keys, the store of KeyStore's local kind (storage/key_store.hpp).
-// Expiry walks keys_expires_at_idx up to
-// the cutoff in passes: one read-only scan collects row addresses, then rows
-// are deleted in heap order a batch at a time. It takes no claim and waits
-// for no one: a row another transaction has locked is left for a later round.
+// Expiry walks keys_expires_at_idx up to the cutoff in passes: one read-only
+// scan collects row addresses, then rows are deleted in heap order a batch at
+// a time. It takes no claim and waits for no one: a row another transaction
+// has locked is left for a later round.
 namespace local_keys {
 KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now);
 StoredRow store(const KeyTable &table, const KeyRef &key, const NewRow &row);
 bool remove(const KeyTable &table, const KeyRef &key, const KeyProbe &stored);
-Oid relation();
-role_keys::Roles roles_with_keys(Oid relid, AttrNumber scope_column);
-uint64 delete_keys_of(Oid relid, AttrNumber scope_column, Oid role);
 void collect_expired(ExpiryRound &round, int batch_size);
 ExpiryBatch expire_batch(ExpiryRound &round, int batch_size);
 } // namespace local_keys
