@@ -22,7 +22,6 @@ extern "C" {
 #include "utils/backend_status.h"
 #include "utils/wait_event.h"
 #include "utils/guc.h"
-#include "utils/jsonb.h"
 #include "utils/regproc.h"
 #include "utils/rel.h"
 #include "utils/relcache.h"
@@ -117,25 +116,6 @@ using SysCacheIdentifier = int;
 using JumbleStateArgument = const JumbleState *;
 #else
 using JumbleStateArgument = JumbleState *;
-#endif
-
-// Building a jsonb value (PostgreSQL 19 keeps the whole state in a
-// JsonbInState; before, pushJsonbValue returned each finished value).
-#if PG_VERSION_NUM >= 190000
-using ::JsonbInState;
-inline void pushJsonbValue(JsonbInState *state, JsonbIteratorToken token,
-                           JsonbValue *value) {
-  ::pushJsonbValue(state, token, value);
-}
-#else
-struct JsonbInState {
-  JsonbValue *result;
-  JsonbParseState *parseState;
-};
-inline void pushJsonbValue(JsonbInState *state, JsonbIteratorToken token,
-                           JsonbValue *value) {
-  state->result = ::pushJsonbValue(&state->parseState, token, value);
-}
 #endif
 
 // The primary key's index (PostgreSQL 18 added deferrable_ok; the older
