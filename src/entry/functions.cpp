@@ -313,6 +313,8 @@ storage::KeyRef *batch_keys(const Elements &keys) {
 // By protocol::BatchOutcome.
 constexpr const char *batch_outcome_names[] = {"claimed", "replayed",
                                                "refused"};
+static_assert(lengthof(batch_outcome_names) ==
+              static_cast<size_t>(protocol::BatchOutcome::refused) + 1);
 
 Datum claim_batch_body(FunctionCallInfo fcinfo) {
   Elements keys = array_argument(fcinfo, 0, "keys");

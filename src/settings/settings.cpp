@@ -372,6 +372,8 @@ constexpr const char *sqlstate_list_problems[] = {
     "names a transient condition (a cancel, timeout, serialization failure, "
     "deadlock, resource shortage or internal error) that a retry may not meet "
     "again"};
+static_assert(lengthof(sqlstate_list_problems) ==
+              static_cast<size_t>(SqlstateListCheck::transient));
 
 bool store_errors_valid(char **newval, void **extra, GucSource) {
   SqlstateList parsed;
