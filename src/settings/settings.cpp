@@ -104,16 +104,6 @@ bool check(char **newval, void **extra, GucSource source) {
   return accepted;
 }
 
-void capture_placeholders() {
-  for (CallSetting *setting : call_settings) {
-    // NULL (15) or "" (16 on) for a placeholder nothing set.
-    const char *text = GetConfigOption(setting->name, true, false);
-    setting->placeholder = text == nullptr || *text == '\0'
-                               ? nullptr
-                               : MemoryContextStrdup(TopMemoryContext, text);
-  }
-}
-
 // Whether the setting holds the value `text` after define().
 bool holds(const CallSetting &setting, const char *text) {
   const char *in_force = GetConfigOption(setting.name, false, false);
@@ -124,19 +114,6 @@ bool holds(const CallSetting &setting, const char *text) {
   int held = 0;
   return setting.integer && parse_int(text, &wanted, flags, nullptr) &&
          parse_int(in_force, &held, flags, nullptr) && wanted == held;
-}
-
-// After define(): a placeholder its setting did not take, for a reason its
-// check hook did not see.
-void note_untaken_placeholders() {
-  for (CallSetting *setting : call_settings) {
-    if (setting->placeholder == nullptr)
-      continue;
-    if (!setting->refusal.refused && !holds(*setting, setting->placeholder))
-      keep_refused(*setting, setting->placeholder, false, PGC_S_SESSION);
-    pfree(setting->placeholder);
-    setting->placeholder = nullptr;
-  }
 }
 
 void refused_value_context(void *arg) {
@@ -381,7 +358,13 @@ TimestampTz plus_interval(TimestampTz start, const Interval &span) {
 } // namespace
 
 void define() {
-  capture_placeholders();
+  for (CallSetting *setting : call_settings) {
+    // NULL (15) or "" (16 on) for a placeholder nothing set.
+    const char *text = GetConfigOption(setting->name, true, false);
+    setting->placeholder = text == nullptr || *text == '\0'
+                               ? nullptr
+                               : MemoryContextStrdup(TopMemoryContext, text);
+  }
   defining = true;
   DefineCustomIntVariable(
       "idempotency.expire_interval",
@@ -476,7 +459,16 @@ void define() {
       check<store_errors_state, store_errors_valid>, assign_store_errors,
       nullptr);
   defining = false;
-  note_untaken_placeholders();
+  // A placeholder its setting did not take, for a reason its check hook did
+  // not see.
+  for (CallSetting *setting : call_settings) {
+    if (setting->placeholder == nullptr)
+      continue;
+    if (!setting->refusal.refused && !holds(*setting, setting->placeholder))
+      keep_refused(*setting, setting->placeholder, false, PGC_S_SESSION);
+    pfree(setting->placeholder);
+    setting->placeholder = nullptr;
+  }
 }
 
 const Interval &ttl() {
