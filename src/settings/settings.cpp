@@ -5,7 +5,6 @@
 #include "idempotency/compat.hpp"
 
 extern "C" {
-#include "storage/lwlock.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/guc.h"
