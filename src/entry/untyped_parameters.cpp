@@ -54,36 +54,10 @@ using compat::VariableParameters;
 // (then untyped placeholders stay untyped, as without preloading).
 CoerceParamHook variable_parameters_hook = nullptr;
 
-void learn_variable_parameters_hook() {
-  Oid *types = nullptr;
-  int count = 0;
-  ParseState *state = make_parsestate(nullptr);
-  setup_parse_variable_parameters(state, &types, &count);
-  auto *parameters = static_cast<VariableParameters *>(state->p_ref_hook_state);
-  if (parameters != nullptr && parameters->types == &types &&
-      parameters->count == &count)
-    variable_parameters_hook = state->p_coerce_param_hook;
-  else
-    ereport(WARNING,
-            (errmsg("idempotency cannot type untyped placeholders on this "
-                    "server: its parser's variable parameter state is not "
-                    "the one the library was built for"),
-             errhint("Cast each argument of idempotent_call, or update the "
-                     "library.")));
-  free_parsestate(state);
-}
-
 bool is_untyped(const Node *node) {
   return node != nullptr && IsA(node, Param) &&
          reinterpret_cast<const Param *>(node)->paramkind == PARAM_EXTERN &&
          reinterpret_cast<const Param *>(node)->paramtype == UNKNOWNOID;
-}
-
-bool has_untyped(const VariableParameters &parameters) {
-  for (int i = 0; i < *parameters.count; i++)
-    if ((*parameters.types)[i] == UNKNOWNOID)
-      return true;
-  return false;
 }
 
 struct Search {
@@ -192,7 +166,11 @@ void type_untyped_parameters(ParseState *state, Query *statement,
       state->p_ref_hook_state == nullptr)
     return;
   auto *parameters = static_cast<VariableParameters *>(state->p_ref_hook_state);
-  if (!has_untyped(*parameters) || !IsTransactionState() ||
+  int first_untyped = 0;
+  while (first_untyped < *parameters->count &&
+         (*parameters->types)[first_untyped] != UNKNOWNOID)
+    first_untyped++;
+  if (first_untyped == *parameters->count || !IsTransactionState() ||
       !OidIsValid(get_extension_oid("idempotency", true)))
     return;
   // The extension is not relocatable: its schema is idempotency.
@@ -203,7 +181,22 @@ void type_untyped_parameters(ParseState *state, Query *statement,
 } // namespace
 
 void install_untyped_parameters_hook() {
-  learn_variable_parameters_hook();
+  Oid *types = nullptr;
+  int count = 0;
+  ParseState *state = make_parsestate(nullptr);
+  setup_parse_variable_parameters(state, &types, &count);
+  auto *parameters = static_cast<VariableParameters *>(state->p_ref_hook_state);
+  if (parameters != nullptr && parameters->types == &types &&
+      parameters->count == &count)
+    variable_parameters_hook = state->p_coerce_param_hook;
+  else
+    ereport(WARNING,
+            (errmsg("idempotency cannot type untyped placeholders on this "
+                    "server: its parser's variable parameter state is not "
+                    "the one the library was built for"),
+             errhint("Cast each argument of idempotent_call, or update the "
+                     "library.")));
+  free_parsestate(state);
   previous_post_parse_analyze_hook = post_parse_analyze_hook;
   post_parse_analyze_hook = type_untyped_parameters;
 }
