@@ -493,8 +493,7 @@ const Interval &remember() {
 
 TimestampTz forgotten_at(TimestampTz response_expired_at) {
   raise_if_refused(remember_state);
-  return remembers ? plus_interval(response_expired_at, remember_value)
-                   : response_expired_at;
+  return plus_interval(response_expired_at, remember_value);
 }
 
 int64 remember_usecs(TimestampTz expires_at, const Interval &remember) {
