@@ -73,13 +73,12 @@ struct Retyping {
 };
 
 void retype(Node *node, Retyping *retyping) {
-  if (is_untyped(node) &&
-      reinterpret_cast<Param *>(node)->paramid == retyping->id) {
-    auto *param = reinterpret_cast<Param *>(node);
-    param->paramtype = retyping->type;
-    param->paramtypmod = -1;
-    param->paramcollid = get_typcollation(retyping->type);
-  }
+  auto *param = reinterpret_cast<Param *>(node);
+  if (!is_untyped(node) || param->paramid != retyping->id)
+    return;
+  param->paramtype = retyping->type;
+  param->paramtypmod = -1;
+  param->paramcollid = get_typcollation(retyping->type);
 }
 
 // The types fn gives the variadic arguments from `first` on, or nullptr when

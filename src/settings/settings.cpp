@@ -135,14 +135,11 @@ void refused_value_context(void *arg) {
   if (value.text == nullptr)
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                     errmsg("invalid value for parameter \"%s\"", name)));
-  if (value.checked)
-    (void)set_config_option_ext(name, value.text, PGC_SUSET, value.source,
-                                InvalidOid, GUC_ACTION_SET, false, ERROR,
-                                false);
-  else
-    (void)set_config_option_ext(name, value.text, PGC_USERSET, PGC_S_SESSION,
-                                GetUserId(), GUC_ACTION_SET, false, ERROR,
-                                false);
+  (void)set_config_option_ext(name, value.text,
+                              value.checked ? PGC_SUSET : PGC_USERSET,
+                              value.checked ? value.source : PGC_S_SESSION,
+                              value.checked ? InvalidOid : GetUserId(),
+                              GUC_ACTION_SET, false, ERROR, false);
   ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                   errmsg("invalid value for parameter \"%s\": \"%s\"", name,
                          value.text)));
