@@ -141,7 +141,8 @@ Elements array_argument(FunctionCallInfo fcinfo, int argno, const char *name,
 
 // The arguments after the first `first` ones, as bound to $1 ... $n: a
 // spread VARIADIC "any" list (an untyped literal bound as text), or the
-// elements of an explicit VARIADIC array, none when it is NULL (-1).
+// elements of an explicit VARIADIC array, none when it is NULL (where
+// extract_variadic_args answers -1).
 FnArgs fn_arguments(FunctionCallInfo fcinfo, int first) {
   FnArgs args{0, nullptr, nullptr, nullptr};
   if (PG_NARGS() > first)
