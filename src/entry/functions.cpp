@@ -37,12 +37,8 @@ namespace idempotency::entry {
 namespace {
 
 // By key alone (idempotency.keys), or by tenant and key, the tenant first
-// (idempotency.tenant_keys): the arguments after the key shift by one.
-enum class Keying { by_role, by_tenant };
-
-constexpr int key_argno(Keying keying) {
-  return keying == Keying::by_tenant ? 1 : 0;
-}
+// (idempotency.tenant_keys): the value is the key's argument number.
+enum Keying { by_role, by_tenant };
 
 // A text sized like a key (`what` names it): 22004 when NULL, 22023 when
 // empty or over max_key_bytes in UTF-8 whatever the database encoding, so
@@ -111,25 +107,15 @@ storage::KeyRef request_key(FunctionCallInfo fcinfo, Keying keying) {
 }
 
 struct Elements {
-  Oid type;
   Datum *values;
   bool *nulls;
   int count;
 };
 
-Elements elements_of(ArrayType *array) {
-  Elements elements{ARR_ELEMTYPE(array), nullptr, nullptr, 0};
-  int16 length;
-  bool by_value;
-  char align;
-  get_typlenbyvalalign(elements.type, &length, &by_value, &align);
-  deconstruct_array(array, elements.type, length, by_value, align,
-                    &elements.values, &elements.nulls, &elements.count);
-  return elements;
-}
-
-// 22004 when the array is NULL, 22023 when it has more than one dimension.
-Elements array_argument(FunctionCallInfo fcinfo, int argno, const char *name) {
+// 22004 when the array is NULL, 22023 when it has more than one dimension or
+// another length than `keys`.
+Elements array_argument(FunctionCallInfo fcinfo, int argno, const char *name,
+                        const Elements *keys = nullptr) {
   if (PG_ARGISNULL(argno))
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                     errmsg("%s must not be null", name)));
@@ -137,39 +123,32 @@ Elements array_argument(FunctionCallInfo fcinfo, int argno, const char *name) {
   if (ARR_NDIM(array) > 1)
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                     errmsg("%s must be a one-dimensional array", name)));
-  return elements_of(array);
-}
-
-void add_arg(FnArgs &args, Oid type, Datum value, bool is_null) {
-  // An untyped literal arrives as a C string of type unknown; bind it as text.
-  if (type == UNKNOWNOID) {
-    type = TEXTOID;
-    if (!is_null)
-      value = CStringGetTextDatum(DatumGetCString(value));
-  }
-  args.types[args.count] = type;
-  args.values[args.count] = value;
-  args.nulls[args.count] = is_null;
-  args.count++;
+  Elements elements{};
+  int16 length;
+  bool by_value;
+  char align;
+  get_typlenbyvalalign(ARR_ELEMTYPE(array), &length, &by_value, &align);
+  deconstruct_array(array, ARR_ELEMTYPE(array), length, by_value, align,
+                    &elements.values, &elements.nulls, &elements.count);
+  if (keys != nullptr && elements.count != keys->count)
+    ereport(ERROR,
+            (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+             errmsg("%s has %d elements and keys %d", name, elements.count,
+                    keys->count),
+             errdetail("Element i of %s belongs to element i of keys.", name)));
+  return elements;
 }
 
 // The arguments after the first `first` ones, as bound to $1 ... $n: a
-// spread VARIADIC "any" list, or the elements of an explicit VARIADIC array.
+// spread VARIADIC "any" list (an untyped literal bound as text), or the
+// elements of an explicit VARIADIC array, none when it is NULL (where
+// extract_variadic_args answers -1).
 FnArgs fn_arguments(FunctionCallInfo fcinfo, int first) {
-  bool array_given = PG_NARGS() > first && get_fn_expr_variadic(fcinfo->flinfo);
-  Elements array{};
-  if (array_given && !PG_ARGISNULL(first))
-    array = elements_of(PG_GETARG_ARRAYTYPE_P(first));
-  int spread = array_given ? 0 : PG_NARGS() - first;
-  int capacity = Max(spread + array.count, 1);
-  FnArgs args{0, static_cast<Oid *>(palloc(sizeof(Oid) * capacity)),
-              static_cast<Datum *>(palloc(sizeof(Datum) * capacity)),
-              static_cast<bool *>(palloc(sizeof(bool) * capacity))};
-  for (int i = first; i < first + spread; i++)
-    add_arg(args, get_fn_expr_argtype(fcinfo->flinfo, i), PG_GETARG_DATUM(i),
-            PG_ARGISNULL(i));
-  for (int i = 0; i < array.count; i++)
-    add_arg(args, array.type, array.values[i], array.nulls[i]);
+  FnArgs args{0, nullptr, nullptr, nullptr};
+  if (PG_NARGS() > first)
+    args.count = Max(extract_variadic_args(fcinfo, first, true, &args.values,
+                                           &args.types, &args.nulls),
+                     0);
   return args;
 }
 
@@ -196,16 +175,15 @@ Datum one_row(FunctionCallInfo fcinfo, Datum *values, bool *nulls) {
 // collected.
 template <Keying keying> Datum call_body(FunctionCallInfo fcinfo) {
   protocol::clear_last_call();
-  int key = key_argno(keying);
   protocol::CallRequest call;
   call.key = request_key(fcinfo, keying);
-  if (PG_ARGISNULL(key + 2))
+  if (PG_ARGISNULL(keying + 2))
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                     errmsg("fn must not be null")));
-  call.fn = PG_GETARG_TEXT_PP(key + 2);
-  call.given = fn_arguments(fcinfo, key + 3);
+  call.fn = PG_GETARG_TEXT_PP(keying + 2);
+  call.given = fn_arguments(fcinfo, keying + 3);
   call.client_hash =
-      PG_ARGISNULL(key + 1) ? nullptr : PG_GETARG_TEXT_PP(key + 1);
+      PG_ARGISNULL(keying + 1) ? nullptr : PG_GETARG_TEXT_PP(keying + 1);
   protocol::CallResult result = protocol::idempotent_call(call);
   if (result.is_null)
     PG_RETURN_NULL();
@@ -250,9 +228,8 @@ Datum derived_key_body(FunctionCallInfo fcinfo) {
 template <Keying keying> Datum claim_body(FunctionCallInfo fcinfo) {
   protocol::clear_last_call();
   storage::KeyRef key = request_key(fcinfo, keying);
-  int hash = key_argno(keying) + 1;
   protocol::ClaimRow claimed = protocol::claim_key(
-      key, PG_ARGISNULL(hash) ? nullptr : PG_GETARG_TEXT_PP(hash));
+      key, PG_ARGISNULL(keying + 1) ? nullptr : PG_GETARG_TEXT_PP(keying + 1));
   Datum values[] = {BoolGetDatum(claimed.replayed), claimed.response,
                     TimestampTzGetDatum(claimed.created_at),
                     TimestampTzGetDatum(claimed.expires_at)};
@@ -262,12 +239,10 @@ template <Keying keying> Datum claim_body(FunctionCallInfo fcinfo) {
 }
 
 template <Keying keying> Datum complete_body(FunctionCallInfo fcinfo) {
-  storage::KeyRef key = request_key(fcinfo, keying);
-  int response = key_argno(keying) + 1;
-  bool response_is_null = PG_ARGISNULL(response);
-  protocol::complete_key(
-      key, response_is_null ? (Datum)0 : PG_GETARG_DATUM(response),
-      response_is_null);
+  bool is_null = PG_ARGISNULL(keying + 1);
+  protocol::complete_key(request_key(fcinfo, keying),
+                         is_null ? (Datum)0 : PG_GETARG_DATUM(keying + 1),
+                         is_null);
   PG_RETURN_VOID();
 }
 
@@ -291,16 +266,6 @@ template <Keying keying> Datum forget_body(FunctionCallInfo fcinfo) {
   PG_RETURN_BOOL(protocol::forget_key(request_key(fcinfo, keying)));
 }
 
-void check_same_length(const Elements &keys, const Elements &other,
-                       const char *name) {
-  if (other.count != keys.count)
-    ereport(ERROR,
-            (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-             errmsg("%s has %d elements and keys %d", name, other.count,
-                    keys.count),
-             errdetail("Element i of %s belongs to element i of keys.", name)));
-}
-
 // Every key of a batch, checked before any is taken.
 storage::KeyRef *batch_keys(const Elements &keys) {
   auto *refs = static_cast<storage::KeyRef *>(
@@ -313,14 +278,14 @@ storage::KeyRef *batch_keys(const Elements &keys) {
 // By protocol::BatchOutcome.
 constexpr const char *batch_outcome_names[] = {"claimed", "replayed",
                                                "refused"};
+static_assert(lengthof(batch_outcome_names) ==
+              static_cast<size_t>(protocol::BatchOutcome::refused) + 1);
 
 Datum claim_batch_body(FunctionCallInfo fcinfo) {
   Elements keys = array_argument(fcinfo, 0, "keys");
   Elements hashes{};
-  if (!PG_ARGISNULL(1)) {
-    hashes = array_argument(fcinfo, 1, "request_hashes");
-    check_same_length(keys, hashes, "request_hashes");
-  }
+  if (!PG_ARGISNULL(1))
+    hashes = array_argument(fcinfo, 1, "request_hashes", &keys);
   storage::KeyRef *refs = batch_keys(keys);
   auto *client_hashes =
       static_cast<text **>(palloc0(sizeof(text *) * Max(keys.count, 1)));
@@ -359,8 +324,7 @@ Datum claim_batch_body(FunctionCallInfo fcinfo) {
 
 Datum complete_batch_body(FunctionCallInfo fcinfo) {
   Elements keys = array_argument(fcinfo, 0, "keys");
-  Elements responses = array_argument(fcinfo, 1, "responses");
-  check_same_length(keys, responses, "responses");
+  Elements responses = array_argument(fcinfo, 1, "responses", &keys);
   storage::KeyRef *refs = batch_keys(keys);
   for (int i = 0; i < keys.count; i++)
     protocol::complete_key(refs[i], responses.values[i], responses.nulls[i]);
@@ -385,8 +349,7 @@ Datum expiry_status_body(FunctionCallInfo fcinfo) {
                     errmsg("the idempotency expiry worker is not running"),
                     errhint("Add idempotency to shared_preload_libraries and "
                             "restart the server.")));
-  InitMaterializedSRF(fcinfo, 0);
-  auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+  ReturnSetInfo *rsinfo = materialize(fcinfo);
   for (int i = 0; i < count; i++) {
     const worker::status::RoundStatus &slot = copy[i];
     bool finished = slot.last_finished != 0;
@@ -418,8 +381,7 @@ Datum expiry_status_body(FunctionCallInfo fcinfo) {
 // counters exist. late_retries comes last: the 0.7 schema's tuple descriptor
 // reads only the first seven columns.
 Datum stats_counters_body(FunctionCallInfo fcinfo) {
-  InitMaterializedSRF(fcinfo, 0);
-  auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+  ReturnSetInfo *rsinfo = materialize(fcinfo);
   auto *rows = static_cast<stats::CounterRow *>(
       palloc(sizeof(stats::CounterRow) * stats::max_counted_databases));
   int count = stats::copy_counters(rows);

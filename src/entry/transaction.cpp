@@ -1,10 +1,8 @@
-// What the extension does when a transaction or subtransaction ends: one
-// callback of each, each event a case calling the parts in order. Nothing is
-// written here: key rows commit or roll back with the caller's transaction.
-// Each part returns at once when it holds nothing, so a process that loaded
-// the library and never called it pays a few tests per event. Cache
-// invalidation callbacks stay with the caches they empty (storage/keys.cpp,
-// storage/role_marks.cpp, protocol/fn.cpp).
+// What the extension does when a transaction or subtransaction ends. Nothing
+// is written here: key rows commit or roll back with the caller's
+// transaction. Each part returns at once when it holds nothing, so a process
+// that loaded the library and never called it pays a few tests per event.
+// Cache invalidation callbacks stay with the caches they empty.
 #include "idempotency/fingerprint/fingerprint.hpp"
 
 #include "idempotency/entry/module.hpp"

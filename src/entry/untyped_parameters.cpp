@@ -10,7 +10,6 @@
 extern "C" {
 #include "access/htup_details.h"
 #include "access/xact.h"
-#include "catalog/namespace.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
@@ -55,36 +54,10 @@ using compat::VariableParameters;
 // (then untyped placeholders stay untyped, as without preloading).
 CoerceParamHook variable_parameters_hook = nullptr;
 
-void learn_variable_parameters_hook() {
-  Oid *types = nullptr;
-  int count = 0;
-  ParseState *state = make_parsestate(nullptr);
-  setup_parse_variable_parameters(state, &types, &count);
-  auto *parameters = static_cast<VariableParameters *>(state->p_ref_hook_state);
-  if (parameters != nullptr && parameters->types == &types &&
-      parameters->count == &count)
-    variable_parameters_hook = state->p_coerce_param_hook;
-  else
-    ereport(WARNING,
-            (errmsg("idempotency cannot type untyped placeholders on this "
-                    "server: its parser's variable parameter state is not "
-                    "the one the library was built for"),
-             errhint("Cast each argument of idempotent_call, or update the "
-                     "library.")));
-  free_parsestate(state);
-}
-
 bool is_untyped(const Node *node) {
   return node != nullptr && IsA(node, Param) &&
          reinterpret_cast<const Param *>(node)->paramkind == PARAM_EXTERN &&
          reinterpret_cast<const Param *>(node)->paramtype == UNKNOWNOID;
-}
-
-bool has_untyped(const VariableParameters &parameters) {
-  for (int i = 0; i < *parameters.count; i++)
-    if ((*parameters.types)[i] == UNKNOWNOID)
-      return true;
-  return false;
 }
 
 struct Search {
@@ -100,63 +73,27 @@ struct Retyping {
 };
 
 void retype(Node *node, Retyping *retyping) {
-  if (is_untyped(node) &&
-      reinterpret_cast<Param *>(node)->paramid == retyping->id) {
-    auto *param = reinterpret_cast<Param *>(node);
-    param->paramtype = retyping->type;
-    param->paramtypmod = -1;
-    param->paramcollid = get_typcollation(retyping->type);
-  }
+  auto *param = reinterpret_cast<Param *>(node);
+  if (!is_untyped(node) || param->paramid != retyping->id)
+    return;
+  param->paramtype = retyping->type;
+  param->paramtypmod = -1;
+  param->paramcollid = get_typcollation(retyping->type);
 }
 
-struct Call {
-  List *args;
-  int nargs;
-  int fn_position;       // of the `fn` argument, -1 if none
-  int tenant_position;   // of the `tenant` argument, -1 if none
-  int variadic_position; // of the first variadic argument, -1 if none
-};
-
-Call describe_call(const FuncExpr *call) {
-  Call described{call->args, list_length(call->args), -1, -1, -1};
-  Oid *types;
-  char **names;
-  char *modes;
-  HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(call->funcid));
-  if (!HeapTupleIsValid(proc))
-    elog(ERROR, "cache lookup failed for function %u", call->funcid);
-  int declared = get_func_arg_info(proc, &types, &names, &modes);
-  bool variadic =
-      OidIsValid(reinterpret_cast<Form_pg_proc>(GETSTRUCT(proc))->provariadic);
-  ReleaseSysCache(proc);
-  for (int i = 0; names != nullptr && i < declared; i++) {
-    if (strcmp(names[i], "fn") == 0)
-      described.fn_position = i;
-    if (strcmp(names[i], "tenant") == 0)
-      described.tenant_position = i;
-  }
-  // An explicit VARIADIC array passes typed values.
-  if (variadic && !call->funcvariadic)
-    described.variadic_position = declared - 1;
-  return described;
-}
-
-// The types fn gives the variadic arguments, or nullptr when fn is not a
-// literal known now (a parameter itself).
-Oid *fn_types(const Call &call) {
-  if (call.fn_position < 0 || call.variadic_position < 0)
+// The types fn gives the variadic arguments from `first` on, or nullptr when
+// fn is not a literal known now (a parameter itself).
+Oid *fn_types(const List *args, int fn_position, int first) {
+  if (fn_position < 0)
     return nullptr;
-  const Node *fn =
-      static_cast<const Node *>(list_nth(call.args, call.fn_position));
+  const Node *fn = static_cast<const Node *>(list_nth(args, fn_position));
   if (!IsA(fn, Const) || reinterpret_cast<const Const *>(fn)->constisnull ||
       reinterpret_cast<const Const *>(fn)->consttype != TEXTOID)
     return nullptr;
-  int count = call.nargs - call.variadic_position;
+  int count = list_length(args) - first;
   Oid *given = static_cast<Oid *>(palloc(sizeof(Oid) * Max(count, 1)));
   for (int i = 0; i < count; i++) {
-    const Node *arg = static_cast<const Node *>(
-        list_nth(call.args, call.variadic_position + i));
-    Oid type = exprType(arg);
+    Oid type = exprType(static_cast<const Node *>(list_nth(args, first + i)));
     given[i] = type == UNKNOWNOID ? InvalidOid : type;
   }
   Oid *types = static_cast<Oid *>(palloc(sizeof(Oid) * Max(count, 1)));
@@ -168,27 +105,46 @@ Oid *fn_types(const Call &call) {
 
 // A call of the extension's functions.
 void type_call(Node *node, Search *search) {
+  auto *call = reinterpret_cast<FuncExpr *>(node);
   if (!IsA(node, FuncExpr) ||
-      get_func_namespace(reinterpret_cast<FuncExpr *>(node)->funcid) !=
-          search->schema)
+      get_func_namespace(call->funcid) != search->schema)
     return;
-  Call call = describe_call(reinterpret_cast<FuncExpr *>(node));
+  Oid *declared_types;
+  char **names;
+  char *modes;
+  HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(call->funcid));
+  if (!HeapTupleIsValid(proc))
+    elog(ERROR, "cache lookup failed for function %u", call->funcid);
+  int declared = get_func_arg_info(proc, &declared_types, &names, &modes);
+  bool variadic =
+      OidIsValid(reinterpret_cast<Form_pg_proc>(GETSTRUCT(proc))->provariadic);
+  ReleaseSysCache(proc);
+  // An explicit VARIADIC array passes typed values.
+  int first_variadic = variadic && !call->funcvariadic ? declared - 1 : -1;
+  int fn_position = -1;
+  int tenant_position = -1;
+  for (int i = 0; names != nullptr && i < declared; i++) {
+    if (strcmp(names[i], "fn") == 0)
+      fn_position = i;
+    if (strcmp(names[i], "tenant") == 0)
+      tenant_position = i;
+  }
   Oid *types = nullptr;
   bool types_known = false;
-  for (int i = 0; i < call.nargs; i++) {
-    auto *arg = static_cast<Node *>(list_nth(call.args, i));
+  for (int i = 0; i < list_length(call->args); i++) {
+    auto *arg = static_cast<Node *>(list_nth(call->args, i));
     if (!is_untyped(arg))
       continue;
     Oid type = TEXTOID;
-    if (i == call.tenant_position) {
+    if (i == tenant_position) {
       type = storage::tenant_keys::tenant_type();
-    } else if (call.variadic_position >= 0 && i >= call.variadic_position) {
+    } else if (first_variadic >= 0 && i >= first_variadic) {
       if (!types_known) {
-        types = fn_types(call);
+        types = fn_types(call->args, fn_position, first_variadic);
         types_known = true;
       }
       if (types != nullptr)
-        type = types[i - call.variadic_position];
+        type = types[i - first_variadic];
     }
     Retyping retyping{reinterpret_cast<Param *>(arg)->paramid, type};
     if (retyping.id < 1 || retyping.id > *search->parameters->count)
@@ -209,7 +165,11 @@ void type_untyped_parameters(ParseState *state, Query *statement,
       state->p_ref_hook_state == nullptr)
     return;
   auto *parameters = static_cast<VariableParameters *>(state->p_ref_hook_state);
-  if (!has_untyped(*parameters) || !IsTransactionState() ||
+  int first_untyped = 0;
+  while (first_untyped < *parameters->count &&
+         (*parameters->types)[first_untyped] != UNKNOWNOID)
+    first_untyped++;
+  if (first_untyped == *parameters->count || !IsTransactionState() ||
       !OidIsValid(get_extension_oid("idempotency", true)))
     return;
   // The extension is not relocatable: its schema is idempotency.
@@ -220,7 +180,22 @@ void type_untyped_parameters(ParseState *state, Query *statement,
 } // namespace
 
 void install_untyped_parameters_hook() {
-  learn_variable_parameters_hook();
+  Oid *types = nullptr;
+  int count = 0;
+  ParseState *state = make_parsestate(nullptr);
+  setup_parse_variable_parameters(state, &types, &count);
+  auto *parameters = static_cast<VariableParameters *>(state->p_ref_hook_state);
+  if (parameters != nullptr && parameters->types == &types &&
+      parameters->count == &count)
+    variable_parameters_hook = state->p_coerce_param_hook;
+  else
+    ereport(WARNING,
+            (errmsg("idempotency cannot type untyped placeholders on this "
+                    "server: its parser's variable parameter state is not "
+                    "the one the library was built for"),
+             errhint("Cast each argument of idempotent_call, or update the "
+                     "library.")));
+  free_parsestate(state);
   previous_post_parse_analyze_hook = post_parse_analyze_hook;
   post_parse_analyze_hook = type_untyped_parameters;
 }

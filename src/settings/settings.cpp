@@ -5,7 +5,6 @@
 #include "idempotency/compat.hpp"
 
 extern "C" {
-#include "storage/lwlock.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/guc.h"
@@ -20,20 +19,11 @@ uint64 statement_hash_mask = ~(uint64)0;
 
 namespace {
 
-constexpr int default_interval_seconds = 60;
-constexpr int default_batch_size = 1000;
-// A batch is one transaction that keeps its keys locked until it commits: it
-// must stay short whatever is configured.
-constexpr int max_batch_size = 100000;
-// Leaves callers most of a core and still deletes keys many times faster
-// than they add them (docs/benchmark.md#expiry).
-constexpr int default_rate = 100000;
-
-int interval_seconds = default_interval_seconds;
-int batch_size = default_batch_size;
-int rate = default_rate;
-
-int statement_hash_bits = 64;
+// Set to their boot values when define() defines them.
+int interval_seconds = 0;
+int batch_size = 0;
+int rate = 0;
+int statement_hash_bits = 0;
 
 void assign_statement_hash_bits(int bits, void *) {
   detail::statement_hash_mask =
@@ -46,15 +36,6 @@ void assign_statement_hash_bits(int bits, void *) {
 // seen through the public GUC API alone: the check hooks' source, and the
 // placeholder's text before define() against the value in force after it.
 
-enum class CallSetting {
-  max_ttl,
-  ttl,
-  wait_timeout,
-  max_response_size,
-  store_errors,
-  remember
-};
-
 // A value a call setting did not take. `checked`: its check hook refused it,
 // at `source`; otherwise PostgreSQL refused it before the hook (out of range,
 // or a superuser-only setting set by another role).
@@ -65,7 +46,7 @@ struct RefusedValue {
   GucSource source;
 };
 
-struct CallSettingState {
+struct CallSetting {
   const char *name;
   bool integer; // shown by GetConfigOption() as a number without its unit
   RefusedValue refusal{};
@@ -75,25 +56,23 @@ struct CallSettingState {
   GucSource highest_checked = PGC_S_DEFAULT;
   char *placeholder = nullptr; // its text before define()
 };
-static_assert(std::is_trivially_destructible_v<CallSettingState>);
+static_assert(std::is_trivially_destructible_v<CallSetting>);
 
-// By CallSetting.
-CallSettingState call_settings[] = {{"idempotency.max_ttl", false},
-                                    {"idempotency.ttl", false},
-                                    {"idempotency.wait_timeout", true},
-                                    {"idempotency.max_response_size", true},
-                                    {"idempotency.store_errors", false},
-                                    {"idempotency.remember", false}};
+CallSetting max_ttl_state{"idempotency.max_ttl", false};
+CallSetting ttl_state{"idempotency.ttl", false};
+CallSetting wait_timeout_state{"idempotency.wait_timeout", true};
+CallSetting max_response_size_state{"idempotency.max_response_size", true};
+CallSetting store_errors_state{"idempotency.store_errors", false};
+CallSetting remember_state{"idempotency.remember", false};
+CallSetting *const call_settings[] = {
+    &max_ttl_state,           &ttl_state,          &wait_timeout_state,
+    &max_response_size_state, &store_errors_state, &remember_state};
 bool any_refused = false;
 
 // Whether define() is handing placeholders to the settings.
 bool defining = false;
 
-CallSettingState &state(CallSetting setting) {
-  return call_settings[static_cast<int>(setting)];
-}
-
-void keep_refused(CallSettingState &setting, const char *text, bool checked,
+void keep_refused(CallSetting &setting, const char *text, bool checked,
                   GucSource source) {
   RefusedValue &value = setting.refusal;
   // Checked again by report_refused(): already kept.
@@ -107,12 +86,11 @@ void keep_refused(CallSettingState &setting, const char *text, bool checked,
 
 // A call setting's check hook: `valid`'s verdict, its refusal kept when
 // PostgreSQL would only warn and the value would have been in force.
-template <CallSetting setting, bool (*valid)(char **, void **, GucSource)>
+template <CallSetting &checked, bool (*valid)(char **, void **, GucSource)>
 bool check(char **newval, void **extra, GucSource source) {
   bool accepted = valid(newval, extra, source);
   if (source == PGC_S_TEST || source == PGC_S_DEFAULT || *newval == nullptr)
     return accepted;
-  CallSettingState &checked = state(setting);
   bool in_force = defining;
   if (!defining && checked.highest_checked <= source) {
     checked.highest_checked = source;
@@ -125,18 +103,8 @@ bool check(char **newval, void **extra, GucSource source) {
   return accepted;
 }
 
-void capture_placeholders() {
-  for (CallSettingState &setting : call_settings) {
-    // NULL (15) or "" (16 on) for a placeholder nothing set.
-    const char *text = GetConfigOption(setting.name, true, false);
-    setting.placeholder = text == nullptr || *text == '\0'
-                              ? nullptr
-                              : MemoryContextStrdup(TopMemoryContext, text);
-  }
-}
-
 // Whether the setting holds the value `text` after define().
-bool holds(const CallSettingState &setting, const char *text) {
+bool holds(const CallSetting &setting, const char *text) {
   const char *in_force = GetConfigOption(setting.name, false, false);
   if (strcmp(in_force, text) == 0)
     return true;
@@ -145,19 +113,6 @@ bool holds(const CallSettingState &setting, const char *text) {
   int held = 0;
   return setting.integer && parse_int(text, &wanted, flags, nullptr) &&
          parse_int(in_force, &held, flags, nullptr) && wanted == held;
-}
-
-// After define(): a placeholder its setting did not take, for a reason its
-// check hook did not see.
-void note_untaken_placeholders() {
-  for (CallSettingState &setting : call_settings) {
-    if (setting.placeholder == nullptr)
-      continue;
-    if (!setting.refusal.refused && !holds(setting, setting.placeholder))
-      keep_refused(setting, setting.placeholder, false, PGC_S_SESSION);
-    pfree(setting.placeholder);
-    setting.placeholder = nullptr;
-  }
 }
 
 void refused_value_context(void *arg) {
@@ -171,7 +126,7 @@ void refused_value_context(void *arg) {
 // check hook (with the right to set the setting), or else with the session
 // user's rights, which raises the range or permission error. Should the
 // value pass now, a 22023 all the same: the setting did not take it.
-[[noreturn]] void report_refused(const CallSettingState &setting) {
+[[noreturn]] void report_refused(const CallSetting &setting) {
   const RefusedValue &value = setting.refusal;
   const char *name = setting.name;
   ErrorContextCallback context{error_context_stack, refused_value_context,
@@ -180,18 +135,14 @@ void refused_value_context(void *arg) {
   if (value.text == nullptr)
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                     errmsg("invalid value for parameter \"%s\"", name)));
-  if (value.checked)
-    (void)set_config_option_ext(name, value.text, PGC_SUSET, value.source,
-                                InvalidOid, GUC_ACTION_SET, false, ERROR,
-                                false);
-  else
-    (void)set_config_option_ext(name, value.text, PGC_USERSET, PGC_S_SESSION,
-                                GetUserId(), GUC_ACTION_SET, false, ERROR,
-                                false);
+  (void)set_config_option_ext(name, value.text,
+                              value.checked ? PGC_SUSET : PGC_USERSET,
+                              value.checked ? value.source : PGC_S_SESSION,
+                              value.checked ? InvalidOid : GetUserId(),
+                              GUC_ACTION_SET, false, ERROR, false);
   ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                   errmsg("invalid value for parameter \"%s\": \"%s\"", name,
                          value.text)));
-  pg_unreachable();
 }
 
 // Called by the call settings' accessors, so no call runs on a default
@@ -199,17 +150,17 @@ void refused_value_context(void *arg) {
 void raise_if_value_refused() {
   if (!any_refused)
     return;
-  for (const CallSettingState &setting : call_settings)
-    if (setting.refusal.refused)
-      report_refused(setting);
+  for (const CallSetting *setting : call_settings)
+    if (setting->refusal.refused)
+      report_refused(*setting);
   any_refused = false;
 }
 
 // For expiry, which reads idempotency.remember alone and must not stop
 // because a role's or database's ttl was refused.
-void raise_if_refused(CallSetting setting) {
-  if (any_refused && state(setting).refusal.refused)
-    report_refused(state(setting));
+void raise_if_refused(const CallSetting &setting) {
+  if (any_refused && setting.refusal.refused)
+    report_refused(setting);
 }
 
 char *ttl_text = nullptr;
@@ -222,9 +173,6 @@ int max_response_size = 0;
 char *remember_text = nullptr;
 Interval remember_value;
 bool remembers = false;
-
-// 10MB, in bytes (GUC_UNIT_BYTE).
-constexpr int default_max_response_size = 10 * 1024 * 1024;
 
 char *store_errors_text = nullptr;
 SqlstateList no_stored_errors{};
@@ -310,8 +258,8 @@ bool keep_parsed(const Parsed &parsed, void **extra) {
   return true;
 }
 
-template <CallSetting setting> void assign_int(int, void *) {
-  state(setting).refusal.refused = false;
+template <CallSetting &setting> void assign_int(int, void *) {
+  setting.refusal.refused = false;
 }
 
 bool ttl_valid(char **newval, void **extra, GucSource source) {
@@ -332,13 +280,13 @@ bool ttl_valid(char **newval, void **extra, GucSource source) {
 
 // Keys get idempotency.ttl, or idempotency.max_ttl if a superuser lowered it
 // below a ttl set earlier (a ttl above it is refused when set).
-template <CallSetting setting, Interval *value>
+template <CallSetting &setting, Interval *value>
 void assign_ttl(const char *, void *extra) {
   *value = *static_cast<Interval *>(extra);
   key_ttl_value = comparable_usecs(ttl_value) <= comparable_usecs(max_ttl_value)
                       ? ttl_value
                       : max_ttl_value;
-  state(setting).refusal.refused = false;
+  setting.refusal.refused = false;
 }
 
 bool max_ttl_valid(char **newval, void **extra, GucSource) {
@@ -361,7 +309,7 @@ bool remember_valid(char **newval, void **extra, GucSource) {
 void assign_remember(const char *, void *extra) {
   remember_value = *static_cast<Interval *>(extra);
   remembers = !is_zero(remember_value);
-  state(CallSetting::remember).refusal.refused = false;
+  remember_state.refusal.refused = false;
 }
 
 // By SqlstateListCheck, after ok.
@@ -372,6 +320,8 @@ constexpr const char *sqlstate_list_problems[] = {
     "names a transient condition (a cancel, timeout, serialization failure, "
     "deadlock, resource shortage or internal error) that a retry may not meet "
     "again"};
+static_assert(lengthof(sqlstate_list_problems) ==
+              static_cast<size_t>(SqlstateListCheck::transient));
 
 bool store_errors_valid(char **newval, void **extra, GucSource) {
   SqlstateList parsed;
@@ -391,10 +341,8 @@ bool store_errors_valid(char **newval, void **extra, GucSource) {
 }
 
 void assign_store_errors(const char *, void *extra) {
-  stored_errors_value = extra == nullptr
-                            ? &no_stored_errors
-                            : static_cast<const SqlstateList *>(extra);
-  state(CallSetting::store_errors).refusal.refused = false;
+  stored_errors_value = static_cast<const SqlstateList *>(extra);
+  store_errors_state.refusal.refused = false;
 }
 
 TimestampTz plus_interval(TimestampTz start, const Interval &span) {
@@ -406,23 +354,30 @@ TimestampTz plus_interval(TimestampTz start, const Interval &span) {
 } // namespace
 
 void define() {
-  capture_placeholders();
+  for (CallSetting *setting : call_settings) {
+    // NULL (15) or "" (16 on) for a placeholder nothing set.
+    const char *text = GetConfigOption(setting->name, true, false);
+    setting->placeholder = text == nullptr || *text == '\0'
+                               ? nullptr
+                               : MemoryContextStrdup(TopMemoryContext, text);
+  }
   defining = true;
   DefineCustomIntVariable(
       "idempotency.expire_interval",
       "Time the expiry worker sleeps between rounds.",
       "Each round deletes the expired keys of every database where the "
       "extension is installed. 0 turns the worker off.",
-      &interval_seconds, default_interval_seconds, 0, INT_MAX, PGC_SIGHUP,
-      GUC_UNIT_S, nullptr, nullptr, nullptr);
+      &interval_seconds, 60, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S, nullptr,
+      nullptr, nullptr);
 
   DefineCustomIntVariable(
       "idempotency.expire_batch_size",
       "Expired keys examined per batch; the worker commits each batch.",
       "Smaller batches hold fewer row locks for less time; larger ones "
       "finish a backlog with fewer transactions.",
-      &batch_size, default_batch_size, 1, max_batch_size, PGC_SUSET, 0, nullptr,
-      nullptr, nullptr);
+      // At most 100000: a batch is one transaction that keeps its keys
+      // locked until it commits, and must stay short whatever is configured.
+      &batch_size, 1000, 1, 100000, PGC_SUSET, 0, nullptr, nullptr, nullptr);
 
   DefineCustomIntVariable(
       "idempotency.expire_rate",
@@ -430,7 +385,9 @@ void define() {
       "After each batch the worker sleeps as long as it takes for the "
       "round's average to stay at or under this rate, leaving CPU and I/O "
       "to callers while a large backlog is deleted; 0 deletes flat out.",
-      &rate, default_rate, 0, INT_MAX, PGC_SUSET, 0, nullptr, nullptr, nullptr);
+      // 100000 leaves callers most of a core and still deletes keys many
+      // times faster than they add them (docs/benchmark.md#expiry).
+      &rate, 100000, 0, INT_MAX, PGC_SUSET, 0, nullptr, nullptr, nullptr);
 
   // Like PostgreSQL's own debug_* settings: for superusers, left out of
   // postgresql.conf.sample, no use in production.
@@ -450,16 +407,16 @@ void define() {
       "SET, ALTER ROLE ... SET and ALTER DATABASE ... SET refuse a longer "
       "idempotency.ttl; a ttl set before this was lowered is cut to it.",
       &max_ttl_text, "30 days", PGC_SUSET, 0,
-      check<CallSetting::max_ttl, max_ttl_valid>,
-      assign_ttl<CallSetting::max_ttl, &max_ttl_value>, nullptr);
+      check<max_ttl_state, max_ttl_valid>,
+      assign_ttl<max_ttl_state, &max_ttl_value>, nullptr);
 
   DefineCustomStringVariable(
       "idempotency.ttl",
       "How long a processed idempotency key is kept and replayed.",
       "The value in force when a key is claimed is that key's TTL; "
       "a key past its TTL is treated as absent.",
-      &ttl_text, "24h", PGC_USERSET, 0, check<CallSetting::ttl, ttl_valid>,
-      assign_ttl<CallSetting::ttl, &ttl_value>, nullptr);
+      &ttl_text, "24h", PGC_USERSET, 0, check<ttl_state, ttl_valid>,
+      assign_ttl<ttl_state, &ttl_value>, nullptr);
 
   DefineCustomStringVariable(
       "idempotency.remember",
@@ -468,7 +425,7 @@ void define() {
       "running again, another request with the key IK422; 0 turns "
       "tombstones off. At most 365 days.",
       &remember_text, "7 days", PGC_SUSET, 0,
-      check<CallSetting::remember, remember_valid>, assign_remember, nullptr);
+      check<remember_state, remember_valid>, assign_remember, nullptr);
 
   DefineCustomIntVariable(
       "idempotency.wait_timeout",
@@ -477,16 +434,15 @@ void define() {
       "then replays the finished response, or runs fn if the holder rolled "
       "back.",
       &wait_timeout, 0, 0, INT_MAX, PGC_USERSET, GUC_UNIT_MS, nullptr,
-      assign_int<CallSetting::wait_timeout>, nullptr);
+      assign_int<wait_timeout_state>, nullptr);
 
   DefineCustomIntVariable(
       "idempotency.max_response_size",
       "The largest response stored, by idempotent_call or complete().",
       "A larger response is an error, and nothing is stored. "
       "Measured as the response's jsonb size before compression.",
-      &max_response_size, default_max_response_size, 0, INT_MAX, PGC_SUSET,
-      GUC_UNIT_BYTE, nullptr, assign_int<CallSetting::max_response_size>,
-      nullptr);
+      &max_response_size, 10 * 1024 * 1024, 0, INT_MAX, PGC_SUSET,
+      GUC_UNIT_BYTE, nullptr, assign_int<max_response_size_state>, nullptr);
 
   DefineCustomStringVariable(
       "idempotency.store_errors",
@@ -496,10 +452,19 @@ void define() {
       "fn's effects and is stored and returned as {\"error\": {...}}; "
       "retries get the same document.",
       &store_errors_text, "", PGC_USERSET, GUC_LIST_INPUT,
-      check<CallSetting::store_errors, store_errors_valid>, assign_store_errors,
+      check<store_errors_state, store_errors_valid>, assign_store_errors,
       nullptr);
   defining = false;
-  note_untaken_placeholders();
+  // A placeholder its setting did not take, for a reason its check hook did
+  // not see.
+  for (CallSetting *setting : call_settings) {
+    if (setting->placeholder == nullptr)
+      continue;
+    if (!setting->refusal.refused && !holds(*setting, setting->placeholder))
+      keep_refused(*setting, setting->placeholder, false, PGC_S_SESSION);
+    pfree(setting->placeholder);
+    setting->placeholder = nullptr;
+  }
 }
 
 const Interval &ttl() {
@@ -514,19 +479,18 @@ TimestampTz key_expiry(TimestampTz created_at, const Interval &ttl) {
 }
 
 bool remember_keys() {
-  raise_if_refused(CallSetting::remember);
+  raise_if_refused(remember_state);
   return remembers;
 }
 
 const Interval &remember() {
-  raise_if_refused(CallSetting::remember);
+  raise_if_refused(remember_state);
   return remember_value;
 }
 
 TimestampTz forgotten_at(TimestampTz response_expired_at) {
-  raise_if_refused(CallSetting::remember);
-  return remembers ? plus_interval(response_expired_at, remember_value)
-                   : response_expired_at;
+  raise_if_refused(remember_state);
+  return plus_interval(response_expired_at, remember_value);
 }
 
 int64 remember_usecs(TimestampTz expires_at, const Interval &remember) {

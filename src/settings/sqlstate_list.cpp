@@ -9,9 +9,7 @@ namespace idempotency {
 
 namespace {
 
-bool is_blank(char c) noexcept {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
+constexpr const char *blanks = " \t\n\r";
 
 bool is_sqlstate_char(char c) noexcept {
   return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') ||
@@ -49,17 +47,13 @@ SqlstateListResult parse_sqlstate_list(const char *text,
                                        SqlstateList &out) noexcept {
   out.count = 0;
   std::size_t length = std::strlen(text);
-  if (std::strspn(text, " \t\n\r") == length)
+  if (std::strspn(text, blanks) == length)
     return {SqlstateListCheck::ok, 0, 0};
 
   for (std::size_t start = 0; start <= length;) {
-    std::size_t end = start;
-    while (end < length && text[end] != ',')
-      end++;
-    std::size_t first = start, last = end;
-    while (first < last && is_blank(text[first]))
-      first++;
-    while (last > first && is_blank(text[last - 1]))
+    std::size_t end = start + std::strcspn(text + start, ",");
+    std::size_t first = start + std::strspn(text + start, blanks), last = end;
+    while (last > first && std::strchr(blanks, text[last - 1]) != nullptr)
       last--;
     std::size_t size = last - first;
     bool well_formed = size == 5 || size == 2;

@@ -36,9 +36,8 @@ struct SqlstateListResult {
 SqlstateListResult parse_sqlstate_list(const char *text,
                                        SqlstateList &out) noexcept;
 
-// Whether a five-character SQLSTATE is a transient condition, one a retry
-// may not meet again (src/settings/sqlstate_list.cpp lists them), and so is
-// never stored whatever is listed.
+// Whether a five-character SQLSTATE is a transient condition (listed in
+// src/settings/sqlstate_list.cpp), never stored whatever is listed.
 bool sqlstate_transient(const char *sqlstate) noexcept;
 
 // Whether a five-character SQLSTATE is listed, itself or by its class.
