@@ -73,27 +73,22 @@ struct PrefixState {
 };
 #endif
 
-struct Sha256Context {
-  bool open;
-  int level; // the transaction nesting level it was taken at
-#ifdef IDEMPOTENCY_HASH_WITH_EVP
-  EVP_MD_CTX *evp;
-#else
-  pg_cryptohash_ctx *pg;
-#endif
-};
-
-struct HmacContext {
+// `level`: the transaction nesting level it was taken at.
+template <typename Handle> struct Kept {
   bool open;
   int level;
-#ifdef IDEMPOTENCY_HASH_WITH_EVP
-  // A copy of keyed_macs', reset for each message: copying costs more than
-  // hashing a key.
-  KeyedMac mac;
-#else
-  pg_hmac_ctx *pg;
-#endif
+  Handle handle;
 };
+
+#ifdef IDEMPOTENCY_HASH_WITH_EVP
+struct Sha256Context : Kept<EVP_MD_CTX *> {};
+// A copy of keyed_macs', reset for each message: copying costs more than
+// hashing a key.
+struct HmacContext : Kept<KeyedMac> {};
+#else
+struct Sha256Context : Kept<pg_cryptohash_ctx *> {};
+struct HmacContext : Kept<pg_hmac_ctx *> {};
+#endif
 
 namespace {
 
@@ -117,12 +112,13 @@ bool taken_since_end = false;
 void take_back(int from_level) {
   if (!taken_since_end)
     return;
-  for (Sha256Context &context : sha256_contexts)
-    if (context.level >= from_level)
-      context.open = false;
-  for (HmacContext &context : hmac_contexts)
-    if (context.level >= from_level)
-      context.open = false;
+  auto give_back = [from_level](auto &contexts) {
+    for (auto &context : contexts)
+      if (context.level >= from_level)
+        context.open = false;
+  };
+  give_back(sha256_contexts);
+  give_back(hmac_contexts);
   if (from_level == 0)
     taken_since_end = false;
 }
@@ -171,24 +167,15 @@ EVP_MD *sha256_algorithm() {
 Sha256Context *open_sha256(const PrefixState *from = nullptr) {
   EVP_MD *algorithm = sha256_algorithm();
   Sha256Context &context = take(sha256_contexts, "SHA-256");
-  if (context.evp == nullptr) {
-    context.evp = EVP_MD_CTX_new();
-    require(context.evp != nullptr, "SHA-256");
+  if (context.handle == nullptr) {
+    context.handle = EVP_MD_CTX_new();
+    require(context.handle != nullptr, "SHA-256");
   }
   require((from != nullptr
-               ? EVP_MD_CTX_copy_ex(context.evp, from->evp)
-               : EVP_DigestInit_ex2(context.evp, algorithm, nullptr)) == 1,
+               ? EVP_MD_CTX_copy_ex(context.handle, from->evp)
+               : EVP_DigestInit_ex2(context.handle, algorithm, nullptr)) == 1,
           "SHA-256");
   return &context;
-}
-
-void sha256_update(Sha256Context &context, const void *data, std::size_t size) {
-  require(EVP_DigestUpdate(context.evp, data, size) == 1, "SHA-256");
-}
-
-void sha256_final(Sha256Context &context,
-                  std::uint8_t (&digest)[Sha256::digest_size]) {
-  require(EVP_DigestFinal_ex(context.evp, digest, nullptr) == 1, "SHA-256");
 }
 
 // Keyed with the latest two keys, so that a backend that alternates claims
@@ -232,33 +219,18 @@ EVP_MAC_CTX *keyed_with(const std::uint8_t *key, std::size_t key_size) {
 
 HmacContext *open_hmac(const std::uint8_t *key, std::size_t key_size) {
   HmacContext &context = take(hmac_contexts, "HMAC-SHA256");
-  if (context.mac.has_key(key, key_size)) {
+  if (context.handle.has_key(key, key_size)) {
     // A NULL key restarts with the key set before, even after an error.
-    require(EVP_MAC_init(context.mac.evp, nullptr, 0, nullptr) == 1,
+    require(EVP_MAC_init(context.handle.evp, nullptr, 0, nullptr) == 1,
             "HMAC-SHA256");
     return &context;
   }
   EVP_MAC_CTX *keyed = keyed_with(key, key_size);
-  EVP_MAC_CTX_free(context.mac.evp);
-  context.mac.evp = EVP_MAC_CTX_dup(keyed);
-  require(context.mac.evp != nullptr, "HMAC-SHA256");
-  context.mac.keep_key(key, key_size);
+  EVP_MAC_CTX_free(context.handle.evp);
+  context.handle.evp = EVP_MAC_CTX_dup(keyed);
+  require(context.handle.evp != nullptr, "HMAC-SHA256");
+  context.handle.keep_key(key, key_size);
   return &context;
-}
-
-void hmac_update(HmacContext &context, const void *data, std::size_t size) {
-  require(EVP_MAC_update(context.mac.evp,
-                         static_cast<const unsigned char *>(data), size) == 1,
-          "HMAC-SHA256");
-}
-
-void hmac_final(HmacContext &context,
-                std::uint8_t (&mac)[HmacSha256::mac_size]) {
-  std::size_t written = 0;
-  require(EVP_MAC_final(context.mac.evp, mac, &written, sizeof mac) == 1,
-          "HMAC-SHA256");
-  if (written != sizeof mac)
-    hashing_failed("HMAC-SHA256", "unexpected MAC size");
 }
 
 #ifndef FRONTEND
@@ -293,43 +265,20 @@ template <typename Create> auto create_kept(Create create, const char *what) {
 
 Sha256Context *open_sha256() {
   Sha256Context &context = take(sha256_contexts, "SHA-256");
-  if (context.pg == nullptr)
-    context.pg = create_kept(pg_cryptohash_create, "SHA-256");
-  if (pg_cryptohash_init(context.pg) < 0)
-    hashing_failed("SHA-256", pg_cryptohash_error(context.pg));
+  if (context.handle == nullptr)
+    context.handle = create_kept(pg_cryptohash_create, "SHA-256");
+  if (pg_cryptohash_init(context.handle) < 0)
+    hashing_failed("SHA-256", pg_cryptohash_error(context.handle));
   return &context;
-}
-
-void sha256_update(Sha256Context &context, const void *data, std::size_t size) {
-  if (pg_cryptohash_update(context.pg, static_cast<const uint8 *>(data), size) <
-      0)
-    hashing_failed("SHA-256", pg_cryptohash_error(context.pg));
-}
-
-void sha256_final(Sha256Context &context,
-                  std::uint8_t (&digest)[Sha256::digest_size]) {
-  if (pg_cryptohash_final(context.pg, digest, sizeof digest) < 0)
-    hashing_failed("SHA-256", pg_cryptohash_error(context.pg));
 }
 
 HmacContext *open_hmac(const std::uint8_t *key, std::size_t key_size) {
   HmacContext &context = take(hmac_contexts, "HMAC-SHA256");
-  if (context.pg == nullptr)
-    context.pg = create_kept(pg_hmac_create, "HMAC-SHA256");
-  if (pg_hmac_init(context.pg, key, key_size) < 0)
-    hashing_failed("HMAC-SHA256", pg_hmac_error(context.pg));
+  if (context.handle == nullptr)
+    context.handle = create_kept(pg_hmac_create, "HMAC-SHA256");
+  if (pg_hmac_init(context.handle, key, key_size) < 0)
+    hashing_failed("HMAC-SHA256", pg_hmac_error(context.handle));
   return &context;
-}
-
-void hmac_update(HmacContext &context, const void *data, std::size_t size) {
-  if (pg_hmac_update(context.pg, static_cast<const uint8 *>(data), size) < 0)
-    hashing_failed("HMAC-SHA256", pg_hmac_error(context.pg));
-}
-
-void hmac_final(HmacContext &context,
-                std::uint8_t (&mac)[HmacSha256::mac_size]) {
-  if (pg_hmac_final(context.pg, mac, sizeof mac) < 0)
-    hashing_failed("HMAC-SHA256", pg_hmac_error(context.pg));
 }
 
 #endif
@@ -397,14 +346,27 @@ void Sha256::update(const void *data, std::size_t size) noexcept {
   if (context_ == nullptr)
     context_ = open_sha256();
   // A zero-length update may come with a null pointer (an empty value).
-  if (size > 0)
-    sha256_update(*context_, data, size);
+  if (size == 0)
+    return;
+#ifdef IDEMPOTENCY_HASH_WITH_EVP
+  require(EVP_DigestUpdate(context_->handle, data, size) == 1, "SHA-256");
+#else
+  if (pg_cryptohash_update(context_->handle, static_cast<const uint8 *>(data),
+                           size) < 0)
+    hashing_failed("SHA-256", pg_cryptohash_error(context_->handle));
+#endif
 }
 
 void Sha256::finish(std::uint8_t (&digest)[digest_size]) noexcept {
   if (context_ == nullptr)
     context_ = open_sha256();
-  sha256_final(*context_, digest);
+#ifdef IDEMPOTENCY_HASH_WITH_EVP
+  require(EVP_DigestFinal_ex(context_->handle, digest, nullptr) == 1,
+          "SHA-256");
+#else
+  if (pg_cryptohash_final(context_->handle, digest, digest_size) < 0)
+    hashing_failed("SHA-256", pg_cryptohash_error(context_->handle));
+#endif
   context_->open = false;
   context_ = nullptr;
 }
@@ -424,14 +386,32 @@ HmacSha256::HmacSha256(const void *key, std::size_t key_size) noexcept
 void HmacSha256::update(const void *data, std::size_t size) noexcept {
   if (context_ == nullptr)
     context_ = open_hmac(key_, key_size_);
-  if (size > 0)
-    hmac_update(*context_, data, size);
+  if (size == 0)
+    return;
+#ifdef IDEMPOTENCY_HASH_WITH_EVP
+  require(EVP_MAC_update(context_->handle.evp,
+                         static_cast<const unsigned char *>(data), size) == 1,
+          "HMAC-SHA256");
+#else
+  if (pg_hmac_update(context_->handle, static_cast<const uint8 *>(data), size) <
+      0)
+    hashing_failed("HMAC-SHA256", pg_hmac_error(context_->handle));
+#endif
 }
 
 void HmacSha256::finish(std::uint8_t (&mac)[mac_size]) noexcept {
   if (context_ == nullptr)
     context_ = open_hmac(key_, key_size_);
-  hmac_final(*context_, mac);
+#ifdef IDEMPOTENCY_HASH_WITH_EVP
+  std::size_t written = 0;
+  require(EVP_MAC_final(context_->handle.evp, mac, &written, mac_size) == 1,
+          "HMAC-SHA256");
+  if (written != mac_size)
+    hashing_failed("HMAC-SHA256", "unexpected MAC size");
+#else
+  if (pg_hmac_final(context_->handle, mac, mac_size) < 0)
+    hashing_failed("HMAC-SHA256", pg_hmac_error(context_->handle));
+#endif
   context_->open = false;
   context_ = nullptr;
 }
