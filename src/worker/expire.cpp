@@ -75,13 +75,6 @@ storage::ExpiryRound begin_expiry(TimestampTz cutoff, MemoryContext context) {
                               false,  true,    0,       nullptr};
 }
 
-storage::ExpiryBatch expire_batch(const storage::KeyStore &store,
-                                  storage::ExpiryRound &round, int batch_size) {
-  storage::ExpiryBatch batch = store.expire_batch(round, batch_size);
-  stats::count_expired(batch.deleted);
-  return batch;
-}
-
 void warn_kept_rows(const char *database, int64 kept, const char *reason) {
   ereport(WARNING,
           (errmsg("idempotency expiry kept " INT64_FORMAT
@@ -264,7 +257,8 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
       all_immediate->constraints = NIL;
       all_immediate->deferred = false;
       AfterTriggerSetState(all_immediate);
-      storage::ExpiryBatch batch = expire_batch(store, round, batch_size);
+      storage::ExpiryBatch batch = store.expire_batch(round, batch_size);
+      stats::count_expired(batch.deleted);
       tally->deleted += batch.deleted;
       commit_transaction();
       tally_kept(round, tally);
@@ -275,48 +269,42 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
   return RoundEnd::finished;
 }
 
-// False when no round runs. A table Citus took over is not the round's to
-// expire: recorded as failed, monitoring sees that keys no longer expire.
-bool prepare_round(TimestampTz started, TimestampTz *cutoff,
-                   const char **database_name) {
-  SetCurrentStatementStartTimestamp();
-  StartTransactionCommand();
-  // For the log, when the round ends outside a transaction.
-  *database_name =
-      MemoryContextStrdup(TopMemoryContext, get_database_name(MyDatabaseId));
-  bool installed = OidIsValid(get_extension_oid("idempotency", true));
-  storage::citus::TableKind kind = installed
-                                       ? storage::key_table_citus_kind()
-                                       : storage::citus::TableKind::not_citus;
-  const char *skipped = nullptr;
-  if (kind != storage::citus::TableKind::not_citus) {
-    skipped = storage::citus::citus_table_message(kind);
-    ereport(WARNING,
-            (errmsg("idempotency expiry skipped database \"%s\": %s",
-                    *database_name, skipped),
-             errhint("Make idempotency.keys a local table again with the "
-                     "steps in the extension's docs/scale-out.md.")));
-  } else if (installed) {
-    *cutoff = expiry_cutoff(started);
-  }
-  CommitTransactionCommand();
-  if (!installed) {
-    status::forget(MyDatabaseId);
-    return false;
-  }
-  status::round_started(MyDatabaseId, started);
-  if (skipped != nullptr)
-    status::round_finished(MyDatabaseId, GetCurrentTimestamp(), 0, skipped);
-  return skipped == nullptr;
-}
-
+// A table Citus took over is not the round's to expire: recorded as failed,
+// monitoring sees that keys no longer expire.
 void run_database_round() {
   Oid database = MyDatabaseId;
   TimestampTz started = GetCurrentTimestamp();
   TimestampTz cutoff = 0;
-  const char *database_name = nullptr;
-  if (!prepare_round(started, &cutoff, &database_name))
+  SetCurrentStatementStartTimestamp();
+  StartTransactionCommand();
+  // For the log, when the round ends outside a transaction.
+  const char *database_name =
+      MemoryContextStrdup(TopMemoryContext, get_database_name(database));
+  bool installed = OidIsValid(get_extension_oid("idempotency", true));
+  storage::citus::TableKind kind = installed
+                                       ? storage::key_table_citus_kind()
+                                       : storage::citus::TableKind::not_citus;
+  const char *taken_over = nullptr;
+  if (kind != storage::citus::TableKind::not_citus) {
+    taken_over = storage::citus::citus_table_message(kind);
+    ereport(WARNING,
+            (errmsg("idempotency expiry skipped database \"%s\": %s",
+                    database_name, taken_over),
+             errhint("Make idempotency.keys a local table again with the "
+                     "steps in the extension's docs/scale-out.md.")));
+  } else if (installed) {
+    cutoff = expiry_cutoff(started);
+  }
+  CommitTransactionCommand();
+  if (!installed) {
+    status::forget(database);
     return;
+  }
+  status::round_started(database, started);
+  if (taken_over != nullptr) {
+    status::round_finished(database, 0, taken_over);
+    return;
+  }
   // Read after an error; volatile so the longjmp keeps its value.
   volatile RoundEnd end = RoundEnd::finished;
   const char *volatile skipped = nullptr;
@@ -349,9 +337,8 @@ void run_database_round() {
         code != ERRCODE_T_R_DEADLOCK_DETECTED &&
         code != ERRCODE_T_R_SERIALIZATION_FAILURE) {
       // The worker's error handling logs it and ends the process.
-      status::round_finished(database, GetCurrentTimestamp(), tally->deleted,
-                             error->message,
-                             {false, tally->kept, tally->kept_reason});
+      status::round_finished(database, tally->deleted, error->message, false,
+                             tally->kept, tally->kept_reason);
       PG_RE_THROW();
     }
     FlushErrorState();
@@ -374,9 +361,8 @@ void run_database_round() {
   if (end == RoundEnd::extension_dropped)
     status::forget(database);
   else
-    status::round_finished(
-        database, GetCurrentTimestamp(), tally->deleted, skipped,
-        {skipped != nullptr, tally->kept, tally->kept_reason});
+    status::round_finished(database, tally->deleted, skipped,
+                           skipped != nullptr, tally->kept, tally->kept_reason);
 }
 
 // --- the launcher: one round per database -----------------------------------
@@ -384,25 +370,23 @@ void run_database_round() {
 constexpr const char *launcher_type = "idempotency launcher";
 constexpr int launcher_restart_seconds = 5;
 
-// In the caller's memory context. A connection to a template would hold up
-// CREATE DATABASE.
+// In the caller's memory context, which the scan's leftovers share. A
+// connection to a template would hold up CREATE DATABASE.
 List *list_databases() {
   MemoryContext caller_context = CurrentMemoryContext;
   SetCurrentStatementStartTimestamp();
   StartTransactionCommand();
   (void)GetTransactionSnapshot();
+  MemoryContextSwitchTo(caller_context);
   Relation pg_database = table_open(DatabaseRelationId, AccessShareLock);
   List *databases = NIL;
   TableScanDesc scan = table_beginscan_catalog(pg_database, 0, nullptr);
   HeapTuple tuple;
   while ((tuple = heap_getnext(scan, ForwardScanDirection)) != nullptr) {
     auto *form = reinterpret_cast<Form_pg_database>(GETSTRUCT(tuple));
-    if (!form->datallowconn || form->datistemplate ||
-        database_is_invalid_form(form))
-      continue;
-    MemoryContext scan_context = MemoryContextSwitchTo(caller_context);
-    databases = lappend_oid(databases, form->oid);
-    MemoryContextSwitchTo(scan_context);
+    if (form->datallowconn && !form->datistemplate &&
+        !database_is_invalid_form(form))
+      databases = lappend_oid(databases, form->oid);
   }
   table_endscan(scan);
   table_close(pg_database, AccessShareLock);
@@ -432,7 +416,7 @@ bool serve_database(Oid database) {
   if (WaitForBackgroundWorkerShutdown(handle) == BGWH_POSTMASTER_DIED)
     proc_exit(1);
   pfree(handle);
-  status::round_abandoned(database, GetCurrentTimestamp(),
+  status::round_abandoned(database,
                           "the expiry worker ended before its round did");
   return true;
 }
@@ -473,8 +457,7 @@ uint32 sleep_wait_event = PG_WAIT_EXTENSION;
 [[noreturn]] void launcher_loop() {
   MemoryContext round_context = AllocSetContextCreate(
       TopMemoryContext, "idempotency expiry round", ALLOCSET_DEFAULT_SIZES);
-  bool ran_once = false;
-  TimestampTz last_round_end = 0;
+  TimestampTz last_round_end = 0; // 0: no round yet
   for (;;) {
     CHECK_FOR_INTERRUPTS();
     (void)reload_settings_if_asked();
@@ -484,20 +467,20 @@ uint32 sleep_wait_event = PG_WAIT_EXTENSION;
     if (interval_ms > 0) {
       TimestampTz now = GetCurrentTimestamp();
       TimestampTz due =
-          ran_once ? TimestampTzPlusMilliseconds(last_round_end, interval_ms)
-                   : now;
+          last_round_end != 0
+              ? TimestampTzPlusMilliseconds(last_round_end, interval_ms)
+              : now;
       if (now >= due) {
         run_launcher_round(round_context);
         last_round_end = GetCurrentTimestamp();
-        ran_once = true;
         continue;
       }
       sleep_ms = TimestampDifferenceMilliseconds(now, due);
     }
-    int events = WL_LATCH_SET | WL_EXIT_ON_PM_DEATH;
-    if (sleep_ms >= 0)
-      events |= WL_TIMEOUT;
-    (void)WaitLatch(MyLatch, events, sleep_ms, sleep_wait_event);
+    (void)WaitLatch(MyLatch,
+                    WL_LATCH_SET | WL_EXIT_ON_PM_DEATH |
+                        (sleep_ms >= 0 ? WL_TIMEOUT : 0),
+                    sleep_ms, sleep_wait_event);
     ResetLatch(MyLatch);
   }
 }
@@ -522,8 +505,11 @@ int64 expire_now() {
     storage::ExpiryRound round = begin_expiry(cutoff, context);
     do {
       store.collect_expired(round, batch_size);
-      while (round.has_batch)
-        tally.deleted += expire_batch(store, round, INT_MAX).deleted;
+      while (round.has_batch) {
+        int64 deleted = store.expire_batch(round, INT_MAX).deleted;
+        stats::count_expired(deleted);
+        tally.deleted += deleted;
+      }
     } while (!round.finished);
     tally_kept(round, &tally);
     MemoryContextDelete(context);
