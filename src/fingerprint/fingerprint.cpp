@@ -26,6 +26,7 @@ extern "C" {
 #include "common/hmac.h"
 #endif
 #include "common/sha2.h"
+#include "port/pg_bswap.h"
 #ifndef FRONTEND
 #include "access/xact.h"
 #include "utils/memutils.h"
@@ -104,7 +105,6 @@ bool taken_since_end = false;
 #else
   ereport(ERROR, (errcode(ERRCODE_SYSTEM_ERROR),
                   errmsg("could not compute %s: %s", what, reason)));
-  pg_unreachable();
 #endif
 }
 
@@ -307,14 +307,15 @@ constexpr std::uint8_t tag_value = 0x05;
 constexpr std::uint8_t tag_client_hash = 0x06;
 constexpr std::uint8_t tag_claim_api = 0x07;
 
-int hex_digit(char c) noexcept {
+// 16 for any other character.
+unsigned hex_digit(char c) noexcept {
   if (c >= '0' && c <= '9')
     return c - '0';
   if (c >= 'a' && c <= 'f')
     return c - 'a' + 10;
   if (c >= 'A' && c <= 'F')
     return c - 'A' + 10;
-  return -1;
+  return 16;
 }
 
 bool is_uuid7_text(const char *key, std::size_t key_size) noexcept {
@@ -322,7 +323,7 @@ bool is_uuid7_text(const char *key, std::size_t key_size) noexcept {
     return false;
   for (std::size_t i = 0; i < key_size; i++) {
     bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-    if (dash ? key[i] != '-' : hex_digit(key[i]) < 0)
+    if (dash ? key[i] != '-' : hex_digit(key[i]) > 15)
       return false;
   }
   // The version nibble, and the variant's two high bits (10).
@@ -335,7 +336,7 @@ bool names_a_series(const char *prefix, std::size_t prefix_size) noexcept {
   if (prefix_size == 0)
     return true;
   for (std::size_t i = 0; i < prefix_size; i++)
-    if (prefix[i] != '-' && hex_digit(prefix[i]) < 0)
+    if (prefix[i] != '-' && hex_digit(prefix[i]) > 15)
       return true;
   return false;
 }
@@ -557,14 +558,11 @@ void ordered_key_digest(const char *key, std::size_t key_size,
   constexpr std::size_t hash_bytes = 8;
   if (is_uuid7_text(key, key_size)) {
     // The 48-bit timestamp: 12 hex digits, a dash after the 8th.
-    // NOLINTBEGIN(clang-analyzer-core.UndefinedBinaryOperatorResult): every
-    // digit of a UUIDv7's text is hex, so hex_digit never returns -1.
     for (std::size_t i = 0; i < 6; i++) {
       std::size_t at = 2 * i < 8 ? 2 * i : 2 * i + 1;
       out.bytes[i] = static_cast<std::uint8_t>(hex_digit(key[at]) << 4 |
                                                hex_digit(key[at + 1]));
     }
-    // NOLINTEND(clang-analyzer-core.UndefinedBinaryOperatorResult)
     digest_into(key, key_size, out.bytes + 6, hash_bytes);
     out.size = 6 + hash_bytes;
     return;
@@ -585,9 +583,8 @@ void ordered_key_digest(const char *key, std::size_t key_size,
     std::uint64_t number = 0;
     for (std::size_t i = prefix_size; i < key_size; i++)
       number = number * 10 + static_cast<std::uint64_t>(key[i] - '0');
-    for (std::size_t i = 0; i < 8; i++)
-      out.bytes[hash_bytes + i] =
-          static_cast<std::uint8_t>(number >> (56 - 8 * i));
+    number = pg_hton64(number);
+    std::memcpy(out.bytes + hash_bytes, &number, sizeof number);
     out.size = hash_bytes + 8;
     return;
   }

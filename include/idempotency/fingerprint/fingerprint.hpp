@@ -21,7 +21,6 @@ class Sha256 {
 public:
   static constexpr std::size_t digest_size = 32;
 
-  Sha256() noexcept = default;
   void update(const void *data, std::size_t size) noexcept;
   void finish(std::uint8_t (&digest)[digest_size]) noexcept;
 
