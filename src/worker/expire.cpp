@@ -269,102 +269,6 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
   return RoundEnd::finished;
 }
 
-// A table Citus took over is not the round's to expire: recorded as failed,
-// monitoring sees that keys no longer expire.
-void run_database_round() {
-  Oid database = MyDatabaseId;
-  TimestampTz started = GetCurrentTimestamp();
-  TimestampTz cutoff = 0;
-  SetCurrentStatementStartTimestamp();
-  StartTransactionCommand();
-  // For the log, when the round ends outside a transaction.
-  const char *database_name =
-      MemoryContextStrdup(TopMemoryContext, get_database_name(database));
-  bool installed = OidIsValid(get_extension_oid("idempotency", true));
-  storage::citus::TableKind kind = installed
-                                       ? storage::key_table_citus_kind()
-                                       : storage::citus::TableKind::not_citus;
-  const char *taken_over = nullptr;
-  if (kind != storage::citus::TableKind::not_citus) {
-    taken_over = storage::citus::citus_table_message(kind);
-    ereport(WARNING,
-            (errmsg("idempotency expiry skipped database \"%s\": %s",
-                    database_name, taken_over),
-             errhint("Make idempotency.keys a local table again with the "
-                     "steps in the extension's docs/scale-out.md.")));
-  } else if (installed) {
-    cutoff = expiry_cutoff(started);
-  }
-  CommitTransactionCommand();
-  if (!installed) {
-    status::forget(database);
-    return;
-  }
-  status::round_started(database, started);
-  if (taken_over != nullptr) {
-    status::round_finished(database, 0, taken_over);
-    return;
-  }
-  // Read after an error; volatile so the longjmp keeps its value.
-  volatile RoundEnd end = RoundEnd::finished;
-  const char *volatile skipped = nullptr;
-  MemoryContext context = CurrentMemoryContext;
-  auto *tally = static_cast<RoundTally *>(
-      MemoryContextAllocZero(context, sizeof(RoundTally)));
-  tally->context = context;
-  MemoryContext pass_context = AllocSetContextCreate(
-      context, "idempotency expiry pass", ALLOCSET_DEFAULT_SIZES);
-  PG_TRY();
-  {
-    // The local table, then the Citus coordinator's tenant keys.
-    Pace pace = start_pace();
-    for (storage::KeyTableKind kind : storage::key_table_kinds) {
-      if (end != RoundEnd::finished)
-        break;
-      end = run_passes(storage::store_of_kind(kind), cutoff, pass_context,
-                       &pace, tally);
-      MemoryContextReset(pass_context);
-    }
-  }
-  PG_CATCH();
-  {
-    MemoryContextSwitchTo(context);
-    ErrorData *error = CopyErrorData();
-    // The next round tries again after a lock_timeout while a DBA holds the
-    // key table, a cancel or a deadlock.
-    int code = error->sqlerrcode;
-    if (code != ERRCODE_LOCK_NOT_AVAILABLE && code != ERRCODE_QUERY_CANCELED &&
-        code != ERRCODE_T_R_DEADLOCK_DETECTED &&
-        code != ERRCODE_T_R_SERIALIZATION_FAILURE) {
-      // The worker's error handling logs it and ends the process.
-      status::round_finished(database, tally->deleted, error->message, false,
-                             tally->kept, tally->kept_reason);
-      PG_RE_THROW();
-    }
-    FlushErrorState();
-    AbortOutOfAnyTransaction();
-    ereport(LOG, (errcode(error->sqlerrcode),
-                  errmsg("idempotency expiry skipped the rest of its round in "
-                         "database \"%s\": %s",
-                         database_name, error->message),
-                  errhint("The next round tries again.")));
-    skipped = psprintf("round skipped: %s (SQLSTATE %s)", error->message,
-                       unpack_sql_state(error->sqlerrcode));
-    end = RoundEnd::gave_way;
-  }
-  PG_END_TRY();
-  MemoryContextDelete(pass_context);
-  pgstat_report_activity(STATE_IDLE, nullptr);
-  if (tally->kept > 0)
-    warn_kept_rows(database_name, tally->kept, tally->kept_reason);
-  // As when the extension was not installed at the start of the round.
-  if (end == RoundEnd::extension_dropped)
-    status::forget(database);
-  else
-    status::round_finished(database, tally->deleted, skipped,
-                           skipped != nullptr, tally->kept, tally->kept_reason);
-}
-
 // --- the launcher: one round per database -----------------------------------
 
 constexpr const char *launcher_type = "idempotency launcher";
@@ -452,39 +356,6 @@ void run_launcher_round(MemoryContext round_context) {
   pgstat_report_activity(STATE_IDLE, nullptr);
 }
 
-uint32 sleep_wait_event = PG_WAIT_EXTENSION;
-
-[[noreturn]] void launcher_loop() {
-  MemoryContext round_context = AllocSetContextCreate(
-      TopMemoryContext, "idempotency expiry round", ALLOCSET_DEFAULT_SIZES);
-  TimestampTz last_round_end = 0; // 0: no round yet
-  for (;;) {
-    CHECK_FOR_INTERRUPTS();
-    (void)reload_settings_if_asked();
-    // 0 turns the worker off: sleep until a reload changes that.
-    long interval_ms = settings::expire_interval_seconds() * 1000L;
-    long sleep_ms = -1;
-    if (interval_ms > 0) {
-      TimestampTz now = GetCurrentTimestamp();
-      TimestampTz due =
-          last_round_end != 0
-              ? TimestampTzPlusMilliseconds(last_round_end, interval_ms)
-              : now;
-      if (now >= due) {
-        run_launcher_round(round_context);
-        last_round_end = GetCurrentTimestamp();
-        continue;
-      }
-      sleep_ms = TimestampDifferenceMilliseconds(now, due);
-    }
-    (void)WaitLatch(MyLatch,
-                    WL_LATCH_SET | WL_EXIT_ON_PM_DEATH |
-                        (sleep_ms >= 0 ? WL_TIMEOUT : 0),
-                    sleep_ms, sleep_wait_event);
-    ResetLatch(MyLatch);
-  }
-}
-
 } // namespace
 
 void register_launcher() {
@@ -520,31 +391,147 @@ int64 expire_now() {
   return tally.deleted;
 }
 
-} // namespace idempotency::worker
-
-void idempotency_launcher_main(Datum) {
+extern "C" void idempotency_launcher_main(Datum) {
   pqsignal(SIGHUP, SignalHandlerForConfigReload);
   pqsignal(SIGTERM, die);
   BackgroundWorkerUnblockSignals();
   BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
-  pgstat_report_appname(idempotency::worker::launcher_type);
-  idempotency::worker::sleep_wait_event =
-      idempotency::compat::wait_event("IdempotencyLauncherSleep");
-  idempotency::worker::launcher_loop();
+  pgstat_report_appname(launcher_type);
+  uint32 sleep_wait_event = compat::wait_event("IdempotencyLauncherSleep");
+  MemoryContext round_context = AllocSetContextCreate(
+      TopMemoryContext, "idempotency expiry round", ALLOCSET_DEFAULT_SIZES);
+  TimestampTz last_round_end = 0; // 0: no round yet
+  for (;;) {
+    CHECK_FOR_INTERRUPTS();
+    (void)reload_settings_if_asked();
+    // 0 turns the worker off: sleep until a reload changes that.
+    long interval_ms = settings::expire_interval_seconds() * 1000L;
+    long sleep_ms = -1;
+    if (interval_ms > 0) {
+      TimestampTz now = GetCurrentTimestamp();
+      TimestampTz due =
+          last_round_end != 0
+              ? TimestampTzPlusMilliseconds(last_round_end, interval_ms)
+              : now;
+      if (now >= due) {
+        run_launcher_round(round_context);
+        last_round_end = GetCurrentTimestamp();
+        continue;
+      }
+      sleep_ms = TimestampDifferenceMilliseconds(now, due);
+    }
+    (void)WaitLatch(MyLatch,
+                    WL_LATCH_SET | WL_EXIT_ON_PM_DEATH |
+                        (sleep_ms >= 0 ? WL_TIMEOUT : 0),
+                    sleep_ms, sleep_wait_event);
+    ResetLatch(MyLatch);
+  }
 }
 
-void idempotency_database_worker_main(Datum main_arg) {
+extern "C" void idempotency_database_worker_main(Datum main_arg) {
   pqsignal(SIGHUP, SignalHandlerForConfigReload);
   pqsignal(SIGTERM, die);
   BackgroundWorkerUnblockSignals();
   BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg),
                                             InvalidOid, 0);
-  pgstat_report_appname(idempotency::worker::database_worker_type);
-  idempotency::worker::pace_wait_event =
-      idempotency::compat::wait_event("IdempotencyExpiryPace");
+  pgstat_report_appname(database_worker_type);
+  pace_wait_event = compat::wait_event("IdempotencyExpiryPace");
   // A crash loses only deletions a later round makes again, and callers
   // flush their commits without queueing behind the worker's.
   SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
-  idempotency::worker::run_database_round();
-  proc_exit(0);
+  Oid database = MyDatabaseId;
+  TimestampTz started = GetCurrentTimestamp();
+  TimestampTz cutoff = 0;
+  SetCurrentStatementStartTimestamp();
+  StartTransactionCommand();
+  // For the log, when the round ends outside a transaction.
+  const char *database_name =
+      MemoryContextStrdup(TopMemoryContext, get_database_name(database));
+  bool installed = OidIsValid(get_extension_oid("idempotency", true));
+  storage::citus::TableKind kind = installed
+                                       ? storage::key_table_citus_kind()
+                                       : storage::citus::TableKind::not_citus;
+  // A table Citus took over is not the round's to expire: recorded as
+  // failed, monitoring sees that keys no longer expire.
+  const char *taken_over = nullptr;
+  if (kind != storage::citus::TableKind::not_citus) {
+    taken_over = storage::citus::citus_table_message(kind);
+    ereport(WARNING,
+            (errmsg("idempotency expiry skipped database \"%s\": %s",
+                    database_name, taken_over),
+             errhint("Make idempotency.keys a local table again with the "
+                     "steps in the extension's docs/scale-out.md.")));
+  } else if (installed) {
+    cutoff = expiry_cutoff(started);
+  }
+  CommitTransactionCommand();
+  if (!installed) {
+    status::forget(database);
+    return;
+  }
+  status::round_started(database, started);
+  if (taken_over != nullptr) {
+    status::round_finished(database, 0, taken_over);
+    return;
+  }
+  // Read after an error; volatile so the longjmp keeps its value.
+  volatile RoundEnd end = RoundEnd::finished;
+  const char *volatile skipped = nullptr;
+  MemoryContext context = CurrentMemoryContext;
+  auto *tally = static_cast<RoundTally *>(
+      MemoryContextAllocZero(context, sizeof(RoundTally)));
+  tally->context = context;
+  MemoryContext pass_context = AllocSetContextCreate(
+      context, "idempotency expiry pass", ALLOCSET_DEFAULT_SIZES);
+  PG_TRY();
+  {
+    // The local table, then the Citus coordinator's tenant keys.
+    Pace pace = start_pace();
+    for (storage::KeyTableKind kind : storage::key_table_kinds) {
+      if (end != RoundEnd::finished)
+        break;
+      end = run_passes(storage::store_of_kind(kind), cutoff, pass_context,
+                       &pace, tally);
+      MemoryContextReset(pass_context);
+    }
+  }
+  PG_CATCH();
+  {
+    MemoryContextSwitchTo(context);
+    ErrorData *error = CopyErrorData();
+    // The next round tries again after a lock_timeout while a DBA holds the
+    // key table, a cancel or a deadlock.
+    int code = error->sqlerrcode;
+    if (code != ERRCODE_LOCK_NOT_AVAILABLE && code != ERRCODE_QUERY_CANCELED &&
+        code != ERRCODE_T_R_DEADLOCK_DETECTED &&
+        code != ERRCODE_T_R_SERIALIZATION_FAILURE) {
+      // The worker's error handling logs it and ends the process.
+      status::round_finished(database, tally->deleted, error->message, false,
+                             tally->kept, tally->kept_reason);
+      PG_RE_THROW();
+    }
+    FlushErrorState();
+    AbortOutOfAnyTransaction();
+    ereport(LOG, (errcode(error->sqlerrcode),
+                  errmsg("idempotency expiry skipped the rest of its round in "
+                         "database \"%s\": %s",
+                         database_name, error->message),
+                  errhint("The next round tries again.")));
+    skipped = psprintf("round skipped: %s (SQLSTATE %s)", error->message,
+                       unpack_sql_state(error->sqlerrcode));
+    end = RoundEnd::gave_way;
+  }
+  PG_END_TRY();
+  MemoryContextDelete(pass_context);
+  pgstat_report_activity(STATE_IDLE, nullptr);
+  if (tally->kept > 0)
+    warn_kept_rows(database_name, tally->kept, tally->kept_reason);
+  // As when the extension was not installed at the start of the round.
+  if (end == RoundEnd::extension_dropped)
+    status::forget(database);
+  else
+    status::round_finished(database, tally->deleted, skipped,
+                           skipped != nullptr, tally->kept, tally->kept_reason);
 }
+
+} // namespace idempotency::worker
