@@ -274,72 +274,59 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
 constexpr const char *launcher_type = "idempotency launcher";
 constexpr int launcher_restart_seconds = 5;
 
-// In the caller's memory context, which the scan's leftovers share. A
-// connection to a template would hold up CREATE DATABASE.
-List *list_databases() {
-  MemoryContext caller_context = CurrentMemoryContext;
-  SetCurrentStatementStartTimestamp();
-  StartTransactionCommand();
-  (void)GetTransactionSnapshot();
-  MemoryContextSwitchTo(caller_context);
-  Relation pg_database = table_open(DatabaseRelationId, AccessShareLock);
-  List *databases = NIL;
-  TableScanDesc scan = table_beginscan_catalog(pg_database, 0, nullptr);
-  HeapTuple tuple;
-  while ((tuple = heap_getnext(scan, ForwardScanDirection)) != nullptr) {
-    auto *form = reinterpret_cast<Form_pg_database>(GETSTRUCT(tuple));
-    if (form->datallowconn && !form->datistemplate &&
-        !database_is_invalid_form(form))
-      databases = lappend_oid(databases, form->oid);
-  }
-  table_endscan(scan);
-  table_close(pg_database, AccessShareLock);
-  CommitTransactionCommand();
-  MemoryContextSwitchTo(caller_context);
-  return databases;
-}
-
-// False when no worker could be started.
-bool serve_database(Oid database) {
-  BackgroundWorker worker =
-      describe_worker("idempotency_database_worker_main", database_worker_type,
-                      BGW_NEVER_RESTART);
-  snprintf(worker.bgw_name, BGW_MAXLEN, "idempotency expiry for database %u",
-           database);
-  worker.bgw_main_arg = ObjectIdGetDatum(database);
-  worker.bgw_notify_pid = MyProcPid;
-  BackgroundWorkerHandle *handle = nullptr;
-  if (!RegisterDynamicBackgroundWorker(&worker, &handle)) {
-    ereport(LOG,
-            (errmsg("idempotency launcher could not start an expiry worker"),
-             errhint("Raise max_worker_processes; the next round tries "
-                     "again.")));
-    return false;
-  }
-  pgstat_report_activity(STATE_RUNNING, "waiting for an expiry worker");
-  if (WaitForBackgroundWorkerShutdown(handle) == BGWH_POSTMASTER_DIED)
-    proc_exit(1);
-  pfree(handle);
-  status::round_abandoned(database,
-                          "the expiry worker ended before its round did");
-  return true;
-}
-
-// An error is logged rather than exiting into a restart loop.
+// An error is logged rather than exiting into a restart loop. A connection
+// to a template would hold up CREATE DATABASE.
 void run_launcher_round(MemoryContext round_context) {
   MemoryContextSwitchTo(round_context);
   PG_TRY();
   {
-    List *databases = list_databases();
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    (void)GetTransactionSnapshot();
+    MemoryContextSwitchTo(round_context);
+    Relation pg_database = table_open(DatabaseRelationId, AccessShareLock);
+    List *databases = NIL;
+    TableScanDesc scan = table_beginscan_catalog(pg_database, 0, nullptr);
+    HeapTuple tuple;
+    while ((tuple = heap_getnext(scan, ForwardScanDirection)) != nullptr) {
+      auto *form = reinterpret_cast<Form_pg_database>(GETSTRUCT(tuple));
+      if (form->datallowconn && !form->datistemplate &&
+          !database_is_invalid_form(form))
+        databases = lappend_oid(databases, form->oid);
+    }
+    table_endscan(scan);
+    table_close(pg_database, AccessShareLock);
+    CommitTransactionCommand();
+    MemoryContextSwitchTo(round_context);
     status::forget_all_but(databases);
     ListCell *cell;
     foreach (cell, databases) {
+      Oid database = lfirst_oid(cell);
       CHECK_FOR_INTERRUPTS();
       (void)reload_settings_if_asked();
-      if (database_wanted_alone(lfirst_oid(cell)))
+      if (database_wanted_alone(database))
         continue;
-      if (!serve_database(lfirst_oid(cell)))
+      BackgroundWorker worker =
+          describe_worker("idempotency_database_worker_main",
+                          database_worker_type, BGW_NEVER_RESTART);
+      snprintf(worker.bgw_name, BGW_MAXLEN,
+               "idempotency expiry for database %u", database);
+      worker.bgw_main_arg = ObjectIdGetDatum(database);
+      worker.bgw_notify_pid = MyProcPid;
+      BackgroundWorkerHandle *handle = nullptr;
+      if (!RegisterDynamicBackgroundWorker(&worker, &handle)) {
+        ereport(LOG,
+                (errmsg("idempotency launcher could not start an expiry "
+                        "worker"),
+                 errhint("Raise max_worker_processes; the next round tries "
+                         "again.")));
         break;
+      }
+      pgstat_report_activity(STATE_RUNNING, "waiting for an expiry worker");
+      if (WaitForBackgroundWorkerShutdown(handle) == BGWH_POSTMASTER_DIED)
+        proc_exit(1);
+      status::round_abandoned(database,
+                              "the expiry worker ended before its round did");
     }
   }
   PG_CATCH();
