@@ -142,7 +142,6 @@ Context &take(Context (&contexts)[contexts_per_kind], const char *what) {
 
 #ifdef IDEMPOTENCY_HASH_WITH_EVP
 
-// Empties OpenSSL's error queue.
 [[noreturn]] void openssl_failed(const char *what) {
   unsigned long code = ERR_get_error();
   const char *reason = code == 0 ? nullptr : ERR_reason_error_string(code);
@@ -283,14 +282,12 @@ HmacContext *open_hmac(const std::uint8_t *key, std::size_t key_size) {
 
 #endif
 
-// The first `size` bytes of the hash's digest.
 void finish_into(Sha256 &hash, std::uint8_t *out, std::size_t size) noexcept {
   std::uint8_t digest[Sha256::digest_size];
   hash.finish(digest);
   std::memcpy(out, digest, size);
 }
 
-// The first `kept` bytes of the SHA-256 of `length` bytes at `data`.
 void digest_into(const void *data, std::size_t length, std::uint8_t *out,
                  std::size_t kept) noexcept {
   Sha256 hash;

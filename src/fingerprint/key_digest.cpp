@@ -69,10 +69,6 @@ Utf8 utf8_form(const char *bytes, Size size) {
   return {data, strlen(data), true};
 }
 
-Utf8 utf8_form(const text *value) {
-  return utf8_form(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));
-}
-
 void release(const Utf8 &utf8) {
   if (utf8.owned)
     pfree(const_cast<char *>(utf8.data));
@@ -128,7 +124,7 @@ bytea *digest_of_key(const text *key) {
 
 bytea *tenant_digest_of_key(const text *key) {
   uint8 digest[key_digest_size];
-  Utf8 utf8 = utf8_form(key);
+  Utf8 utf8 = utf8_form(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key));
   if (utf8.data == nullptr)
     unconverted_key_digest(VARDATA_ANY(key), utf8.size, digest);
   else
@@ -151,7 +147,7 @@ constexpr uint8 tag_label_unconverted = 0x04;
 // encoding derives the same keys.
 void update_with_text(HmacSha256 &mac, const text *value, uint8 utf8_tag,
                       uint8 unconverted_tag) {
-  Utf8 utf8 = utf8_form(value);
+  Utf8 utf8 = utf8_form(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));
   const char *field = utf8.data != nullptr ? utf8.data : VARDATA_ANY(value);
   uint8 header[1 + 8] = {utf8.data != nullptr ? utf8_tag : unconverted_tag};
   for (int i = 0; i < 8; i++)

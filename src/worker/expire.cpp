@@ -160,10 +160,6 @@ struct Pace {
 };
 static_assert(std::is_trivially_destructible_v<Pace>);
 
-Pace start_pace() {
-  return Pace{settings::expire_rate(), GetCurrentTimestamp(), 0};
-}
-
 // False when the round must stop.
 bool wait_for_turn(Pace *pace) {
   for (;;) {
@@ -171,7 +167,7 @@ bool wait_for_turn(Pace *pace) {
       return false;
     // A new rate applies to the running round, counted from the reload on.
     if (reload_settings_if_asked() && settings::expire_rate() != pace->rate)
-      *pace = start_pace();
+      *pace = {settings::expire_rate(), GetCurrentTimestamp(), 0};
     if (pace->rate == 0)
       return true;
     TimestampTz now = GetCurrentTimestamp();
@@ -473,7 +469,7 @@ extern "C" void idempotency_database_worker_main(Datum main_arg) {
   PG_TRY();
   {
     // The local table, then the Citus coordinator's tenant keys.
-    Pace pace = start_pace();
+    Pace pace{settings::expire_rate(), GetCurrentTimestamp(), 0};
     for (storage::KeyTableKind kind : storage::key_table_kinds) {
       if (end != RoundEnd::finished)
         break;
