@@ -36,11 +36,6 @@ extern "C" {
 #include "utils/wait_event.h"
 }
 
-extern "C" {
-PGDLLEXPORT void idempotency_launcher_main(Datum main_arg);
-PGDLLEXPORT void idempotency_database_worker_main(Datum main_arg);
-}
-
 namespace idempotency::worker {
 
 namespace {
@@ -374,7 +369,7 @@ int64 expire_now() {
   return tally.deleted;
 }
 
-extern "C" void idempotency_launcher_main(Datum) {
+extern "C" PGDLLEXPORT void idempotency_launcher_main(Datum) {
   pqsignal(SIGHUP, SignalHandlerForConfigReload);
   pqsignal(SIGTERM, die);
   BackgroundWorkerUnblockSignals();
@@ -411,7 +406,7 @@ extern "C" void idempotency_launcher_main(Datum) {
   }
 }
 
-extern "C" void idempotency_database_worker_main(Datum main_arg) {
+extern "C" PGDLLEXPORT void idempotency_database_worker_main(Datum main_arg) {
   pqsignal(SIGHUP, SignalHandlerForConfigReload);
   pqsignal(SIGTERM, die);
   BackgroundWorkerUnblockSignals();
