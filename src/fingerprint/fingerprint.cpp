@@ -295,15 +295,6 @@ void digest_into(const void *data, std::size_t length, std::uint8_t *out,
   finish_into(hash, out, kept);
 }
 
-// Distinct tags keep a NULL from ever encoding like a value, a type name
-// like a value, and fn like either.
-constexpr std::uint8_t tag_function = 0x01;
-constexpr std::uint8_t tag_null_value = 0x03;
-constexpr std::uint8_t tag_type_name = 0x04;
-constexpr std::uint8_t tag_value = 0x05;
-constexpr std::uint8_t tag_client_hash = 0x06;
-constexpr std::uint8_t tag_claim_api = 0x07;
-
 // 16 for any other character.
 unsigned hex_digit(char c) noexcept {
   if (c >= '0' && c <= '9')
@@ -425,22 +416,6 @@ struct RequestFingerprint::Prefix {
   }
 };
 
-RequestFingerprint::RequestFingerprint(const char *fn,
-                                       std::size_t fn_size) noexcept {
-  add_field(tag_function, fn, fn_size);
-}
-
-RequestFingerprint RequestFingerprint::for_claim() noexcept {
-  RequestFingerprint fingerprint;
-  fingerprint.add_field(tag_claim_api, nullptr, 0);
-  return fingerprint;
-}
-
-void RequestFingerprint::add_client_hash(const char *hash,
-                                         std::size_t hash_size) noexcept {
-  add_field(tag_client_hash, hash, hash_size);
-}
-
 void RequestFingerprint::append_to_prefix(const void *data,
                                           std::size_t size) noexcept {
   prefix_state_ = nullptr;
@@ -477,20 +452,6 @@ void RequestFingerprint::add_field(std::uint8_t tag, const void *data,
     start();
   hash_.update(header, sizeof header);
   hash_.update(data, size);
-}
-
-void RequestFingerprint::add_type(const char *type_name,
-                                  std::size_t type_name_size) noexcept {
-  add_field(tag_type_name, type_name, type_name_size);
-}
-
-void RequestFingerprint::add_value(const void *value,
-                                   std::size_t value_size) noexcept {
-  add_field(tag_value, value, value_size);
-}
-
-void RequestFingerprint::add_null() noexcept {
-  add_field(tag_null_value, nullptr, 0);
 }
 
 void RequestFingerprint::keep_prefix_state() noexcept {
