@@ -53,15 +53,6 @@ struct KeyedMac {
   EVP_MAC_CTX *evp;
   std::size_t key_size; // no_key while it holds none
   std::uint8_t key[HmacSha256::block_size];
-
-  bool has_key(const std::uint8_t *other, std::size_t size) const {
-    return evp != nullptr && key_size == size &&
-           std::memcmp(key, other, size) == 0;
-  }
-  void keep_key(const std::uint8_t *other, std::size_t size) {
-    std::memcpy(key, other, size);
-    key_size = size;
-  }
 };
 constexpr std::size_t no_key = HmacSha256::block_size + 1;
 
@@ -83,8 +74,8 @@ template <typename Handle> struct Kept {
 
 #ifdef IDEMPOTENCY_HASH_WITH_EVP
 struct Sha256Context : Kept<EVP_MD_CTX *> {};
-// A copy of keyed_macs', reset for each message: copying costs more than
-// hashing a key.
+// Keyed anew only for another key: keying costs less than copying a keyed
+// context, and restarting with the same key less still.
 struct HmacContext : Kept<KeyedMac> {};
 #else
 struct Sha256Context : Kept<pg_cryptohash_ctx *> {};
@@ -177,22 +168,16 @@ Sha256Context *open_sha256(const PrefixState *from = nullptr) {
   return &context;
 }
 
-// Keyed with the latest two keys, so that a backend that alternates claims
-// (the cluster's secret) and idempotency.derived_key (the database's) keys
-// neither again.
-constexpr int kept_keys = 2;
-KeyedMac keyed_macs[kept_keys];
-int latest_keyed = 0; // the one used last
-
-EVP_MAC_CTX *keyed_with(const std::uint8_t *key, std::size_t key_size) {
-  if (keyed_macs[latest_keyed].has_key(key, key_size))
-    return keyed_macs[latest_keyed].evp;
-  latest_keyed = (latest_keyed + 1) % kept_keys;
-  KeyedMac &keyed = keyed_macs[latest_keyed];
-  if (keyed.has_key(key, key_size))
-    return keyed.evp;
-  keyed.key_size = no_key;
-  if (keyed.evp == nullptr) {
+HmacContext *open_hmac(const std::uint8_t *key, std::size_t key_size) {
+  HmacContext &context = take(hmac_contexts, "HMAC-SHA256");
+  KeyedMac &mac = context.handle;
+  if (mac.evp != nullptr && mac.key_size == key_size &&
+      std::memcmp(mac.key, key, key_size) == 0) {
+    // A NULL key restarts with the key set before, even after an error.
+    require(EVP_MAC_init(mac.evp, nullptr, 0, nullptr) == 1, "HMAC-SHA256");
+    return &context;
+  }
+  if (mac.evp == nullptr) {
     static EVP_MAC *algorithm = nullptr;
     if (algorithm == nullptr) {
       algorithm = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
@@ -208,27 +193,13 @@ EVP_MAC_CTX *keyed_with(const std::uint8_t *key, std::size_t key_size) {
       EVP_MAC_CTX_free(evp);
       openssl_failed("HMAC-SHA256");
     }
-    keyed.evp = evp;
+    mac.evp = evp;
   }
+  mac.key_size = no_key;
   // A NULL key would mean "the key set before".
-  require(EVP_MAC_init(keyed.evp, key, key_size, nullptr) == 1, "HMAC-SHA256");
-  keyed.keep_key(key, key_size);
-  return keyed.evp;
-}
-
-HmacContext *open_hmac(const std::uint8_t *key, std::size_t key_size) {
-  HmacContext &context = take(hmac_contexts, "HMAC-SHA256");
-  if (context.handle.has_key(key, key_size)) {
-    // A NULL key restarts with the key set before, even after an error.
-    require(EVP_MAC_init(context.handle.evp, nullptr, 0, nullptr) == 1,
-            "HMAC-SHA256");
-    return &context;
-  }
-  EVP_MAC_CTX *keyed = keyed_with(key, key_size);
-  EVP_MAC_CTX_free(context.handle.evp);
-  context.handle.evp = EVP_MAC_CTX_dup(keyed);
-  require(context.handle.evp != nullptr, "HMAC-SHA256");
-  context.handle.keep_key(key, key_size);
+  require(EVP_MAC_init(mac.evp, key, key_size, nullptr) == 1, "HMAC-SHA256");
+  std::memcpy(mac.key, key, key_size);
+  mac.key_size = key_size;
   return &context;
 }
 
