@@ -48,9 +48,19 @@ static_assert(HmacSha256::block_size == PG_SHA256_BLOCK_LENGTH);
 // subtransaction's abort or the transaction's end.
 constexpr int contexts_per_kind = 8;
 
+// `level`: the transaction nesting level it was taken at.
+template <typename Handle> struct Kept {
+  bool open;
+  int level;
+  Handle handle;
+};
+
 #ifdef IDEMPOTENCY_HASH_WITH_EVP
-struct KeyedMac {
-  EVP_MAC_CTX *evp;
+struct Sha256Context : Kept<EVP_MD_CTX *> {};
+
+// Keyed anew only for another key: keying costs less than copying a keyed
+// context, and restarting with the same key less still.
+struct HmacContext : Kept<EVP_MAC_CTX *> {
   std::size_t key_size; // no_key while it holds none
   std::uint8_t key[HmacSha256::block_size];
 };
@@ -63,20 +73,6 @@ struct PrefixState {
   MemoryContextCallback freed_with_context;
 #endif
 };
-#endif
-
-// `level`: the transaction nesting level it was taken at.
-template <typename Handle> struct Kept {
-  bool open;
-  int level;
-  Handle handle;
-};
-
-#ifdef IDEMPOTENCY_HASH_WITH_EVP
-struct Sha256Context : Kept<EVP_MD_CTX *> {};
-// Keyed anew only for another key: keying costs less than copying a keyed
-// context, and restarting with the same key less still.
-struct HmacContext : Kept<KeyedMac> {};
 #else
 struct Sha256Context : Kept<pg_cryptohash_ctx *> {};
 struct HmacContext : Kept<pg_hmac_ctx *> {};
@@ -170,14 +166,14 @@ Sha256Context *open_sha256(const PrefixState *from = nullptr) {
 
 HmacContext *open_hmac(const std::uint8_t *key, std::size_t key_size) {
   HmacContext &context = take(hmac_contexts, "HMAC-SHA256");
-  KeyedMac &mac = context.handle;
-  if (mac.evp != nullptr && mac.key_size == key_size &&
-      std::memcmp(mac.key, key, key_size) == 0) {
+  if (context.handle != nullptr && context.key_size == key_size &&
+      std::memcmp(context.key, key, key_size) == 0) {
     // A NULL key restarts with the key set before, even after an error.
-    require(EVP_MAC_init(mac.evp, nullptr, 0, nullptr) == 1, "HMAC-SHA256");
+    require(EVP_MAC_init(context.handle, nullptr, 0, nullptr) == 1,
+            "HMAC-SHA256");
     return &context;
   }
-  if (mac.evp == nullptr) {
+  if (context.handle == nullptr) {
     static EVP_MAC *algorithm = nullptr;
     if (algorithm == nullptr) {
       algorithm = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
@@ -193,13 +189,14 @@ HmacContext *open_hmac(const std::uint8_t *key, std::size_t key_size) {
       EVP_MAC_CTX_free(evp);
       openssl_failed("HMAC-SHA256");
     }
-    mac.evp = evp;
+    context.handle = evp;
   }
-  mac.key_size = no_key;
+  context.key_size = no_key;
   // A NULL key would mean "the key set before".
-  require(EVP_MAC_init(mac.evp, key, key_size, nullptr) == 1, "HMAC-SHA256");
-  std::memcpy(mac.key, key, key_size);
-  mac.key_size = key_size;
+  require(EVP_MAC_init(context.handle, key, key_size, nullptr) == 1,
+          "HMAC-SHA256");
+  std::memcpy(context.key, key, key_size);
+  context.key_size = key_size;
   return &context;
 }
 
@@ -349,7 +346,7 @@ void HmacSha256::update(const void *data, std::size_t size) noexcept {
   if (size == 0)
     return;
 #ifdef IDEMPOTENCY_HASH_WITH_EVP
-  require(EVP_MAC_update(context_->handle.evp,
+  require(EVP_MAC_update(context_->handle,
                          static_cast<const unsigned char *>(data), size) == 1,
           "HMAC-SHA256");
 #else
@@ -364,7 +361,7 @@ void HmacSha256::finish(std::uint8_t (&mac)[mac_size]) noexcept {
     context_ = open_hmac(key_, key_size_);
 #ifdef IDEMPOTENCY_HASH_WITH_EVP
   std::size_t written = 0;
-  require(EVP_MAC_final(context_->handle.evp, mac, &written, mac_size) == 1,
+  require(EVP_MAC_final(context_->handle, mac, &written, mac_size) == 1,
           "HMAC-SHA256");
   if (written != mac_size)
     hashing_failed("HMAC-SHA256", "unexpected MAC size");
