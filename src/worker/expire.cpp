@@ -241,13 +241,10 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
       if (!begin_round_transaction("deleting expired idempotency keys",
                                    RowExclusiveLock))
         return RoundEnd::extension_dropped;
-      // SET CONSTRAINTS ALL IMMEDIATE: a deferred constraint then refuses
-      // a tombstone as it is written (that row is kept), not at commit,
-      // which would undo the whole batch every round.
-      ConstraintsSetStmt *all_immediate = makeNode(ConstraintsSetStmt);
-      all_immediate->constraints = NIL;
-      all_immediate->deferred = false;
-      AfterTriggerSetState(all_immediate);
+      // SET CONSTRAINTS ALL IMMEDIATE (makeNode's zeroes): a deferred
+      // constraint then refuses a tombstone as it is written (that row is
+      // kept), not at commit, which would undo the whole batch every round.
+      AfterTriggerSetState(makeNode(ConstraintsSetStmt));
       storage::ExpiryBatch batch = store.expire_batch(round, batch_size);
       stats::count_expired(batch.deleted);
       tally->deleted += batch.deleted;
