@@ -26,6 +26,7 @@ extern "C" {
 #include "common/hmac.h"
 #endif
 #include "common/sha2.h"
+#include "port/pg_bswap.h"
 #ifndef FRONTEND
 #include "access/xact.h"
 #include "utils/memutils.h"
@@ -47,20 +48,21 @@ static_assert(HmacSha256::block_size == PG_SHA256_BLOCK_LENGTH);
 // subtransaction's abort or the transaction's end.
 constexpr int contexts_per_kind = 8;
 
+// `level`: the transaction nesting level it was taken at.
+template <typename Handle> struct Kept {
+  bool open;
+  int level;
+  Handle handle;
+};
+
 #ifdef IDEMPOTENCY_HASH_WITH_EVP
-struct KeyedMac {
-  EVP_MAC_CTX *evp;
+struct Sha256Context : Kept<EVP_MD_CTX *> {};
+
+// Keyed anew only for another key: keying costs less than copying a keyed
+// context, and restarting with the same key less still.
+struct HmacContext : Kept<EVP_MAC_CTX *> {
   std::size_t key_size; // no_key while it holds none
   std::uint8_t key[HmacSha256::block_size];
-
-  bool has_key(const std::uint8_t *other, std::size_t size) const {
-    return evp != nullptr && key_size == size &&
-           std::memcmp(key, other, size) == 0;
-  }
-  void keep_key(const std::uint8_t *other, std::size_t size) {
-    std::memcpy(key, other, size);
-    key_size = size;
-  }
 };
 constexpr std::size_t no_key = HmacSha256::block_size + 1;
 
@@ -71,29 +73,10 @@ struct PrefixState {
   MemoryContextCallback freed_with_context;
 #endif
 };
-#endif
-
-struct Sha256Context {
-  bool open;
-  int level; // the transaction nesting level it was taken at
-#ifdef IDEMPOTENCY_HASH_WITH_EVP
-  EVP_MD_CTX *evp;
 #else
-  pg_cryptohash_ctx *pg;
+struct Sha256Context : Kept<pg_cryptohash_ctx *> {};
+struct HmacContext : Kept<pg_hmac_ctx *> {};
 #endif
-};
-
-struct HmacContext {
-  bool open;
-  int level;
-#ifdef IDEMPOTENCY_HASH_WITH_EVP
-  // A copy of keyed_macs', reset for each message: copying costs more than
-  // hashing a key.
-  KeyedMac mac;
-#else
-  pg_hmac_ctx *pg;
-#endif
-};
 
 namespace {
 
@@ -109,7 +92,6 @@ bool taken_since_end = false;
 #else
   ereport(ERROR, (errcode(ERRCODE_SYSTEM_ERROR),
                   errmsg("could not compute %s: %s", what, reason)));
-  pg_unreachable();
 #endif
 }
 
@@ -117,12 +99,13 @@ bool taken_since_end = false;
 void take_back(int from_level) {
   if (!taken_since_end)
     return;
-  for (Sha256Context &context : sha256_contexts)
-    if (context.level >= from_level)
-      context.open = false;
-  for (HmacContext &context : hmac_contexts)
-    if (context.level >= from_level)
-      context.open = false;
+  auto give_back = [from_level](auto &contexts) {
+    for (auto &context : contexts)
+      if (context.level >= from_level)
+        context.open = false;
+  };
+  give_back(sha256_contexts);
+  give_back(hmac_contexts);
   if (from_level == 0)
     taken_since_end = false;
 }
@@ -146,7 +129,6 @@ Context &take(Context (&contexts)[contexts_per_kind], const char *what) {
 
 #ifdef IDEMPOTENCY_HASH_WITH_EVP
 
-// Empties OpenSSL's error queue.
 [[noreturn]] void openssl_failed(const char *what) {
   unsigned long code = ERR_get_error();
   const char *reason = code == 0 ? nullptr : ERR_reason_error_string(code);
@@ -171,42 +153,27 @@ EVP_MD *sha256_algorithm() {
 Sha256Context *open_sha256(const PrefixState *from = nullptr) {
   EVP_MD *algorithm = sha256_algorithm();
   Sha256Context &context = take(sha256_contexts, "SHA-256");
-  if (context.evp == nullptr) {
-    context.evp = EVP_MD_CTX_new();
-    require(context.evp != nullptr, "SHA-256");
+  if (context.handle == nullptr) {
+    context.handle = EVP_MD_CTX_new();
+    require(context.handle != nullptr, "SHA-256");
   }
   require((from != nullptr
-               ? EVP_MD_CTX_copy_ex(context.evp, from->evp)
-               : EVP_DigestInit_ex2(context.evp, algorithm, nullptr)) == 1,
+               ? EVP_MD_CTX_copy_ex(context.handle, from->evp)
+               : EVP_DigestInit_ex2(context.handle, algorithm, nullptr)) == 1,
           "SHA-256");
   return &context;
 }
 
-void sha256_update(Sha256Context &context, const void *data, std::size_t size) {
-  require(EVP_DigestUpdate(context.evp, data, size) == 1, "SHA-256");
-}
-
-void sha256_final(Sha256Context &context,
-                  std::uint8_t (&digest)[Sha256::digest_size]) {
-  require(EVP_DigestFinal_ex(context.evp, digest, nullptr) == 1, "SHA-256");
-}
-
-// Keyed with the latest two keys, so that a backend that alternates claims
-// (the cluster's secret) and idempotency.derived_key (the database's) keys
-// neither again.
-constexpr int kept_keys = 2;
-KeyedMac keyed_macs[kept_keys];
-int latest_keyed = 0; // the one used last
-
-EVP_MAC_CTX *keyed_with(const std::uint8_t *key, std::size_t key_size) {
-  if (keyed_macs[latest_keyed].has_key(key, key_size))
-    return keyed_macs[latest_keyed].evp;
-  latest_keyed = (latest_keyed + 1) % kept_keys;
-  KeyedMac &keyed = keyed_macs[latest_keyed];
-  if (keyed.has_key(key, key_size))
-    return keyed.evp;
-  keyed.key_size = no_key;
-  if (keyed.evp == nullptr) {
+HmacContext *open_hmac(const std::uint8_t *key, std::size_t key_size) {
+  HmacContext &context = take(hmac_contexts, "HMAC-SHA256");
+  if (context.handle != nullptr && context.key_size == key_size &&
+      std::memcmp(context.key, key, key_size) == 0) {
+    // A NULL key restarts with the key set before, even after an error.
+    require(EVP_MAC_init(context.handle, nullptr, 0, nullptr) == 1,
+            "HMAC-SHA256");
+    return &context;
+  }
+  if (context.handle == nullptr) {
     static EVP_MAC *algorithm = nullptr;
     if (algorithm == nullptr) {
       algorithm = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
@@ -222,43 +189,15 @@ EVP_MAC_CTX *keyed_with(const std::uint8_t *key, std::size_t key_size) {
       EVP_MAC_CTX_free(evp);
       openssl_failed("HMAC-SHA256");
     }
-    keyed.evp = evp;
+    context.handle = evp;
   }
+  context.key_size = no_key;
   // A NULL key would mean "the key set before".
-  require(EVP_MAC_init(keyed.evp, key, key_size, nullptr) == 1, "HMAC-SHA256");
-  keyed.keep_key(key, key_size);
-  return keyed.evp;
-}
-
-HmacContext *open_hmac(const std::uint8_t *key, std::size_t key_size) {
-  HmacContext &context = take(hmac_contexts, "HMAC-SHA256");
-  if (context.mac.has_key(key, key_size)) {
-    // A NULL key restarts with the key set before, even after an error.
-    require(EVP_MAC_init(context.mac.evp, nullptr, 0, nullptr) == 1,
-            "HMAC-SHA256");
-    return &context;
-  }
-  EVP_MAC_CTX *keyed = keyed_with(key, key_size);
-  EVP_MAC_CTX_free(context.mac.evp);
-  context.mac.evp = EVP_MAC_CTX_dup(keyed);
-  require(context.mac.evp != nullptr, "HMAC-SHA256");
-  context.mac.keep_key(key, key_size);
+  require(EVP_MAC_init(context.handle, key, key_size, nullptr) == 1,
+          "HMAC-SHA256");
+  std::memcpy(context.key, key, key_size);
+  context.key_size = key_size;
   return &context;
-}
-
-void hmac_update(HmacContext &context, const void *data, std::size_t size) {
-  require(EVP_MAC_update(context.mac.evp,
-                         static_cast<const unsigned char *>(data), size) == 1,
-          "HMAC-SHA256");
-}
-
-void hmac_final(HmacContext &context,
-                std::uint8_t (&mac)[HmacSha256::mac_size]) {
-  std::size_t written = 0;
-  require(EVP_MAC_final(context.mac.evp, mac, &written, sizeof mac) == 1,
-          "HMAC-SHA256");
-  if (written != sizeof mac)
-    hashing_failed("HMAC-SHA256", "unexpected MAC size");
 }
 
 #ifndef FRONTEND
@@ -293,55 +232,30 @@ template <typename Create> auto create_kept(Create create, const char *what) {
 
 Sha256Context *open_sha256() {
   Sha256Context &context = take(sha256_contexts, "SHA-256");
-  if (context.pg == nullptr)
-    context.pg = create_kept(pg_cryptohash_create, "SHA-256");
-  if (pg_cryptohash_init(context.pg) < 0)
-    hashing_failed("SHA-256", pg_cryptohash_error(context.pg));
+  if (context.handle == nullptr)
+    context.handle = create_kept(pg_cryptohash_create, "SHA-256");
+  if (pg_cryptohash_init(context.handle) < 0)
+    hashing_failed("SHA-256", pg_cryptohash_error(context.handle));
   return &context;
-}
-
-void sha256_update(Sha256Context &context, const void *data, std::size_t size) {
-  if (pg_cryptohash_update(context.pg, static_cast<const uint8 *>(data), size) <
-      0)
-    hashing_failed("SHA-256", pg_cryptohash_error(context.pg));
-}
-
-void sha256_final(Sha256Context &context,
-                  std::uint8_t (&digest)[Sha256::digest_size]) {
-  if (pg_cryptohash_final(context.pg, digest, sizeof digest) < 0)
-    hashing_failed("SHA-256", pg_cryptohash_error(context.pg));
 }
 
 HmacContext *open_hmac(const std::uint8_t *key, std::size_t key_size) {
   HmacContext &context = take(hmac_contexts, "HMAC-SHA256");
-  if (context.pg == nullptr)
-    context.pg = create_kept(pg_hmac_create, "HMAC-SHA256");
-  if (pg_hmac_init(context.pg, key, key_size) < 0)
-    hashing_failed("HMAC-SHA256", pg_hmac_error(context.pg));
+  if (context.handle == nullptr)
+    context.handle = create_kept(pg_hmac_create, "HMAC-SHA256");
+  if (pg_hmac_init(context.handle, key, key_size) < 0)
+    hashing_failed("HMAC-SHA256", pg_hmac_error(context.handle));
   return &context;
-}
-
-void hmac_update(HmacContext &context, const void *data, std::size_t size) {
-  if (pg_hmac_update(context.pg, static_cast<const uint8 *>(data), size) < 0)
-    hashing_failed("HMAC-SHA256", pg_hmac_error(context.pg));
-}
-
-void hmac_final(HmacContext &context,
-                std::uint8_t (&mac)[HmacSha256::mac_size]) {
-  if (pg_hmac_final(context.pg, mac, sizeof mac) < 0)
-    hashing_failed("HMAC-SHA256", pg_hmac_error(context.pg));
 }
 
 #endif
 
-// The first `size` bytes of the hash's digest.
 void finish_into(Sha256 &hash, std::uint8_t *out, std::size_t size) noexcept {
   std::uint8_t digest[Sha256::digest_size];
   hash.finish(digest);
   std::memcpy(out, digest, size);
 }
 
-// The first `kept` bytes of the SHA-256 of `length` bytes at `data`.
 void digest_into(const void *data, std::size_t length, std::uint8_t *out,
                  std::size_t kept) noexcept {
   Sha256 hash;
@@ -349,23 +263,15 @@ void digest_into(const void *data, std::size_t length, std::uint8_t *out,
   finish_into(hash, out, kept);
 }
 
-// Distinct tags keep a NULL from ever encoding like a value, a type name
-// like a value, and fn like either.
-constexpr std::uint8_t tag_function = 0x01;
-constexpr std::uint8_t tag_null_value = 0x03;
-constexpr std::uint8_t tag_type_name = 0x04;
-constexpr std::uint8_t tag_value = 0x05;
-constexpr std::uint8_t tag_client_hash = 0x06;
-constexpr std::uint8_t tag_claim_api = 0x07;
-
-int hex_digit(char c) noexcept {
+// 16 for any other character.
+unsigned hex_digit(char c) noexcept {
   if (c >= '0' && c <= '9')
     return c - '0';
   if (c >= 'a' && c <= 'f')
     return c - 'a' + 10;
   if (c >= 'A' && c <= 'F')
     return c - 'A' + 10;
-  return -1;
+  return 16;
 }
 
 bool is_uuid7_text(const char *key, std::size_t key_size) noexcept {
@@ -373,7 +279,7 @@ bool is_uuid7_text(const char *key, std::size_t key_size) noexcept {
     return false;
   for (std::size_t i = 0; i < key_size; i++) {
     bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-    if (dash ? key[i] != '-' : hex_digit(key[i]) < 0)
+    if (dash ? key[i] != '-' : hex_digit(key[i]) > 15)
       return false;
   }
   // The version nibble, and the variant's two high bits (10).
@@ -386,7 +292,7 @@ bool names_a_series(const char *prefix, std::size_t prefix_size) noexcept {
   if (prefix_size == 0)
     return true;
   for (std::size_t i = 0; i < prefix_size; i++)
-    if (prefix[i] != '-' && hex_digit(prefix[i]) < 0)
+    if (prefix[i] != '-' && hex_digit(prefix[i]) > 15)
       return true;
   return false;
 }
@@ -397,14 +303,27 @@ void Sha256::update(const void *data, std::size_t size) noexcept {
   if (context_ == nullptr)
     context_ = open_sha256();
   // A zero-length update may come with a null pointer (an empty value).
-  if (size > 0)
-    sha256_update(*context_, data, size);
+  if (size == 0)
+    return;
+#ifdef IDEMPOTENCY_HASH_WITH_EVP
+  require(EVP_DigestUpdate(context_->handle, data, size) == 1, "SHA-256");
+#else
+  if (pg_cryptohash_update(context_->handle, static_cast<const uint8 *>(data),
+                           size) < 0)
+    hashing_failed("SHA-256", pg_cryptohash_error(context_->handle));
+#endif
 }
 
 void Sha256::finish(std::uint8_t (&digest)[digest_size]) noexcept {
   if (context_ == nullptr)
     context_ = open_sha256();
-  sha256_final(*context_, digest);
+#ifdef IDEMPOTENCY_HASH_WITH_EVP
+  require(EVP_DigestFinal_ex(context_->handle, digest, nullptr) == 1,
+          "SHA-256");
+#else
+  if (pg_cryptohash_final(context_->handle, digest, digest_size) < 0)
+    hashing_failed("SHA-256", pg_cryptohash_error(context_->handle));
+#endif
   context_->open = false;
   context_ = nullptr;
 }
@@ -424,14 +343,32 @@ HmacSha256::HmacSha256(const void *key, std::size_t key_size) noexcept
 void HmacSha256::update(const void *data, std::size_t size) noexcept {
   if (context_ == nullptr)
     context_ = open_hmac(key_, key_size_);
-  if (size > 0)
-    hmac_update(*context_, data, size);
+  if (size == 0)
+    return;
+#ifdef IDEMPOTENCY_HASH_WITH_EVP
+  require(EVP_MAC_update(context_->handle,
+                         static_cast<const unsigned char *>(data), size) == 1,
+          "HMAC-SHA256");
+#else
+  if (pg_hmac_update(context_->handle, static_cast<const uint8 *>(data), size) <
+      0)
+    hashing_failed("HMAC-SHA256", pg_hmac_error(context_->handle));
+#endif
 }
 
 void HmacSha256::finish(std::uint8_t (&mac)[mac_size]) noexcept {
   if (context_ == nullptr)
     context_ = open_hmac(key_, key_size_);
-  hmac_final(*context_, mac);
+#ifdef IDEMPOTENCY_HASH_WITH_EVP
+  std::size_t written = 0;
+  require(EVP_MAC_final(context_->handle, mac, &written, mac_size) == 1,
+          "HMAC-SHA256");
+  if (written != mac_size)
+    hashing_failed("HMAC-SHA256", "unexpected MAC size");
+#else
+  if (pg_hmac_final(context_->handle, mac, mac_size) < 0)
+    hashing_failed("HMAC-SHA256", pg_hmac_error(context_->handle));
+#endif
   context_->open = false;
   context_ = nullptr;
 }
@@ -446,22 +383,6 @@ struct RequestFingerprint::Prefix {
     return reinterpret_cast<std::uint8_t *>(this + 1);
   }
 };
-
-RequestFingerprint::RequestFingerprint(const char *fn,
-                                       std::size_t fn_size) noexcept {
-  add_field(tag_function, fn, fn_size);
-}
-
-RequestFingerprint RequestFingerprint::for_claim() noexcept {
-  RequestFingerprint fingerprint;
-  fingerprint.add_field(tag_claim_api, nullptr, 0);
-  return fingerprint;
-}
-
-void RequestFingerprint::add_client_hash(const char *hash,
-                                         std::size_t hash_size) noexcept {
-  add_field(tag_client_hash, hash, hash_size);
-}
 
 void RequestFingerprint::append_to_prefix(const void *data,
                                           std::size_t size) noexcept {
@@ -499,20 +420,6 @@ void RequestFingerprint::add_field(std::uint8_t tag, const void *data,
     start();
   hash_.update(header, sizeof header);
   hash_.update(data, size);
-}
-
-void RequestFingerprint::add_type(const char *type_name,
-                                  std::size_t type_name_size) noexcept {
-  add_field(tag_type_name, type_name, type_name_size);
-}
-
-void RequestFingerprint::add_value(const void *value,
-                                   std::size_t value_size) noexcept {
-  add_field(tag_value, value, value_size);
-}
-
-void RequestFingerprint::add_null() noexcept {
-  add_field(tag_null_value, nullptr, 0);
 }
 
 void RequestFingerprint::keep_prefix_state() noexcept {
@@ -577,14 +484,11 @@ void ordered_key_digest(const char *key, std::size_t key_size,
   constexpr std::size_t hash_bytes = 8;
   if (is_uuid7_text(key, key_size)) {
     // The 48-bit timestamp: 12 hex digits, a dash after the 8th.
-    // NOLINTBEGIN(clang-analyzer-core.UndefinedBinaryOperatorResult): every
-    // digit of a UUIDv7's text is hex, so hex_digit never returns -1.
     for (std::size_t i = 0; i < 6; i++) {
       std::size_t at = 2 * i < 8 ? 2 * i : 2 * i + 1;
       out.bytes[i] = static_cast<std::uint8_t>(hex_digit(key[at]) << 4 |
                                                hex_digit(key[at + 1]));
     }
-    // NOLINTEND(clang-analyzer-core.UndefinedBinaryOperatorResult)
     digest_into(key, key_size, out.bytes + 6, hash_bytes);
     out.size = 6 + hash_bytes;
     return;
@@ -605,9 +509,8 @@ void ordered_key_digest(const char *key, std::size_t key_size,
     std::uint64_t number = 0;
     for (std::size_t i = prefix_size; i < key_size; i++)
       number = number * 10 + static_cast<std::uint64_t>(key[i] - '0');
-    for (std::size_t i = 0; i < 8; i++)
-      out.bytes[hash_bytes + i] =
-          static_cast<std::uint8_t>(number >> (56 - 8 * i));
+    number = pg_hton64(number);
+    std::memcpy(out.bytes + hash_bytes, &number, sizeof number);
     out.size = hash_bytes + 8;
     return;
   }

@@ -6,8 +6,10 @@ extern "C" {
 #include "catalog/pg_conversion.h"
 #include "catalog/pg_namespace.h"
 #include "mb/pg_wchar.h"
+#include "port/pg_bswap.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "utils/uuid.h"
 }
 
 namespace idempotency::fingerprint {
@@ -67,10 +69,6 @@ Utf8 utf8_form(const char *bytes, Size size) {
   return {data, strlen(data), true};
 }
 
-Utf8 utf8_form(const text *value) {
-  return utf8_form(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));
-}
-
 void release(const Utf8 &utf8) {
   if (utf8.owned)
     pfree(const_cast<char *>(utf8.data));
@@ -88,11 +86,10 @@ LastDigest last_digest{};
 
 } // namespace
 
+// A bytea is laid out as a text.
 bytea *as_bytea(const void *bytes, Size size) {
-  bytea *value = static_cast<bytea *>(palloc(VARHDRSZ + size));
-  SET_VARSIZE(value, VARHDRSZ + size);
-  memcpy(VARDATA(value), bytes, size);
-  return value;
+  return reinterpret_cast<bytea *>(cstring_to_text_with_len(
+      static_cast<const char *>(bytes), static_cast<int>(size)));
 }
 
 Size utf8_length(const char *bytes, Size size) {
@@ -127,7 +124,7 @@ bytea *digest_of_key(const text *key) {
 
 bytea *tenant_digest_of_key(const text *key) {
   uint8 digest[key_digest_size];
-  Utf8 utf8 = utf8_form(key);
+  Utf8 utf8 = utf8_form(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key));
   if (utf8.data == nullptr)
     unconverted_key_digest(VARDATA_ANY(key), utf8.size, digest);
   else
@@ -150,7 +147,7 @@ constexpr uint8 tag_label_unconverted = 0x04;
 // encoding derives the same keys.
 void update_with_text(HmacSha256 &mac, const text *value, uint8 utf8_tag,
                       uint8 unconverted_tag) {
-  Utf8 utf8 = utf8_form(value);
+  Utf8 utf8 = utf8_form(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));
   const char *field = utf8.data != nullptr ? utf8.data : VARDATA_ANY(value);
   uint8 header[1 + 8] = {utf8.data != nullptr ? utf8_tag : unconverted_tag};
   for (int i = 0; i < 8; i++)
@@ -166,10 +163,8 @@ text *derived_key(const uint8 *secret, std::size_t secret_size, Oid role,
                   const text *key, const text *label) {
   HmacSha256 mac(secret, secret_size);
   mac.update(derivation_tag, sizeof derivation_tag - 1);
-  const uint8 role_bytes[4] = {
-      static_cast<uint8>(role >> 24), static_cast<uint8>(role >> 16),
-      static_cast<uint8>(role >> 8), static_cast<uint8>(role)};
-  mac.update(role_bytes, sizeof role_bytes);
+  uint32 role_bytes = pg_hton32(role);
+  mac.update(&role_bytes, sizeof role_bytes);
   update_with_text(mac, key, tag_key_utf8, tag_key_unconverted);
   update_with_text(mac, label, tag_label_utf8, tag_label_unconverted);
   uint8 digest[HmacSha256::mac_size];
@@ -177,17 +172,11 @@ text *derived_key(const uint8 *secret, std::size_t secret_size, Oid role,
   // RFC 9562: version 8, variant 10.
   digest[6] = static_cast<uint8>((digest[6] & 0x0F) | 0x80);
   digest[8] = static_cast<uint8>((digest[8] & 0x3F) | 0x80);
-  static const char hex[] = "0123456789abcdef";
-  char out[derived_key_size];
-  std::size_t at = 0;
-  for (int i = 0; i < 16; i++) {
-    if (i == 4 || i == 6 || i == 8 || i == 10)
-      out[at++] = '-';
-    out[at++] = hex[digest[i] >> 4];
-    out[at++] = hex[digest[i] & 0x0F];
-  }
+  pg_uuid_t uuid;
+  memcpy(uuid.data, digest, UUID_LEN);
   explicit_bzero(digest, sizeof digest);
-  return cstring_to_text_with_len(out, static_cast<int>(derived_key_size));
+  return cstring_to_text(
+      DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(&uuid))));
 }
 
 } // namespace idempotency::fingerprint

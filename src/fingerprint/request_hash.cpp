@@ -34,10 +34,6 @@ Bytes utf8_form(const char *data, std::size_t size) {
   return {converted, converted == data ? size : strlen(converted)};
 }
 
-Bytes utf8_form(const text *value) {
-  return utf8_form(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));
-}
-
 // Send functions of text-like types convert to the client encoding: UTF8
 // while hashing, whatever client_encoding a retry arrives with.
 template <typename Body> void with_utf8_client_encoding(Body body) {
@@ -60,7 +56,7 @@ template <typename Body> void with_utf8_client_encoding(Body body) {
 RequestFingerprint framing(text *fn) {
   if (fn == nullptr)
     return RequestFingerprint::for_claim();
-  Bytes sql = utf8_form(fn);
+  Bytes sql = utf8_form(VARDATA_ANY(fn), VARSIZE_ANY_EXHDR(fn));
   return RequestFingerprint(sql.data, sql.size);
 }
 
@@ -117,7 +113,8 @@ bytea *client_fingerprint(text *fn, text *client_hash) {
   if (client_hash == nullptr) {
     framed.add_null();
   } else {
-    Bytes hash = utf8_form(client_hash);
+    Bytes hash =
+        utf8_form(VARDATA_ANY(client_hash), VARSIZE_ANY_EXHDR(client_hash));
     framed.add_client_hash(hash.data, hash.size);
   }
   Fingerprint digest;

@@ -82,21 +82,6 @@ DatabaseCounters *own_slot() {
   return own;
 }
 
-CounterRow row_of(DatabaseCounters &slot) {
-  auto event = [&slot](Event kind) {
-    return static_cast<int64>(
-        pg_atomic_read_u64(&slot.events[static_cast<int>(kind)]));
-  };
-  return CounterRow{slot.database,
-                    event(Event::ran),
-                    event(Event::replayed),
-                    event(Event::conflict),
-                    event(Event::mismatch),
-                    static_cast<int64>(pg_atomic_read_u64(&slot.expired)),
-                    (TimestampTz)pg_atomic_read_u64(&slot.reset_at),
-                    event(Event::late_retry)};
-}
-
 } // namespace
 
 void request_shared_memory() { RequestAddinShmemSpace(sizeof(SharedStats)); }
@@ -130,9 +115,21 @@ int copy_counters(CounterRow *out) {
     return 0;
   own_slot();
   int count = 0;
-  for (auto &slot : shared->databases)
+  for (auto &slot : shared->databases) {
+    auto event = [&slot](Event kind) {
+      return static_cast<int64>(
+          pg_atomic_read_u64(&slot.events[static_cast<int>(kind)]));
+    };
     if (OidIsValid(slot.database))
-      out[count++] = row_of(slot);
+      out[count++] = {slot.database,
+                      event(Event::ran),
+                      event(Event::replayed),
+                      event(Event::conflict),
+                      event(Event::mismatch),
+                      static_cast<int64>(pg_atomic_read_u64(&slot.expired)),
+                      (TimestampTz)pg_atomic_read_u64(&slot.reset_at),
+                      event(Event::late_retry)};
+  }
   return count;
 }
 

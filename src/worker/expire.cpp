@@ -36,11 +36,6 @@ extern "C" {
 #include "utils/wait_event.h"
 }
 
-extern "C" {
-PGDLLEXPORT void idempotency_launcher_main(Datum main_arg);
-PGDLLEXPORT void idempotency_database_worker_main(Datum main_arg);
-}
-
 namespace idempotency::worker {
 
 namespace {
@@ -73,13 +68,6 @@ TimestampTz expiry_cutoff(TimestampTz now) {
 storage::ExpiryRound begin_expiry(TimestampTz cutoff, MemoryContext context) {
   return storage::ExpiryRound{cutoff, context, nullptr, false,
                               false,  true,    0,       nullptr};
-}
-
-storage::ExpiryBatch expire_batch(const storage::KeyStore &store,
-                                  storage::ExpiryRound &round, int batch_size) {
-  storage::ExpiryBatch batch = store.expire_batch(round, batch_size);
-  stats::count_expired(batch.deleted);
-  return batch;
 }
 
 void warn_kept_rows(const char *database, int64 kept, const char *reason) {
@@ -167,10 +155,6 @@ struct Pace {
 };
 static_assert(std::is_trivially_destructible_v<Pace>);
 
-Pace start_pace() {
-  return Pace{settings::expire_rate(), GetCurrentTimestamp(), 0};
-}
-
 // False when the round must stop.
 bool wait_for_turn(Pace *pace) {
   for (;;) {
@@ -178,7 +162,7 @@ bool wait_for_turn(Pace *pace) {
       return false;
     // A new rate applies to the running round, counted from the reload on.
     if (reload_settings_if_asked() && settings::expire_rate() != pace->rate)
-      *pace = start_pace();
+      *pace = {settings::expire_rate(), GetCurrentTimestamp(), 0};
     if (pace->rate == 0)
       return true;
     TimestampTz now = GetCurrentTimestamp();
@@ -257,14 +241,12 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
       if (!begin_round_transaction("deleting expired idempotency keys",
                                    RowExclusiveLock))
         return RoundEnd::extension_dropped;
-      // SET CONSTRAINTS ALL IMMEDIATE: a deferred constraint then refuses
-      // a tombstone as it is written (that row is kept), not at commit,
-      // which would undo the whole batch every round.
-      ConstraintsSetStmt *all_immediate = makeNode(ConstraintsSetStmt);
-      all_immediate->constraints = NIL;
-      all_immediate->deferred = false;
-      AfterTriggerSetState(all_immediate);
-      storage::ExpiryBatch batch = expire_batch(store, round, batch_size);
+      // SET CONSTRAINTS ALL IMMEDIATE (makeNode's zeroes): a deferred
+      // constraint then refuses a tombstone as it is written (that row is
+      // kept), not at commit, which would undo the whole batch every round.
+      AfterTriggerSetState(makeNode(ConstraintsSetStmt));
+      storage::ExpiryBatch batch = store.expire_batch(round, batch_size);
+      stats::count_expired(batch.deleted);
       tally->deleted += batch.deleted;
       commit_transaction();
       tally_kept(round, tally);
@@ -275,183 +257,64 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
   return RoundEnd::finished;
 }
 
-// False when no round runs. A table Citus took over is not the round's to
-// expire: recorded as failed, monitoring sees that keys no longer expire.
-bool prepare_round(TimestampTz started, TimestampTz *cutoff,
-                   const char **database_name) {
-  SetCurrentStatementStartTimestamp();
-  StartTransactionCommand();
-  // For the log, when the round ends outside a transaction.
-  *database_name =
-      MemoryContextStrdup(TopMemoryContext, get_database_name(MyDatabaseId));
-  bool installed = OidIsValid(get_extension_oid("idempotency", true));
-  storage::citus::TableKind kind = installed
-                                       ? storage::key_table_citus_kind()
-                                       : storage::citus::TableKind::not_citus;
-  const char *skipped = nullptr;
-  if (kind != storage::citus::TableKind::not_citus) {
-    skipped = storage::citus::citus_table_message(kind);
-    ereport(WARNING,
-            (errmsg("idempotency expiry skipped database \"%s\": %s",
-                    *database_name, skipped),
-             errhint("Make idempotency.keys a local table again with the "
-                     "steps in the extension's docs/scale-out.md.")));
-  } else if (installed) {
-    *cutoff = expiry_cutoff(started);
-  }
-  CommitTransactionCommand();
-  if (!installed) {
-    status::forget(MyDatabaseId);
-    return false;
-  }
-  status::round_started(MyDatabaseId, started);
-  if (skipped != nullptr)
-    status::round_finished(MyDatabaseId, GetCurrentTimestamp(), 0, skipped);
-  return skipped == nullptr;
-}
-
-void run_database_round() {
-  Oid database = MyDatabaseId;
-  TimestampTz started = GetCurrentTimestamp();
-  TimestampTz cutoff = 0;
-  const char *database_name = nullptr;
-  if (!prepare_round(started, &cutoff, &database_name))
-    return;
-  // Read after an error; volatile so the longjmp keeps its value.
-  volatile RoundEnd end = RoundEnd::finished;
-  const char *volatile skipped = nullptr;
-  MemoryContext context = CurrentMemoryContext;
-  auto *tally = static_cast<RoundTally *>(
-      MemoryContextAllocZero(context, sizeof(RoundTally)));
-  tally->context = context;
-  MemoryContext pass_context = AllocSetContextCreate(
-      context, "idempotency expiry pass", ALLOCSET_DEFAULT_SIZES);
-  PG_TRY();
-  {
-    // The local table, then the Citus coordinator's tenant keys.
-    Pace pace = start_pace();
-    for (storage::KeyTableKind kind : storage::key_table_kinds) {
-      if (end != RoundEnd::finished)
-        break;
-      end = run_passes(storage::store_of_kind(kind), cutoff, pass_context,
-                       &pace, tally);
-      MemoryContextReset(pass_context);
-    }
-  }
-  PG_CATCH();
-  {
-    MemoryContextSwitchTo(context);
-    ErrorData *error = CopyErrorData();
-    // The next round tries again after a lock_timeout while a DBA holds the
-    // key table, a cancel or a deadlock.
-    int code = error->sqlerrcode;
-    if (code != ERRCODE_LOCK_NOT_AVAILABLE && code != ERRCODE_QUERY_CANCELED &&
-        code != ERRCODE_T_R_DEADLOCK_DETECTED &&
-        code != ERRCODE_T_R_SERIALIZATION_FAILURE) {
-      // The worker's error handling logs it and ends the process.
-      status::round_finished(database, GetCurrentTimestamp(), tally->deleted,
-                             error->message,
-                             {false, tally->kept, tally->kept_reason});
-      PG_RE_THROW();
-    }
-    FlushErrorState();
-    AbortOutOfAnyTransaction();
-    ereport(LOG, (errcode(error->sqlerrcode),
-                  errmsg("idempotency expiry skipped the rest of its round in "
-                         "database \"%s\": %s",
-                         database_name, error->message),
-                  errhint("The next round tries again.")));
-    skipped = psprintf("round skipped: %s (SQLSTATE %s)", error->message,
-                       unpack_sql_state(error->sqlerrcode));
-    end = RoundEnd::gave_way;
-  }
-  PG_END_TRY();
-  MemoryContextDelete(pass_context);
-  pgstat_report_activity(STATE_IDLE, nullptr);
-  if (tally->kept > 0)
-    warn_kept_rows(database_name, tally->kept, tally->kept_reason);
-  // As when the extension was not installed at the start of the round.
-  if (end == RoundEnd::extension_dropped)
-    status::forget(database);
-  else
-    status::round_finished(
-        database, GetCurrentTimestamp(), tally->deleted, skipped,
-        {skipped != nullptr, tally->kept, tally->kept_reason});
-}
-
 // --- the launcher: one round per database -----------------------------------
 
 constexpr const char *launcher_type = "idempotency launcher";
 constexpr int launcher_restart_seconds = 5;
 
-// In the caller's memory context. A connection to a template would hold up
-// CREATE DATABASE.
-List *list_databases() {
-  MemoryContext caller_context = CurrentMemoryContext;
-  SetCurrentStatementStartTimestamp();
-  StartTransactionCommand();
-  (void)GetTransactionSnapshot();
-  Relation pg_database = table_open(DatabaseRelationId, AccessShareLock);
-  List *databases = NIL;
-  TableScanDesc scan = table_beginscan_catalog(pg_database, 0, nullptr);
-  HeapTuple tuple;
-  while ((tuple = heap_getnext(scan, ForwardScanDirection)) != nullptr) {
-    auto *form = reinterpret_cast<Form_pg_database>(GETSTRUCT(tuple));
-    if (!form->datallowconn || form->datistemplate ||
-        database_is_invalid_form(form))
-      continue;
-    MemoryContext scan_context = MemoryContextSwitchTo(caller_context);
-    databases = lappend_oid(databases, form->oid);
-    MemoryContextSwitchTo(scan_context);
-  }
-  table_endscan(scan);
-  table_close(pg_database, AccessShareLock);
-  CommitTransactionCommand();
-  MemoryContextSwitchTo(caller_context);
-  return databases;
-}
-
-// False when no worker could be started.
-bool serve_database(Oid database) {
-  BackgroundWorker worker =
-      describe_worker("idempotency_database_worker_main", database_worker_type,
-                      BGW_NEVER_RESTART);
-  snprintf(worker.bgw_name, BGW_MAXLEN, "idempotency expiry for database %u",
-           database);
-  worker.bgw_main_arg = ObjectIdGetDatum(database);
-  worker.bgw_notify_pid = MyProcPid;
-  BackgroundWorkerHandle *handle = nullptr;
-  if (!RegisterDynamicBackgroundWorker(&worker, &handle)) {
-    ereport(LOG,
-            (errmsg("idempotency launcher could not start an expiry worker"),
-             errhint("Raise max_worker_processes; the next round tries "
-                     "again.")));
-    return false;
-  }
-  pgstat_report_activity(STATE_RUNNING, "waiting for an expiry worker");
-  if (WaitForBackgroundWorkerShutdown(handle) == BGWH_POSTMASTER_DIED)
-    proc_exit(1);
-  pfree(handle);
-  status::round_abandoned(database, GetCurrentTimestamp(),
-                          "the expiry worker ended before its round did");
-  return true;
-}
-
-// An error is logged rather than exiting into a restart loop.
+// An error is logged rather than exiting into a restart loop. A connection
+// to a template would hold up CREATE DATABASE.
 void run_launcher_round(MemoryContext round_context) {
   MemoryContextSwitchTo(round_context);
   PG_TRY();
   {
-    List *databases = list_databases();
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    (void)GetTransactionSnapshot();
+    MemoryContextSwitchTo(round_context);
+    Relation pg_database = table_open(DatabaseRelationId, AccessShareLock);
+    List *databases = NIL;
+    TableScanDesc scan = table_beginscan_catalog(pg_database, 0, nullptr);
+    HeapTuple tuple;
+    while ((tuple = heap_getnext(scan, ForwardScanDirection)) != nullptr) {
+      auto *form = reinterpret_cast<Form_pg_database>(GETSTRUCT(tuple));
+      if (form->datallowconn && !form->datistemplate &&
+          !database_is_invalid_form(form))
+        databases = lappend_oid(databases, form->oid);
+    }
+    table_endscan(scan);
+    table_close(pg_database, AccessShareLock);
+    CommitTransactionCommand();
+    MemoryContextSwitchTo(round_context);
     status::forget_all_but(databases);
     ListCell *cell;
     foreach (cell, databases) {
+      Oid database = lfirst_oid(cell);
       CHECK_FOR_INTERRUPTS();
       (void)reload_settings_if_asked();
-      if (database_wanted_alone(lfirst_oid(cell)))
+      if (database_wanted_alone(database))
         continue;
-      if (!serve_database(lfirst_oid(cell)))
+      BackgroundWorker worker =
+          describe_worker("idempotency_database_worker_main",
+                          database_worker_type, BGW_NEVER_RESTART);
+      snprintf(worker.bgw_name, BGW_MAXLEN,
+               "idempotency expiry for database %u", database);
+      worker.bgw_main_arg = ObjectIdGetDatum(database);
+      worker.bgw_notify_pid = MyProcPid;
+      BackgroundWorkerHandle *handle = nullptr;
+      if (!RegisterDynamicBackgroundWorker(&worker, &handle)) {
+        ereport(LOG,
+                (errmsg("idempotency launcher could not start an expiry "
+                        "worker"),
+                 errhint("Raise max_worker_processes; the next round tries "
+                         "again.")));
         break;
+      }
+      pgstat_report_activity(STATE_RUNNING, "waiting for an expiry worker");
+      if (WaitForBackgroundWorkerShutdown(handle) == BGWH_POSTMASTER_DIED)
+        proc_exit(1);
+      status::round_abandoned(database,
+                              "the expiry worker ended before its round did");
     }
   }
   PG_CATCH();
@@ -466,40 +329,6 @@ void run_launcher_round(MemoryContext round_context) {
   MemoryContextSwitchTo(TopMemoryContext);
   MemoryContextReset(round_context);
   pgstat_report_activity(STATE_IDLE, nullptr);
-}
-
-uint32 sleep_wait_event = PG_WAIT_EXTENSION;
-
-[[noreturn]] void launcher_loop() {
-  MemoryContext round_context = AllocSetContextCreate(
-      TopMemoryContext, "idempotency expiry round", ALLOCSET_DEFAULT_SIZES);
-  bool ran_once = false;
-  TimestampTz last_round_end = 0;
-  for (;;) {
-    CHECK_FOR_INTERRUPTS();
-    (void)reload_settings_if_asked();
-    // 0 turns the worker off: sleep until a reload changes that.
-    long interval_ms = settings::expire_interval_seconds() * 1000L;
-    long sleep_ms = -1;
-    if (interval_ms > 0) {
-      TimestampTz now = GetCurrentTimestamp();
-      TimestampTz due =
-          ran_once ? TimestampTzPlusMilliseconds(last_round_end, interval_ms)
-                   : now;
-      if (now >= due) {
-        run_launcher_round(round_context);
-        last_round_end = GetCurrentTimestamp();
-        ran_once = true;
-        continue;
-      }
-      sleep_ms = TimestampDifferenceMilliseconds(now, due);
-    }
-    int events = WL_LATCH_SET | WL_EXIT_ON_PM_DEATH;
-    if (sleep_ms >= 0)
-      events |= WL_TIMEOUT;
-    (void)WaitLatch(MyLatch, events, sleep_ms, sleep_wait_event);
-    ResetLatch(MyLatch);
-  }
 }
 
 } // namespace
@@ -522,8 +351,11 @@ int64 expire_now() {
     storage::ExpiryRound round = begin_expiry(cutoff, context);
     do {
       store.collect_expired(round, batch_size);
-      while (round.has_batch)
-        tally.deleted += expire_batch(store, round, INT_MAX).deleted;
+      while (round.has_batch) {
+        int64 deleted = store.expire_batch(round, INT_MAX).deleted;
+        stats::count_expired(deleted);
+        tally.deleted += deleted;
+      }
     } while (!round.finished);
     tally_kept(round, &tally);
     MemoryContextDelete(context);
@@ -534,31 +366,147 @@ int64 expire_now() {
   return tally.deleted;
 }
 
-} // namespace idempotency::worker
-
-void idempotency_launcher_main(Datum) {
+extern "C" PGDLLEXPORT void idempotency_launcher_main(Datum) {
   pqsignal(SIGHUP, SignalHandlerForConfigReload);
   pqsignal(SIGTERM, die);
   BackgroundWorkerUnblockSignals();
   BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
-  pgstat_report_appname(idempotency::worker::launcher_type);
-  idempotency::worker::sleep_wait_event =
-      idempotency::compat::wait_event("IdempotencyLauncherSleep");
-  idempotency::worker::launcher_loop();
+  pgstat_report_appname(launcher_type);
+  uint32 sleep_wait_event = compat::wait_event("IdempotencyLauncherSleep");
+  MemoryContext round_context = AllocSetContextCreate(
+      TopMemoryContext, "idempotency expiry round", ALLOCSET_DEFAULT_SIZES);
+  TimestampTz last_round_end = 0; // 0: no round yet
+  for (;;) {
+    CHECK_FOR_INTERRUPTS();
+    (void)reload_settings_if_asked();
+    // 0 turns the worker off: sleep until a reload changes that.
+    long interval_ms = settings::expire_interval_seconds() * 1000L;
+    long sleep_ms = -1;
+    if (interval_ms > 0) {
+      TimestampTz now = GetCurrentTimestamp();
+      TimestampTz due =
+          last_round_end != 0
+              ? TimestampTzPlusMilliseconds(last_round_end, interval_ms)
+              : now;
+      if (now >= due) {
+        run_launcher_round(round_context);
+        last_round_end = GetCurrentTimestamp();
+        continue;
+      }
+      sleep_ms = TimestampDifferenceMilliseconds(now, due);
+    }
+    (void)WaitLatch(MyLatch,
+                    WL_LATCH_SET | WL_EXIT_ON_PM_DEATH |
+                        (sleep_ms >= 0 ? WL_TIMEOUT : 0),
+                    sleep_ms, sleep_wait_event);
+    ResetLatch(MyLatch);
+  }
 }
 
-void idempotency_database_worker_main(Datum main_arg) {
+extern "C" PGDLLEXPORT void idempotency_database_worker_main(Datum main_arg) {
   pqsignal(SIGHUP, SignalHandlerForConfigReload);
   pqsignal(SIGTERM, die);
   BackgroundWorkerUnblockSignals();
   BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg),
                                             InvalidOid, 0);
-  pgstat_report_appname(idempotency::worker::database_worker_type);
-  idempotency::worker::pace_wait_event =
-      idempotency::compat::wait_event("IdempotencyExpiryPace");
+  pgstat_report_appname(database_worker_type);
+  pace_wait_event = compat::wait_event("IdempotencyExpiryPace");
   // A crash loses only deletions a later round makes again, and callers
   // flush their commits without queueing behind the worker's.
   SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
-  idempotency::worker::run_database_round();
-  proc_exit(0);
+  Oid database = MyDatabaseId;
+  TimestampTz started = GetCurrentTimestamp();
+  TimestampTz cutoff = 0;
+  SetCurrentStatementStartTimestamp();
+  StartTransactionCommand();
+  // For the log, when the round ends outside a transaction.
+  const char *database_name =
+      MemoryContextStrdup(TopMemoryContext, get_database_name(database));
+  bool installed = OidIsValid(get_extension_oid("idempotency", true));
+  storage::citus::TableKind kind = installed
+                                       ? storage::key_table_citus_kind()
+                                       : storage::citus::TableKind::not_citus;
+  // A table Citus took over is not the round's to expire: recorded as
+  // failed, monitoring sees that keys no longer expire.
+  const char *taken_over = nullptr;
+  if (kind != storage::citus::TableKind::not_citus) {
+    taken_over = storage::citus::citus_table_message(kind);
+    ereport(WARNING,
+            (errmsg("idempotency expiry skipped database \"%s\": %s",
+                    database_name, taken_over),
+             errhint("Make idempotency.keys a local table again with the "
+                     "steps in the extension's docs/scale-out.md.")));
+  } else if (installed) {
+    cutoff = expiry_cutoff(started);
+  }
+  CommitTransactionCommand();
+  if (!installed) {
+    status::forget(database);
+    return;
+  }
+  status::round_started(database, started);
+  if (taken_over != nullptr) {
+    status::round_finished(database, 0, taken_over);
+    return;
+  }
+  // Read after an error; volatile so the longjmp keeps its value.
+  volatile RoundEnd end = RoundEnd::finished;
+  const char *volatile skipped = nullptr;
+  MemoryContext context = CurrentMemoryContext;
+  auto *tally = static_cast<RoundTally *>(
+      MemoryContextAllocZero(context, sizeof(RoundTally)));
+  tally->context = context;
+  MemoryContext pass_context = AllocSetContextCreate(
+      context, "idempotency expiry pass", ALLOCSET_DEFAULT_SIZES);
+  PG_TRY();
+  {
+    // The local table, then the Citus coordinator's tenant keys.
+    Pace pace{settings::expire_rate(), GetCurrentTimestamp(), 0};
+    for (storage::KeyTableKind kind : storage::key_table_kinds) {
+      if (end != RoundEnd::finished)
+        break;
+      end = run_passes(storage::store_of_kind(kind), cutoff, pass_context,
+                       &pace, tally);
+      MemoryContextReset(pass_context);
+    }
+  }
+  PG_CATCH();
+  {
+    MemoryContextSwitchTo(context);
+    ErrorData *error = CopyErrorData();
+    // The next round tries again after a lock_timeout while a DBA holds the
+    // key table, a cancel or a deadlock.
+    int code = error->sqlerrcode;
+    if (code != ERRCODE_LOCK_NOT_AVAILABLE && code != ERRCODE_QUERY_CANCELED &&
+        code != ERRCODE_T_R_DEADLOCK_DETECTED &&
+        code != ERRCODE_T_R_SERIALIZATION_FAILURE) {
+      // The worker's error handling logs it and ends the process.
+      status::round_finished(database, tally->deleted, error->message, false,
+                             tally->kept, tally->kept_reason);
+      PG_RE_THROW();
+    }
+    FlushErrorState();
+    AbortOutOfAnyTransaction();
+    ereport(LOG, (errcode(error->sqlerrcode),
+                  errmsg("idempotency expiry skipped the rest of its round in "
+                         "database \"%s\": %s",
+                         database_name, error->message),
+                  errhint("The next round tries again.")));
+    skipped = psprintf("round skipped: %s (SQLSTATE %s)", error->message,
+                       unpack_sql_state(error->sqlerrcode));
+    end = RoundEnd::gave_way;
+  }
+  PG_END_TRY();
+  MemoryContextDelete(pass_context);
+  pgstat_report_activity(STATE_IDLE, nullptr);
+  if (tally->kept > 0)
+    warn_kept_rows(database_name, tally->kept, tally->kept_reason);
+  // As when the extension was not installed at the start of the round.
+  if (end == RoundEnd::extension_dropped)
+    status::forget(database);
+  else
+    status::round_finished(database, tally->deleted, skipped,
+                           skipped != nullptr, tally->kept, tally->kept_reason);
 }
+
+} // namespace idempotency::worker

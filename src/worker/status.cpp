@@ -5,6 +5,7 @@ extern "C" {
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
+#include "utils/timestamp.h"
 }
 
 namespace idempotency::worker::status {
@@ -49,11 +50,11 @@ void copy_clipped(char *field, const char *text, int length) {
 }
 
 void finish(RoundStatus &slot, TimestampTz at, int64 deleted, const char *error,
-            int error_length, const RoundShortfall &shortfall = {},
-            int reason_length = 0) {
-  slot.last_kept = shortfall.kept;
-  copy_clipped(slot.last_kept_reason, shortfall.kept_reason, reason_length);
-  if (shortfall.skipped)
+            int error_length, bool skipped = false, int64 kept = 0,
+            const char *kept_reason = nullptr, int reason_length = 0) {
+  slot.last_kept = kept;
+  copy_clipped(slot.last_kept_reason, kept_reason, reason_length);
+  if (skipped)
     slot.skipped_rounds++;
   slot.running = false;
   slot.last_started = slot.running_since;
@@ -63,7 +64,7 @@ void finish(RoundStatus &slot, TimestampTz at, int64 deleted, const char *error,
   copy_clipped(slot.last_error, error, error_length);
   slot.rounds++;
   slot.total_deleted += deleted;
-  if (error != nullptr && !shortfall.skipped)
+  if (error != nullptr && !skipped)
     slot.failed_rounds++;
 }
 
@@ -105,21 +106,23 @@ void round_started(Oid database, TimestampTz at) {
   SpinLockRelease(&shared->mutex);
 }
 
-void round_finished(Oid database, TimestampTz at, int64 deleted,
-                    const char *error, const RoundShortfall &shortfall) {
+void round_finished(Oid database, int64 deleted, const char *error,
+                    bool skipped, int64 kept, const char *kept_reason) {
   if (shared == nullptr)
     return;
+  TimestampTz at = GetCurrentTimestamp();
   int error_length = clipped_length(error);
-  int reason_length = clipped_length(shortfall.kept_reason);
+  int reason_length = clipped_length(kept_reason);
   SpinLockAcquire(&shared->mutex);
-  finish(slot_for(database), at, deleted, error, error_length, shortfall,
-         reason_length);
+  finish(slot_for(database), at, deleted, error, error_length, skipped, kept,
+         kept_reason, reason_length);
   SpinLockRelease(&shared->mutex);
 }
 
-void round_abandoned(Oid database, TimestampTz at, const char *error) {
+void round_abandoned(Oid database, const char *error) {
   if (shared == nullptr)
     return;
+  TimestampTz at = GetCurrentTimestamp();
   int error_length = clipped_length(error);
   SpinLockAcquire(&shared->mutex);
   for (RoundStatus &slot : shared->databases)

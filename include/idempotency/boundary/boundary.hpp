@@ -29,7 +29,6 @@ Datum run_at_boundary(Body &&body, FunctionCallInfo fcinfo) {
     message = "unknown C++ exception";
   }
   ereport(ERROR, (errcode(sqlstate), errmsg("%s", message)));
-  pg_unreachable();
 }
 
 } // namespace idempotency

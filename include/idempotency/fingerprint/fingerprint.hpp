@@ -21,7 +21,6 @@ class Sha256 {
 public:
   static constexpr std::size_t digest_size = 32;
 
-  Sha256() noexcept = default;
   void update(const void *data, std::size_t size) noexcept;
   void finish(std::uint8_t (&digest)[digest_size]) noexcept;
 
@@ -85,12 +84,24 @@ void unconverted_key_digest(const char *key, std::size_t key_size,
 // in the current memory context and shared by copies.
 class RequestFingerprint {
 public:
-  RequestFingerprint(const char *fn, std::size_t fn_size) noexcept;
-  static RequestFingerprint for_claim() noexcept;
-  void add_client_hash(const char *hash, std::size_t hash_size) noexcept;
-  void add_type(const char *type_name, std::size_t type_name_size) noexcept;
-  void add_value(const void *value, std::size_t value_size) noexcept;
-  void add_null() noexcept;
+  RequestFingerprint(const char *fn, std::size_t fn_size) noexcept {
+    add_field(tag_function, fn, fn_size);
+  }
+  static RequestFingerprint for_claim() noexcept {
+    RequestFingerprint fingerprint;
+    fingerprint.add_field(tag_claim_api, nullptr, 0);
+    return fingerprint;
+  }
+  void add_client_hash(const char *hash, std::size_t hash_size) noexcept {
+    add_field(tag_client_hash, hash, hash_size);
+  }
+  void add_type(const char *type_name, std::size_t type_name_size) noexcept {
+    add_field(tag_type_name, type_name, type_name_size);
+  }
+  void add_value(const void *value, std::size_t value_size) noexcept {
+    add_field(tag_value, value, value_size);
+  }
+  void add_null() noexcept { add_field(tag_null_value, nullptr, 0); }
   // Hashes the prefix once for all copies, in the current memory context,
   // which must outlive them. Does nothing without EVP (pg_cryptohash cannot
   // copy a hash's state).
@@ -99,6 +110,15 @@ public:
 
 private:
   struct Prefix; // the encoded bytes, shared by copies
+
+  // Distinct tags keep a NULL from ever encoding like a value, a type name
+  // like a value, and fn like either.
+  static constexpr std::uint8_t tag_function = 0x01;
+  static constexpr std::uint8_t tag_null_value = 0x03;
+  static constexpr std::uint8_t tag_type_name = 0x04;
+  static constexpr std::uint8_t tag_value = 0x05;
+  static constexpr std::uint8_t tag_client_hash = 0x06;
+  static constexpr std::uint8_t tag_claim_api = 0x07;
 
   RequestFingerprint() noexcept = default;
   void add_field(std::uint8_t tag, const void *data, std::size_t size) noexcept;

@@ -36,24 +36,20 @@ struct RoundStatus {
 };
 static_assert(std::is_trivially_destructible_v<RoundStatus>);
 
-struct RoundShortfall {
-  bool skipped; // it gave way; its `error` says to what
-  int64 kept;
-  const char *kept_reason; // nullptr when none was kept
-};
-static_assert(std::is_trivially_destructible_v<RoundShortfall>);
-
 // shmem_request_hook and shmem_startup_hook duties, while preloading.
 void request_shared_memory();
 void attach_shared_memory();
 
 void round_started(Oid database, TimestampTz at);
 
-void round_finished(Oid database, TimestampTz at, int64 deleted,
-                    const char *error, const RoundShortfall &shortfall = {});
+// Ends the round now. skipped: it gave way (error says to what), not a
+// failure. kept_reason: the first refusal, nullptr when none was kept.
+void round_finished(Oid database, int64 deleted, const char *error,
+                    bool skipped = false, int64 kept = 0,
+                    const char *kept_reason = nullptr);
 
 // Fails the round if its worker left without saying how it went.
-void round_abandoned(Oid database, TimestampTz at, const char *error);
+void round_abandoned(Oid database, const char *error);
 
 void forget(Oid database);
 
