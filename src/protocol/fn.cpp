@@ -161,9 +161,8 @@ MemoryContext inferred_context = nullptr;
 // $2`), with the given types; a parameter still open is the given type, or
 // text.
 void infer(const char *sql, int nargs, const Oid *given, Oid *types) {
-  for (int i = 0; i < nargs; i++)
-    types[i] = InvalidOid;
-  Analysis analysis = new_analysis(nargs, types);
+  Analysis analysis{static_cast<Oid *>(palloc0(sizeof(Oid) * Max(nargs, 1))),
+                    NIL};
   if (analyse(sql, nargs, &analysis)) {
     // PostgreSQL makes text an untyped parameter fn only passes on (`SELECT
     // $1`); it keeps the caller's non-string type when fn then returns
@@ -243,20 +242,15 @@ template <typename T> T *allocate(MemoryContext context, int count) {
       MemoryContextAlloc(context, sizeof(T) * Max(count, 1)));
 }
 
-void fingerprint_types(Statement &statement, text *fn) {
-  for (int i = 0; i < statement.nargs; i++)
-    statement.encoders[i] = fingerprint::encoder_for(statement.types[i]);
-  statement.fingerprint_prefix =
-      fingerprint::prefix_for(fn, statement.nargs, statement.types);
-  statement.fingerprint_prefix.keep_prefix_state();
-}
-
-// Everything that may fail runs before the statement changes. The
-// generation is read first: a change that arrives meanwhile leaves the
-// statement stale.
-void describe(Statement &statement, text *fn, const Oid *types,
-              MemoryContext parent) {
+// Works out, or works out again after a catalog change, what fn receives
+// and what depends on it. Everything that may fail runs before the
+// statement changes. The generation is read first: a change that arrives
+// meanwhile leaves the statement stale.
+void describe(Statement &statement, text *fn, MemoryContext parent) {
   uint64 generation = parameter_types_generation();
+  int nargs = statement.nargs;
+  Oid *types = static_cast<Oid *>(palloc(sizeof(Oid) * Max(nargs, 1)));
+  infer_parameter_types(statement.sql, nargs, statement.given_types, types);
   MemoryContext context = AllocSetContextCreate(parent, "idempotency statement",
                                                 ALLOCSET_SMALL_SIZES);
   MemoryContext caller = MemoryContextSwitchTo(context);
@@ -264,18 +258,19 @@ void describe(Statement &statement, text *fn, const Oid *types,
   described.context = context;
   PG_TRY();
   {
-    described.types = allocate<Oid>(context, statement.nargs);
-    memcpy(described.types, types, sizeof(Oid) * statement.nargs);
-    described.conversions = allocate<Conversion>(context, statement.nargs);
+    described.types = allocate<Oid>(context, nargs);
+    memcpy(described.types, types, sizeof(Oid) * nargs);
+    described.conversions = allocate<Conversion>(context, nargs);
     described.converts = false;
-    for (int i = 0; i < statement.nargs; i++) {
+    described.encoders = allocate<fingerprint::ValueEncoder>(context, nargs);
+    for (int i = 0; i < nargs; i++) {
       described.conversions[i] =
           conversion_between(statement.given_types[i], types[i], i);
       described.converts |= described.conversions[i].expression != nullptr;
+      described.encoders[i] = fingerprint::encoder_for(types[i]);
     }
-    described.encoders =
-        allocate<fingerprint::ValueEncoder>(context, statement.nargs);
-    fingerprint_types(described, fn);
+    described.fingerprint_prefix = fingerprint::prefix_for(fn, nargs, types);
+    described.fingerprint_prefix.keep_prefix_state();
   }
   PG_CATCH();
   {
@@ -285,33 +280,15 @@ void describe(Statement &statement, text *fn, const Oid *types,
   }
   PG_END_TRY();
   described.catalog_generation = generation;
+  // A statement whose types changed is planned again. The old plan is not
+  // freed: a call further up this backend's stack may still be running it.
+  if (statement.plan != nullptr &&
+      memcmp(types, statement.types, sizeof(Oid) * nargs) != 0)
+    described.plan = nullptr;
   MemoryContextSwitchTo(caller);
   if (statement.context != nullptr)
     MemoryContextDelete(statement.context);
   statement = described;
-}
-
-Oid *inferred_types(const Statement &statement) {
-  Oid *types =
-      static_cast<Oid *>(palloc(sizeof(Oid) * Max(statement.nargs, 1)));
-  infer_parameter_types(statement.sql, statement.nargs, statement.given_types,
-                        types);
-  return types;
-}
-
-Statement build(uint64 hash, text *fn, const FnArgs &args, bool kept,
-                MemoryContext context) {
-  char *sql = MemoryContextStrdup(context, text_to_cstring(fn));
-  Oid *given_types = allocate<Oid>(context, args.count);
-  memcpy(given_types, args.types, sizeof(Oid) * args.count);
-  // describe() fills in everything after given_types.
-  fingerprint::RequestFingerprint unset =
-      fingerprint::RequestFingerprint::for_claim();
-  Statement statement{hash,    sql,     args.count, given_types, nullptr,
-                      nullptr, nullptr, false,      unset,       nullptr,
-                      nullptr, kept,    0};
-  describe(statement, fn, inferred_types(statement), context);
-  return statement;
 }
 
 // Positions a parser error in fn's text, as SPI does, not in the caller's.
@@ -431,9 +408,7 @@ Datum error_document(const ErrorData *error) {
   initStringInfo(&json);
   appendStringInfoString(&json, "{\"error\": {");
   for (int i = 0; i < 4; i++) {
-    appendStringInfoString(&json, i == 0 ? "" : ", ");
-    escape_json(&json, members[i][0]);
-    appendStringInfoString(&json, ": ");
+    appendStringInfo(&json, "%s\"%s\": ", i == 0 ? "" : ", ", members[i][0]);
     if (members[i][1] == nullptr)
       appendStringInfoString(&json, "null");
     else
@@ -441,14 +416,6 @@ Datum error_document(const ErrorData *error) {
   }
   appendStringInfoString(&json, "}}");
   return DirectFunctionCall1(jsonb_in, CStringGetDatum(json.data));
-}
-
-// A transient condition (a lock timeout, a cancel, ...) is never stored,
-// even when its class is listed: a retry must run fn again.
-bool error_is_stored(const ErrorData *error) {
-  const char *sqlstate = unpack_sql_state(error->sqlerrcode);
-  return sqlstate_listed(settings::stored_errors(), sqlstate) &&
-         !sqlstate_transient(sqlstate);
 }
 
 } // namespace
@@ -508,31 +475,25 @@ Statement *statement_for(text *fn, const FnArgs &args) {
       strlen(found->sql) == sql_size &&
       memcmp(found->sql, sql, sql_size) == 0 &&
       memcmp(found->given_types, args.types, sizeof(Oid) * args.count) == 0) {
-    uint64 generation = parameter_types_generation();
-    if (found->catalog_generation == generation)
-      return found;
-    // After a catalog change: a statement whose types are unchanged keeps
-    // its conversions and plan and only names its types again.
-    Oid *types = inferred_types(*found);
-    if (memcmp(types, found->types, sizeof(Oid) * found->nargs) != 0) {
-      // The old plan is not freed: a call further up this backend's stack
-      // may still be running it.
-      describe(*found, fn, types, statements_context);
-      found->plan = nullptr;
-      return found;
-    }
-    MemoryContext caller = MemoryContextSwitchTo(found->context);
-    fingerprint_types(*found, fn);
-    MemoryContextSwitchTo(caller);
-    found->catalog_generation = generation;
+    if (found->catalog_generation != parameter_types_generation())
+      describe(*found, fn, statements_context);
     return found;
   }
 
   // Not kept: the cache is full, or another statement has the same hash.
   bool kept =
       found == nullptr && hash_get_num_entries(statements) < max_statements;
-  Statement built = build(hash, fn, args, kept,
-                          kept ? statements_context : CurrentMemoryContext);
+  MemoryContext context = kept ? statements_context : CurrentMemoryContext;
+  Oid *given_types = allocate<Oid>(context, args.count);
+  memcpy(given_types, args.types, sizeof(Oid) * args.count);
+  // describe() fills in everything after given_types.
+  char *sql_copy = MemoryContextStrdup(context, text_to_cstring(fn));
+  fingerprint::RequestFingerprint unset =
+      fingerprint::RequestFingerprint::for_claim();
+  Statement built{hash,    sql_copy, args.count, given_types, nullptr,
+                  nullptr, nullptr,  false,      unset,       nullptr,
+                  nullptr, kept,     0};
+  describe(built, fn, context);
   auto *entry = static_cast<Statement *>(
       kept ? hash_search(statements, &hash, HASH_ENTER, nullptr)
            : palloc(sizeof(Statement)));
@@ -579,15 +540,20 @@ Datum run_fn_storing_errors(Statement &statement, const FnArgs &args,
     return run_fn(statement, args, is_null);
 
   Datum response = (Datum)0;
-  run_in_subtransaction([&] { response = run_fn(statement, args, is_null); },
-                        [&](const ErrorData *error) {
-                          if (!error_is_stored(error))
-                            return false;
-                          response = error_document(error);
-                          *is_null = false;
-                          *is_error = true;
-                          return true;
-                        });
+  run_in_subtransaction(
+      [&] { response = run_fn(statement, args, is_null); },
+      [&](const ErrorData *error) {
+        // A transient condition (a lock timeout, a cancel, ...) is never
+        // stored, even when its class is listed: a retry must run fn again.
+        const char *sqlstate = unpack_sql_state(error->sqlerrcode);
+        if (!sqlstate_listed(settings::stored_errors(), sqlstate) ||
+            sqlstate_transient(sqlstate))
+          return false;
+        response = error_document(error);
+        *is_null = false;
+        *is_error = true;
+        return true;
+      });
   return response;
 }
 
