@@ -124,12 +124,10 @@ ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
                             key.has_tenant ? "idempotency.tenant_claim"
                                            : "idempotency.claim",
                             TopTransactionResourceOwner, KeyExpected::new_key);
-  if (taken.replay) {
-    const storage::KeyProbe &stored = taken.stored;
-    record_replay(stored);
+  const storage::KeyProbe &stored = taken.stored;
+  if (taken.replay)
     return ClaimRow{true, stored.response,   stored.response_is_null,
                     true, stored.created_at, stored.expires_at};
-  }
   MemoryContext caller = MemoryContextSwitchTo(TopTransactionContext);
   auto *held = static_cast<HeldKey *>(palloc0(sizeof(HeldKey)));
   held->key = key;
@@ -150,7 +148,7 @@ ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
   held->next = held_keys;
   held_keys = held;
   MemoryContextSwitchTo(caller);
-  record_last_call(Outcome::ran);
+  record_last_call(LastCall{Outcome::ran, false, 0, 0});
   return ClaimRow{false, (Datum)0, true, false, 0, 0};
 }
 

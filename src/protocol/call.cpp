@@ -267,10 +267,8 @@ CallResult idempotent_call(const CallRequest &call) {
                                                 : "idempotency.idempotent_call",
                             nullptr, expected);
   expected = taken.replay ? KeyExpected::stored : KeyExpected::new_key;
-  if (taken.replay) {
-    record_replay(taken.stored);
+  if (taken.replay)
     return CallResult{taken.stored.response, taken.stored.response_is_null};
-  }
 
   // As in force when the key was claimed, whatever fn sets.
   Interval ttl = settings::ttl();
@@ -294,8 +292,8 @@ CallResult idempotent_call(const CallRequest &call) {
   if (store.row_shows_in_progress())
     release(taken.claim);
   stats::count(stats::Event::ran);
-  last = LastCall{is_error ? Outcome::stored_error : Outcome::ran, true,
-                  times.created_at, times.expires_at};
+  record_last_call(LastCall{is_error ? Outcome::stored_error : Outcome::ran,
+                            true, times.created_at, times.expires_at});
   return CallResult{response, response_is_null};
 }
 
@@ -332,6 +330,10 @@ TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
       if (stored.state == storage::KeyState::gone)
         report_gone(key, stored);
       stats::count(stats::Event::replayed);
+      bool error = is_error_document(stored.response, stored.response_is_null);
+      record_last_call(
+          LastCall{error ? Outcome::replayed_error : Outcome::replayed, true,
+                   stored.created_at, stored.expires_at});
       return TakenKey{true, stored, claim};
     }
 
@@ -441,18 +443,11 @@ void check_response_size(const storage::KeyRef &key, Datum response,
                    "idempotency.max_response_size.")));
 }
 
-void clear_last_call() { record_last_call(Outcome::none); }
-
-void record_last_call(Outcome outcome) {
-  last = LastCall{outcome, false, 0, 0};
+void clear_last_call() {
+  record_last_call(LastCall{Outcome::none, false, 0, 0});
 }
 
-void record_replay(const storage::KeyProbe &stored) {
-  last = LastCall{is_error_document(stored.response, stored.response_is_null)
-                      ? Outcome::replayed_error
-                      : Outcome::replayed,
-                  true, stored.created_at, stored.expires_at};
-}
+void record_last_call(const LastCall &call) { last = call; }
 
 const LastCall &last_call() { return last; }
 

@@ -54,7 +54,8 @@ struct TakenKey {
 };
 
 // Looks the key up and claims it, waiting up to idempotency.wait_timeout for
-// another transaction that holds it; raises IK409, IK410, IK422, IK508, or
+// another transaction that holds it, or records the replay as the session's
+// last call; raises IK409, IK410, IK422, IK508, or
 // the read-only error naming `command`. `expected` changes only the cost: a
 // new key is cheapest claimed first, a stored one looked up without a claim.
 enum class KeyExpected { new_key, stored };
@@ -94,8 +95,7 @@ struct LastCall {
 };
 
 void clear_last_call();
-void record_last_call(Outcome outcome);
-void record_replay(const storage::KeyProbe &stored);
+void record_last_call(const LastCall &call);
 const LastCall &last_call();
 
 const char *outcome_name(Outcome outcome);
