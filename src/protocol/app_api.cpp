@@ -5,9 +5,7 @@
 #include "idempotency/protocol/app_api.hpp"
 #include "idempotency/boundary/sqlstates.hpp"
 #include "idempotency/boundary/subtransaction.hpp"
-#include "idempotency/settings/settings.hpp"
 #include "idempotency/protocol/call.hpp"
-#include "idempotency/stats/stats.hpp"
 #include "idempotency/storage/key_store.hpp"
 
 extern "C" {
@@ -24,11 +22,7 @@ namespace {
 // In TopTransactionContext.
 struct HeldKey {
   storage::KeyRef key;
-  bytea *fingerprint;
-  Claim claim; // owned by the transaction's resource owner
-  Interval ttl;
-  Interval remember;
-  storage::KeyProbe expired_row; // as probe() found it; no pointers
+  TakenKey taken; // its claim owned by the transaction's resource owner
   bool completed;
   // Subtransactions are numbered in the order they start: rolling back
   // subtransaction S undoes what was done in any subtransaction >= S.
@@ -139,11 +133,8 @@ ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
     get_typlenbyval(key.tenant_type, &length, &by_value);
     held->key.tenant = datumCopy(key.tenant, by_value, length);
   }
-  held->fingerprint = copy_text(fingerprint);
-  held->claim = taken.claim;
-  held->ttl = settings::ttl();
-  held->remember = settings::remember();
-  held->expired_row = taken.stored;
+  held->taken = taken;
+  held->taken.fingerprint = copy_text(fingerprint);
   held->claimed_in = GetCurrentSubTransactionId();
   held->next = held_keys;
   held_keys = held;
@@ -155,27 +146,15 @@ ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
 void complete_key(const storage::KeyRef &key, Datum response,
                   bool response_is_null) {
   HeldKey &held = claimed_key(key, "idempotency.complete()");
-  check_response_size(key, response, response_is_null);
-  storage::KeyStore store = storage::key_store_for(key);
-  store.store(
-      key, storage::NewRow{held.fingerprint, response, response_is_null,
-                           held.ttl, held.remember,
-                           held.expired_row.state == storage::KeyState::expired
-                               ? &held.expired_row
-                               : nullptr,
-                           GetCurrentTransactionStartTimestamp()});
+  store_response(storage::key_store_for(key), key, held.taken, response,
+                 response_is_null);
   held.completed = true;
   held.completed_in = GetCurrentSubTransactionId();
-  stats::count(stats::Event::ran);
-  // The row now shows the key as in progress to others, except inside a
-  // subtransaction (a ROLLBACK TO would remove it) or for a tenant key.
-  if (GetCurrentTransactionNestLevel() == 1 && store.row_shows_in_progress())
-    release(held.claim);
 }
 
 void release_key(const storage::KeyRef &key) {
   HeldKey &held = claimed_key(key, "idempotency.release()");
-  release(held.claim);
+  release(held.taken.claim);
   for (HeldKey **link = &held_keys; *link != nullptr; link = &(*link)->next)
     if (*link == &held) {
       *link = held.next;
@@ -288,7 +267,7 @@ void at_subtransaction_abort(SubTransactionId aborted) {
   while (*link != nullptr) {
     HeldKey *held = *link;
     if (held->claimed_in >= aborted) {
-      release(held->claim);
+      release(held->taken.claim);
       *link = held->next;
       continue;
     }

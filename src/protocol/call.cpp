@@ -270,36 +270,22 @@ CallResult idempotent_call(const CallRequest &call) {
   if (taken.replay)
     return CallResult{taken.stored.response, taken.stored.response_is_null};
 
-  // As in force when the key was claimed, whatever fn sets.
-  Interval ttl = settings::ttl();
-  Interval remember = settings::remember();
   bool response_is_null;
   bool is_error;
   int citus_guc_level = storage::citus::begin_fn();
   Datum response =
       run_fn_storing_errors(*statement, args, &response_is_null, &is_error);
   storage::citus::end_fn(citus_guc_level);
-  check_response_size(call.key, response, response_is_null);
-  const storage::KeyProbe *replaces =
-      taken.stored.state == storage::KeyState::expired ? &taken.stored
-                                                       : nullptr;
-  storage::StoredRow times = store.store(
-      call.key,
-      storage::NewRow{fingerprint, response, response_is_null, ttl, remember,
-                      replaces, GetCurrentTransactionStartTimestamp()});
-  // The row now shows the key as in progress to everyone else (a tenant
-  // key's row does not: its claim is kept until the transaction ends).
-  if (store.row_shows_in_progress())
-    release(taken.claim);
-  stats::count(stats::Event::ran);
+  storage::StoredRow times =
+      store_response(store, call.key, taken, response, response_is_null);
   record_last_call(LastCall{is_error ? Outcome::stored_error : Outcome::ran,
                             true, times.created_at, times.expires_at});
   return CallResult{response, response_is_null};
 }
 
 TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
-                  const bytea *fingerprint, const char *command,
-                  ResourceOwner owner, KeyExpected expected) {
+                  bytea *fingerprint, const char *command, ResourceOwner owner,
+                  KeyExpected expected) {
   int wait_ms = settings::wait_timeout_ms();
   TimestampTz deadline =
       wait_ms == 0
@@ -334,7 +320,7 @@ TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
       record_last_call(
           LastCall{error ? Outcome::replayed_error : Outcome::replayed, true,
                    stored.created_at, stored.expires_at});
-      return TakenKey{true, stored, claim};
+      return TakenKey{true, stored, claim, fingerprint, {}, {}};
     }
 
     PreventCommandIfReadOnly(command);
@@ -351,7 +337,8 @@ TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
     }
 
     if (claim.held)
-      return TakenKey{false, stored, claim};
+      return TakenKey{false,       stored,          claim,
+                      fingerprint, settings::ttl(), settings::remember()};
 
     claim = claim_for(key, owner);
     switch (acquire(claim, deadline)) {
@@ -426,21 +413,37 @@ char *key_for_message(const text *key) {
   return out.data;
 }
 
-void check_response_size(const storage::KeyRef &key, Datum response,
-                         bool response_is_null) {
-  if (response_is_null)
-    return;
-  Size bytes = toast_raw_datum_size(response);
-  if (bytes <= settings::max_response_bytes())
-    return;
-  const char *shown = key_for_message(key.key);
-  ereport(ERROR,
-          (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-           errmsg("response of idempotency key \"%s\" is %zu bytes, over "
-                  "idempotency.max_response_size (%zu bytes)",
-                  shown, (size_t)bytes, (size_t)settings::max_response_bytes()),
-           errhint("Store a smaller response, or ask a superuser to raise "
-                   "idempotency.max_response_size.")));
+storage::StoredRow store_response(const storage::KeyStore &store,
+                                  const storage::KeyRef &key, TakenKey &taken,
+                                  Datum response, bool response_is_null) {
+  Size bytes = response_is_null ? 0 : toast_raw_datum_size(response);
+  if (bytes > settings::max_response_bytes()) {
+    const char *shown = key_for_message(key.key);
+    ereport(
+        ERROR,
+        (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+         errmsg("response of idempotency key \"%s\" is %zu bytes, over "
+                "idempotency.max_response_size (%zu bytes)",
+                shown, (size_t)bytes, (size_t)settings::max_response_bytes()),
+         errhint("Store a smaller response, or ask a superuser to raise "
+                 "idempotency.max_response_size.")));
+  }
+  const storage::KeyProbe *replaces =
+      taken.stored.state == storage::KeyState::expired ? &taken.stored
+                                                       : nullptr;
+  storage::StoredRow times = store.store(
+      key, storage::NewRow{taken.fingerprint, response, response_is_null,
+                           taken.ttl, taken.remember, replaces,
+                           GetCurrentTransactionStartTimestamp()});
+  stats::count(stats::Event::ran);
+  // The row now shows the key as in progress to others, except for a tenant
+  // key (its claim is kept until the transaction ends) or, for a claim the
+  // transaction holds, inside a subtransaction (a ROLLBACK TO would remove
+  // the row).
+  if (store.row_shows_in_progress() &&
+      (taken.claim.owner == nullptr || GetCurrentTransactionNestLevel() == 1))
+    release(taken.claim);
+  return times;
 }
 
 void clear_last_call() {

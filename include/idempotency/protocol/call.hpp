@@ -47,10 +47,15 @@ bool claimed_elsewhere(const storage::KeyRef &key);
 
 void release(Claim &claim);
 
+// proceed: the claim held, and what store_response() stores with the
+// response (ttl and remember as in force when the key was claimed).
 struct TakenKey {
   bool replay;
   storage::KeyProbe stored; // replay: the row; proceed: absent or expired
-  Claim claim;              // proceed: held
+  Claim claim;
+  bytea *fingerprint;
+  Interval ttl;
+  Interval remember;
 };
 
 // Looks the key up and claims it, waiting up to idempotency.wait_timeout for
@@ -60,8 +65,14 @@ struct TakenKey {
 // new key is cheapest claimed first, a stored one looked up without a claim.
 enum class KeyExpected { new_key, stored };
 TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
-                  const bytea *fingerprint, const char *command,
-                  ResourceOwner owner, KeyExpected expected);
+                  bytea *fingerprint, const char *command, ResourceOwner owner,
+                  KeyExpected expected);
+
+// Stores the response of a key take_key let proceed; raises 54000 when it is
+// larger than idempotency.max_response_size.
+storage::StoredRow store_response(const storage::KeyStore &store,
+                                  const storage::KeyRef &key, TakenKey &taken,
+                                  Datum response, bool response_is_null);
 
 // IK409 for a key another transaction holds.
 [[noreturn]] void report_in_progress(const storage::KeyRef &key);
@@ -71,10 +82,6 @@ TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
 // else \xNN per byte): a failed conversion would turn the error into 22P05.
 // Looks up the catalog: call it before ereport(), not inside it.
 char *key_for_message(const text *key);
-
-// 54000 when a response is larger than idempotency.max_response_size.
-void check_response_size(const storage::KeyRef &key, Datum response,
-                         bool response_is_null);
 
 // The session's last idempotent_call or claim; cleared when a call starts,
 // so a call that fails leaves none.
