@@ -22,6 +22,7 @@ extern "C" {
 #include "storage/proc.h"
 #include "utils/datum.h"
 #include "utils/guc.h"
+#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 }
@@ -196,6 +197,24 @@ ClaimResult acquire(Claim &claim, TimestampTz deadline) {
         [] {});
     return released ? ClaimResult::released : ClaimResult::busy;
   });
+}
+
+// Whether a stored response is an error document (run_fn_storing_errors).
+bool is_error_document(Datum response, bool response_is_null) {
+  if (response_is_null)
+    return false;
+  Jsonb *document = DatumGetJsonbP(response);
+  if (!JB_ROOT_IS_OBJECT(document) || JB_ROOT_COUNT(document) != 1)
+    return false;
+  JsonbValue error;
+  if (getKeyJsonValueFromContainer(&document->root, "error", 5, &error) ==
+          nullptr ||
+      error.type != jbvBinary || !JsonContainerIsObject(error.val.binary.data))
+    return false;
+  JsonbValue sqlstate;
+  return getKeyJsonValueFromContainer(error.val.binary.data, "sqlstate", 8,
+                                      &sqlstate) != nullptr &&
+         sqlstate.type == jbvString && sqlstate.val.string.len == 5;
 }
 
 [[noreturn]] void report_reused(const storage::KeyRef &key) {

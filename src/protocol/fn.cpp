@@ -27,7 +27,6 @@ extern "C" {
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/json.h"
-#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
@@ -318,11 +317,8 @@ Datum row_to_jsonb(HeapTuple row, TupleDesc desc) {
     return to_jsonb_of(heap_copy_tuple_as_datum(row, desc), RECORDOID);
   bool is_null;
   Datum value = SPI_getbinval(row, desc, 1, &is_null);
-  if (is_null) {
-    JsonbValue null_value;
-    null_value.type = jbvNull;
-    return JsonbPGetDatum(JsonbValueToJsonb(&null_value));
-  }
+  if (is_null)
+    return DirectFunctionCall1(jsonb_in, CStringGetDatum("null"));
   return to_jsonb_of(value, SPI_gettypeid(desc, 1));
 }
 
@@ -555,23 +551,6 @@ Datum run_fn_storing_errors(Statement &statement, const FnArgs &args,
         return true;
       });
   return response;
-}
-
-bool is_error_document(Datum response, bool response_is_null) {
-  if (response_is_null)
-    return false;
-  Jsonb *document = DatumGetJsonbP(response);
-  if (!JB_ROOT_IS_OBJECT(document) || JB_ROOT_COUNT(document) != 1)
-    return false;
-  JsonbValue error;
-  if (getKeyJsonValueFromContainer(&document->root, "error", 5, &error) ==
-          nullptr ||
-      error.type != jbvBinary || !JsonContainerIsObject(error.val.binary.data))
-    return false;
-  JsonbValue sqlstate;
-  return getKeyJsonValueFromContainer(error.val.binary.data, "sqlstate", 8,
-                                      &sqlstate) != nullptr &&
-         sqlstate.type == jbvString && sqlstate.val.string.len == 5;
 }
 
 } // namespace idempotency::protocol
