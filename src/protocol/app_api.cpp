@@ -6,7 +6,6 @@
 #include "idempotency/boundary/sqlstates.hpp"
 #include "idempotency/boundary/subtransaction.hpp"
 #include "idempotency/protocol/call.hpp"
-#include "idempotency/storage/key_store.hpp"
 
 extern "C" {
 #include "miscadmin.h"

@@ -9,7 +9,6 @@
 #include "idempotency/stats/stats.hpp"
 #include "idempotency/storage/citus.hpp"
 #include "idempotency/storage/secrets.hpp"
-#include "idempotency/storage/key_store.hpp"
 
 extern "C" {
 #include "access/detoast.h"

@@ -1,4 +1,3 @@
-#include "idempotency/fingerprint/fingerprint.hpp"
 #include "idempotency/protocol/rules.hpp"
 #include "idempotency/settings/sqlstate_list.hpp"
 
@@ -38,11 +37,7 @@ namespace idempotency::protocol {
 // argument the target type's input function (as for an untyped literal).
 struct Conversion {
   ExprState *expression; // nullptr: passed as it is
-  Oid given;
-  ExprContext *context;
-  ParamListInfo argument;
-  int16 result_length;
-  bool result_by_value;
+  ExprContext *context;  // its one parameter, the argument
 };
 static_assert(std::is_trivially_destructible_v<Conversion>);
 
@@ -218,15 +213,14 @@ Conversion conversion_between(Oid given, Oid target, int position) {
                    format_type_be(target)),
          errhint("Pass a value of type %s.", format_type_be(target))));
 
-  conversion.given = given;
-  conversion.argument = makeParamList(1);
-  conversion.argument->numParams = 1;
-  conversion.expression = ExecInitExprWithParams(
-      reinterpret_cast<Expr *>(converted), conversion.argument);
+  ParamListInfo parameters = makeParamList(1);
+  parameters->numParams = 1;
+  parameters->params[0] =
+      ParamExternData{(Datum)0, false, PARAM_FLAG_CONST, given};
+  conversion.expression =
+      ExecInitExprWithParams(reinterpret_cast<Expr *>(converted), parameters);
   conversion.context = CreateStandaloneExprContext();
-  conversion.context->ecxt_param_list_info = conversion.argument;
-  get_typlenbyval(target, &conversion.result_length,
-                  &conversion.result_by_value);
+  conversion.context->ecxt_param_list_info = parameters;
   return conversion;
 }
 
@@ -512,19 +506,11 @@ FnArgs received_args(const Statement &statement, const FnArgs &args) {
     const Conversion &conversion = statement.conversions[i];
     if (args.nulls[i] || conversion.expression == nullptr)
       continue;
-    ParamExternData &argument = conversion.argument->params[0];
-    argument.value = args.values[i];
-    argument.isnull = false;
-    argument.pflags = PARAM_FLAG_CONST;
-    argument.ptype = conversion.given;
-    // A cast may answer NULL.
-    Datum converted = ExecEvalExprSwitchContext(
-        conversion.expression, conversion.context, &received.nulls[i]);
-    received.values[i] = received.nulls[i]
-                             ? (Datum)0
-                             : datumCopy(converted, conversion.result_by_value,
-                                         conversion.result_length);
-    ResetExprContext(conversion.context);
+    conversion.context->ecxt_param_list_info->params[0].value = args.values[i];
+    // In the caller's memory context, where the value must live. A cast may
+    // answer NULL.
+    received.values[i] = ExecEvalExpr(conversion.expression, conversion.context,
+                                      &received.nulls[i]);
   }
   return received;
 }
