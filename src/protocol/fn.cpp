@@ -70,30 +70,26 @@ struct Analysis {
   List *result_types;
 };
 
-Analysis new_analysis(int nargs, const Oid *types) {
-  Analysis analysis{static_cast<Oid *>(palloc(sizeof(Oid) * Max(nargs, 1))),
-                    NIL};
-  memcpy(analysis.types, types, sizeof(Oid) * nargs);
-  return analysis;
-}
-
-// As PostgreSQL analyses a client's statement with untyped parameters; an fn
-// that cannot be analysed so (an ambiguous operator, a relation created later
-// in the transaction) answers false, as does a parallel worker, which cannot
-// start the subtransaction.
-bool analyse(const char *sql, int nargs, Analysis *analysis) {
+// As PostgreSQL analyses a client's statement with untyped parameters, from
+// the types in `seed`; an fn that cannot be analysed so (an ambiguous
+// operator, a relation created later in the transaction) answers false and
+// leaves *out as it was, as does a parallel worker, which cannot start the
+// subtransaction.
+bool analyse(const char *sql, int nargs, const Oid *seed, Analysis *out) {
   if (IsInParallelMode())
     return false;
+  Analysis result{static_cast<Oid *>(palloc(sizeof(Oid) * Max(nargs, 1))), NIL};
+  memcpy(result.types, seed, sizeof(Oid) * nargs);
   int count = nargs;
   bool finished = run_in_subtransaction(
-      [sql, &count, analysis] {
+      [sql, &count, &result] {
         List *statements = pg_parse_query(sql);
         if (list_length(statements) != 1)
           ereport(ERROR, (errcode(ERRCODE_SYNTAX_ERROR),
                           errmsg("fn must be exactly one SQL statement")));
         ParseState *state = make_parsestate(nullptr);
         state->p_sourcetext = sql;
-        setup_parse_variable_parameters(state, &analysis->types, &count);
+        setup_parse_variable_parameters(state, &result.types, &count);
         Query *query =
             transformTopLevelStmt(state, linitial_node(RawStmt, statements));
         check_variable_parameters(state, query);
@@ -103,8 +99,8 @@ bool analyse(const char *sql, int nargs, Analysis *analysis) {
         foreach (cell, columns) {
           TargetEntry *column = lfirst_node(TargetEntry, cell);
           if (!column->resjunk)
-            analysis->result_types =
-                lappend_oid(analysis->result_types,
+            result.result_types =
+                lappend_oid(result.result_types,
                             exprType(reinterpret_cast<Node *>(column->expr)));
         }
         free_parsestate(state);
@@ -113,8 +109,9 @@ bool analyse(const char *sql, int nargs, Analysis *analysis) {
   if (!finished)
     return false;
   for (int i = 0; i < nargs; i++)
-    if (i >= count || analysis->types[i] == UNKNOWNOID)
-      analysis->types[i] = InvalidOid;
+    if (i >= count || result.types[i] == UNKNOWNOID)
+      result.types[i] = InvalidOid;
+  *out = result;
   return true;
 }
 
@@ -157,25 +154,25 @@ MemoryContext inferred_context = nullptr;
 void infer(const char *sql, int nargs, const Oid *given, Oid *types) {
   Analysis analysis{static_cast<Oid *>(palloc0(sizeof(Oid) * Max(nargs, 1))),
                     NIL};
-  if (analyse(sql, nargs, &analysis)) {
+  if (analyse(sql, nargs, analysis.types, &analysis)) {
     // PostgreSQL makes text an untyped parameter fn only passes on (`SELECT
     // $1`); it keeps the caller's non-string type when fn then returns
     // other types.
-    Analysis seeded = new_analysis(nargs, analysis.types);
     bool any = false;
-    for (int i = 0; i < nargs; i++)
-      if (analysis.types[i] == TEXTOID && OidIsValid(given[i]) &&
+    for (int i = 0; i < nargs; i++) {
+      types[i] = analysis.types[i];
+      if (types[i] == TEXTOID && OidIsValid(given[i]) &&
           TypeCategory(given[i]) != TYPCATEGORY_STRING) {
-        seeded.types[i] = given[i];
+        types[i] = given[i];
         any = true;
       }
-    if (any && analyse(sql, nargs, &seeded) &&
+    }
+    Analysis seeded{};
+    if (any && analyse(sql, nargs, types, &seeded) &&
         !equal(analysis.result_types, seeded.result_types))
       analysis = seeded;
   } else {
-    analysis = new_analysis(nargs, given);
-    if (!analyse(sql, nargs, &analysis))
-      analysis = new_analysis(nargs, given);
+    (void)analyse(sql, nargs, given, &analysis);
   }
   for (int i = 0; i < nargs; i++) {
     types[i] = analysis.types[i];
