@@ -52,15 +52,12 @@ HeldKey *find_held(const storage::KeyRef &key) {
   return nullptr;
 }
 
-text *copy_text(const text *value) {
-  return reinterpret_cast<text *>(
-      DatumGetPointer(datumCopy(PointerGetDatum(value), false, -1)));
-}
-
 HeldKey &claimed_key(const storage::KeyRef &key, const char *command) {
   HeldKey *held = find_held(key);
-  if (held == nullptr) {
-    const char *shown = key_for_message(key.key);
+  if (held != nullptr && !held->completed)
+    return *held;
+  const char *shown = key_for_message(key.key);
+  if (held == nullptr)
     ereport(ERROR,
             (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
              errmsg("idempotency key \"%s\" is not claimed by this transaction",
@@ -71,18 +68,12 @@ HeldKey &claimed_key(const storage::KeyRef &key, const char *command) {
                        command),
              errhint("Call idempotency.claim(key, request_hash) first, in the "
                      "same transaction.")));
-  }
-  if (held->completed) {
-    const char *shown = key_for_message(key.key);
-    ereport(ERROR,
-            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-             errmsg("idempotency key \"%s\" is already completed in this "
-                    "transaction",
-                    shown),
-             errdetail("Its response is stored; it commits or rolls back "
-                       "with the transaction.")));
-  }
-  return *held;
+  ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                  errmsg("idempotency key \"%s\" is already completed in "
+                         "this transaction",
+                         shown),
+                  errdetail("Its response is stored; it commits or rolls "
+                            "back with the transaction.")));
 }
 
 // The transaction must not end holding an unfinished claim: its work would
@@ -124,8 +115,8 @@ ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
   MemoryContext caller = MemoryContextSwitchTo(TopTransactionContext);
   auto *held = static_cast<HeldKey *>(palloc0(sizeof(HeldKey)));
   held->key = key;
-  held->key.key = copy_text(key.key);
-  held->key.digest = copy_text(key.digest);
+  held->key.key = DatumGetTextPCopy(PointerGetDatum(key.key));
+  held->key.digest = DatumGetByteaPCopy(PointerGetDatum(key.digest));
   if (key.has_tenant) {
     int16 length;
     bool by_value;
@@ -133,7 +124,7 @@ ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
     held->key.tenant = datumCopy(key.tenant, by_value, length);
   }
   held->taken = taken;
-  held->taken.fingerprint = copy_text(fingerprint);
+  held->taken.fingerprint = DatumGetByteaPCopy(PointerGetDatum(fingerprint));
   held->claimed_in = GetCurrentSubTransactionId();
   held->next = held_keys;
   held_keys = held;
