@@ -36,9 +36,8 @@ HeldKey *find_held(const storage::KeyRef &key) {
   for (HeldKey *held = held_keys; held != nullptr; held = held->next) {
     const storage::KeyRef &a = held->key;
     if (a.scope != key.scope || a.has_tenant != key.has_tenant ||
-        VARSIZE_ANY_EXHDR(a.key) != VARSIZE_ANY_EXHDR(key.key) ||
-        memcmp(VARDATA_ANY(a.key), VARDATA_ANY(key.key),
-               VARSIZE_ANY_EXHDR(key.key)) != 0)
+        !datum_image_eq(PointerGetDatum(a.key), PointerGetDatum(key.key), false,
+                        -1))
       continue;
     if (!a.has_tenant)
       return held;

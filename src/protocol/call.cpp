@@ -63,8 +63,7 @@ bool wait_until(TimestampTz deadline, Wait wait, Undo undo) {
     return false;
   // The deadline takes lock_timeout's place unless lock_timeout is shorter.
   bool deadline_first = LockTimeout <= 0 || remaining_ms <= LockTimeout;
-  char timeout[32];
-  snprintf(timeout, sizeof(timeout), "%ld", remaining_ms);
+  char *timeout = psprintf("%ld", remaining_ms);
 
   return run_in_subtransaction(
       [&] {
@@ -326,10 +325,8 @@ TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
     if (stored.state == storage::KeyState::done ||
         stored.state == storage::KeyState::gone) {
       release(claim);
-      const bytea *hash = stored.request_hash;
-      if (VARSIZE_ANY_EXHDR(hash) != VARSIZE_ANY_EXHDR(fingerprint) ||
-          memcmp(VARDATA_ANY(hash), VARDATA_ANY(fingerprint),
-                 VARSIZE_ANY_EXHDR(hash)) != 0)
+      if (!datum_image_eq(PointerGetDatum(stored.request_hash),
+                          PointerGetDatum(fingerprint), false, -1))
         report_reused(key);
       if (stored.state == storage::KeyState::gone)
         report_gone(key, stored);

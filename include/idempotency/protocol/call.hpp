@@ -74,7 +74,6 @@ storage::StoredRow store_response(const storage::KeyStore &store,
                                   const storage::KeyRef &key, TakenKey &taken,
                                   Datum response, bool response_is_null);
 
-// IK409 for a key another transaction holds.
 [[noreturn]] void report_in_progress(const storage::KeyRef &key);
 
 // The key as a C string for an error message, each character the client
