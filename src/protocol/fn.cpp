@@ -43,17 +43,6 @@ static_assert(std::is_trivially_destructible_v<Conversion>);
 
 namespace {
 
-// Entries keyed by a 64-bit hash, their first member. Two keys may share a
-// hash: a caller checks an entry's full key itself.
-HTAB *create_backend_table(const char *name, Size entry_size,
-                           MemoryContext context) {
-  HASHCTL ctl{};
-  ctl.keysize = sizeof(uint64);
-  ctl.entrysize = entry_size;
-  ctl.hcxt = context;
-  return hash_create(name, 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-}
-
 // Cut to idempotency.debug_statement_hash_bits.
 uint64 statement_hash(const char *sql, size_t sql_size, int nargs,
                       const Oid *types) {
@@ -144,9 +133,30 @@ struct Inferred {
   uint64 generation;
 };
 
-constexpr long max_inferred = 1024;
+// The backend's caches of parameter types and of statements, each entry
+// keyed by statement_hash(), its first member. Two keys may share a hash: a
+// caller checks an entry's full key itself. Their size limit only bounds a
+// pathological caller (one fn text per call).
+constexpr long max_entries = 1024;
 HTAB *inferred = nullptr;
-MemoryContext inferred_context = nullptr;
+HTAB *statements = nullptr;
+MemoryContext caches_context = nullptr;
+
+void create_caches() {
+  if (statements != nullptr)
+    return;
+  caches_context = AllocSetContextCreate(
+      TopMemoryContext, "idempotency statements", ALLOCSET_DEFAULT_SIZES);
+  HASHCTL ctl{};
+  ctl.keysize = sizeof(uint64);
+  ctl.hcxt = caches_context;
+  ctl.entrysize = sizeof(Inferred);
+  inferred = hash_create("idempotency parameter types", 64, &ctl,
+                         HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+  ctl.entrysize = sizeof(Statement);
+  statements = hash_create("idempotency statements", 64, &ctl,
+                           HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
 
 // With every parameter open or, when fn cannot be analysed so (`SELECT $1 +
 // $2`), with the given types; a parameter still open is the given type, or
@@ -220,12 +230,6 @@ Conversion conversion_between(Oid given, Oid target, int position) {
   conversion.context->ecxt_param_list_info = parameters;
   return conversion;
 }
-
-// Only bounds a pathological caller (one fn text per call).
-constexpr long max_statements = 1024;
-
-HTAB *statements = nullptr;
-MemoryContext statements_context = nullptr;
 
 template <typename T> T *allocate(MemoryContext context, int count) {
   return static_cast<T *>(
@@ -411,12 +415,7 @@ void infer_parameter_types(const char *sql, int nargs, const Oid *given,
                            Oid *types) {
   uint64 at = parameter_types_generation();
   uint64 hash = statement_hash(sql, strlen(sql), nargs, given);
-  if (inferred == nullptr) {
-    inferred_context = AllocSetContextCreate(
-        TopMemoryContext, "idempotency parameter types", ALLOCSET_SMALL_SIZES);
-    inferred = create_backend_table("idempotency parameter types",
-                                    sizeof(Inferred), inferred_context);
-  }
+  create_caches();
   auto *found =
       static_cast<Inferred *>(hash_search(inferred, &hash, HASH_FIND, nullptr));
   if (found != nullptr && found->nargs == nargs &&
@@ -427,12 +426,12 @@ void infer_parameter_types(const char *sql, int nargs, const Oid *given,
     return;
   }
   infer(sql, nargs, given, types);
-  if (hash_get_num_entries(inferred) >= max_inferred)
+  if (hash_get_num_entries(inferred) >= max_entries)
     return;
   // One allocation: the given types, the types, then the text.
   Size oids = sizeof(Oid) * nargs;
   auto *copy = static_cast<char *>(
-      MemoryContextAlloc(inferred_context, 2 * oids + strlen(sql) + 1));
+      MemoryContextAlloc(caches_context, 2 * oids + strlen(sql) + 1));
   memcpy(copy, given, oids);
   memcpy(copy + oids, types, oids);
   memcpy(copy + 2 * oids, sql, strlen(sql) + 1);
@@ -446,12 +445,7 @@ void infer_parameter_types(const char *sql, int nargs, const Oid *given,
 }
 
 Statement *statement_for(text *fn, const FnArgs &args) {
-  if (statements == nullptr) {
-    statements_context = AllocSetContextCreate(
-        TopMemoryContext, "idempotency statements", ALLOCSET_DEFAULT_SIZES);
-    statements = create_backend_table("idempotency statements",
-                                      sizeof(Statement), statements_context);
-  }
+  create_caches();
   const char *sql = VARDATA_ANY(fn);
   size_t sql_size = VARSIZE_ANY_EXHDR(fn);
   uint64 hash = statement_hash(sql, sql_size, args.count, args.types);
@@ -463,14 +457,14 @@ Statement *statement_for(text *fn, const FnArgs &args) {
       memcmp(found->sql, sql, sql_size) == 0 &&
       memcmp(found->given_types, args.types, sizeof(Oid) * args.count) == 0) {
     if (found->catalog_generation != parameter_types_generation())
-      describe(*found, fn, statements_context);
+      describe(*found, fn, caches_context);
     return found;
   }
 
   // Not kept: the cache is full, or another statement has the same hash.
   bool kept =
-      found == nullptr && hash_get_num_entries(statements) < max_statements;
-  MemoryContext context = kept ? statements_context : CurrentMemoryContext;
+      found == nullptr && hash_get_num_entries(statements) < max_entries;
+  MemoryContext context = kept ? caches_context : CurrentMemoryContext;
   Oid *given_types = allocate<Oid>(context, args.count);
   memcpy(given_types, args.types, sizeof(Oid) * args.count);
   // describe() fills in everything after given_types.
