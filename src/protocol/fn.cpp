@@ -341,8 +341,9 @@ Datum result_to_jsonb(SPITupleTable *table, uint64 rows, bool *is_null) {
 
 Datum run_fn(Statement &statement, const FnArgs &args, bool *is_null) {
   MemoryContext result_context = CurrentMemoryContext;
-  if (SPI_connect() != SPI_OK_CONNECT)
-    elog(ERROR, "SPI_connect failed");
+  // SPI_connect, SPI_prepare (given a text and types) and SPI_keepplan (of
+  // a plan not yet kept) raise their errors themselves.
+  SPI_connect();
   if (statement.plan == nullptr) {
     // Counted before anything is analysed: a later statement could fail on
     // what an earlier one would have created.
@@ -354,15 +355,11 @@ Datum run_fn(Statement &statement, const FnArgs &args, bool *is_null) {
     if (list_length(parsed) != 1)
       ereport(ERROR, (errcode(ERRCODE_SYNTAX_ERROR),
                       errmsg("fn must be exactly one SQL statement")));
-    SPIPlanPtr plan =
+    statement.plan =
         SPI_prepare(statement.sql, statement.nargs, statement.types);
-    if (plan == nullptr)
-      elog(ERROR, "SPI_prepare failed for fn: %s",
-           SPI_result_code_string(SPI_result));
     // A statement that is not kept gets a plan that SPI_finish frees.
-    if (statement.kept && SPI_keepplan(plan) != 0)
-      elog(ERROR, "SPI_keepplan failed for fn");
-    statement.plan = plan;
+    if (statement.kept)
+      SPI_keepplan(statement.plan);
   }
   auto *nulls = static_cast<char *>(palloc(Max(args.count, 1)));
   for (int i = 0; i < args.count; i++)
