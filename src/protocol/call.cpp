@@ -101,7 +101,7 @@ template <typename Body> auto with_owner(ResourceOwner owner, Body body) {
 Claim claim_for(const storage::KeyRef &key, ResourceOwner owner) {
   uint32 prefix[2] = {pg_hton32(MyDatabaseId), pg_hton32(key.scope)};
   fingerprint::HmacSha256 mac = claim_mac();
-  mac.update(reinterpret_cast<const uint8 *>(prefix), sizeof prefix);
+  mac.update(prefix, sizeof prefix);
   mac.update(VARDATA_ANY(key.key), VARSIZE_ANY_EXHDR(key.key));
   if (key.has_tenant) {
     const uint8 separator = 0;
@@ -110,14 +110,12 @@ Claim claim_for(const storage::KeyRef &key, ResourceOwner owner) {
     bool by_value;
     get_typlenbyval(key.tenant_type, &length, &by_value);
     if (by_value) {
-      mac.update(reinterpret_cast<const uint8 *>(&key.tenant), (size_t)length);
+      mac.update(&key.tenant, (size_t)length);
     } else if (length == -1) {
-      varlena *value = pg_detoast_datum_packed(
-          reinterpret_cast<varlena *>(DatumGetPointer(key.tenant)));
-      mac.update(reinterpret_cast<const uint8 *>(VARDATA_ANY(value)),
-                 VARSIZE_ANY_EXHDR(value));
+      varlena *value = PG_DETOAST_DATUM_PACKED(key.tenant);
+      mac.update(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));
     } else {
-      mac.update(reinterpret_cast<const uint8 *>(DatumGetPointer(key.tenant)),
+      mac.update(DatumGetPointer(key.tenant),
                  datumGetSize(key.tenant, by_value, length));
     }
   }
