@@ -231,7 +231,6 @@ void claim_batch(const storage::KeyRef *keys, text *const *client_hashes,
           return true;
         });
   }
-  pfree(order);
   clear_last_call();
 }
 

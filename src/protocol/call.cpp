@@ -449,10 +449,10 @@ storage::StoredRow store_response(const storage::KeyStore &store,
                            taken.ttl, taken.remember, replaces,
                            GetCurrentTransactionStartTimestamp()});
   stats::count(stats::Event::ran);
-  // The row now shows the key as in progress to others, except for a tenant
-  // key (its claim is kept until the transaction ends) or, for a claim the
-  // transaction holds, inside a subtransaction (a ROLLBACK TO would remove
-  // the row).
+  // The row now shows the key as in progress to others, except a tenant
+  // key's (its claim is kept until the transaction ends), or inside a
+  // subtransaction for a claim the transaction holds (ROLLBACK TO would
+  // remove the row).
   if (store.row_shows_in_progress() &&
       (taken.claim.owner == nullptr || GetCurrentTransactionNestLevel() == 1))
     release(taken.claim);

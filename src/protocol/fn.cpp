@@ -60,10 +60,9 @@ struct Analysis {
 };
 
 // As PostgreSQL analyses a client's statement with untyped parameters, from
-// the types in `seed`; an fn that cannot be analysed so (an ambiguous
-// operator, a relation created later in the transaction) answers false and
-// leaves *out as it was, as does a parallel worker, which cannot start the
-// subtransaction.
+// `seed`; false, *out untouched, for an fn that cannot be analysed so (an
+// ambiguous operator, a relation created later in the transaction) or in a
+// parallel worker, which cannot start the subtransaction.
 bool analyse(const char *sql, int nargs, const Oid *seed, Analysis *out) {
   if (IsInParallelMode())
     return false;
@@ -236,10 +235,9 @@ template <typename T> T *allocate(MemoryContext context, int count) {
       MemoryContextAlloc(context, sizeof(T) * Max(count, 1)));
 }
 
-// Works out, or works out again after a catalog change, what fn receives
-// and what depends on it. Everything that may fail runs before the
-// statement changes. The generation is read first: a change that arrives
-// meanwhile leaves the statement stale.
+// What fn receives and what depends on it, first or after a catalog change;
+// what may fail runs before the statement changes. The generation is read
+// first: a change that arrives meanwhile leaves the statement stale.
 void describe(Statement &statement, text *fn, MemoryContext parent) {
   uint64 generation = parameter_types_generation();
   int nargs = statement.nargs;
@@ -341,8 +339,7 @@ Datum result_to_jsonb(SPITupleTable *table, uint64 rows, bool *is_null) {
 
 Datum run_fn(Statement &statement, const FnArgs &args, bool *is_null) {
   MemoryContext result_context = CurrentMemoryContext;
-  // SPI_connect, SPI_prepare (given a text and types) and SPI_keepplan (of
-  // a plan not yet kept) raise their errors themselves.
+  // SPI_connect, SPI_prepare and SPI_keepplan raise their own errors here.
   SPI_connect();
   if (statement.plan == nullptr) {
     // Counted before anything is analysed: a later statement could fail on
