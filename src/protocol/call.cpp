@@ -170,10 +170,9 @@ ClaimResult acquire(Claim &claim, TimestampTz deadline) {
       claim.held = wait_until(
           deadline,
           [owner, tag, &granted] {
-            ResourceOwner wait_owner = CurrentResourceOwner;
-            CurrentResourceOwner = owner;
-            LockAcquire(tag, claim_mode, false, false);
-            CurrentResourceOwner = wait_owner;
+            with_owner(owner, [tag] {
+              return LockAcquire(tag, claim_mode, false, false);
+            });
             granted = true;
           },
           // Granted, then an error (a timeout that fired at the grant, a
