@@ -60,9 +60,9 @@ struct TakenKey {
 
 // Looks the key up and claims it, waiting up to idempotency.wait_timeout for
 // another transaction that holds it, or records the replay as the session's
-// last call; raises IK409, IK410, IK422, IK508, or
-// the read-only error naming `command`. `expected` changes only the cost: a
-// new key is cheapest claimed first, a stored one looked up without a claim.
+// last call; raises IK409, IK410, IK422, IK508, or the read-only error naming
+// `command`. `expected` changes only the cost: a new key is cheapest claimed
+// first, a stored one looked up without a claim.
 enum class KeyExpected { new_key, stored };
 TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
                   bytea *fingerprint, const char *command, ResourceOwner owner,
