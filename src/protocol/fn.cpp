@@ -481,10 +481,8 @@ FnArgs received_args(const Statement &statement, const FnArgs &args) {
     return args;
   FnArgs received = args;
   received.types = statement.types;
-  received.values =
-      static_cast<Datum *>(palloc(sizeof(Datum) * Max(args.count, 1)));
-  received.nulls =
-      static_cast<bool *>(palloc(sizeof(bool) * Max(args.count, 1)));
+  received.values = allocate<Datum>(CurrentMemoryContext, args.count);
+  received.nulls = allocate<bool>(CurrentMemoryContext, args.count);
   for (int i = 0; i < args.count; i++) {
     received.nulls[i] = args.nulls[i];
     received.values[i] = args.values[i];
