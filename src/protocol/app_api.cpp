@@ -5,10 +5,7 @@
 #include "idempotency/protocol/app_api.hpp"
 #include "idempotency/boundary/sqlstates.hpp"
 #include "idempotency/boundary/subtransaction.hpp"
-#include "idempotency/settings/settings.hpp"
 #include "idempotency/protocol/call.hpp"
-#include "idempotency/stats/stats.hpp"
-#include "idempotency/storage/key_store.hpp"
 
 extern "C" {
 #include "miscadmin.h"
@@ -24,11 +21,7 @@ namespace {
 // In TopTransactionContext.
 struct HeldKey {
   storage::KeyRef key;
-  bytea *fingerprint;
-  Claim claim; // owned by the transaction's resource owner
-  Interval ttl;
-  Interval remember;
-  storage::KeyProbe expired_row; // as probe() found it; no pointers
+  TakenKey taken; // its claim owned by the transaction's resource owner
   bool completed;
   // Subtransactions are numbered in the order they start: rolling back
   // subtransaction S undoes what was done in any subtransaction >= S.
@@ -43,9 +36,8 @@ HeldKey *find_held(const storage::KeyRef &key) {
   for (HeldKey *held = held_keys; held != nullptr; held = held->next) {
     const storage::KeyRef &a = held->key;
     if (a.scope != key.scope || a.has_tenant != key.has_tenant ||
-        VARSIZE_ANY_EXHDR(a.key) != VARSIZE_ANY_EXHDR(key.key) ||
-        memcmp(VARDATA_ANY(a.key), VARDATA_ANY(key.key),
-               VARSIZE_ANY_EXHDR(key.key)) != 0)
+        !datum_image_eq(PointerGetDatum(a.key), PointerGetDatum(key.key), false,
+                        -1))
       continue;
     if (!a.has_tenant)
       return held;
@@ -59,15 +51,12 @@ HeldKey *find_held(const storage::KeyRef &key) {
   return nullptr;
 }
 
-text *copy_text(const text *value) {
-  return reinterpret_cast<text *>(
-      DatumGetPointer(datumCopy(PointerGetDatum(value), false, -1)));
-}
-
 HeldKey &claimed_key(const storage::KeyRef &key, const char *command) {
   HeldKey *held = find_held(key);
-  if (held == nullptr) {
-    const char *shown = key_for_message(key.key);
+  if (held != nullptr && !held->completed)
+    return *held;
+  const char *shown = key_for_message(key.key);
+  if (held == nullptr)
     ereport(ERROR,
             (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
              errmsg("idempotency key \"%s\" is not claimed by this transaction",
@@ -78,18 +67,12 @@ HeldKey &claimed_key(const storage::KeyRef &key, const char *command) {
                        command),
              errhint("Call idempotency.claim(key, request_hash) first, in the "
                      "same transaction.")));
-  }
-  if (held->completed) {
-    const char *shown = key_for_message(key.key);
-    ereport(ERROR,
-            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-             errmsg("idempotency key \"%s\" is already completed in this "
-                    "transaction",
-                    shown),
-             errdetail("Its response is stored; it commits or rolls back "
-                       "with the transaction.")));
-  }
-  return *held;
+  ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                  errmsg("idempotency key \"%s\" is already completed in "
+                         "this transaction",
+                         shown),
+                  errdetail("Its response is stored; it commits or rolls "
+                            "back with the transaction.")));
 }
 
 // The transaction must not end holding an unfinished claim: its work would
@@ -124,60 +107,43 @@ ClaimRow claim_key(const storage::KeyRef &key, text *client_hash) {
                             key.has_tenant ? "idempotency.tenant_claim"
                                            : "idempotency.claim",
                             TopTransactionResourceOwner, KeyExpected::new_key);
-  if (taken.replay) {
-    const storage::KeyProbe &stored = taken.stored;
-    record_replay(stored);
+  const storage::KeyProbe &stored = taken.stored;
+  if (taken.replay)
     return ClaimRow{true, stored.response,   stored.response_is_null,
                     true, stored.created_at, stored.expires_at};
-  }
   MemoryContext caller = MemoryContextSwitchTo(TopTransactionContext);
   auto *held = static_cast<HeldKey *>(palloc0(sizeof(HeldKey)));
   held->key = key;
-  held->key.key = copy_text(key.key);
-  held->key.digest = copy_text(key.digest);
+  held->key.key = DatumGetTextPCopy(PointerGetDatum(key.key));
+  held->key.digest = DatumGetByteaPCopy(PointerGetDatum(key.digest));
   if (key.has_tenant) {
     int16 length;
     bool by_value;
     get_typlenbyval(key.tenant_type, &length, &by_value);
     held->key.tenant = datumCopy(key.tenant, by_value, length);
   }
-  held->fingerprint = copy_text(fingerprint);
-  held->claim = taken.claim;
-  held->ttl = settings::ttl();
-  held->remember = settings::remember();
-  held->expired_row = taken.stored;
+  held->taken = taken;
+  held->taken.fingerprint = DatumGetByteaPCopy(PointerGetDatum(fingerprint));
   held->claimed_in = GetCurrentSubTransactionId();
   held->next = held_keys;
   held_keys = held;
   MemoryContextSwitchTo(caller);
-  record_last_call(Outcome::ran);
+  record_last_call(LastCall{Outcome::ran, false, 0, 0});
   return ClaimRow{false, (Datum)0, true, false, 0, 0};
 }
 
 void complete_key(const storage::KeyRef &key, Datum response,
                   bool response_is_null) {
   HeldKey &held = claimed_key(key, "idempotency.complete()");
-  check_response_size(key, response, response_is_null);
-  storage::KeyStore store = storage::key_store_for(key);
-  store.store(
-      key, storage::NewRow{held.fingerprint, response, response_is_null,
-                           held.ttl, held.remember,
-                           held.expired_row.state == storage::KeyState::expired
-                               ? &held.expired_row
-                               : nullptr,
-                           GetCurrentTransactionStartTimestamp()});
+  store_response(storage::key_store_for(key), key, held.taken, response,
+                 response_is_null);
   held.completed = true;
   held.completed_in = GetCurrentSubTransactionId();
-  stats::count(stats::Event::ran);
-  // The row now shows the key as in progress to others, except inside a
-  // subtransaction (a ROLLBACK TO would remove it) or for a tenant key.
-  if (GetCurrentTransactionNestLevel() == 1 && store.row_shows_in_progress())
-    release(held.claim);
 }
 
 void release_key(const storage::KeyRef &key) {
   HeldKey &held = claimed_key(key, "idempotency.release()");
-  release(held.claim);
+  release(held.taken.claim);
   for (HeldKey **link = &held_keys; *link != nullptr; link = &(*link)->next)
     if (*link == &held) {
       *link = held.next;
@@ -265,7 +231,6 @@ void claim_batch(const storage::KeyRef *keys, text *const *client_hashes,
           return true;
         });
   }
-  pfree(order);
   clear_last_call();
 }
 
@@ -290,7 +255,7 @@ void at_subtransaction_abort(SubTransactionId aborted) {
   while (*link != nullptr) {
     HeldKey *held = *link;
     if (held->claimed_in >= aborted) {
-      release(held->claim);
+      release(held->taken.claim);
       *link = held->next;
       continue;
     }

@@ -9,7 +9,6 @@
 #include "idempotency/stats/stats.hpp"
 #include "idempotency/storage/citus.hpp"
 #include "idempotency/storage/secrets.hpp"
-#include "idempotency/storage/key_store.hpp"
 
 extern "C" {
 #include "access/detoast.h"
@@ -22,6 +21,7 @@ extern "C" {
 #include "storage/proc.h"
 #include "utils/datum.h"
 #include "utils/guc.h"
+#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 }
@@ -63,8 +63,7 @@ bool wait_until(TimestampTz deadline, Wait wait, Undo undo) {
     return false;
   // The deadline takes lock_timeout's place unless lock_timeout is shorter.
   bool deadline_first = LockTimeout <= 0 || remaining_ms <= LockTimeout;
-  char timeout[32];
-  snprintf(timeout, sizeof(timeout), "%ld", remaining_ms);
+  char *timeout = psprintf("%ld", remaining_ms);
 
   return run_in_subtransaction(
       [&] {
@@ -102,7 +101,7 @@ template <typename Body> auto with_owner(ResourceOwner owner, Body body) {
 Claim claim_for(const storage::KeyRef &key, ResourceOwner owner) {
   uint32 prefix[2] = {pg_hton32(MyDatabaseId), pg_hton32(key.scope)};
   fingerprint::HmacSha256 mac = claim_mac();
-  mac.update(reinterpret_cast<const uint8 *>(prefix), sizeof prefix);
+  mac.update(prefix, sizeof prefix);
   mac.update(VARDATA_ANY(key.key), VARSIZE_ANY_EXHDR(key.key));
   if (key.has_tenant) {
     const uint8 separator = 0;
@@ -111,14 +110,12 @@ Claim claim_for(const storage::KeyRef &key, ResourceOwner owner) {
     bool by_value;
     get_typlenbyval(key.tenant_type, &length, &by_value);
     if (by_value) {
-      mac.update(reinterpret_cast<const uint8 *>(&key.tenant), (size_t)length);
+      mac.update(&key.tenant, (size_t)length);
     } else if (length == -1) {
-      varlena *value = pg_detoast_datum_packed(
-          reinterpret_cast<varlena *>(DatumGetPointer(key.tenant)));
-      mac.update(reinterpret_cast<const uint8 *>(VARDATA_ANY(value)),
-                 VARSIZE_ANY_EXHDR(value));
+      varlena *value = PG_DETOAST_DATUM_PACKED(key.tenant);
+      mac.update(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));
     } else {
-      mac.update(reinterpret_cast<const uint8 *>(DatumGetPointer(key.tenant)),
+      mac.update(DatumGetPointer(key.tenant),
                  datumGetSize(key.tenant, by_value, length));
     }
   }
@@ -173,10 +170,9 @@ ClaimResult acquire(Claim &claim, TimestampTz deadline) {
       claim.held = wait_until(
           deadline,
           [owner, tag, &granted] {
-            ResourceOwner wait_owner = CurrentResourceOwner;
-            CurrentResourceOwner = owner;
-            LockAcquire(tag, claim_mode, false, false);
-            CurrentResourceOwner = wait_owner;
+            with_owner(owner, [tag] {
+              return LockAcquire(tag, claim_mode, false, false);
+            });
             granted = true;
           },
           // Granted, then an error (a timeout that fired at the grant, a
@@ -196,6 +192,24 @@ ClaimResult acquire(Claim &claim, TimestampTz deadline) {
         [] {});
     return released ? ClaimResult::released : ClaimResult::busy;
   });
+}
+
+// Whether a stored response is an error document (run_fn_storing_errors).
+bool is_error_document(Datum response, bool response_is_null) {
+  if (response_is_null)
+    return false;
+  Jsonb *document = DatumGetJsonbP(response);
+  if (!JB_ROOT_IS_OBJECT(document) || JB_ROOT_COUNT(document) != 1)
+    return false;
+  JsonbValue error;
+  if (getKeyJsonValueFromContainer(&document->root, "error", 5, &error) ==
+          nullptr ||
+      error.type != jbvBinary || !JsonContainerIsObject(error.val.binary.data))
+    return false;
+  JsonbValue sqlstate;
+  return getKeyJsonValueFromContainer(error.val.binary.data, "sqlstate", 8,
+                                      &sqlstate) != nullptr &&
+         sqlstate.type == jbvString && sqlstate.val.string.len == 5;
 }
 
 [[noreturn]] void report_reused(const storage::KeyRef &key) {
@@ -267,41 +281,25 @@ CallResult idempotent_call(const CallRequest &call) {
                                                 : "idempotency.idempotent_call",
                             nullptr, expected);
   expected = taken.replay ? KeyExpected::stored : KeyExpected::new_key;
-  if (taken.replay) {
-    record_replay(taken.stored);
+  if (taken.replay)
     return CallResult{taken.stored.response, taken.stored.response_is_null};
-  }
 
-  // As in force when the key was claimed, whatever fn sets.
-  Interval ttl = settings::ttl();
-  Interval remember = settings::remember();
   bool response_is_null;
   bool is_error;
   int citus_guc_level = storage::citus::begin_fn();
   Datum response =
       run_fn_storing_errors(*statement, args, &response_is_null, &is_error);
   storage::citus::end_fn(citus_guc_level);
-  check_response_size(call.key, response, response_is_null);
-  const storage::KeyProbe *replaces =
-      taken.stored.state == storage::KeyState::expired ? &taken.stored
-                                                       : nullptr;
-  storage::StoredRow times = store.store(
-      call.key,
-      storage::NewRow{fingerprint, response, response_is_null, ttl, remember,
-                      replaces, GetCurrentTransactionStartTimestamp()});
-  // The row now shows the key as in progress to everyone else (a tenant
-  // key's row does not: its claim is kept until the transaction ends).
-  if (store.row_shows_in_progress())
-    release(taken.claim);
-  stats::count(stats::Event::ran);
-  last = LastCall{is_error ? Outcome::stored_error : Outcome::ran, true,
-                  times.created_at, times.expires_at};
+  storage::StoredRow times =
+      store_response(store, call.key, taken, response, response_is_null);
+  record_last_call(LastCall{is_error ? Outcome::stored_error : Outcome::ran,
+                            true, times.created_at, times.expires_at});
   return CallResult{response, response_is_null};
 }
 
 TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
-                  const bytea *fingerprint, const char *command,
-                  ResourceOwner owner, KeyExpected expected) {
+                  bytea *fingerprint, const char *command, ResourceOwner owner,
+                  KeyExpected expected) {
   int wait_ms = settings::wait_timeout_ms();
   TimestampTz deadline =
       wait_ms == 0
@@ -324,15 +322,17 @@ TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
     if (stored.state == storage::KeyState::done ||
         stored.state == storage::KeyState::gone) {
       release(claim);
-      const bytea *hash = stored.request_hash;
-      if (VARSIZE_ANY_EXHDR(hash) != VARSIZE_ANY_EXHDR(fingerprint) ||
-          memcmp(VARDATA_ANY(hash), VARDATA_ANY(fingerprint),
-                 VARSIZE_ANY_EXHDR(hash)) != 0)
+      if (!datum_image_eq(PointerGetDatum(stored.request_hash),
+                          PointerGetDatum(fingerprint), false, -1))
         report_reused(key);
       if (stored.state == storage::KeyState::gone)
         report_gone(key, stored);
       stats::count(stats::Event::replayed);
-      return TakenKey{true, stored, claim};
+      bool error = is_error_document(stored.response, stored.response_is_null);
+      record_last_call(
+          LastCall{error ? Outcome::replayed_error : Outcome::replayed, true,
+                   stored.created_at, stored.expires_at});
+      return TakenKey{true, stored, claim, fingerprint, {}, {}};
     }
 
     PreventCommandIfReadOnly(command);
@@ -349,7 +349,8 @@ TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
     }
 
     if (claim.held)
-      return TakenKey{false, stored, claim};
+      return TakenKey{false,       stored,          claim,
+                      fingerprint, settings::ttl(), settings::remember()};
 
     claim = claim_for(key, owner);
     switch (acquire(claim, deadline)) {
@@ -424,35 +425,44 @@ char *key_for_message(const text *key) {
   return out.data;
 }
 
-void check_response_size(const storage::KeyRef &key, Datum response,
-                         bool response_is_null) {
-  if (response_is_null)
-    return;
-  Size bytes = toast_raw_datum_size(response);
-  if (bytes <= settings::max_response_bytes())
-    return;
-  const char *shown = key_for_message(key.key);
-  ereport(ERROR,
-          (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-           errmsg("response of idempotency key \"%s\" is %zu bytes, over "
-                  "idempotency.max_response_size (%zu bytes)",
-                  shown, (size_t)bytes, (size_t)settings::max_response_bytes()),
-           errhint("Store a smaller response, or ask a superuser to raise "
-                   "idempotency.max_response_size.")));
+storage::StoredRow store_response(const storage::KeyStore &store,
+                                  const storage::KeyRef &key, TakenKey &taken,
+                                  Datum response, bool response_is_null) {
+  Size bytes = response_is_null ? 0 : toast_raw_datum_size(response);
+  if (bytes > settings::max_response_bytes()) {
+    const char *shown = key_for_message(key.key);
+    ereport(
+        ERROR,
+        (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+         errmsg("response of idempotency key \"%s\" is %zu bytes, over "
+                "idempotency.max_response_size (%zu bytes)",
+                shown, (size_t)bytes, (size_t)settings::max_response_bytes()),
+         errhint("Store a smaller response, or ask a superuser to raise "
+                 "idempotency.max_response_size.")));
+  }
+  const storage::KeyProbe *replaces =
+      taken.stored.state == storage::KeyState::expired ? &taken.stored
+                                                       : nullptr;
+  storage::StoredRow times = store.store(
+      key, storage::NewRow{taken.fingerprint, response, response_is_null,
+                           taken.ttl, taken.remember, replaces,
+                           GetCurrentTransactionStartTimestamp()});
+  stats::count(stats::Event::ran);
+  // The row now shows the key as in progress to others, except a tenant
+  // key's (its claim is kept until the transaction ends), or inside a
+  // subtransaction for a claim the transaction holds (ROLLBACK TO would
+  // remove the row).
+  if (store.row_shows_in_progress() &&
+      (taken.claim.owner == nullptr || GetCurrentTransactionNestLevel() == 1))
+    release(taken.claim);
+  return times;
 }
 
-void clear_last_call() { record_last_call(Outcome::none); }
-
-void record_last_call(Outcome outcome) {
-  last = LastCall{outcome, false, 0, 0};
+void clear_last_call() {
+  record_last_call(LastCall{Outcome::none, false, 0, 0});
 }
 
-void record_replay(const storage::KeyProbe &stored) {
-  last = LastCall{is_error_document(stored.response, stored.response_is_null)
-                      ? Outcome::replayed_error
-                      : Outcome::replayed,
-                  true, stored.created_at, stored.expires_at};
-}
+void record_last_call(const LastCall &call) { last = call; }
 
 const LastCall &last_call() { return last; }
 

@@ -1,4 +1,3 @@
-#include "idempotency/fingerprint/fingerprint.hpp"
 #include "idempotency/protocol/rules.hpp"
 #include "idempotency/settings/sqlstate_list.hpp"
 
@@ -27,7 +26,6 @@ extern "C" {
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/json.h"
-#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
@@ -39,26 +37,11 @@ namespace idempotency::protocol {
 // argument the target type's input function (as for an untyped literal).
 struct Conversion {
   ExprState *expression; // nullptr: passed as it is
-  Oid given;
-  ExprContext *context;
-  ParamListInfo argument;
-  int16 result_length;
-  bool result_by_value;
+  ExprContext *context;  // its one parameter, the argument
 };
 static_assert(std::is_trivially_destructible_v<Conversion>);
 
 namespace {
-
-// Entries keyed by a 64-bit hash, their first member. Two keys may share a
-// hash: a caller checks an entry's full key itself.
-HTAB *create_backend_table(const char *name, Size entry_size,
-                           MemoryContext context) {
-  HASHCTL ctl{};
-  ctl.keysize = sizeof(uint64);
-  ctl.entrysize = entry_size;
-  ctl.hcxt = context;
-  return hash_create(name, 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-}
 
 // Cut to idempotency.debug_statement_hash_bits.
 uint64 statement_hash(const char *sql, size_t sql_size, int nargs,
@@ -76,30 +59,25 @@ struct Analysis {
   List *result_types;
 };
 
-Analysis new_analysis(int nargs, const Oid *types) {
-  Analysis analysis{static_cast<Oid *>(palloc(sizeof(Oid) * Max(nargs, 1))),
-                    NIL};
-  memcpy(analysis.types, types, sizeof(Oid) * nargs);
-  return analysis;
-}
-
-// As PostgreSQL analyses a client's statement with untyped parameters; an fn
-// that cannot be analysed so (an ambiguous operator, a relation created later
-// in the transaction) answers false, as does a parallel worker, which cannot
-// start the subtransaction.
-bool analyse(const char *sql, int nargs, Analysis *analysis) {
+// As PostgreSQL analyses a client's statement with untyped parameters, from
+// `seed`; false, *out untouched, for an fn that cannot be analysed so (an
+// ambiguous operator, a relation created later in the transaction) or in a
+// parallel worker, which cannot start the subtransaction.
+bool analyse(const char *sql, int nargs, const Oid *seed, Analysis *out) {
   if (IsInParallelMode())
     return false;
+  Analysis result{static_cast<Oid *>(palloc(sizeof(Oid) * Max(nargs, 1))), NIL};
+  memcpy(result.types, seed, sizeof(Oid) * nargs);
   int count = nargs;
   bool finished = run_in_subtransaction(
-      [sql, &count, analysis] {
+      [sql, &count, &result] {
         List *statements = pg_parse_query(sql);
         if (list_length(statements) != 1)
           ereport(ERROR, (errcode(ERRCODE_SYNTAX_ERROR),
                           errmsg("fn must be exactly one SQL statement")));
         ParseState *state = make_parsestate(nullptr);
         state->p_sourcetext = sql;
-        setup_parse_variable_parameters(state, &analysis->types, &count);
+        setup_parse_variable_parameters(state, &result.types, &count);
         Query *query =
             transformTopLevelStmt(state, linitial_node(RawStmt, statements));
         check_variable_parameters(state, query);
@@ -109,8 +87,8 @@ bool analyse(const char *sql, int nargs, Analysis *analysis) {
         foreach (cell, columns) {
           TargetEntry *column = lfirst_node(TargetEntry, cell);
           if (!column->resjunk)
-            analysis->result_types =
-                lappend_oid(analysis->result_types,
+            result.result_types =
+                lappend_oid(result.result_types,
                             exprType(reinterpret_cast<Node *>(column->expr)));
         }
         free_parsestate(state);
@@ -119,8 +97,9 @@ bool analyse(const char *sql, int nargs, Analysis *analysis) {
   if (!finished)
     return false;
   for (int i = 0; i < nargs; i++)
-    if (i >= count || analysis->types[i] == UNKNOWNOID)
-      analysis->types[i] = InvalidOid;
+    if (i >= count || result.types[i] == UNKNOWNOID)
+      result.types[i] = InvalidOid;
+  *out = result;
   return true;
 }
 
@@ -153,36 +132,56 @@ struct Inferred {
   uint64 generation;
 };
 
-constexpr long max_inferred = 1024;
+// The backend's caches of parameter types and of statements, each entry
+// keyed by statement_hash(), its first member. Two keys may share a hash: a
+// caller checks an entry's full key itself. Their size limit only bounds a
+// pathological caller (one fn text per call).
+constexpr long max_entries = 1024;
 HTAB *inferred = nullptr;
-MemoryContext inferred_context = nullptr;
+HTAB *statements = nullptr;
+MemoryContext caches_context = nullptr;
+
+void create_caches() {
+  if (statements != nullptr)
+    return;
+  caches_context = AllocSetContextCreate(
+      TopMemoryContext, "idempotency statements", ALLOCSET_DEFAULT_SIZES);
+  HASHCTL ctl{};
+  ctl.keysize = sizeof(uint64);
+  ctl.hcxt = caches_context;
+  ctl.entrysize = sizeof(Inferred);
+  inferred = hash_create("idempotency parameter types", 64, &ctl,
+                         HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+  ctl.entrysize = sizeof(Statement);
+  statements = hash_create("idempotency statements", 64, &ctl,
+                           HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
 
 // With every parameter open or, when fn cannot be analysed so (`SELECT $1 +
 // $2`), with the given types; a parameter still open is the given type, or
 // text.
 void infer(const char *sql, int nargs, const Oid *given, Oid *types) {
-  for (int i = 0; i < nargs; i++)
-    types[i] = InvalidOid;
-  Analysis analysis = new_analysis(nargs, types);
-  if (analyse(sql, nargs, &analysis)) {
+  Analysis analysis{static_cast<Oid *>(palloc0(sizeof(Oid) * Max(nargs, 1))),
+                    NIL};
+  if (analyse(sql, nargs, analysis.types, &analysis)) {
     // PostgreSQL makes text an untyped parameter fn only passes on (`SELECT
     // $1`); it keeps the caller's non-string type when fn then returns
     // other types.
-    Analysis seeded = new_analysis(nargs, analysis.types);
     bool any = false;
-    for (int i = 0; i < nargs; i++)
-      if (analysis.types[i] == TEXTOID && OidIsValid(given[i]) &&
+    for (int i = 0; i < nargs; i++) {
+      types[i] = analysis.types[i];
+      if (types[i] == TEXTOID && OidIsValid(given[i]) &&
           TypeCategory(given[i]) != TYPCATEGORY_STRING) {
-        seeded.types[i] = given[i];
+        types[i] = given[i];
         any = true;
       }
-    if (any && analyse(sql, nargs, &seeded) &&
+    }
+    Analysis seeded{};
+    if (any && analyse(sql, nargs, types, &seeded) &&
         !equal(analysis.result_types, seeded.result_types))
       analysis = seeded;
   } else {
-    analysis = new_analysis(nargs, given);
-    if (!analyse(sql, nargs, &analysis))
-      analysis = new_analysis(nargs, given);
+    (void)analyse(sql, nargs, given, &analysis);
   }
   for (int i = 0; i < nargs; i++) {
     types[i] = analysis.types[i];
@@ -220,43 +219,30 @@ Conversion conversion_between(Oid given, Oid target, int position) {
                    format_type_be(target)),
          errhint("Pass a value of type %s.", format_type_be(target))));
 
-  conversion.given = given;
-  conversion.argument = makeParamList(1);
-  conversion.argument->numParams = 1;
-  conversion.expression = ExecInitExprWithParams(
-      reinterpret_cast<Expr *>(converted), conversion.argument);
+  ParamListInfo parameters = makeParamList(1);
+  parameters->numParams = 1;
+  parameters->params[0] =
+      ParamExternData{(Datum)0, false, PARAM_FLAG_CONST, given};
+  conversion.expression =
+      ExecInitExprWithParams(reinterpret_cast<Expr *>(converted), parameters);
   conversion.context = CreateStandaloneExprContext();
-  conversion.context->ecxt_param_list_info = conversion.argument;
-  get_typlenbyval(target, &conversion.result_length,
-                  &conversion.result_by_value);
+  conversion.context->ecxt_param_list_info = parameters;
   return conversion;
 }
-
-// Only bounds a pathological caller (one fn text per call).
-constexpr long max_statements = 1024;
-
-HTAB *statements = nullptr;
-MemoryContext statements_context = nullptr;
 
 template <typename T> T *allocate(MemoryContext context, int count) {
   return static_cast<T *>(
       MemoryContextAlloc(context, sizeof(T) * Max(count, 1)));
 }
 
-void fingerprint_types(Statement &statement, text *fn) {
-  for (int i = 0; i < statement.nargs; i++)
-    statement.encoders[i] = fingerprint::encoder_for(statement.types[i]);
-  statement.fingerprint_prefix =
-      fingerprint::prefix_for(fn, statement.nargs, statement.types);
-  statement.fingerprint_prefix.keep_prefix_state();
-}
-
-// Everything that may fail runs before the statement changes. The
-// generation is read first: a change that arrives meanwhile leaves the
-// statement stale.
-void describe(Statement &statement, text *fn, const Oid *types,
-              MemoryContext parent) {
+// What fn receives and what depends on it, first or after a catalog change;
+// what may fail runs before the statement changes. The generation is read
+// first: a change that arrives meanwhile leaves the statement stale.
+void describe(Statement &statement, text *fn, MemoryContext parent) {
   uint64 generation = parameter_types_generation();
+  int nargs = statement.nargs;
+  Oid *types = static_cast<Oid *>(palloc(sizeof(Oid) * Max(nargs, 1)));
+  infer_parameter_types(statement.sql, nargs, statement.given_types, types);
   MemoryContext context = AllocSetContextCreate(parent, "idempotency statement",
                                                 ALLOCSET_SMALL_SIZES);
   MemoryContext caller = MemoryContextSwitchTo(context);
@@ -264,18 +250,19 @@ void describe(Statement &statement, text *fn, const Oid *types,
   described.context = context;
   PG_TRY();
   {
-    described.types = allocate<Oid>(context, statement.nargs);
-    memcpy(described.types, types, sizeof(Oid) * statement.nargs);
-    described.conversions = allocate<Conversion>(context, statement.nargs);
+    described.types = allocate<Oid>(context, nargs);
+    memcpy(described.types, types, sizeof(Oid) * nargs);
+    described.conversions = allocate<Conversion>(context, nargs);
     described.converts = false;
-    for (int i = 0; i < statement.nargs; i++) {
+    described.encoders = allocate<fingerprint::ValueEncoder>(context, nargs);
+    for (int i = 0; i < nargs; i++) {
       described.conversions[i] =
           conversion_between(statement.given_types[i], types[i], i);
       described.converts |= described.conversions[i].expression != nullptr;
+      described.encoders[i] = fingerprint::encoder_for(types[i]);
     }
-    described.encoders =
-        allocate<fingerprint::ValueEncoder>(context, statement.nargs);
-    fingerprint_types(described, fn);
+    described.fingerprint_prefix = fingerprint::prefix_for(fn, nargs, types);
+    described.fingerprint_prefix.keep_prefix_state();
   }
   PG_CATCH();
   {
@@ -285,33 +272,15 @@ void describe(Statement &statement, text *fn, const Oid *types,
   }
   PG_END_TRY();
   described.catalog_generation = generation;
+  // A statement whose types changed is planned again. The old plan is not
+  // freed: a call further up this backend's stack may still be running it.
+  if (statement.plan != nullptr &&
+      memcmp(types, statement.types, sizeof(Oid) * nargs) != 0)
+    described.plan = nullptr;
   MemoryContextSwitchTo(caller);
   if (statement.context != nullptr)
     MemoryContextDelete(statement.context);
   statement = described;
-}
-
-Oid *inferred_types(const Statement &statement) {
-  Oid *types =
-      static_cast<Oid *>(palloc(sizeof(Oid) * Max(statement.nargs, 1)));
-  infer_parameter_types(statement.sql, statement.nargs, statement.given_types,
-                        types);
-  return types;
-}
-
-Statement build(uint64 hash, text *fn, const FnArgs &args, bool kept,
-                MemoryContext context) {
-  char *sql = MemoryContextStrdup(context, text_to_cstring(fn));
-  Oid *given_types = allocate<Oid>(context, args.count);
-  memcpy(given_types, args.types, sizeof(Oid) * args.count);
-  // describe() fills in everything after given_types.
-  fingerprint::RequestFingerprint unset =
-      fingerprint::RequestFingerprint::for_claim();
-  Statement statement{hash,    sql,     args.count, given_types, nullptr,
-                      nullptr, nullptr, false,      unset,       nullptr,
-                      nullptr, kept,    0};
-  describe(statement, fn, inferred_types(statement), context);
-  return statement;
 }
 
 // Positions a parser error in fn's text, as SPI does, not in the caller's.
@@ -341,11 +310,8 @@ Datum row_to_jsonb(HeapTuple row, TupleDesc desc) {
     return to_jsonb_of(heap_copy_tuple_as_datum(row, desc), RECORDOID);
   bool is_null;
   Datum value = SPI_getbinval(row, desc, 1, &is_null);
-  if (is_null) {
-    JsonbValue null_value;
-    null_value.type = jbvNull;
-    return JsonbPGetDatum(JsonbValueToJsonb(&null_value));
-  }
+  if (is_null)
+    return DirectFunctionCall1(jsonb_in, CStringGetDatum("null"));
   return to_jsonb_of(value, SPI_gettypeid(desc, 1));
 }
 
@@ -373,8 +339,8 @@ Datum result_to_jsonb(SPITupleTable *table, uint64 rows, bool *is_null) {
 
 Datum run_fn(Statement &statement, const FnArgs &args, bool *is_null) {
   MemoryContext result_context = CurrentMemoryContext;
-  if (SPI_connect() != SPI_OK_CONNECT)
-    elog(ERROR, "SPI_connect failed");
+  // SPI_connect, SPI_prepare and SPI_keepplan raise their own errors here.
+  SPI_connect();
   if (statement.plan == nullptr) {
     // Counted before anything is analysed: a later statement could fail on
     // what an earlier one would have created.
@@ -386,15 +352,11 @@ Datum run_fn(Statement &statement, const FnArgs &args, bool *is_null) {
     if (list_length(parsed) != 1)
       ereport(ERROR, (errcode(ERRCODE_SYNTAX_ERROR),
                       errmsg("fn must be exactly one SQL statement")));
-    SPIPlanPtr plan =
+    statement.plan =
         SPI_prepare(statement.sql, statement.nargs, statement.types);
-    if (plan == nullptr)
-      elog(ERROR, "SPI_prepare failed for fn: %s",
-           SPI_result_code_string(SPI_result));
     // A statement that is not kept gets a plan that SPI_finish frees.
-    if (statement.kept && SPI_keepplan(plan) != 0)
-      elog(ERROR, "SPI_keepplan failed for fn");
-    statement.plan = plan;
+    if (statement.kept)
+      SPI_keepplan(statement.plan);
   }
   auto *nulls = static_cast<char *>(palloc(Max(args.count, 1)));
   for (int i = 0; i < args.count; i++)
@@ -431,9 +393,7 @@ Datum error_document(const ErrorData *error) {
   initStringInfo(&json);
   appendStringInfoString(&json, "{\"error\": {");
   for (int i = 0; i < 4; i++) {
-    appendStringInfoString(&json, i == 0 ? "" : ", ");
-    escape_json(&json, members[i][0]);
-    appendStringInfoString(&json, ": ");
+    appendStringInfo(&json, "%s\"%s\": ", i == 0 ? "" : ", ", members[i][0]);
     if (members[i][1] == nullptr)
       appendStringInfoString(&json, "null");
     else
@@ -443,26 +403,13 @@ Datum error_document(const ErrorData *error) {
   return DirectFunctionCall1(jsonb_in, CStringGetDatum(json.data));
 }
 
-// A transient condition (a lock timeout, a cancel, ...) is never stored,
-// even when its class is listed: a retry must run fn again.
-bool error_is_stored(const ErrorData *error) {
-  const char *sqlstate = unpack_sql_state(error->sqlerrcode);
-  return sqlstate_listed(settings::stored_errors(), sqlstate) &&
-         !sqlstate_transient(sqlstate);
-}
-
 } // namespace
 
 void infer_parameter_types(const char *sql, int nargs, const Oid *given,
                            Oid *types) {
   uint64 at = parameter_types_generation();
   uint64 hash = statement_hash(sql, strlen(sql), nargs, given);
-  if (inferred == nullptr) {
-    inferred_context = AllocSetContextCreate(
-        TopMemoryContext, "idempotency parameter types", ALLOCSET_SMALL_SIZES);
-    inferred = create_backend_table("idempotency parameter types",
-                                    sizeof(Inferred), inferred_context);
-  }
+  create_caches();
   auto *found =
       static_cast<Inferred *>(hash_search(inferred, &hash, HASH_FIND, nullptr));
   if (found != nullptr && found->nargs == nargs &&
@@ -473,12 +420,12 @@ void infer_parameter_types(const char *sql, int nargs, const Oid *given,
     return;
   }
   infer(sql, nargs, given, types);
-  if (hash_get_num_entries(inferred) >= max_inferred)
+  if (hash_get_num_entries(inferred) >= max_entries)
     return;
   // One allocation: the given types, the types, then the text.
   Size oids = sizeof(Oid) * nargs;
   auto *copy = static_cast<char *>(
-      MemoryContextAlloc(inferred_context, 2 * oids + strlen(sql) + 1));
+      MemoryContextAlloc(caches_context, 2 * oids + strlen(sql) + 1));
   memcpy(copy, given, oids);
   memcpy(copy + oids, types, oids);
   memcpy(copy + 2 * oids, sql, strlen(sql) + 1);
@@ -492,12 +439,7 @@ void infer_parameter_types(const char *sql, int nargs, const Oid *given,
 }
 
 Statement *statement_for(text *fn, const FnArgs &args) {
-  if (statements == nullptr) {
-    statements_context = AllocSetContextCreate(
-        TopMemoryContext, "idempotency statements", ALLOCSET_DEFAULT_SIZES);
-    statements = create_backend_table("idempotency statements",
-                                      sizeof(Statement), statements_context);
-  }
+  create_caches();
   const char *sql = VARDATA_ANY(fn);
   size_t sql_size = VARSIZE_ANY_EXHDR(fn);
   uint64 hash = statement_hash(sql, sql_size, args.count, args.types);
@@ -508,31 +450,25 @@ Statement *statement_for(text *fn, const FnArgs &args) {
       strlen(found->sql) == sql_size &&
       memcmp(found->sql, sql, sql_size) == 0 &&
       memcmp(found->given_types, args.types, sizeof(Oid) * args.count) == 0) {
-    uint64 generation = parameter_types_generation();
-    if (found->catalog_generation == generation)
-      return found;
-    // After a catalog change: a statement whose types are unchanged keeps
-    // its conversions and plan and only names its types again.
-    Oid *types = inferred_types(*found);
-    if (memcmp(types, found->types, sizeof(Oid) * found->nargs) != 0) {
-      // The old plan is not freed: a call further up this backend's stack
-      // may still be running it.
-      describe(*found, fn, types, statements_context);
-      found->plan = nullptr;
-      return found;
-    }
-    MemoryContext caller = MemoryContextSwitchTo(found->context);
-    fingerprint_types(*found, fn);
-    MemoryContextSwitchTo(caller);
-    found->catalog_generation = generation;
+    if (found->catalog_generation != parameter_types_generation())
+      describe(*found, fn, caches_context);
     return found;
   }
 
   // Not kept: the cache is full, or another statement has the same hash.
   bool kept =
-      found == nullptr && hash_get_num_entries(statements) < max_statements;
-  Statement built = build(hash, fn, args, kept,
-                          kept ? statements_context : CurrentMemoryContext);
+      found == nullptr && hash_get_num_entries(statements) < max_entries;
+  MemoryContext context = kept ? caches_context : CurrentMemoryContext;
+  Oid *given_types = allocate<Oid>(context, args.count);
+  memcpy(given_types, args.types, sizeof(Oid) * args.count);
+  // describe() fills in everything after given_types.
+  char *sql_copy = MemoryContextStrdup(context, text_to_cstring(fn));
+  fingerprint::RequestFingerprint unset =
+      fingerprint::RequestFingerprint::for_claim();
+  Statement built{hash,    sql_copy, args.count, given_types, nullptr,
+                  nullptr, nullptr,  false,      unset,       nullptr,
+                  nullptr, kept,     0};
+  describe(built, fn, context);
   auto *entry = static_cast<Statement *>(
       kept ? hash_search(statements, &hash, HASH_ENTER, nullptr)
            : palloc(sizeof(Statement)));
@@ -545,29 +481,19 @@ FnArgs received_args(const Statement &statement, const FnArgs &args) {
     return args;
   FnArgs received = args;
   received.types = statement.types;
-  received.values =
-      static_cast<Datum *>(palloc(sizeof(Datum) * Max(args.count, 1)));
-  received.nulls =
-      static_cast<bool *>(palloc(sizeof(bool) * Max(args.count, 1)));
+  received.values = allocate<Datum>(CurrentMemoryContext, args.count);
+  received.nulls = allocate<bool>(CurrentMemoryContext, args.count);
   for (int i = 0; i < args.count; i++) {
     received.nulls[i] = args.nulls[i];
     received.values[i] = args.values[i];
     const Conversion &conversion = statement.conversions[i];
     if (args.nulls[i] || conversion.expression == nullptr)
       continue;
-    ParamExternData &argument = conversion.argument->params[0];
-    argument.value = args.values[i];
-    argument.isnull = false;
-    argument.pflags = PARAM_FLAG_CONST;
-    argument.ptype = conversion.given;
-    // A cast may answer NULL.
-    Datum converted = ExecEvalExprSwitchContext(
-        conversion.expression, conversion.context, &received.nulls[i]);
-    received.values[i] = received.nulls[i]
-                             ? (Datum)0
-                             : datumCopy(converted, conversion.result_by_value,
-                                         conversion.result_length);
-    ResetExprContext(conversion.context);
+    conversion.context->ecxt_param_list_info->params[0].value = args.values[i];
+    // In the caller's memory context, where the value must live. A cast may
+    // answer NULL.
+    received.values[i] = ExecEvalExpr(conversion.expression, conversion.context,
+                                      &received.nulls[i]);
   }
   return received;
 }
@@ -579,33 +505,21 @@ Datum run_fn_storing_errors(Statement &statement, const FnArgs &args,
     return run_fn(statement, args, is_null);
 
   Datum response = (Datum)0;
-  run_in_subtransaction([&] { response = run_fn(statement, args, is_null); },
-                        [&](const ErrorData *error) {
-                          if (!error_is_stored(error))
-                            return false;
-                          response = error_document(error);
-                          *is_null = false;
-                          *is_error = true;
-                          return true;
-                        });
+  run_in_subtransaction(
+      [&] { response = run_fn(statement, args, is_null); },
+      [&](const ErrorData *error) {
+        // A transient condition (a lock timeout, a cancel, ...) is never
+        // stored, even when its class is listed: a retry must run fn again.
+        const char *sqlstate = unpack_sql_state(error->sqlerrcode);
+        if (!sqlstate_listed(settings::stored_errors(), sqlstate) ||
+            sqlstate_transient(sqlstate))
+          return false;
+        response = error_document(error);
+        *is_null = false;
+        *is_error = true;
+        return true;
+      });
   return response;
-}
-
-bool is_error_document(Datum response, bool response_is_null) {
-  if (response_is_null)
-    return false;
-  Jsonb *document = DatumGetJsonbP(response);
-  if (!JB_ROOT_IS_OBJECT(document) || JB_ROOT_COUNT(document) != 1)
-    return false;
-  JsonbValue error;
-  if (getKeyJsonValueFromContainer(&document->root, "error", 5, &error) ==
-          nullptr ||
-      error.type != jbvBinary || !JsonContainerIsObject(error.val.binary.data))
-    return false;
-  JsonbValue sqlstate;
-  return getKeyJsonValueFromContainer(error.val.binary.data, "sqlstate", 8,
-                                      &sqlstate) != nullptr &&
-         sqlstate.type == jbvString && sqlstate.val.string.len == 5;
 }
 
 } // namespace idempotency::protocol

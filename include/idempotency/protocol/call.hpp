@@ -47,22 +47,33 @@ bool claimed_elsewhere(const storage::KeyRef &key);
 
 void release(Claim &claim);
 
+// proceed: the claim held, and what store_response() stores with the
+// response (ttl and remember as in force when the key was claimed).
 struct TakenKey {
   bool replay;
   storage::KeyProbe stored; // replay: the row; proceed: absent or expired
-  Claim claim;              // proceed: held
+  Claim claim;
+  bytea *fingerprint;
+  Interval ttl;
+  Interval remember;
 };
 
 // Looks the key up and claims it, waiting up to idempotency.wait_timeout for
-// another transaction that holds it; raises IK409, IK410, IK422, IK508, or
-// the read-only error naming `command`. `expected` changes only the cost: a
-// new key is cheapest claimed first, a stored one looked up without a claim.
+// another transaction that holds it, or records the replay as the session's
+// last call; raises IK409, IK410, IK422, IK508, or the read-only error naming
+// `command`. `expected` changes only the cost: a new key is cheapest claimed
+// first, a stored one looked up without a claim.
 enum class KeyExpected { new_key, stored };
 TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
-                  const bytea *fingerprint, const char *command,
-                  ResourceOwner owner, KeyExpected expected);
+                  bytea *fingerprint, const char *command, ResourceOwner owner,
+                  KeyExpected expected);
 
-// IK409 for a key another transaction holds.
+// Stores the response of a key take_key let proceed; raises 54000 when it is
+// larger than idempotency.max_response_size.
+storage::StoredRow store_response(const storage::KeyStore &store,
+                                  const storage::KeyRef &key, TakenKey &taken,
+                                  Datum response, bool response_is_null);
+
 [[noreturn]] void report_in_progress(const storage::KeyRef &key);
 
 // The key as a C string for an error message, each character the client
@@ -70,10 +81,6 @@ TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
 // else \xNN per byte): a failed conversion would turn the error into 22P05.
 // Looks up the catalog: call it before ereport(), not inside it.
 char *key_for_message(const text *key);
-
-// 54000 when a response is larger than idempotency.max_response_size.
-void check_response_size(const storage::KeyRef &key, Datum response,
-                         bool response_is_null);
 
 // The session's last idempotent_call or claim; cleared when a call starts,
 // so a call that fails leaves none.
@@ -94,8 +101,7 @@ struct LastCall {
 };
 
 void clear_last_call();
-void record_last_call(Outcome outcome);
-void record_replay(const storage::KeyProbe &stored);
+void record_last_call(const LastCall &call);
 const LastCall &last_call();
 
 const char *outcome_name(Outcome outcome);

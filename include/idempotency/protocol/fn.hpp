@@ -58,7 +58,4 @@ FnArgs received_args(const Statement &statement, const FnArgs &args);
 Datum run_fn_storing_errors(Statement &statement, const FnArgs &args,
                             bool *is_null, bool *is_error);
 
-// Whether a stored response is an error document of the shape above.
-bool is_error_document(Datum response, bool response_is_null);
-
 } // namespace idempotency::protocol
