@@ -434,22 +434,22 @@ int32 local_group() {
   return group;
 }
 
-ShardRelations local_shard_relations(Oid relid) {
-  ShardRelations found{0, nullptr};
+List *local_shard_relations(Oid relid) {
   if (!catalog_exists("pg_dist_shard"))
-    return found;
+    return NIL;
   MemoryContext caller = CurrentMemoryContext;
   connect_spi();
   Datum values[1] = {ObjectIdGetDatum(relid)};
   read_now(local_shards, values);
-  found.count = static_cast<int>(SPI_processed);
-  found.relids = static_cast<Oid *>(
-      MemoryContextAlloc(caller, sizeof(Oid) * (found.count + 1)));
-  for (int i = 0; i < found.count; i++) {
+  List *found = NIL;
+  MemoryContext spi = MemoryContextSwitchTo(caller);
+  for (uint64 i = 0; i < SPI_processed; i++) {
     bool is_null = true;
-    found.relids[i] = DatumGetObjectId(SPI_getbinval(
-        SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &is_null));
+    found = lappend_oid(
+        found, DatumGetObjectId(SPI_getbinval(
+                   SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &is_null)));
   }
+  MemoryContextSwitchTo(spi);
   SPI_finish();
   return found;
 }

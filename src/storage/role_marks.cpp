@@ -322,25 +322,6 @@ Roles select_roles(const char *sql, Oid owner) {
   return roles;
 }
 
-uint64 delete_role_keys(Oid relid, Oid owner, Oid type,
-                        const char *operator_schema, Oid role) {
-  char *sql = psprintf("DELETE FROM %s AS k WHERE k.scope OPERATOR(%s.=) $1",
-                       qualified_name(relid), operator_schema);
-  table_owner::Saved saved = table_owner::begin_spi(owner);
-  Datum value = ObjectIdGetDatum(role);
-  SPIPlanPtr plan = SPI_prepare(sql, 1, &type);
-  if (plan == nullptr)
-    elog(ERROR, "idempotency: preparing the deletion of a role's keys failed");
-  int rc = SPI_execute_snapshot(plan, &value, nullptr, GetLatestSnapshot(),
-                                InvalidSnapshot, false, false, 0);
-  if (rc != SPI_OK_DELETE)
-    elog(ERROR, "idempotency: deleting a role's keys failed: %s",
-         SPI_result_code_string(rc));
-  uint64 deleted = SPI_processed;
-  table_owner::finish_spi(saved);
-  return deleted;
-}
-
 } // namespace
 
 Roles in_keys(Oid keys, AttrNumber scope_column) {
@@ -359,19 +340,40 @@ Roles in_keys(Oid keys, AttrNumber scope_column) {
 }
 
 uint64 delete_in_keys(Oid keys, AttrNumber scope_column, Oid role) {
-  Oid type = get_atttype(keys, scope_column);
-  return delete_role_keys(keys, table_owner::of(keys), type,
-                          scope_operator_schema(type), role);
+  return delete_in(keys, table_owner::of(keys), get_atttype(keys, scope_column),
+                   role);
 }
 
-Roles in_shard(Oid shard, Oid owner) {
-  return select_roles(
-      psprintf("SELECT DISTINCT k.scope FROM %s AS k", qualified_name(shard)),
-      owner);
+Roles in_shards(List *shards, Oid owner) {
+  if (shards == NIL)
+    return Roles{0, nullptr};
+  StringInfoData sql;
+  initStringInfo(&sql);
+  ListCell *cell;
+  foreach (cell, shards)
+    appendStringInfo(&sql, "%sSELECT k.scope FROM %s AS k",
+                     sql.len > 0 ? " UNION " : "",
+                     qualified_name(lfirst_oid(cell)));
+  return select_roles(sql.data, owner);
 }
 
-uint64 delete_in_shard(Oid shard, Oid owner, Oid scope_type, Oid role) {
-  return delete_role_keys(shard, owner, scope_type, "idempotency", role);
+uint64 delete_in(Oid relid, Oid owner, Oid scope_type, Oid role) {
+  char *sql =
+      psprintf("DELETE FROM %s AS k WHERE k.scope OPERATOR(%s.=) $1",
+               qualified_name(relid), scope_operator_schema(scope_type));
+  table_owner::Saved saved = table_owner::begin_spi(owner);
+  Datum value = ObjectIdGetDatum(role);
+  SPIPlanPtr plan = SPI_prepare(sql, 1, &scope_type);
+  if (plan == nullptr)
+    elog(ERROR, "idempotency: preparing the deletion of a role's keys failed");
+  int rc = SPI_execute_snapshot(plan, &value, nullptr, GetLatestSnapshot(),
+                                InvalidSnapshot, false, false, 0);
+  if (rc != SPI_OK_DELETE)
+    elog(ERROR, "idempotency: deleting a role's keys failed: %s",
+         SPI_result_code_string(rc));
+  uint64 deleted = SPI_processed;
+  table_owner::finish_spi(saved);
+  return deleted;
 }
 
 } // namespace idempotency::storage::role_keys

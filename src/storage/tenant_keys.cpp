@@ -44,97 +44,27 @@ namespace {
 
 Oid tenant_keys_oid() { return schema::relation("tenant_keys"); }
 
+// InvalidOid where the table or its column "tenant" is missing.
+Oid tenant_column_type(Oid relid) {
+  AttrNumber column =
+      OidIsValid(relid) ? get_attnum(relid, "tenant") : InvalidAttrNumber;
+  return column == InvalidAttrNumber ? InvalidOid : get_atttype(relid, column);
+}
+
 // The statements run as the table's owner (callers have no rights on it),
-// kept for one tenant type, as custom plans, which Citus routes.
-KeptPlan insert_plan{InvalidOid, nullptr, true};
-KeptPlan insert_plan_with_window{InvalidOid, nullptr, true};
-
-// The key's identity, as the statements' first three parameters.
-constexpr int identity_args = 3;
-constexpr const char *identity_filter =
-    "k.tenant OPERATOR(pg_catalog.=) $1"
-    " AND k.scope OPERATOR(idempotency.=)"
-    " $2::pg_catalog.regrole::idempotency.role_scope"
-    " AND k.key_digest OPERATOR(pg_catalog.=) $3";
-
-void set_identity(const KeyRef &key, Oid *types, Datum *values) {
-  types[0] = key.tenant_type;
-  values[0] = key.tenant;
-  types[1] = REGROLEOID;
-  values[1] = ObjectIdGetDatum(key.scope);
-  types[2] = BYTEAOID;
-  values[2] = PointerGetDatum(key.digest);
-}
-
-void check_tenant_type(Oid relid, const KeyRef &key) {
-  AttrNumber attnum = get_attnum(relid, "tenant");
-  if (attnum == InvalidAttrNumber)
-    ereport(ERROR,
-            (errcode(ERRCODE_UNDEFINED_COLUMN),
-             errmsg("idempotency.tenant_keys has no column \"tenant\"")));
-  Oid column_type = get_atttype(relid, attnum);
-  if (column_type == key.tenant_type)
-    return;
-  ereport(ERROR,
-          (errcode(ERRCODE_DATATYPE_MISMATCH),
-           errmsg("tenant is of type %s, but idempotency.tenant_keys.tenant "
-                  "is of type %s",
-                  format_type_be(key.tenant_type), format_type_be(column_type)),
-           errhint("Pass the tenant as %s, the type of the distribution "
-                   "column the keys are co-located with.",
-                   format_type_be(column_type))));
-}
+// kept for one tenant type, as custom plans, which Citus routes. Their $1 to
+// $4 are the key's identity and its text.
+KeptPlan insert_plans[2] = {{InvalidOid, nullptr, true},
+                            {InvalidOid, nullptr, true}};
+KeptPlan replace_plan{InvalidOid, nullptr, true};
+KeptPlan remove_plan{InvalidOid, nullptr, true};
 
 // The last placement table_for() checked: while the transaction is still in
 // the subtransaction that checked it, the placement lock is held, so no move
 // can have ended since and store() need not check again.
-struct CheckedPlacement {
-  LocalTransactionId transaction;
-  SubTransactionId subtransaction;
-  Oid local_shard;
-};
-static_assert(std::is_trivially_destructible_v<CheckedPlacement>);
-CheckedPlacement checked_placement{InvalidLocalTransactionId,
-                                   InvalidSubTransactionId, InvalidOid};
-
-const char *tenant_text(const KeyRef &key) {
-  Oid output;
-  bool is_varlena;
-  getTypeOutputInfo(key.tenant_type, &output, &is_varlena);
-  return OidOutputFunctionCall(output, key.tenant);
-}
-
-[[noreturn]] void report_not_local(const KeyRef &key) {
-  const char *tenant = tenant_text(key);
-  ereport(
-      ERROR,
-      (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-       errmsg("the idempotency keys of tenant %s are on another node", tenant),
-       errdetail("A tenant's keys are read and written only on the node that "
-                 "holds its shard of idempotency.tenant_keys, in the same "
-                 "local transaction as the request's own work."),
-       errhint("Call the tenant_* functions inside a function distributed "
-               "with create_distributed_function(..., colocate_with => "
-               "'idempotency.tenant_keys', force_delegation => true), whose "
-               "distribution argument is this tenant: Citus runs it on that "
-               "node. See the extension's docs/scale-out.md.")));
-  pg_unreachable();
-}
-
-[[noreturn]] void report_moved(const KeyRef &key) {
-  ereport(ERROR,
-          (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-           errmsg("the shard of tenant %s moved between nodes during the "
-                  "request",
-                  tenant_text(key)),
-           errdetail("Citus moved the tenant's shards between the moment it "
-                     "sent the request to this node and the moment the "
-                     "request reached the tenant's keys; nothing of the "
-                     "request is kept."),
-           errhint("Retry the request: Citus sends it to the node that holds "
-                   "the tenant now.")));
-  pg_unreachable();
-}
+LocalTransactionId checked_transaction = InvalidLocalTransactionId;
+SubTransactionId checked_subtransaction = InvalidSubTransactionId;
+Oid checked_shard = InvalidOid;
 
 // Found by name: a DBA may add columns.
 struct ShardColumns {
@@ -151,52 +81,42 @@ struct ShardColumns {
 };
 static_assert(std::is_trivially_destructible_v<ShardColumns>);
 
-struct ShardColumn {
-  const char *name;
-  Oid type; // InvalidOid: the tenant's, checked by table_for()
-  AttrNumber ShardColumns::*field;
-  bool optional;
-};
-
-constexpr ShardColumn shard_columns_expected[] = {
-    {"tenant", InvalidOid, &ShardColumns::tenant, false},
-    {"scope", InvalidOid, &ShardColumns::scope, false},
-    {"key", TEXTOID, &ShardColumns::key, false},
-    {"key_digest", BYTEAOID, &ShardColumns::key_digest, false},
-    {"request_hash", BYTEAOID, &ShardColumns::request_hash, false},
-    {"response", JSONBOID, &ShardColumns::response, false},
-    {"created_at", TIMESTAMPTZOID, &ShardColumns::created_at, false},
-    {"expires_at", TIMESTAMPTZOID, &ShardColumns::expires_at, false},
-    {"expired_at", TIMESTAMPTZOID, &ShardColumns::expired_at, true},
-    {"remember_for", INTERVALOID, &ShardColumns::remember_for, true},
-};
-
 // ALTER TABLE on the distributed table changes every shard alike.
 ShardColumns shard_columns(Relation shard) {
   TupleDesc desc = RelationGetDescr(shard);
-  ShardColumns columns{};
-  for (const ShardColumn &expected : shard_columns_expected) {
-    Form_pg_attribute found = find_column(desc, expected.name);
-    if (found == nullptr && expected.optional)
-      continue; // left InvalidAttrNumber
+  // `type` InvalidOid: the tenant's, checked by table_for(); REGROLEOID: the
+  // scope's, see fits_scope().
+  auto column = [desc](const char *name, Oid type,
+                       bool optional = false) -> AttrNumber {
+    Form_pg_attribute found = find_column(desc, name);
+    if (found == nullptr && optional)
+      return InvalidAttrNumber;
     if (found == nullptr)
       ereport(ERROR,
               (errcode(ERRCODE_UNDEFINED_COLUMN),
                errmsg("column \"%s\" of idempotency.tenant_keys does not exist",
-                      expected.name)));
-    bool fits = expected.field == &ShardColumns::scope
-                    ? fits_scope(found->atttypid)
-                : OidIsValid(expected.type) ? found->atttypid == expected.type
-                                            : true;
+                      name)));
+    bool fits = type == REGROLEOID ? fits_scope(found->atttypid)
+                : OidIsValid(type) ? found->atttypid == type
+                                   : true;
     if (!fits || found->attgenerated != '\0')
       ereport(ERROR,
               (errcode(ERRCODE_DATATYPE_MISMATCH),
                errmsg("column \"%s\" of idempotency.tenant_keys has type %s, "
                       "which the tenant_* functions cannot store",
-                      expected.name, format_type_be(found->atttypid))));
-    columns.*expected.field = found->attnum;
-  }
-  return columns;
+                      name, format_type_be(found->atttypid))));
+    return found->attnum;
+  };
+  return ShardColumns{column("tenant", InvalidOid),
+                      column("scope", REGROLEOID),
+                      column("key", TEXTOID),
+                      column("key_digest", BYTEAOID),
+                      column("request_hash", BYTEAOID),
+                      column("response", JSONBOID),
+                      column("created_at", TIMESTAMPTZOID),
+                      column("expires_at", TIMESTAMPTZOID),
+                      column("expired_at", TIMESTAMPTZOID, true),
+                      column("remember_for", INTERVALOID, true)};
 }
 
 // Whether the returned row is still the key's; the tenant is compared by
@@ -231,34 +151,26 @@ Datum copy_varlena(HeapTuple tuple, AttrNumber attnum, TupleDesc desc,
   return *is_null ? (Datum)0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
 }
 
-struct ConditionValue {
-  Oid type;
-  Datum value;
-};
-
-KeptPlan replace_plan{InvalidOid, nullptr, true};
-KeptPlan remove_plan{InvalidOid, nullptr, true};
-
-// Deletes the key's rows that also meet `condition`, whose values are $4 on.
+// Deletes the key's rows that also meet `condition`, of the row k, $4 (the
+// key's text) and $5 (`time`).
 uint64 delete_key_rows(KeptPlan &kept, const KeyTable &table, const KeyRef &key,
-                       const char *condition,
-                       std::initializer_list<ConditionValue> values) {
-  constexpr int max_args = identity_args + 2;
-  Assert(values.size() <= max_args - identity_args);
-  Oid types[max_args];
-  Datum args[max_args];
-  set_identity(key, types, args);
-  int nargs = identity_args;
-  for (const ConditionValue &value : values) {
-    types[nargs] = value.type;
-    args[nargs++] = value.value;
-  }
+                       const char *condition, TimestampTz time) {
+  Oid types[] = {key.tenant_type, REGROLEOID, BYTEAOID, TEXTOID,
+                 TIMESTAMPTZOID};
+  Datum args[] = {key.tenant, ObjectIdGetDatum(key.scope),
+                  PointerGetDatum(key.digest), PointerGetDatum(key.key),
+                  TimestampTzGetDatum(time)};
   char sql[512];
   snprintf(sql, sizeof sql,
-           "DELETE FROM idempotency.tenant_keys AS k WHERE %s AND %s",
-           identity_filter, condition);
+           "DELETE FROM idempotency.tenant_keys AS k WHERE"
+           " k.tenant OPERATOR(pg_catalog.=) $1"
+           " AND k.scope OPERATOR(idempotency.=)"
+           " $2::pg_catalog.regrole::idempotency.role_scope"
+           " AND k.key_digest OPERATOR(pg_catalog.=) $3 AND %s",
+           condition);
   OwnerSpi spi(table.owner);
-  spi.run_kept(kept, sql, nargs, types, args, nullptr, false, SPI_OK_DELETE);
+  spi.run_kept(kept, sql, lengthof(args), types, args, nullptr, false,
+               SPI_OK_DELETE);
   uint64 deleted = SPI_processed;
   spi.finish();
   return deleted;
@@ -271,105 +183,60 @@ uint64 delete_key_rows(KeptPlan &kept, const KeyTable &table, const KeyRef &key,
 StoredRow store_through_citus(const KeyTable &table, const KeyRef &key,
                               const NewRow &row, TimestampTz created_at,
                               TimestampTz expires_at, int64 remember_usecs) {
-  constexpr int nargs = identity_args + 6;
-  Oid types[nargs];
-  Datum values[nargs];
-  char nulls[nargs + 1];
-  memset(nulls, ' ', nargs);
-  nulls[nargs] = '\0';
-  set_identity(key, types, values);
-  types[3] = TEXTOID;
-  values[3] = PointerGetDatum(key.key);
-  types[4] = BYTEAOID;
-  values[4] = PointerGetDatum(row.request_hash);
-  types[5] = JSONBOID;
-  values[5] = row.response;
-  if (row.response_is_null)
-    nulls[5] = 'n';
-  types[6] = TIMESTAMPTZOID;
-  values[6] = TimestampTzGetDatum(created_at);
-  types[7] = TIMESTAMPTZOID;
-  values[7] = TimestampTzGetDatum(expires_at);
-  types[8] = INTERVALOID;
+  Oid types[] = {key.tenant_type, REGROLEOID,     BYTEAOID,
+                 TEXTOID,         BYTEAOID,       JSONBOID,
+                 TIMESTAMPTZOID,  TIMESTAMPTZOID, INTERVALOID};
   bool window_is_null = false;
-  values[8] = stored_window(remember_usecs, &window_is_null);
-  if (window_is_null)
-    nulls[8] = 'n';
+  Datum values[] = {key.tenant,
+                    ObjectIdGetDatum(key.scope),
+                    PointerGetDatum(key.digest),
+                    PointerGetDatum(key.key),
+                    PointerGetDatum(row.request_hash),
+                    row.response,
+                    TimestampTzGetDatum(created_at),
+                    TimestampTzGetDatum(expires_at),
+                    stored_window(remember_usecs, &window_is_null)};
+  char nulls[] = "         ";
+  nulls[5] = row.response_is_null ? 'n' : ' ';
+  nulls[8] = window_is_null ? 'n' : ' ';
   bool with_window =
       get_attnum(table.relid, "remember_for") != InvalidAttrNumber;
 
   OwnerSpi spi(table.owner);
-#define IDEMPOTENCY_TENANT_RETURNING                                           \
-  " RETURNING k.created_at, k.expires_at, k.tenant, k.scope, k.key_digest,"    \
-  " k.key"
-  constexpr const char *sql =
-      "INSERT INTO idempotency.tenant_keys AS k"
-      " (tenant, scope, key, key_digest, request_hash, response, created_at,"
-      " expires_at) VALUES ($1,"
-      " $2::pg_catalog.regrole::idempotency.role_scope, $4, $3, $5, $6, $7,"
-      " $8)" IDEMPOTENCY_TENANT_RETURNING;
-  constexpr const char *sql_with_window =
-      "INSERT INTO idempotency.tenant_keys AS k"
-      " (tenant, scope, key, key_digest, request_hash, response, created_at,"
-      " expires_at, remember_for) VALUES ($1,"
-      " $2::pg_catalog.regrole::idempotency.role_scope, $4, $3, $5, $6, $7,"
-      " $8, $9)" IDEMPOTENCY_TENANT_RETURNING;
-#undef IDEMPOTENCY_TENANT_RETURNING
-  if (with_window)
-    spi.run_kept(insert_plan_with_window, sql_with_window, 9, types, values,
-                 nulls, false, SPI_OK_INSERT_RETURNING);
-  else
-    spi.run_kept(insert_plan, sql, 8, types, values, nulls, false,
-                 SPI_OK_INSERT_RETURNING);
+  spi.run_kept(
+      insert_plans[with_window],
+      psprintf("INSERT INTO idempotency.tenant_keys AS k"
+               " (tenant, scope, key, key_digest, request_hash, response,"
+               " created_at, expires_at%s) VALUES ($1,"
+               " $2::pg_catalog.regrole::idempotency.role_scope, $4, $3, $5,"
+               " $6, $7, $8%s) RETURNING k.created_at, k.expires_at,"
+               " k.tenant, k.scope, k.key_digest, k.key",
+               with_window ? ", remember_for" : "", with_window ? ", $9" : ""),
+      with_window ? 9 : 8, types, values, nulls, false,
+      SPI_OK_INSERT_RETURNING);
   // A BEFORE trigger may change the row, but not drop it.
   if (SPI_processed == 0)
     check_key_row_kept(TriggeredRow::skipped, "idempotency.tenant_keys", "",
                        key.key);
-  bool is_null = false;
-  if (!row_is_the_keys(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, key))
+  HeapTuple returned = SPI_tuptable->vals[0];
+  TupleDesc desc = SPI_tuptable->tupdesc;
+  if (!row_is_the_keys(returned, desc, key))
     check_key_row_kept(TriggeredRow::moved, "idempotency.tenant_keys",
                        "tenant, scope, key or key_digest", key.key);
+  bool is_null = false;
   StoredRow stored{};
-  stored.created_at = DatumGetTimestampTz(
-      SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null));
-  stored.expires_at = DatumGetTimestampTz(
-      SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &is_null));
+  stored.created_at =
+      DatumGetTimestampTz(SPI_getbinval(returned, desc, 1, &is_null));
+  stored.expires_at =
+      DatumGetTimestampTz(SPI_getbinval(returned, desc, 2, &is_null));
   spi.finish();
   return stored;
 }
 
-// Deletes the keys expired at $1 whose window has passed too and the
-// tombstones past their window, then turns the other expired keys into
-// tombstones; returns how many rows it changed. `forgotten_at` is an
-// expression of the row k and $1..$4.
-int64 expire_with(OwnerSpi &spi, const char *forgotten_at, Oid *types,
-                  Datum *values) {
-  spi.run(psprintf("DELETE FROM idempotency.tenant_keys AS k"
-                   " WHERE k.expires_at OPERATOR(pg_catalog.<=) $1"
-                   " AND (k.expired_at IS NOT NULL OR %s"
-                   " OPERATOR(pg_catalog.<=) $1)",
-                   forgotten_at),
-          4, types, values, nullptr, false, SPI_OK_DELETE);
-  int64 done = (int64)SPI_processed;
-  spi.run(psprintf("UPDATE idempotency.tenant_keys AS k"
-                   " SET key = '', response = NULL,"
-                   " expired_at = k.expires_at, expires_at = %s"
-                   " WHERE k.expired_at IS NULL"
-                   " AND k.expires_at OPERATOR(pg_catalog.<=) $1",
-                   forgotten_at),
-          4, types, values, nullptr, false, SPI_OK_UPDATE);
-  done += (int64)SPI_processed;
-  return done;
-}
-
-// When a key of 1.1 is forgotten (storage/keys.hpp, live_row_forgotten_at),
-// in immutable functions only, which Citus accepts in an UPDATE and
-// evaluates alike on every node. $3 is 7 days; $2 and $4 are unused.
-constexpr const char *stored_forgotten_at =
-    "pg_catalog.timezone('UTC', pg_catalog.timezone('UTC', k.expires_at)"
-    " OPERATOR(pg_catalog.+) COALESCE(k.remember_for, $3))";
-
-// The same rules as the local keys' expiry.
+// The same rules as the local keys' expiry: deletes the keys expired at $1
+// whose window has passed too and the tombstones past their window, then
+// turns the other expired keys into tombstones; returns how many rows it
+// changed.
 int64 expire(TimestampTz now) {
   Oid relid = relation();
   // Citus runs the statements on every shard: once, from the coordinator.
@@ -381,7 +248,12 @@ int64 expire(TimestampTz now) {
   OwnerSpi spi(table_owner::of(relid));
   Oid types[4] = {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INTERVALOID};
   Datum values[4] = {TimestampTzGetDatum(now), (Datum)0, (Datum)0, (Datum)0};
-  const char *forgotten_at = stored_forgotten_at;
+  // When a key of 1.1 is forgotten (storage/keys.hpp, live_row_forgotten_at),
+  // in immutable functions only, which Citus accepts in an UPDATE and
+  // evaluates alike on every node. $3 is 7 days; $2 and $4 are unused.
+  const char *forgotten_at =
+      "pg_catalog.timezone('UTC', pg_catalog.timezone('UTC', k.expires_at)"
+      " OPERATOR(pg_catalog.+) COALESCE(k.remember_for, $3))";
   if (keeps_tombstones && stores_window) {
     auto *default_window = static_cast<Interval *>(palloc0(sizeof(Interval)));
     default_window->time = rows_without_window_usecs;
@@ -413,7 +285,21 @@ int64 expire(TimestampTz now) {
         " pg_catalog.timezone($2, pg_catalog.timezone($2, k.expires_at)"
         " OPERATOR(pg_catalog.+) $3)) OPERATOR(pg_catalog.+) $4)";
   }
-  int64 done = expire_with(spi, forgotten_at, types, values);
+  spi.run(psprintf("DELETE FROM idempotency.tenant_keys AS k"
+                   " WHERE k.expires_at OPERATOR(pg_catalog.<=) $1"
+                   " AND (k.expired_at IS NOT NULL OR %s"
+                   " OPERATOR(pg_catalog.<=) $1)",
+                   forgotten_at),
+          4, types, values, nullptr, false, SPI_OK_DELETE);
+  int64 done = (int64)SPI_processed;
+  spi.run(psprintf("UPDATE idempotency.tenant_keys AS k"
+                   " SET key = '', response = NULL,"
+                   " expired_at = k.expires_at, expires_at = %s"
+                   " WHERE k.expired_at IS NULL"
+                   " AND k.expires_at OPERATOR(pg_catalog.<=) $1",
+                   forgotten_at),
+          4, types, values, nullptr, false, SPI_OK_UPDATE);
+  done += (int64)SPI_processed;
   spi.finish();
   return done;
 }
@@ -440,7 +326,21 @@ KeyTable table_for(const KeyRef &key) {
              errmsg("idempotency.tenant_keys is not a Citus distributed table"),
              errhint("Create it with idempotency.distribute_keys().")));
   citus::require_tested_citus();
-  check_tenant_type(relid, key);
+  Oid column_type = tenant_column_type(relid);
+  if (!OidIsValid(column_type))
+    ereport(ERROR,
+            (errcode(ERRCODE_UNDEFINED_COLUMN),
+             errmsg("idempotency.tenant_keys has no column \"tenant\"")));
+  if (column_type != key.tenant_type)
+    ereport(
+        ERROR,
+        (errcode(ERRCODE_DATATYPE_MISMATCH),
+         errmsg("tenant is of type %s, but idempotency.tenant_keys.tenant "
+                "is of type %s",
+                format_type_be(key.tenant_type), format_type_be(column_type)),
+         errhint("Pass the tenant as %s, the type of the distribution "
+                 "column the keys are co-located with.",
+                 format_type_be(column_type))));
   Oid owner = table_owner::of(relid);
   // Whether the shard was here before the lock: a request that waited for
   // a move that took it away still knows, should Citus drop the old
@@ -452,16 +352,41 @@ KeyTable table_for(const KeyRef &key) {
   citus::ShardHere here = citus::shard_here_now(relid, shard.shard);
   Oid local_shard = here.local_relation;
   if (OidIsValid(local_shard) && here.placed_here) {
-    checked_placement =
-        CheckedPlacement{compat::my_local_transaction_id(),
-                         GetCurrentSubTransactionId(), local_shard};
+    checked_transaction = compat::my_local_transaction_id();
+    checked_subtransaction = GetCurrentSubTransactionId();
+    checked_shard = local_shard;
     return KeyTable{relid, local_shard, owner};
   }
+  Oid output;
+  bool is_varlena;
+  getTypeOutputInfo(key.tenant_type, &output, &is_varlena);
+  const char *tenant = OidOutputFunctionCall(output, key.tenant);
   // A relation of the shard here, placed elsewhere: Citus is moving the
   // shard here, or moved it away after it sent this request here.
   if (was_here || OidIsValid(local_shard))
-    report_moved(key);
-  report_not_local(key);
+    ereport(ERROR,
+            (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+             errmsg("the shard of tenant %s moved between nodes during the "
+                    "request",
+                    tenant),
+             errdetail("Citus moved the tenant's shards between the moment it "
+                       "sent the request to this node and the moment the "
+                       "request reached the tenant's keys; nothing of the "
+                       "request is kept."),
+             errhint("Retry the request: Citus sends it to the node that "
+                     "holds the tenant now.")));
+  ereport(
+      ERROR,
+      (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+       errmsg("the idempotency keys of tenant %s are on another node", tenant),
+       errdetail("A tenant's keys are read and written only on the node that "
+                 "holds its shard of idempotency.tenant_keys, in the same "
+                 "local transaction as the request's own work."),
+       errhint("Call the tenant_* functions inside a function distributed "
+               "with create_distributed_function(..., colocate_with => "
+               "'idempotency.tenant_keys', force_delegation => true), whose "
+               "distribution argument is this tenant: Citus runs it on that "
+               "node. See the extension's docs/scale-out.md.")));
 }
 
 // The tenant's shard is read directly by its primary key: through Citus the
@@ -485,7 +410,7 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
                     errmsg("type %s has no equality operator",
                            format_type_be(key.tenant_type))));
   // systable_beginscan maps the table's column numbers to the index's.
-  ScanKeyData scan_keys[identity_args];
+  ScanKeyData scan_keys[3];
   ScanKeyInit(&scan_keys[0], columns.tenant, BTEqualStrategyNumber,
               tenant_type->eq_opr_finfo.fn_oid, key.tenant);
   scan_keys[0].sk_collation =
@@ -498,8 +423,8 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
   // What the transaction wrote so far is seen, as by its next statement.
   CommandCounterIncrement();
   Snapshot snapshot = RegisterSnapshot(GetTransactionSnapshot());
-  SysScanDesc scan = systable_beginscan(rel, primary_key, true, snapshot,
-                                        identity_args, scan_keys);
+  SysScanDesc scan =
+      systable_beginscan(rel, primary_key, true, snapshot, 3, scan_keys);
   KeyProbe result{};
   result.state = KeyState::absent;
   result.response_is_null = true;
@@ -564,14 +489,13 @@ StoredRow store(const KeyTable &table, const KeyRef &key, const NewRow &row) {
   role_marks::ensure_tenant(table.relid, key.scope);
   if (row.replaces != nullptr)
     delete_key_rows(replace_plan, table, key,
-                    "k.expires_at OPERATOR(pg_catalog.<=) $4",
-                    {{TIMESTAMPTZOID, TimestampTzGetDatum(created_at)}});
+                    "k.expires_at OPERATOR(pg_catalog.<=) $5", created_at);
 
   // A placement lock taken in a subtransaction that rolled back is gone.
   bool still_checked =
-      checked_placement.transaction == compat::my_local_transaction_id() &&
-      checked_placement.subtransaction == GetCurrentSubTransactionId() &&
-      checked_placement.local_shard == table.local_shard;
+      checked_transaction == compat::my_local_transaction_id() &&
+      checked_subtransaction == GetCurrentSubTransactionId() &&
+      checked_shard == table.local_shard;
   KeyTable checked = still_checked ? table : table_for(key);
 
   MemoryContext caller = CurrentMemoryContext;
@@ -607,13 +531,11 @@ StoredRow store(const KeyTable &table, const KeyRef &key, const NewRow &row) {
 // The row probe() found, by its key (a tombstone's is empty) and creation
 // time: a row the key got since is another request's.
 bool remove(const KeyTable &table, const KeyRef &key, const KeyProbe &stored) {
-  return delete_key_rows(
-             remove_plan, table, key,
-             "(k.key OPERATOR(pg_catalog.=) $4 OR "
-             "k.key OPERATOR(pg_catalog.=) '') AND "
-             "k.created_at OPERATOR(pg_catalog.=) $5",
-             {{TEXTOID, PointerGetDatum(key.key)},
-              {TIMESTAMPTZOID, TimestampTzGetDatum(stored.created_at)}}) > 0;
+  return delete_key_rows(remove_plan, table, key,
+                         "(k.key OPERATOR(pg_catalog.=) $4 OR "
+                         "k.key OPERATOR(pg_catalog.=) '') AND "
+                         "k.created_at OPERATOR(pg_catalog.=) $5",
+                         stored.created_at) > 0;
 }
 
 // Citus finds the expired keys on every shard, unpaced by expire_rate.
@@ -640,38 +562,24 @@ Oid relation() {
 // Roles do not have the same OID on every node: each node settles the roles
 // of its own shards.
 role_keys::Roles roles_with_keys(Oid relid, AttrNumber) {
-  Oid owner = table_owner::of(relid);
-  citus::ShardRelations shards = citus::local_shard_relations(relid);
-  // A role with keys in several shards is listed once per shard.
-  role_keys::Roles all{0, static_cast<Oid *>(palloc(sizeof(Oid)))};
-  for (int s = 0; s < shards.count; s++) {
-    role_keys::Roles roles = role_keys::in_shard(shards.relids[s], owner);
-    if (roles.count == 0)
-      continue;
-    all.oids = static_cast<Oid *>(
-        repalloc(all.oids, sizeof(Oid) * (all.count + roles.count)));
-    memcpy(all.oids + all.count, roles.oids, sizeof(Oid) * roles.count);
-    all.count += roles.count;
-  }
-  return all;
+  return role_keys::in_shards(citus::local_shard_relations(relid),
+                              table_owner::of(relid));
 }
 
 uint64 delete_keys_of(Oid relid, AttrNumber scope_column, Oid role) {
   Oid scope_type = get_atttype(relid, scope_column);
   Oid owner = table_owner::of(relid);
-  citus::ShardRelations shards = citus::local_shard_relations(relid);
+  List *shards = citus::local_shard_relations(relid);
   uint64 deleted = 0;
-  for (int s = 0; s < shards.count; s++)
-    deleted +=
-        role_keys::delete_in_shard(shards.relids[s], owner, scope_type, role);
+  ListCell *cell;
+  foreach (cell, shards)
+    deleted += role_keys::delete_in(lfirst_oid(cell), owner, scope_type, role);
   return deleted;
 }
 
 Oid tenant_type() {
-  Oid table = tenant_keys_oid();
-  AttrNumber column =
-      OidIsValid(table) ? get_attnum(table, "tenant") : InvalidAttrNumber;
-  return column == InvalidAttrNumber ? TEXTOID : get_atttype(table, column);
+  Oid type = tenant_column_type(tenant_keys_oid());
+  return OidIsValid(type) ? type : TEXTOID;
 }
 
 } // namespace idempotency::storage::tenant_keys

@@ -9,6 +9,10 @@
 
 #include "idempotency/pg.hpp"
 
+extern "C" {
+#include "nodes/pg_list.h"
+}
+
 namespace idempotency::storage::citus {
 
 // Makes a transaction that wrote idempotency.keys commit through two-phase
@@ -61,14 +65,10 @@ ShardHere shard_here_now(Oid relid, uint64 shard);
 // pg_dist_local_group.
 int32 local_group();
 
-// The relations on this node of the shards of `relid`, including those of a
-// shard Citus is moving here or moved away and has not dropped yet.
-struct ShardRelations {
-  int count;
-  Oid *relids;
-};
-static_assert(std::is_trivially_destructible_v<ShardRelations>);
-ShardRelations local_shard_relations(Oid relid);
+// The relations on this node of the shards of `relid` (a List of Oids),
+// including those of a shard Citus is moving here or moved away and has not
+// dropped yet.
+List *local_shard_relations(Oid relid);
 
 enum class TableKind {
   not_citus,     // not in Citus's metadata, or Citus is not installed
