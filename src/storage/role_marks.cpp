@@ -72,10 +72,9 @@ Oid *one_role(Oid role) {
 
 constexpr const char *event_trigger_name = "idempotency_drop_owned_keys";
 
-// The roles this backend knows to be marked, for idempotency.keys and
-// idempotency.tenant_keys. A full set starts over.
+// The roles this backend knows to be marked, in each kind of key table. A
+// full set starts over.
 constexpr int max_remembered = 1024;
-constexpr int remembered_tables = 2;
 
 struct Remembered {
   Oid relid;    // InvalidOid: nothing known
@@ -85,8 +84,7 @@ struct Remembered {
 };
 static_assert(std::is_trivially_destructible_v<Remembered>);
 
-Remembered remembered[remembered_tables];
-int next_taken;
+Remembered remembered[lengthof(key_table_kinds)];
 bool callbacks_registered;
 // One flag, not one per table: a table looked up again in the transaction
 // remembers its uncommitted marks too.
@@ -112,28 +110,20 @@ void forget_on_event_trigger_change(Datum, compat::SysCacheIdentifier, uint32) {
 }
 
 // An empty set the first time, or once forgotten.
-Remembered &remembered_for(Oid relid) {
-  Remembered *free = nullptr;
-  for (Remembered &table : remembered) {
-    if (table.relid == relid)
-      return table;
-    if (free == nullptr && !OidIsValid(table.relid))
-      free = &table;
-  }
-  if (free == nullptr) {
-    free = &remembered[next_taken];
-    next_taken = (next_taken + 1) % remembered_tables;
-  }
+Remembered &remembered_for(KeyTableKind kind, Oid relid) {
+  Remembered &table = remembered[static_cast<int>(kind)];
+  if (table.relid == relid)
+    return table;
   if (!callbacks_registered) {
     CacheRegisterRelcacheCallback(forget_on_relcache_change, (Datum)0);
     CacheRegisterSyscacheCallback(EVENTTRIGGEROID,
                                   forget_on_event_trigger_change, (Datum)0);
     callbacks_registered = true;
   }
-  free->relid = relid;
-  free->count = 0;
-  free->marking = database_marks_roles();
-  return *free;
+  table.relid = relid;
+  table.count = 0;
+  table.marking = database_marks_roles();
+  return table;
 }
 
 AttrNumber scope_column_of(Oid relid) {
@@ -146,8 +136,9 @@ AttrNumber scope_column_of(Oid relid) {
 }
 
 // `scope_column` InvalidAttrNumber: looked up only when needed.
-void ensure_marked(Oid relid, AttrNumber scope_column, Oid role) {
-  Remembered &table = remembered_for(relid);
+void ensure_marked(KeyTableKind kind, Oid relid, AttrNumber scope_column,
+                   Oid role) {
+  Remembered &table = remembered_for(kind, relid);
   if (!table.marking || !OidIsValid(role))
     return;
   for (int i = table.count - 1; i >= 0; i--)
@@ -209,7 +200,7 @@ int64 mark_roles(const GrantStmt *grant) {
       if (!OidIsValid(role))
         continue; // keys of no role: no caller has OID 0
       if (SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
-        ensure_marked(relid, scope_column, role);
+        ensure_marked(kind, relid, scope_column, role);
       else if (grant == nullptr)
         deleted += (int64)store.delete_keys_of(relid, scope_column, role);
     }
@@ -220,11 +211,12 @@ int64 mark_roles(const GrantStmt *grant) {
 } // namespace
 
 void ensure(Relation keys, AttrNumber scope_column, Oid role) {
-  ensure_marked(RelationGetRelid(keys), scope_column, role);
+  ensure_marked(KeyTableKind::local, RelationGetRelid(keys), scope_column,
+                role);
 }
 
 void ensure_tenant(Oid tenant_keys, Oid role) {
-  ensure_marked(tenant_keys, InvalidAttrNumber, role);
+  ensure_marked(KeyTableKind::tenant, tenant_keys, InvalidAttrNumber, role);
 }
 
 int64 mark_key_roles() { return mark_roles(nullptr); }
