@@ -32,18 +32,13 @@ namespace {
 // Citus PREPARE them before the local commit and COMMIT PREPARED them after
 // it. Citus resets the flag when the transaction ends.
 
-using InCoordinatedTransaction = bool (*)();
-using Use2PCForCoordinatedTransaction = void (*)();
-
-struct TransactionManager {
-  InCoordinatedTransaction in_coordinated_transaction;
-  Use2PCForCoordinatedTransaction use_two_phase_commit;
-};
-
 enum class Presence { unknown, absent, present };
 
 Presence presence = Presence::unknown;
-TransactionManager manager{};
+// nullptr when the library does not export them (Citus built for
+// PostgreSQL 16 and later exports only its SQL API).
+bool (*in_coordinated_transaction)() = nullptr;
+void (*use_two_phase_commit)() = nullptr;
 
 bool wrote_keys = false;
 
@@ -64,11 +59,7 @@ char *citus_library_entry() {
     char *entry = static_cast<char *>(lfirst(cell));
     const char *separator = last_dir_separator(entry);
     const char *name = separator != nullptr ? separator + 1 : entry;
-    size_t length = strlen(name);
-    size_t suffix = strlen(DLSUFFIX);
-    if (length > suffix && strcmp(name + length - suffix, DLSUFFIX) == 0)
-      length -= suffix;
-    if (length == strlen("citus") && strncmp(name, "citus", length) == 0)
+    if (strcmp(name, "citus") == 0 || strcmp(name, "citus" DLSUFFIX) == 0)
       return entry;
   }
   return nullptr;
@@ -82,21 +73,16 @@ bool citus_loaded() {
     presence = Presence::absent;
     return false;
   }
-  // nullptr when the library does not export them (Citus built for
-  // PostgreSQL 16 and later exports only its SQL API).
   // load_external_function finds the library among those already loaded,
   // so it never loads Citus here, which Citus would refuse with an error.
-  TransactionManager found{};
-  found.in_coordinated_transaction =
-      reinterpret_cast<InCoordinatedTransaction>(load_external_function(
-          entry, "InCoordinatedTransaction", false, nullptr));
-  found.use_two_phase_commit =
-      reinterpret_cast<Use2PCForCoordinatedTransaction>(load_external_function(
-          entry, "Use2PCForCoordinatedTransaction", false, nullptr));
-  if (found.in_coordinated_transaction == nullptr ||
-      found.use_two_phase_commit == nullptr)
-    found = TransactionManager{};
-  manager = found;
+  void *in_coordinated =
+      load_external_function(entry, "InCoordinatedTransaction", false, nullptr);
+  void *use_2pc = load_external_function(
+      entry, "Use2PCForCoordinatedTransaction", false, nullptr);
+  if (in_coordinated != nullptr && use_2pc != nullptr) {
+    in_coordinated_transaction = reinterpret_cast<bool (*)()>(in_coordinated);
+    use_two_phase_commit = reinterpret_cast<void (*)()>(use_2pc);
+  }
   presence = Presence::present;
   return true;
 }
@@ -129,7 +115,7 @@ bool coordinated_by_this_backend() {
 }
 
 void use_two_phase_commit_if_coordinated() {
-  if (manager.in_coordinated_transaction == nullptr) {
+  if (in_coordinated_transaction == nullptr) {
     if (coordinated_by_this_backend())
       ereport(
           ERROR,
@@ -147,8 +133,8 @@ void use_two_phase_commit_if_coordinated() {
                    "transaction with the tenant's writes.")));
     return;
   }
-  if (manager.in_coordinated_transaction())
-    manager.use_two_phase_commit();
+  if (in_coordinated_transaction())
+    use_two_phase_commit();
 }
 
 constexpr const char *opens_transaction_block =
@@ -169,7 +155,7 @@ void at_transaction_end() { wrote_keys = false; }
 void note_key_write() {
   if (!citus_loaded())
     return;
-  if (!wrote_keys && manager.in_coordinated_transaction == nullptr)
+  if (!wrote_keys && in_coordinated_transaction == nullptr)
     group_of_key_writer = local_group();
   // A write in a subtransaction that rolls back keeps the flag: the
   // transaction then uses two-phase commit where one-phase would have done,
@@ -435,8 +421,6 @@ int32 local_group() {
 }
 
 List *local_shard_relations(Oid relid) {
-  if (!catalog_exists("pg_dist_shard"))
-    return NIL;
   MemoryContext caller = CurrentMemoryContext;
   connect_spi();
   Datum values[1] = {ObjectIdGetDatum(relid)};
