@@ -10,8 +10,6 @@
 
 #include "idempotency/settings/settings.hpp"
 
-#include <initializer_list>
-
 #include "idempotency/compat.hpp"
 
 extern "C" {
@@ -19,11 +17,9 @@ extern "C" {
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/xact.h"
-#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/tuptable.h"
 #include "executor/spi.h"
-#include "miscadmin.h"
 #include "pgtime.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
@@ -33,7 +29,6 @@ extern "C" {
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
-#include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/typcache.h"
 }
