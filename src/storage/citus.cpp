@@ -219,17 +219,34 @@ void read_now(MetadataStatement &statement, Datum *values) {
          SPI_result_code_string(rc));
 }
 
-Datum first_value(int column, bool *is_null) {
-  *is_null = true;
-  if (SPI_processed == 0)
-    return (Datum)0;
-  return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, column,
-                       is_null);
-}
-
 void connect_spi() {
   if (SPI_connect() != SPI_OK_CONNECT)
     elog(ERROR, "SPI_connect failed");
+}
+
+// The first row of `statement`, read as `owner` (InvalidOid: the current
+// user); every column null when there is none.
+void read_first_row(MetadataStatement &statement, Datum *args, Oid owner,
+                    Datum *row, bool *nulls) {
+  table_owner::Saved saved{};
+  if (OidIsValid(owner))
+    saved = table_owner::begin_spi(owner);
+  else
+    connect_spi();
+  read_now(statement, args);
+  TupleDesc desc = SPI_tuptable->tupdesc;
+  for (int i = 0; i < desc->natts; i++) {
+    nulls[i] = true;
+    if (SPI_processed > 0)
+      row[i] = SPI_getbinval(SPI_tuptable->vals[0], desc, i + 1, &nulls[i]);
+    if (!nulls[i])
+      row[i] = SPI_datumTransfer(row[i], TupleDescAttr(desc, i)->attbyval,
+                                 TupleDescAttr(desc, i)->attlen);
+  }
+  if (OidIsValid(owner))
+    table_owner::finish_spi(saved);
+  else
+    SPI_finish();
 }
 
 bool catalog_exists(const char *name) {
@@ -283,38 +300,26 @@ MetadataStatement lock_metadata{
     {INT4OID, INT8OID},
     nullptr};
 
-Oid relation_in_spi(int column) {
-  bool is_null = true;
-  Datum relid = first_value(column, &is_null);
-  return is_null ? InvalidOid : DatumGetObjectId(relid);
-}
-
-// partmethod 'n': a reference table (repmodel 't'), a single-shard
-// distributed table (it has a colocation group), or a managed local table.
-TableKind kind_of_first_row() {
-  if (SPI_processed == 0)
-    return TableKind::not_citus;
-  bool is_null = true;
-  if (DatumGetChar(first_value(1, &is_null)) != 'n')
-    return TableKind::distributed;
-  if (DatumGetChar(first_value(2, &is_null)) == 't')
-    return TableKind::reference;
-  if (DatumGetInt32(first_value(3, &is_null)) != 0)
-    return TableKind::distributed;
-  return TableKind::managed_local;
-}
-
 } // namespace
 
 TableKind table_kind(Oid relid) {
   if (!catalog_exists("pg_dist_partition"))
     return TableKind::not_citus;
-  connect_spi();
-  Datum values[1] = {ObjectIdGetDatum(relid)};
-  read_now(partition_of_table, values);
-  TableKind kind = kind_of_first_row();
-  SPI_finish();
-  return kind;
+  Datum args[1] = {ObjectIdGetDatum(relid)};
+  Datum row[3];
+  bool nulls[3];
+  read_first_row(partition_of_table, args, InvalidOid, row, nulls);
+  if (nulls[0])
+    return TableKind::not_citus;
+  // partmethod 'n': a reference table (repmodel 't'), a single-shard
+  // distributed table (it has a colocation group), or a managed local table.
+  if (DatumGetChar(row[0]) != 'n')
+    return TableKind::distributed;
+  if (DatumGetChar(row[1]) == 't')
+    return TableKind::reference;
+  if (DatumGetInt32(row[2]) != 0)
+    return TableKind::distributed;
+  return TableKind::managed_local;
 }
 
 const char *citus_table_message(TableKind kind) {
@@ -366,22 +371,19 @@ void require_tested_citus() {
 }
 
 ShardOfValue shard_for_value(Oid relid, Oid owner, Oid type, Datum value) {
-  table_owner::Saved saved = table_owner::begin_spi(owner);
   if (shard_of_value.types[1] != type && shard_of_value.plan != nullptr) {
     SPI_freeplan(shard_of_value.plan);
     shard_of_value.plan = nullptr;
   }
   shard_of_value.types[1] = type;
-  Datum values[2] = {ObjectIdGetDatum(relid), value};
-  read_now(shard_of_value, values);
-  bool is_null = true;
-  Datum shard = first_value(1, &is_null);
-  if (is_null)
+  Datum args[2] = {ObjectIdGetDatum(relid), value};
+  Datum row[2];
+  bool nulls[2];
+  read_first_row(shard_of_value, args, owner, row, nulls);
+  if (nulls[0])
     elog(ERROR, "get_shard_id_for_distribution_column returned NULL");
-  ShardOfValue found{static_cast<uint64>(DatumGetInt64(shard)),
-                     relation_in_spi(2)};
-  table_owner::finish_spi(saved);
-  return found;
+  return ShardOfValue{static_cast<uint64>(DatumGetInt64(row[0])),
+                      nulls[1] ? InvalidOid : DatumGetObjectId(row[1])};
 }
 
 void lock_shard_placement(uint64 shard, Oid owner) {
@@ -399,25 +401,20 @@ void lock_shard_placement(uint64 shard, Oid owner) {
 }
 
 ShardHere shard_here_now(Oid relid, uint64 shard) {
-  connect_spi();
-  Datum values[2] = {ObjectIdGetDatum(relid),
-                     Int64GetDatum(static_cast<int64>(shard))};
-  read_now(shard_here, values);
-  bool is_null = true;
-  ShardHere here{relation_in_spi(1),
-                 DatumGetBool(first_value(2, &is_null)) && !is_null};
-  SPI_finish();
-  return here;
+  Datum args[2] = {ObjectIdGetDatum(relid),
+                   Int64GetDatum(static_cast<int64>(shard))};
+  Datum row[2];
+  bool nulls[2];
+  read_first_row(shard_here, args, InvalidOid, row, nulls);
+  return ShardHere{nulls[0] ? InvalidOid : DatumGetObjectId(row[0]),
+                   !nulls[1] && DatumGetBool(row[1])};
 }
 
 int32 local_group() {
-  connect_spi();
-  read_now(local_group_row, nullptr);
-  bool is_null = true;
-  Datum value = first_value(1, &is_null);
-  int32 group = is_null ? -1 : DatumGetInt32(value);
-  SPI_finish();
-  return group;
+  Datum row[1];
+  bool nulls[1];
+  read_first_row(local_group_row, nullptr, InvalidOid, row, nulls);
+  return nulls[0] ? -1 : DatumGetInt32(row[0]);
 }
 
 List *local_shard_relations(Oid relid) {
