@@ -323,15 +323,10 @@ TableKind table_kind(Oid relid) {
 }
 
 const char *citus_table_message(TableKind kind) {
-  switch (kind) {
-  case TableKind::reference:
+  if (kind == TableKind::reference)
     return "idempotency.keys is a Citus reference table";
-  case TableKind::managed_local:
+  if (kind == TableKind::managed_local)
     return "idempotency.keys is a local table in Citus's metadata";
-  case TableKind::distributed:
-  case TableKind::not_citus:
-    break;
-  }
   return "idempotency.keys is a Citus distributed table";
 }
 

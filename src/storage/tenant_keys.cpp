@@ -37,8 +37,6 @@ namespace idempotency::storage::tenant_keys {
 
 namespace {
 
-Oid tenant_keys_oid() { return schema::relation("tenant_keys"); }
-
 // InvalidOid where the table or its column "tenant" is missing.
 Oid tenant_column_type(Oid relid) {
   AttrNumber column =
@@ -307,7 +305,7 @@ int64 expire(TimestampTz now) {
 // request: otherwise a move could end between the check and the request's
 // writes, which would land in a placement the move has left behind.
 KeyTable table_for(const KeyRef &key) {
-  Oid relid = tenant_keys_oid();
+  Oid relid = schema::relation("tenant_keys");
   if (!OidIsValid(relid))
     ereport(ERROR,
             (errcode(ERRCODE_UNDEFINED_TABLE),
@@ -430,10 +428,9 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
     bool tombstone = false;
     TimestampTz expired_at = 0;
     if (columns.expired_at != InvalidAttrNumber) {
-      Datum value = heap_getattr(tuple, columns.expired_at, desc, &is_null);
+      expired_at = DatumGetTimestampTz(
+          heap_getattr(tuple, columns.expired_at, desc, &is_null));
       tombstone = !is_null;
-      if (tombstone)
-        expired_at = DatumGetTimestampTz(value);
     }
     Datum stored_key = heap_getattr(tuple, columns.key, desc, &is_null);
     if (!tombstone &&
@@ -547,7 +544,7 @@ ExpiryBatch expire_batch(ExpiryRound &round, int) {
 }
 
 Oid relation() {
-  Oid relid = tenant_keys_oid();
+  Oid relid = schema::relation("tenant_keys");
   if (!OidIsValid(relid) ||
       citus::table_kind(relid) != citus::TableKind::distributed)
     return InvalidOid;
@@ -573,7 +570,7 @@ uint64 delete_keys_of(Oid relid, AttrNumber scope_column, Oid role) {
 }
 
 Oid tenant_type() {
-  Oid type = tenant_column_type(tenant_keys_oid());
+  Oid type = tenant_column_type(schema::relation("tenant_keys"));
   return OidIsValid(type) ? type : TEXTOID;
 }
 
