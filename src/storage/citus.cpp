@@ -365,7 +365,8 @@ void require_tested_citus() {
                    tested_citus_versions)));
 }
 
-ShardOfValue shard_for_value(Oid relid, Oid owner, Oid type, Datum value) {
+ShardPlacement lock_shard_of_value(Oid relid, Oid owner, Oid type,
+                                   Datum value) {
   if (shard_of_value.types[1] != type && shard_of_value.plan != nullptr) {
     SPI_freeplan(shard_of_value.plan);
     shard_of_value.plan = nullptr;
@@ -377,32 +378,26 @@ ShardOfValue shard_for_value(Oid relid, Oid owner, Oid type, Datum value) {
   read_first_row(shard_of_value, args, owner, row, nulls);
   if (nulls[0])
     elog(ERROR, "get_shard_id_for_distribution_column returned NULL");
-  return ShardOfValue{static_cast<uint64>(DatumGetInt64(row[0])),
-                      nulls[1] ? InvalidOid : DatumGetObjectId(row[1])};
-}
+  ShardPlacement placement{nulls[1] ? InvalidOid : DatumGetObjectId(row[1]),
+                           InvalidOid, false};
+  Datum shard = row[0];
 
-void lock_shard_placement(uint64 shard, Oid owner) {
   table_owner::Saved saved = table_owner::begin_spi(owner);
-  Datum values[2] = {Int32GetDatum(ShareLock),
-                     Int64GetDatum(static_cast<int64>(shard))};
+  Datum lock_args[2] = {Int32GetDatum(ShareLock), shard};
   int rc =
-      SPI_execute_plan(kept_plan(lock_metadata), values, nullptr, false, 0);
+      SPI_execute_plan(kept_plan(lock_metadata), lock_args, nullptr, false, 0);
   if (rc != SPI_OK_SELECT)
     elog(ERROR, "lock_shard_metadata failed: %s", SPI_result_code_string(rc));
   table_owner::finish_spi(saved);
   // Citus takes the lock as an advisory lock, which, unlike a relation's,
   // does not take in the invalidations of the transactions it waited for.
   AcceptInvalidationMessages();
-}
 
-ShardHere shard_here_now(Oid relid, uint64 shard) {
-  Datum args[2] = {ObjectIdGetDatum(relid),
-                   Int64GetDatum(static_cast<int64>(shard))};
-  Datum row[2];
-  bool nulls[2];
+  args[1] = shard;
   read_first_row(shard_here, args, InvalidOid, row, nulls);
-  return ShardHere{nulls[0] ? InvalidOid : DatumGetObjectId(row[0]),
-                   !nulls[1] && DatumGetBool(row[1])};
+  placement.local_relation = nulls[0] ? InvalidOid : DatumGetObjectId(row[0]);
+  placement.placed_here = !nulls[1] && DatumGetBool(row[1]);
+  return placement;
 }
 
 int32 local_group() {

@@ -335,16 +335,10 @@ KeyTable table_for(const KeyRef &key) {
                  "column the keys are co-located with.",
                  format_type_be(column_type))));
   Oid owner = table_owner::of(relid);
-  // Whether the shard was here before the lock: a request that waited for
-  // a move that took it away still knows, should Citus drop the old
-  // placement before the request looks again.
-  citus::ShardOfValue shard =
-      citus::shard_for_value(relid, owner, key.tenant_type, key.tenant);
-  bool was_here = OidIsValid(shard.local_relation);
-  citus::lock_shard_placement(shard.shard, owner);
-  citus::ShardHere here = citus::shard_here_now(relid, shard.shard);
-  Oid local_shard = here.local_relation;
-  if (OidIsValid(local_shard) && here.placed_here) {
+  citus::ShardPlacement shard =
+      citus::lock_shard_of_value(relid, owner, key.tenant_type, key.tenant);
+  Oid local_shard = shard.local_relation;
+  if (OidIsValid(local_shard) && shard.placed_here) {
     checked_transaction = compat::my_local_transaction_id();
     checked_subtransaction = GetCurrentSubTransactionId();
     checked_shard = local_shard;
@@ -356,7 +350,7 @@ KeyTable table_for(const KeyRef &key) {
   const char *tenant = OidOutputFunctionCall(output, key.tenant);
   // A relation of the shard here, placed elsewhere: Citus is moving the
   // shard here, or moved it away after it sent this request here.
-  if (was_here || OidIsValid(local_shard))
+  if (OidIsValid(shard.relation_before_lock) || OidIsValid(local_shard))
     ereport(ERROR,
             (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
              errmsg("the shard of tenant %s moved between nodes during the "
