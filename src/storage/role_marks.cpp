@@ -228,21 +228,6 @@ bool database_marks_roles() {
 }
 
 void drop_owned_keys(const List *roles) {
-  constexpr int kinds = lengthof(key_table_kinds);
-  Oid relids[kinds];
-  AttrNumber scope_columns[kinds];
-  // Calls that may be storing keys finish first, and new ones wait until
-  // DROP OWNED commits: no key of a dropped role can slip in meanwhile.
-  for (int i = 0; i < kinds; i++) {
-    relids[i] = store_of_kind(key_table_kinds[i]).relation();
-    if (!OidIsValid(relids[i]))
-      continue;
-    LockRelationOid(relids[i], ShareRowExclusiveLock);
-    // A table without its scope column holds no role's keys.
-    scope_columns[i] = get_attnum(relids[i], "scope");
-    if (scope_columns[i] == InvalidAttrNumber)
-      relids[i] = InvalidOid;
-  }
   ListCell *cell;
   foreach (cell, roles) {
     Oid role = get_rolespec_oid(lfirst_node(RoleSpec, cell), false);
@@ -250,21 +235,30 @@ void drop_owned_keys(const List *roles) {
     if (!has_privs_of_role(GetUserId(), role))
       ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
                       errmsg("permission denied to drop objects")));
-    for (int i = 0; i < kinds; i++) {
-      if (!OidIsValid(relids[i]))
-        continue;
-      (void)store_of_kind(key_table_kinds[i])
-          .delete_keys_of(relids[i], scope_columns[i], role);
+  }
+  for (KeyTableKind kind : key_table_kinds) {
+    KeyStore store = store_of_kind(kind);
+    Oid relid = store.relation();
+    if (!OidIsValid(relid))
+      continue;
+    // Calls that may be storing keys finish first, and new ones wait until
+    // DROP OWNED commits: no key of a dropped role can slip in meanwhile.
+    LockRelationOid(relid, ShareRowExclusiveLock);
+    // A table without its scope column holds no role's keys.
+    AttrNumber scope_column = get_attnum(relid, "scope");
+    if (scope_column == InvalidAttrNumber)
+      continue;
+    foreach (cell, roles) {
+      Oid role = get_rolespec_oid(lfirst_node(RoleSpec, cell), false);
+      (void)store.delete_keys_of(relid, scope_column, role);
       // As a REVOKE on the column would: there may be more than one row (a
       // GRANT on the column to a marked role adds the server's own).
-      updateAclDependencies(RelationRelationId, relids[i], scope_columns[i],
-                            InvalidOid, 1, one_role(role), 0, nullptr);
+      updateAclDependencies(RelationRelationId, relid, scope_column, InvalidOid,
+                            1, one_role(role), 0, nullptr);
     }
+    // Every backend looks its marks up again at its next store.
+    CacheInvalidateRelcacheByRelid(relid);
   }
-  // Every backend looks its marks up again at its next store.
-  for (Oid relid : relids)
-    if (OidIsValid(relid))
-      CacheInvalidateRelcacheByRelid(relid);
 }
 
 void at_commit() { recorded_in_transaction = false; }
