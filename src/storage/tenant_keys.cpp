@@ -226,77 +226,6 @@ StoredRow store_through_citus(const KeyTable &table, const KeyRef &key,
   return stored;
 }
 
-// The same rules as the local keys' expiry: deletes the keys expired at $1
-// whose window has passed too and the tombstones past their window, then
-// turns the other expired keys into tombstones; returns how many rows it
-// changed.
-int64 expire(TimestampTz now) {
-  Oid relid = relation();
-  // Citus runs the statements on every shard: once, from the coordinator.
-  if (!OidIsValid(relid) || citus::local_group() != 0)
-    return 0;
-  bool keeps_tombstones = get_attnum(relid, "expired_at") != InvalidAttrNumber;
-  bool stores_window = get_attnum(relid, "remember_for") != InvalidAttrNumber;
-  bool remember = keeps_tombstones && settings::remember_keys();
-  OwnerSpi spi(table_owner::of(relid));
-  Oid types[4] = {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INTERVALOID};
-  Datum values[4] = {TimestampTzGetDatum(now), (Datum)0, (Datum)0, (Datum)0};
-  // When a key of 1.1 is forgotten (storage/keys.hpp, live_row_forgotten_at),
-  // in immutable functions only, which Citus accepts in an UPDATE and
-  // evaluates alike on every node. $3 is 7 days; $2 and $4 are unused.
-  const char *forgotten_at =
-      "pg_catalog.timezone('UTC', pg_catalog.timezone('UTC', k.expires_at)"
-      " OPERATOR(pg_catalog.+) COALESCE(k.remember_for, $3))";
-  if (keeps_tombstones && stores_window) {
-    auto *default_window = static_cast<Interval *>(palloc0(sizeof(Interval)));
-    default_window->time = rows_without_window_usecs;
-    values[1] = CStringGetTextDatum("");
-    values[2] = IntervalPGetDatum(default_window);
-    values[3] = IntervalPGetDatum(default_window);
-  } else if (!remember) {
-    spi.run("DELETE FROM idempotency.tenant_keys AS k"
-            " WHERE k.expires_at OPERATOR(pg_catalog.<=) $1",
-            1, types, values, nullptr, false, SPI_OK_DELETE);
-    int64 deleted = (int64)SPI_processed;
-    spi.finish();
-    return deleted;
-  } else {
-    // expires_at + idempotency.remember, as settings::forgotten_at()
-    // computes it (months and days in this session's time zone, then the
-    // time).
-    const Interval &span = settings::remember();
-    Interval *calendar = static_cast<Interval *>(palloc0(sizeof(Interval)));
-    calendar->month = span.month;
-    calendar->day = span.day;
-    Interval *clock = static_cast<Interval *>(palloc0(sizeof(Interval)));
-    clock->time = span.time;
-    values[1] = CStringGetTextDatum(pg_get_timezone_name(session_timezone));
-    values[2] = IntervalPGetDatum(calendar);
-    values[3] = IntervalPGetDatum(clock);
-    forgotten_at =
-        "pg_catalog.timezone('UTC', pg_catalog.timezone('UTC',"
-        " pg_catalog.timezone($2, pg_catalog.timezone($2, k.expires_at)"
-        " OPERATOR(pg_catalog.+) $3)) OPERATOR(pg_catalog.+) $4)";
-  }
-  spi.run(psprintf("DELETE FROM idempotency.tenant_keys AS k"
-                   " WHERE k.expires_at OPERATOR(pg_catalog.<=) $1"
-                   " AND (k.expired_at IS NOT NULL OR %s"
-                   " OPERATOR(pg_catalog.<=) $1)",
-                   forgotten_at),
-          4, types, values, nullptr, false, SPI_OK_DELETE);
-  int64 done = (int64)SPI_processed;
-  spi.run(psprintf("UPDATE idempotency.tenant_keys AS k"
-                   " SET key = '', response = NULL,"
-                   " expired_at = k.expires_at, expires_at = %s"
-                   " WHERE k.expired_at IS NULL"
-                   " AND k.expires_at OPERATOR(pg_catalog.<=) $1",
-                   forgotten_at),
-          4, types, values, nullptr, false, SPI_OK_UPDATE);
-  done += (int64)SPI_processed;
-  spi.finish();
-  return done;
-}
-
 } // namespace
 
 // The placement lock locks the tenant's group of co-located shards as one,
@@ -531,10 +460,75 @@ void collect_expired(ExpiryRound &round, int) {
   round.paced = false;
 }
 
+// The same rules as the local keys' expiry: deletes the keys expired at $1
+// whose window has passed too and the tombstones past their window, then
+// turns the other expired keys into tombstones.
 ExpiryBatch expire_batch(ExpiryRound &round, int) {
-  int64 deleted = expire(round.cutoff);
   round.has_batch = false;
-  return ExpiryBatch{deleted, deleted};
+  Oid relid = relation();
+  // Citus runs the statements on every shard: once, from the coordinator.
+  if (!OidIsValid(relid) || citus::local_group() != 0)
+    return ExpiryBatch{0, 0};
+  bool keeps_tombstones = get_attnum(relid, "expired_at") != InvalidAttrNumber;
+  bool stores_window = get_attnum(relid, "remember_for") != InvalidAttrNumber;
+  bool remember = keeps_tombstones && settings::remember_keys();
+  OwnerSpi spi(table_owner::of(relid));
+  Oid types[4] = {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INTERVALOID};
+  Datum values[4] = {TimestampTzGetDatum(round.cutoff)};
+  // When a key of 1.1 is forgotten (storage/keys.hpp, live_row_forgotten_at),
+  // in immutable functions only, which Citus accepts in an UPDATE and
+  // evaluates alike on every node. $3 is 7 days; $2 and $4 are unused.
+  const char *forgotten_at =
+      "pg_catalog.timezone('UTC', pg_catalog.timezone('UTC', k.expires_at)"
+      " OPERATOR(pg_catalog.+) COALESCE(k.remember_for, $3))";
+  if (keeps_tombstones && stores_window) {
+    auto *default_window = static_cast<Interval *>(palloc0(sizeof(Interval)));
+    default_window->time = rows_without_window_usecs;
+    values[1] = CStringGetTextDatum("");
+    values[2] = IntervalPGetDatum(default_window);
+    values[3] = IntervalPGetDatum(default_window);
+  } else if (!remember) {
+    spi.run("DELETE FROM idempotency.tenant_keys AS k"
+            " WHERE k.expires_at OPERATOR(pg_catalog.<=) $1",
+            1, types, values, nullptr, false, SPI_OK_DELETE);
+    int64 deleted = (int64)SPI_processed;
+    spi.finish();
+    return ExpiryBatch{deleted, deleted};
+  } else {
+    // expires_at + idempotency.remember, as settings::forgotten_at()
+    // computes it (months and days in this session's time zone, then the
+    // time).
+    const Interval &span = settings::remember();
+    Interval *calendar = static_cast<Interval *>(palloc0(sizeof(Interval)));
+    calendar->month = span.month;
+    calendar->day = span.day;
+    Interval *clock = static_cast<Interval *>(palloc0(sizeof(Interval)));
+    clock->time = span.time;
+    values[1] = CStringGetTextDatum(pg_get_timezone_name(session_timezone));
+    values[2] = IntervalPGetDatum(calendar);
+    values[3] = IntervalPGetDatum(clock);
+    forgotten_at =
+        "pg_catalog.timezone('UTC', pg_catalog.timezone('UTC',"
+        " pg_catalog.timezone($2, pg_catalog.timezone($2, k.expires_at)"
+        " OPERATOR(pg_catalog.+) $3)) OPERATOR(pg_catalog.+) $4)";
+  }
+  spi.run(psprintf("DELETE FROM idempotency.tenant_keys AS k"
+                   " WHERE k.expires_at OPERATOR(pg_catalog.<=) $1"
+                   " AND (k.expired_at IS NOT NULL OR %s"
+                   " OPERATOR(pg_catalog.<=) $1)",
+                   forgotten_at),
+          4, types, values, nullptr, false, SPI_OK_DELETE);
+  int64 done = (int64)SPI_processed;
+  spi.run(psprintf("UPDATE idempotency.tenant_keys AS k"
+                   " SET key = '', response = NULL,"
+                   " expired_at = k.expires_at, expires_at = %s"
+                   " WHERE k.expired_at IS NULL"
+                   " AND k.expires_at OPERATOR(pg_catalog.<=) $1",
+                   forgotten_at),
+          4, types, values, nullptr, false, SPI_OK_UPDATE);
+  done += (int64)SPI_processed;
+  spi.finish();
+  return ExpiryBatch{done, done};
 }
 
 Oid relation() {
