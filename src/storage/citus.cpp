@@ -35,8 +35,7 @@ namespace {
 enum class Presence { unknown, absent, present };
 
 Presence presence = Presence::unknown;
-// nullptr when the library does not export them (Citus built for
-// PostgreSQL 16 and later exports only its SQL API).
+// nullptr when the library does not export them.
 bool (*in_coordinated_transaction)() = nullptr;
 void (*use_two_phase_commit)() = nullptr;
 
@@ -249,10 +248,6 @@ void read_first_row(MetadataStatement &statement, Datum *args, Oid owner,
     SPI_finish();
 }
 
-bool catalog_exists(const char *name) {
-  return OidIsValid(get_relname_relid(name, PG_CATALOG_NAMESPACE));
-}
-
 MetadataStatement partition_of_table{
     "SELECT p.partmethod, p.repmodel, p.colocationid"
     " FROM pg_catalog.pg_dist_partition p"
@@ -303,7 +298,7 @@ MetadataStatement lock_metadata{
 } // namespace
 
 TableKind table_kind(Oid relid) {
-  if (!catalog_exists("pg_dist_partition"))
+  if (!OidIsValid(get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE)))
     return TableKind::not_citus;
   Datum args[1] = {ObjectIdGetDatum(relid)};
   Datum row[3];

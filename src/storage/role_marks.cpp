@@ -158,25 +158,18 @@ void ensure_marked(KeyTableKind kind, Oid relid, AttrNumber scope_column,
 
 // Only a GRANT or REVOKE on tables changes the privileges of their columns.
 bool grant_names(const GrantStmt *grant, Oid relid) {
-  if (grant->objtype != OBJECT_TABLE)
+  bool in_schema = grant->targtype == ACL_TARGET_ALL_IN_SCHEMA;
+  if (grant->objtype != OBJECT_TABLE ||
+      (!in_schema && grant->targtype != ACL_TARGET_OBJECT))
     return false;
   ListCell *cell;
-  switch (grant->targtype) {
-  case ACL_TARGET_OBJECT:
-    foreach (cell, grant->objects)
-      if (RangeVarGetRelid(lfirst_node(RangeVar, cell), NoLock, true) == relid)
-        return true;
-    return false;
-  case ACL_TARGET_ALL_IN_SCHEMA: {
-    Oid schema = get_rel_namespace(relid);
-    foreach (cell, grant->objects)
-      if (get_namespace_oid(strVal(lfirst(cell)), true) == schema)
-        return true;
-    return false;
-  }
-  default:
-    return false;
-  }
+  foreach (cell, grant->objects)
+    if (in_schema ? get_namespace_oid(strVal(lfirst(cell)), true) ==
+                        get_rel_namespace(relid)
+                  : RangeVarGetRelid(lfirst_node(RangeVar, cell), NoLock,
+                                     true) == relid)
+      return true;
+  return false;
 }
 
 // Marks the roles with keys in every key table, or in those `grant` names,

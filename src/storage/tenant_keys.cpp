@@ -153,17 +153,15 @@ uint64 delete_key_rows(KeptPlan &kept, const KeyTable &table, const KeyRef &key,
   Datum args[] = {key.tenant, ObjectIdGetDatum(key.scope),
                   PointerGetDatum(key.digest), PointerGetDatum(key.key),
                   TimestampTzGetDatum(time)};
-  char sql[512];
-  snprintf(sql, sizeof sql,
-           "DELETE FROM idempotency.tenant_keys AS k WHERE"
-           " k.tenant OPERATOR(pg_catalog.=) $1"
-           " AND k.scope OPERATOR(idempotency.=)"
-           " $2::pg_catalog.regrole::idempotency.role_scope"
-           " AND k.key_digest OPERATOR(pg_catalog.=) $3 AND %s",
-           condition);
   OwnerSpi spi(table.owner);
-  spi.run_kept(kept, sql, lengthof(args), types, args, nullptr, false,
-               SPI_OK_DELETE);
+  spi.run_kept(kept,
+               psprintf("DELETE FROM idempotency.tenant_keys AS k WHERE"
+                        " k.tenant OPERATOR(pg_catalog.=) $1"
+                        " AND k.scope OPERATOR(idempotency.=)"
+                        " $2::pg_catalog.regrole::idempotency.role_scope"
+                        " AND k.key_digest OPERATOR(pg_catalog.=) $3 AND %s",
+                        condition),
+               lengthof(args), types, args, nullptr, false, SPI_OK_DELETE);
   uint64 deleted = SPI_processed;
   spi.finish();
   return deleted;
