@@ -11,9 +11,8 @@ extern "C" {
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "nodes/makefuncs.h"
-#include "parser/parse_func.h"
 #include "storage/lmgr.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -96,10 +95,8 @@ int32 group_of_key_writer = -1;
 bool coordinated_by_this_backend() {
   static Oid function = InvalidOid;
   if (!OidIsValid(function))
-    function = LookupFuncName(
-        list_make2(makeString(pstrdup("pg_catalog")),
-                   makeString(pstrdup("get_current_transaction_id"))),
-        0, nullptr, false);
+    function = DatumGetObjectId(DirectFunctionCall1(
+        regprocin, CStringGetDatum("pg_catalog.get_current_transaction_id")));
   HeapTupleHeader row = DatumGetHeapTupleHeader(OidFunctionCall0(function));
   bool isnull = true;
   Datum number = GetAttributeByName(row, "transaction_number", &isnull);

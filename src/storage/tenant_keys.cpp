@@ -480,8 +480,8 @@ ExpiryBatch expire_batch(ExpiryRound &round, int) {
       "pg_catalog.timezone('UTC', pg_catalog.timezone('UTC', k.expires_at)"
       " OPERATOR(pg_catalog.+) COALESCE(k.remember_for, $3))";
   if (keeps_tombstones && stores_window) {
-    auto *default_window = static_cast<Interval *>(palloc0(sizeof(Interval)));
-    default_window->time = rows_without_window_usecs;
+    auto *default_window = static_cast<Interval *>(palloc(sizeof(Interval)));
+    *default_window = Interval{rows_without_window_usecs, 0, 0};
     values[1] = CStringGetTextDatum("");
     values[2] = IntervalPGetDatum(default_window);
     values[3] = IntervalPGetDatum(default_window);
@@ -497,11 +497,10 @@ ExpiryBatch expire_batch(ExpiryRound &round, int) {
     // computes it (months and days in this session's time zone, then the
     // time).
     const Interval &span = settings::remember();
-    Interval *calendar = static_cast<Interval *>(palloc0(sizeof(Interval)));
-    calendar->month = span.month;
-    calendar->day = span.day;
-    Interval *clock = static_cast<Interval *>(palloc0(sizeof(Interval)));
-    clock->time = span.time;
+    auto *calendar = static_cast<Interval *>(palloc(sizeof(Interval)));
+    *calendar = Interval{0, span.day, span.month};
+    auto *clock = static_cast<Interval *>(palloc(sizeof(Interval)));
+    *clock = Interval{span.time, 0, 0};
     values[1] = CStringGetTextDatum(pg_get_timezone_name(session_timezone));
     values[2] = IntervalPGetDatum(calendar);
     values[3] = IntervalPGetDatum(clock);
