@@ -112,32 +112,6 @@ ShardColumns shard_columns(Relation shard) {
                       column("remember_for", INTERVALOID, true)};
 }
 
-// Whether the returned row is still the key's; the tenant is compared by
-// its type's equality, as the primary key compares it.
-bool row_is_the_keys(HeapTuple row, TupleDesc desc, const KeyRef &key) {
-  bool is_null = false;
-  Datum tenant = SPI_getbinval(row, desc, 3, &is_null);
-  if (is_null)
-    return false;
-  TypeCacheEntry *tenant_type =
-      lookup_type_cache(key.tenant_type, TYPECACHE_EQ_OPR_FINFO);
-  if (!OidIsValid(tenant_type->eq_opr_finfo.fn_oid) ||
-      !DatumGetBool(FunctionCall2Coll(&tenant_type->eq_opr_finfo,
-                                      TupleDescAttr(desc, 2)->attcollation,
-                                      tenant, key.tenant)))
-    return false;
-  Datum scope = SPI_getbinval(row, desc, 4, &is_null);
-  if (is_null || DatumGetObjectId(scope) != key.scope)
-    return false;
-  Datum digest = SPI_getbinval(row, desc, 5, &is_null);
-  if (is_null ||
-      !datum_image_eq(digest, PointerGetDatum(key.digest), false, -1))
-    return false;
-  Datum stored_key = SPI_getbinval(row, desc, 6, &is_null);
-  return !is_null &&
-         datum_image_eq(stored_key, PointerGetDatum(key.key), false, -1);
-}
-
 Datum copy_varlena(HeapTuple tuple, AttrNumber attnum, TupleDesc desc,
                    bool *is_null) {
   Datum value = heap_getattr(tuple, attnum, desc, is_null);
@@ -209,17 +183,27 @@ StoredRow store_through_citus(const KeyTable &table, const KeyRef &key,
   if (SPI_processed == 0)
     check_key_row_kept(TriggeredRow::skipped, "idempotency.tenant_keys", "",
                        key.key);
-  HeapTuple returned = SPI_tuptable->vals[0];
-  TupleDesc desc = SPI_tuptable->tupdesc;
-  if (!row_is_the_keys(returned, desc, key))
+  Datum returned[6];
+  bool nulls_returned[6];
+  heap_deform_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, returned,
+                    nulls_returned);
+  // Whether the row is still the key's; the tenant is compared by its type's
+  // equality, as the primary key compares it.
+  TypeCacheEntry *tenant_type =
+      lookup_type_cache(key.tenant_type, TYPECACHE_EQ_OPR_FINFO);
+  if (nulls_returned[2] || nulls_returned[3] || nulls_returned[4] ||
+      nulls_returned[5] || !OidIsValid(tenant_type->eq_opr_finfo.fn_oid) ||
+      !DatumGetBool(FunctionCall2Coll(
+          &tenant_type->eq_opr_finfo,
+          TupleDescAttr(SPI_tuptable->tupdesc, 2)->attcollation, returned[2],
+          key.tenant)) ||
+      DatumGetObjectId(returned[3]) != key.scope ||
+      !datum_image_eq(returned[4], PointerGetDatum(key.digest), false, -1) ||
+      !datum_image_eq(returned[5], PointerGetDatum(key.key), false, -1))
     check_key_row_kept(TriggeredRow::moved, "idempotency.tenant_keys",
                        "tenant, scope, key or key_digest", key.key);
-  bool is_null = false;
-  StoredRow stored{};
-  stored.created_at =
-      DatumGetTimestampTz(SPI_getbinval(returned, desc, 1, &is_null));
-  stored.expires_at =
-      DatumGetTimestampTz(SPI_getbinval(returned, desc, 2, &is_null));
+  StoredRow stored{DatumGetTimestampTz(returned[0]),
+                   DatumGetTimestampTz(returned[1])};
   spi.finish();
   return stored;
 }
