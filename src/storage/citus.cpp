@@ -24,8 +24,6 @@ namespace idempotency::storage::citus {
 
 namespace {
 
-// --- Citus's transaction manager ---------------------------------------------
-//
 // InCoordinatedTransaction() says whether the transaction has opened
 // transactions on other nodes; Use2PCForCoordinatedTransaction() makes
 // Citus PREPARE them before the local commit and COMMIT PREPARED them after
@@ -179,11 +177,9 @@ void end_fn(int guc_level) {
     AtEOXact_GUC(true, guc_level);
 }
 
-// --- Citus's metadata, through its SQL API ----------------------------------
-//
-// Read with a snapshot taken at the statement, as a catalog scan would: a
-// shard move that committed before a lock was granted is seen, at any
-// isolation level.
+// Citus's metadata is read through its SQL API with a snapshot taken at the
+// statement, as a catalog scan would: a shard move that committed before a
+// lock was granted is seen, at any isolation level.
 
 namespace {
 
@@ -252,8 +248,6 @@ MetadataStatement partition_of_table{
     1,
     {OIDOID},
     nullptr};
-
-// --- a shard of a hash-distributed table on this node -----------------------
 
 MetadataStatement local_group_row{
     "SELECT g.groupid FROM pg_catalog.pg_dist_local_group g", 0, {}, nullptr};
