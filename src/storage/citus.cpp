@@ -218,8 +218,9 @@ void connect_spi() {
 
 // The first row of `statement`, read as `owner` (InvalidOid: the current
 // user); every column null when there is none.
+template <int N>
 void read_first_row(MetadataStatement &statement, Datum *args, Oid owner,
-                    Datum *row, bool *nulls) {
+                    Datum (&row)[N], bool (&nulls)[N]) {
   table_owner::Saved saved{};
   if (OidIsValid(owner))
     saved = table_owner::begin_spi(owner);
@@ -227,10 +228,11 @@ void read_first_row(MetadataStatement &statement, Datum *args, Oid owner,
     connect_spi();
   read_now(statement, args);
   TupleDesc desc = SPI_tuptable->tupdesc;
-  for (int i = 0; i < desc->natts; i++) {
+  for (int i = 0; i < N; i++) {
     nulls[i] = true;
-    if (SPI_processed > 0)
-      row[i] = SPI_getbinval(SPI_tuptable->vals[0], desc, i + 1, &nulls[i]);
+    row[i] = SPI_processed == 0
+                 ? (Datum)0
+                 : SPI_getbinval(SPI_tuptable->vals[0], desc, i + 1, &nulls[i]);
     if (!nulls[i])
       row[i] = SPI_datumTransfer(row[i], TupleDescAttr(desc, i)->attbyval,
                                  TupleDescAttr(desc, i)->attlen);
