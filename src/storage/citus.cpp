@@ -11,8 +11,9 @@ extern "C" {
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "parser/parse_func.h"
 #include "storage/lmgr.h"
-#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -93,8 +94,10 @@ int32 group_of_key_writer = -1;
 bool coordinated_by_this_backend() {
   static Oid function = InvalidOid;
   if (!OidIsValid(function))
-    function = DatumGetObjectId(DirectFunctionCall1(
-        regprocin, CStringGetDatum("pg_catalog.get_current_transaction_id")));
+    function = LookupFuncName(
+        list_make2(makeString(pstrdup("pg_catalog")),
+                   makeString(pstrdup("get_current_transaction_id"))),
+        0, nullptr, false);
   HeapTupleHeader row = DatumGetHeapTupleHeader(OidFunctionCall0(function));
   bool isnull = true;
   Datum number = GetAttributeByName(row, "transaction_number", &isnull);
@@ -368,10 +371,8 @@ ShardPlacement lock_shard_of_value(Oid relid, Oid owner, Oid type,
     elog(ERROR, "get_shard_id_for_distribution_column returned NULL");
   ShardPlacement placement{nulls[1] ? InvalidOid : DatumGetObjectId(row[1]),
                            InvalidOid, false};
-  Datum shard = row[0];
-
   table_owner::Saved saved = table_owner::begin_spi(owner);
-  Datum lock_args[2] = {Int32GetDatum(ShareLock), shard};
+  Datum lock_args[2] = {Int32GetDatum(ShareLock), row[0]};
   int rc =
       SPI_execute_plan(kept_plan(lock_metadata), lock_args, nullptr, false, 0);
   if (rc != SPI_OK_SELECT)
@@ -380,8 +381,7 @@ ShardPlacement lock_shard_of_value(Oid relid, Oid owner, Oid type,
   // Citus takes the lock as an advisory lock, which, unlike a relation's,
   // does not take in the invalidations of the transactions it waited for.
   AcceptInvalidationMessages();
-
-  args[1] = shard;
+  args[1] = lock_args[1];
   read_first_row(shard_here, args, InvalidOid, row, nulls);
   placement.local_relation = nulls[0] ? InvalidOid : DatumGetObjectId(row[0]);
   placement.placed_here = !nulls[1] && DatumGetBool(row[1]);
