@@ -25,25 +25,17 @@ namespace idempotency::storage::citus {
 
 namespace {
 
-// --- Citus's transaction manager ---------------------------------------------
-//
 // InCoordinatedTransaction() says whether the transaction has opened
 // transactions on other nodes; Use2PCForCoordinatedTransaction() makes
 // Citus PREPARE them before the local commit and COMMIT PREPARED them after
 // it. Citus resets the flag when the transaction ends.
 
-using InCoordinatedTransaction = bool (*)();
-using Use2PCForCoordinatedTransaction = void (*)();
-
-struct TransactionManager {
-  InCoordinatedTransaction in_coordinated_transaction;
-  Use2PCForCoordinatedTransaction use_two_phase_commit;
-};
-
 enum class Presence { unknown, absent, present };
 
 Presence presence = Presence::unknown;
-TransactionManager manager{};
+// nullptr when the library does not export them.
+bool (*in_coordinated_transaction)() = nullptr;
+void (*use_two_phase_commit)() = nullptr;
 
 bool wrote_keys = false;
 
@@ -64,11 +56,7 @@ char *citus_library_entry() {
     char *entry = static_cast<char *>(lfirst(cell));
     const char *separator = last_dir_separator(entry);
     const char *name = separator != nullptr ? separator + 1 : entry;
-    size_t length = strlen(name);
-    size_t suffix = strlen(DLSUFFIX);
-    if (length > suffix && strcmp(name + length - suffix, DLSUFFIX) == 0)
-      length -= suffix;
-    if (length == strlen("citus") && strncmp(name, "citus", length) == 0)
+    if (strcmp(name, "citus") == 0 || strcmp(name, "citus" DLSUFFIX) == 0)
       return entry;
   }
   return nullptr;
@@ -82,21 +70,16 @@ bool citus_loaded() {
     presence = Presence::absent;
     return false;
   }
-  // nullptr when the library does not export them (Citus built for
-  // PostgreSQL 16 and later exports only its SQL API).
   // load_external_function finds the library among those already loaded,
   // so it never loads Citus here, which Citus would refuse with an error.
-  TransactionManager found{};
-  found.in_coordinated_transaction =
-      reinterpret_cast<InCoordinatedTransaction>(load_external_function(
-          entry, "InCoordinatedTransaction", false, nullptr));
-  found.use_two_phase_commit =
-      reinterpret_cast<Use2PCForCoordinatedTransaction>(load_external_function(
-          entry, "Use2PCForCoordinatedTransaction", false, nullptr));
-  if (found.in_coordinated_transaction == nullptr ||
-      found.use_two_phase_commit == nullptr)
-    found = TransactionManager{};
-  manager = found;
+  void *in_coordinated =
+      load_external_function(entry, "InCoordinatedTransaction", false, nullptr);
+  void *use_2pc = load_external_function(
+      entry, "Use2PCForCoordinatedTransaction", false, nullptr);
+  if (in_coordinated != nullptr && use_2pc != nullptr) {
+    in_coordinated_transaction = reinterpret_cast<bool (*)()>(in_coordinated);
+    use_two_phase_commit = reinterpret_cast<void (*)()>(use_2pc);
+  }
   presence = Presence::present;
   return true;
 }
@@ -129,7 +112,7 @@ bool coordinated_by_this_backend() {
 }
 
 void use_two_phase_commit_if_coordinated() {
-  if (manager.in_coordinated_transaction == nullptr) {
+  if (in_coordinated_transaction == nullptr) {
     if (coordinated_by_this_backend())
       ereport(
           ERROR,
@@ -147,8 +130,8 @@ void use_two_phase_commit_if_coordinated() {
                    "transaction with the tenant's writes.")));
     return;
   }
-  if (manager.in_coordinated_transaction())
-    manager.use_two_phase_commit();
+  if (in_coordinated_transaction())
+    use_two_phase_commit();
 }
 
 constexpr const char *opens_transaction_block =
@@ -169,7 +152,7 @@ void at_transaction_end() { wrote_keys = false; }
 void note_key_write() {
   if (!citus_loaded())
     return;
-  if (!wrote_keys && manager.in_coordinated_transaction == nullptr)
+  if (!wrote_keys && in_coordinated_transaction == nullptr)
     group_of_key_writer = local_group();
   // A write in a subtransaction that rolls back keeps the flag: the
   // transaction then uses two-phase commit where one-phase would have done,
@@ -197,11 +180,9 @@ void end_fn(int guc_level) {
     AtEOXact_GUC(true, guc_level);
 }
 
-// --- Citus's metadata, through its SQL API ----------------------------------
-//
-// Read with a snapshot taken at the statement, as a catalog scan would: a
-// shard move that committed before a lock was granted is seen, at any
-// isolation level.
+// Citus's metadata is read through its SQL API with a snapshot taken at the
+// statement, as a catalog scan would: a shard move that committed before a
+// lock was granted is seen, at any isolation level.
 
 namespace {
 
@@ -233,21 +214,36 @@ void read_now(MetadataStatement &statement, Datum *values) {
          SPI_result_code_string(rc));
 }
 
-Datum first_value(int column, bool *is_null) {
-  *is_null = true;
-  if (SPI_processed == 0)
-    return (Datum)0;
-  return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, column,
-                       is_null);
-}
-
 void connect_spi() {
   if (SPI_connect() != SPI_OK_CONNECT)
     elog(ERROR, "SPI_connect failed");
 }
 
-bool catalog_exists(const char *name) {
-  return OidIsValid(get_relname_relid(name, PG_CATALOG_NAMESPACE));
+// The first row of `statement`, read as `owner` (InvalidOid: the current
+// user); every column null when there is none.
+template <int N>
+void read_first_row(MetadataStatement &statement, Datum *args, Oid owner,
+                    Datum (&row)[N], bool (&nulls)[N]) {
+  table_owner::Saved saved{};
+  if (OidIsValid(owner))
+    saved = table_owner::begin_spi(owner);
+  else
+    connect_spi();
+  read_now(statement, args);
+  TupleDesc desc = SPI_tuptable->tupdesc;
+  for (int i = 0; i < N; i++) {
+    nulls[i] = true;
+    row[i] = SPI_processed == 0
+                 ? (Datum)0
+                 : SPI_getbinval(SPI_tuptable->vals[0], desc, i + 1, &nulls[i]);
+    if (!nulls[i])
+      row[i] = SPI_datumTransfer(row[i], TupleDescAttr(desc, i)->attbyval,
+                                 TupleDescAttr(desc, i)->attlen);
+  }
+  if (OidIsValid(owner))
+    table_owner::finish_spi(saved);
+  else
+    SPI_finish();
 }
 
 MetadataStatement partition_of_table{
@@ -257,8 +253,6 @@ MetadataStatement partition_of_table{
     1,
     {OIDOID},
     nullptr};
-
-// --- a shard of a hash-distributed table on this node -----------------------
 
 MetadataStatement local_group_row{
     "SELECT g.groupid FROM pg_catalog.pg_dist_local_group g", 0, {}, nullptr};
@@ -297,50 +291,33 @@ MetadataStatement lock_metadata{
     {INT4OID, INT8OID},
     nullptr};
 
-Oid relation_in_spi(int column) {
-  bool is_null = true;
-  Datum relid = first_value(column, &is_null);
-  return is_null ? InvalidOid : DatumGetObjectId(relid);
-}
+} // namespace
 
-// partmethod 'n': a reference table (repmodel 't'), a single-shard
-// distributed table (it has a colocation group), or a managed local table.
-TableKind kind_of_first_row() {
-  if (SPI_processed == 0)
+TableKind table_kind(Oid relid) {
+  if (!OidIsValid(get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE)))
     return TableKind::not_citus;
-  bool is_null = true;
-  if (DatumGetChar(first_value(1, &is_null)) != 'n')
+  Datum args[1] = {ObjectIdGetDatum(relid)};
+  Datum row[3];
+  bool nulls[3];
+  read_first_row(partition_of_table, args, InvalidOid, row, nulls);
+  if (nulls[0])
+    return TableKind::not_citus;
+  // partmethod 'n': a reference table (repmodel 't'), a single-shard
+  // distributed table (it has a colocation group), or a managed local table.
+  if (DatumGetChar(row[0]) != 'n')
     return TableKind::distributed;
-  if (DatumGetChar(first_value(2, &is_null)) == 't')
+  if (DatumGetChar(row[1]) == 't')
     return TableKind::reference;
-  if (DatumGetInt32(first_value(3, &is_null)) != 0)
+  if (DatumGetInt32(row[2]) != 0)
     return TableKind::distributed;
   return TableKind::managed_local;
 }
 
-} // namespace
-
-TableKind table_kind(Oid relid) {
-  if (!catalog_exists("pg_dist_partition"))
-    return TableKind::not_citus;
-  connect_spi();
-  Datum values[1] = {ObjectIdGetDatum(relid)};
-  read_now(partition_of_table, values);
-  TableKind kind = kind_of_first_row();
-  SPI_finish();
-  return kind;
-}
-
 const char *citus_table_message(TableKind kind) {
-  switch (kind) {
-  case TableKind::reference:
+  if (kind == TableKind::reference)
     return "idempotency.keys is a Citus reference table";
-  case TableKind::managed_local:
+  if (kind == TableKind::managed_local)
     return "idempotency.keys is a local table in Citus's metadata";
-  case TableKind::distributed:
-  case TableKind::not_citus:
-    break;
-  }
   return "idempotency.keys is a Citus distributed table";
 }
 
@@ -379,77 +356,59 @@ void require_tested_citus() {
                    tested_citus_versions)));
 }
 
-ShardOfValue shard_for_value(Oid relid, Oid owner, Oid type, Datum value) {
-  table_owner::Saved saved = table_owner::begin_spi(owner);
+ShardPlacement lock_shard_of_value(Oid relid, Oid owner, Oid type,
+                                   Datum value) {
   if (shard_of_value.types[1] != type && shard_of_value.plan != nullptr) {
     SPI_freeplan(shard_of_value.plan);
     shard_of_value.plan = nullptr;
   }
   shard_of_value.types[1] = type;
-  Datum values[2] = {ObjectIdGetDatum(relid), value};
-  read_now(shard_of_value, values);
-  bool is_null = true;
-  Datum shard = first_value(1, &is_null);
-  if (is_null)
+  Datum args[2] = {ObjectIdGetDatum(relid), value};
+  Datum row[2];
+  bool nulls[2];
+  read_first_row(shard_of_value, args, owner, row, nulls);
+  if (nulls[0])
     elog(ERROR, "get_shard_id_for_distribution_column returned NULL");
-  ShardOfValue found{static_cast<uint64>(DatumGetInt64(shard)),
-                     relation_in_spi(2)};
-  table_owner::finish_spi(saved);
-  return found;
-}
-
-void lock_shard_placement(uint64 shard, Oid owner) {
+  ShardPlacement placement{nulls[1] ? InvalidOid : DatumGetObjectId(row[1]),
+                           InvalidOid, false};
   table_owner::Saved saved = table_owner::begin_spi(owner);
-  Datum values[2] = {Int32GetDatum(ShareLock),
-                     Int64GetDatum(static_cast<int64>(shard))};
+  Datum lock_args[2] = {Int32GetDatum(ShareLock), row[0]};
   int rc =
-      SPI_execute_plan(kept_plan(lock_metadata), values, nullptr, false, 0);
+      SPI_execute_plan(kept_plan(lock_metadata), lock_args, nullptr, false, 0);
   if (rc != SPI_OK_SELECT)
     elog(ERROR, "lock_shard_metadata failed: %s", SPI_result_code_string(rc));
   table_owner::finish_spi(saved);
   // Citus takes the lock as an advisory lock, which, unlike a relation's,
   // does not take in the invalidations of the transactions it waited for.
   AcceptInvalidationMessages();
-}
-
-ShardHere shard_here_now(Oid relid, uint64 shard) {
-  connect_spi();
-  Datum values[2] = {ObjectIdGetDatum(relid),
-                     Int64GetDatum(static_cast<int64>(shard))};
-  read_now(shard_here, values);
-  bool is_null = true;
-  ShardHere here{relation_in_spi(1),
-                 DatumGetBool(first_value(2, &is_null)) && !is_null};
-  SPI_finish();
-  return here;
+  args[1] = lock_args[1];
+  read_first_row(shard_here, args, InvalidOid, row, nulls);
+  placement.local_relation = nulls[0] ? InvalidOid : DatumGetObjectId(row[0]);
+  placement.placed_here = !nulls[1] && DatumGetBool(row[1]);
+  return placement;
 }
 
 int32 local_group() {
-  connect_spi();
-  read_now(local_group_row, nullptr);
-  bool is_null = true;
-  Datum value = first_value(1, &is_null);
-  int32 group = is_null ? -1 : DatumGetInt32(value);
-  SPI_finish();
-  return group;
+  Datum row[1];
+  bool nulls[1];
+  read_first_row(local_group_row, nullptr, InvalidOid, row, nulls);
+  return nulls[0] ? -1 : DatumGetInt32(row[0]);
 }
 
-ShardRelations local_shard_relations(Oid relid) {
-  ShardRelations found{0, nullptr};
-  if (!catalog_exists("pg_dist_shard"))
-    return found;
+List *local_shard_relations(Oid relid) {
   MemoryContext caller = CurrentMemoryContext;
   connect_spi();
   Datum values[1] = {ObjectIdGetDatum(relid)};
   read_now(local_shards, values);
-  found.count = static_cast<int>(SPI_processed);
-  found.relids = static_cast<Oid *>(
-      MemoryContextAlloc(caller, sizeof(Oid) * (found.count + 1)));
-  for (int i = 0; i < found.count; i++) {
+  List *found = NIL;
+  MemoryContext spi = MemoryContextSwitchTo(caller);
+  for (uint64 i = 0; i < SPI_processed; i++) {
     bool is_null = true;
-    found.relids[i] = DatumGetObjectId(SPI_getbinval(
-        SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &is_null));
+    found = lappend_oid(
+        found, DatumGetObjectId(SPI_getbinval(
+                   SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &is_null)));
   }
+  MemoryContextSwitchTo(spi);
   SPI_finish();
   return found;
 }

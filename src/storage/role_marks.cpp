@@ -9,7 +9,6 @@ extern "C" {
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
-#include "access/tupdesc.h"
 #include "catalog/dependency.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
@@ -72,10 +71,9 @@ Oid *one_role(Oid role) {
 
 constexpr const char *event_trigger_name = "idempotency_drop_owned_keys";
 
-// The roles this backend knows to be marked, for idempotency.keys and
-// idempotency.tenant_keys. A full set starts over.
+// The roles this backend knows to be marked, in each kind of key table. A
+// full set starts over.
 constexpr int max_remembered = 1024;
-constexpr int remembered_tables = 2;
 
 struct Remembered {
   Oid relid;    // InvalidOid: nothing known
@@ -85,8 +83,7 @@ struct Remembered {
 };
 static_assert(std::is_trivially_destructible_v<Remembered>);
 
-Remembered remembered[remembered_tables];
-int next_taken;
+Remembered remembered[lengthof(key_table_kinds)];
 bool callbacks_registered;
 // One flag, not one per table: a table looked up again in the transaction
 // remembers its uncommitted marks too.
@@ -112,28 +109,20 @@ void forget_on_event_trigger_change(Datum, compat::SysCacheIdentifier, uint32) {
 }
 
 // An empty set the first time, or once forgotten.
-Remembered &remembered_for(Oid relid) {
-  Remembered *free = nullptr;
-  for (Remembered &table : remembered) {
-    if (table.relid == relid)
-      return table;
-    if (free == nullptr && !OidIsValid(table.relid))
-      free = &table;
-  }
-  if (free == nullptr) {
-    free = &remembered[next_taken];
-    next_taken = (next_taken + 1) % remembered_tables;
-  }
+Remembered &remembered_for(KeyTableKind kind, Oid relid) {
+  Remembered &table = remembered[static_cast<int>(kind)];
+  if (table.relid == relid)
+    return table;
   if (!callbacks_registered) {
     CacheRegisterRelcacheCallback(forget_on_relcache_change, (Datum)0);
     CacheRegisterSyscacheCallback(EVENTTRIGGEROID,
                                   forget_on_event_trigger_change, (Datum)0);
     callbacks_registered = true;
   }
-  free->relid = relid;
-  free->count = 0;
-  free->marking = database_marks_roles();
-  return *free;
+  table.relid = relid;
+  table.count = 0;
+  table.marking = database_marks_roles();
+  return table;
 }
 
 AttrNumber scope_column_of(Oid relid) {
@@ -146,8 +135,9 @@ AttrNumber scope_column_of(Oid relid) {
 }
 
 // `scope_column` InvalidAttrNumber: looked up only when needed.
-void ensure_marked(Oid relid, AttrNumber scope_column, Oid role) {
-  Remembered &table = remembered_for(relid);
+void ensure_marked(KeyTableKind kind, Oid relid, AttrNumber scope_column,
+                   Oid role) {
+  Remembered &table = remembered_for(kind, relid);
   if (!table.marking || !OidIsValid(role))
     return;
   for (int i = table.count - 1; i >= 0; i--)
@@ -167,25 +157,18 @@ void ensure_marked(Oid relid, AttrNumber scope_column, Oid role) {
 
 // Only a GRANT or REVOKE on tables changes the privileges of their columns.
 bool grant_names(const GrantStmt *grant, Oid relid) {
-  if (grant->objtype != OBJECT_TABLE)
+  bool in_schema = grant->targtype == ACL_TARGET_ALL_IN_SCHEMA;
+  if (grant->objtype != OBJECT_TABLE ||
+      (!in_schema && grant->targtype != ACL_TARGET_OBJECT))
     return false;
   ListCell *cell;
-  switch (grant->targtype) {
-  case ACL_TARGET_OBJECT:
-    foreach (cell, grant->objects)
-      if (RangeVarGetRelid(lfirst_node(RangeVar, cell), NoLock, true) == relid)
-        return true;
-    return false;
-  case ACL_TARGET_ALL_IN_SCHEMA: {
-    Oid schema = get_rel_namespace(relid);
-    foreach (cell, grant->objects)
-      if (get_namespace_oid(strVal(lfirst(cell)), true) == schema)
-        return true;
-    return false;
-  }
-  default:
-    return false;
-  }
+  foreach (cell, grant->objects)
+    if (in_schema ? get_namespace_oid(strVal(lfirst(cell)), true) ==
+                        get_rel_namespace(relid)
+                  : RangeVarGetRelid(lfirst_node(RangeVar, cell), NoLock,
+                                     true) == relid)
+      return true;
+  return false;
 }
 
 // Marks the roles with keys in every key table, or in those `grant` names,
@@ -209,7 +192,7 @@ int64 mark_roles(const GrantStmt *grant) {
       if (!OidIsValid(role))
         continue; // keys of no role: no caller has OID 0
       if (SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
-        ensure_marked(relid, scope_column, role);
+        ensure_marked(kind, relid, scope_column, role);
       else if (grant == nullptr)
         deleted += (int64)store.delete_keys_of(relid, scope_column, role);
     }
@@ -220,11 +203,12 @@ int64 mark_roles(const GrantStmt *grant) {
 } // namespace
 
 void ensure(Relation keys, AttrNumber scope_column, Oid role) {
-  ensure_marked(RelationGetRelid(keys), scope_column, role);
+  ensure_marked(KeyTableKind::local, RelationGetRelid(keys), scope_column,
+                role);
 }
 
 void ensure_tenant(Oid tenant_keys, Oid role) {
-  ensure_marked(tenant_keys, InvalidAttrNumber, role);
+  ensure_marked(KeyTableKind::tenant, tenant_keys, InvalidAttrNumber, role);
 }
 
 int64 mark_key_roles() { return mark_roles(nullptr); }
@@ -236,21 +220,6 @@ bool database_marks_roles() {
 }
 
 void drop_owned_keys(const List *roles) {
-  constexpr int kinds = lengthof(key_table_kinds);
-  Oid relids[kinds];
-  AttrNumber scope_columns[kinds];
-  // Calls that may be storing keys finish first, and new ones wait until
-  // DROP OWNED commits: no key of a dropped role can slip in meanwhile.
-  for (int i = 0; i < kinds; i++) {
-    relids[i] = store_of_kind(key_table_kinds[i]).relation();
-    if (!OidIsValid(relids[i]))
-      continue;
-    LockRelationOid(relids[i], ShareRowExclusiveLock);
-    // A table without its scope column holds no role's keys.
-    scope_columns[i] = get_attnum(relids[i], "scope");
-    if (scope_columns[i] == InvalidAttrNumber)
-      relids[i] = InvalidOid;
-  }
   ListCell *cell;
   foreach (cell, roles) {
     Oid role = get_rolespec_oid(lfirst_node(RoleSpec, cell), false);
@@ -258,21 +227,30 @@ void drop_owned_keys(const List *roles) {
     if (!has_privs_of_role(GetUserId(), role))
       ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
                       errmsg("permission denied to drop objects")));
-    for (int i = 0; i < kinds; i++) {
-      if (!OidIsValid(relids[i]))
-        continue;
-      (void)store_of_kind(key_table_kinds[i])
-          .delete_keys_of(relids[i], scope_columns[i], role);
+  }
+  for (KeyTableKind kind : key_table_kinds) {
+    KeyStore store = store_of_kind(kind);
+    Oid relid = store.relation();
+    if (!OidIsValid(relid))
+      continue;
+    // Calls that may be storing keys finish first, and new ones wait until
+    // DROP OWNED commits: no key of a dropped role can slip in meanwhile.
+    LockRelationOid(relid, ShareRowExclusiveLock);
+    // A table without its scope column holds no role's keys.
+    AttrNumber scope_column = get_attnum(relid, "scope");
+    if (scope_column == InvalidAttrNumber)
+      continue;
+    foreach (cell, roles) {
+      Oid role = get_rolespec_oid(lfirst_node(RoleSpec, cell), false);
+      (void)store.delete_keys_of(relid, scope_column, role);
       // As a REVOKE on the column would: there may be more than one row (a
       // GRANT on the column to a marked role adds the server's own).
-      updateAclDependencies(RelationRelationId, relids[i], scope_columns[i],
-                            InvalidOid, 1, one_role(role), 0, nullptr);
+      updateAclDependencies(RelationRelationId, relid, scope_column, InvalidOid,
+                            1, one_role(role), 0, nullptr);
     }
+    // Every backend looks its marks up again at its next store.
+    CacheInvalidateRelcacheByRelid(relid);
   }
-  // Every backend looks its marks up again at its next store.
-  for (Oid relid : relids)
-    if (OidIsValid(relid))
-      CacheInvalidateRelcacheByRelid(relid);
 }
 
 void at_commit() { recorded_in_transaction = false; }
@@ -322,25 +300,6 @@ Roles select_roles(const char *sql, Oid owner) {
   return roles;
 }
 
-uint64 delete_role_keys(Oid relid, Oid owner, Oid type,
-                        const char *operator_schema, Oid role) {
-  char *sql = psprintf("DELETE FROM %s AS k WHERE k.scope OPERATOR(%s.=) $1",
-                       qualified_name(relid), operator_schema);
-  table_owner::Saved saved = table_owner::begin_spi(owner);
-  Datum value = ObjectIdGetDatum(role);
-  SPIPlanPtr plan = SPI_prepare(sql, 1, &type);
-  if (plan == nullptr)
-    elog(ERROR, "idempotency: preparing the deletion of a role's keys failed");
-  int rc = SPI_execute_snapshot(plan, &value, nullptr, GetLatestSnapshot(),
-                                InvalidSnapshot, false, false, 0);
-  if (rc != SPI_OK_DELETE)
-    elog(ERROR, "idempotency: deleting a role's keys failed: %s",
-         SPI_result_code_string(rc));
-  uint64 deleted = SPI_processed;
-  table_owner::finish_spi(saved);
-  return deleted;
-}
-
 } // namespace
 
 Roles in_keys(Oid keys, AttrNumber scope_column) {
@@ -359,19 +318,40 @@ Roles in_keys(Oid keys, AttrNumber scope_column) {
 }
 
 uint64 delete_in_keys(Oid keys, AttrNumber scope_column, Oid role) {
-  Oid type = get_atttype(keys, scope_column);
-  return delete_role_keys(keys, table_owner::of(keys), type,
-                          scope_operator_schema(type), role);
+  return delete_in(keys, table_owner::of(keys), get_atttype(keys, scope_column),
+                   role);
 }
 
-Roles in_shard(Oid shard, Oid owner) {
-  return select_roles(
-      psprintf("SELECT DISTINCT k.scope FROM %s AS k", qualified_name(shard)),
-      owner);
+Roles in_shards(List *shards, Oid owner) {
+  if (shards == NIL)
+    return Roles{0, nullptr};
+  StringInfoData sql;
+  initStringInfo(&sql);
+  ListCell *cell;
+  foreach (cell, shards)
+    appendStringInfo(&sql, "%sSELECT k.scope FROM %s AS k",
+                     sql.len > 0 ? " UNION " : "",
+                     qualified_name(lfirst_oid(cell)));
+  return select_roles(sql.data, owner);
 }
 
-uint64 delete_in_shard(Oid shard, Oid owner, Oid scope_type, Oid role) {
-  return delete_role_keys(shard, owner, scope_type, "idempotency", role);
+uint64 delete_in(Oid relid, Oid owner, Oid scope_type, Oid role) {
+  char *sql =
+      psprintf("DELETE FROM %s AS k WHERE k.scope OPERATOR(%s.=) $1",
+               qualified_name(relid), scope_operator_schema(scope_type));
+  table_owner::Saved saved = table_owner::begin_spi(owner);
+  Datum value = ObjectIdGetDatum(role);
+  SPIPlanPtr plan = SPI_prepare(sql, 1, &scope_type);
+  if (plan == nullptr)
+    elog(ERROR, "idempotency: preparing the deletion of a role's keys failed");
+  int rc = SPI_execute_snapshot(plan, &value, nullptr, GetLatestSnapshot(),
+                                InvalidSnapshot, false, false, 0);
+  if (rc != SPI_OK_DELETE)
+    elog(ERROR, "idempotency: deleting a role's keys failed: %s",
+         SPI_result_code_string(rc));
+  uint64 deleted = SPI_processed;
+  table_owner::finish_spi(saved);
+  return deleted;
 }
 
 } // namespace idempotency::storage::role_keys

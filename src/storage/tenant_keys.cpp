@@ -10,8 +10,6 @@
 
 #include "idempotency/settings/settings.hpp"
 
-#include <initializer_list>
-
 #include "idempotency/compat.hpp"
 
 extern "C" {
@@ -19,11 +17,9 @@ extern "C" {
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/xact.h"
-#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/tuptable.h"
 #include "executor/spi.h"
-#include "miscadmin.h"
 #include "pgtime.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
@@ -33,7 +29,6 @@ extern "C" {
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
-#include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/typcache.h"
 }
@@ -42,99 +37,27 @@ namespace idempotency::storage::tenant_keys {
 
 namespace {
 
-Oid tenant_keys_oid() { return schema::relation("tenant_keys"); }
+// InvalidOid where the table or its column "tenant" is missing.
+Oid tenant_column_type(Oid relid) {
+  AttrNumber column =
+      OidIsValid(relid) ? get_attnum(relid, "tenant") : InvalidAttrNumber;
+  return column == InvalidAttrNumber ? InvalidOid : get_atttype(relid, column);
+}
 
 // The statements run as the table's owner (callers have no rights on it),
-// kept for one tenant type, as custom plans, which Citus routes.
-KeptPlan insert_plan{InvalidOid, nullptr, true};
-KeptPlan insert_plan_with_window{InvalidOid, nullptr, true};
-
-// The key's identity, as the statements' first three parameters.
-constexpr int identity_args = 3;
-constexpr const char *identity_filter =
-    "k.tenant OPERATOR(pg_catalog.=) $1"
-    " AND k.scope OPERATOR(idempotency.=)"
-    " $2::pg_catalog.regrole::idempotency.role_scope"
-    " AND k.key_digest OPERATOR(pg_catalog.=) $3";
-
-void set_identity(const KeyRef &key, Oid *types, Datum *values) {
-  types[0] = key.tenant_type;
-  values[0] = key.tenant;
-  types[1] = REGROLEOID;
-  values[1] = ObjectIdGetDatum(key.scope);
-  types[2] = BYTEAOID;
-  values[2] = PointerGetDatum(key.digest);
-}
-
-void check_tenant_type(Oid relid, const KeyRef &key) {
-  AttrNumber attnum = get_attnum(relid, "tenant");
-  if (attnum == InvalidAttrNumber)
-    ereport(ERROR,
-            (errcode(ERRCODE_UNDEFINED_COLUMN),
-             errmsg("idempotency.tenant_keys has no column \"tenant\"")));
-  Oid column_type = get_atttype(relid, attnum);
-  if (column_type == key.tenant_type)
-    return;
-  ereport(ERROR,
-          (errcode(ERRCODE_DATATYPE_MISMATCH),
-           errmsg("tenant is of type %s, but idempotency.tenant_keys.tenant "
-                  "is of type %s",
-                  format_type_be(key.tenant_type), format_type_be(column_type)),
-           errhint("Pass the tenant as %s, the type of the distribution "
-                   "column the keys are co-located with.",
-                   format_type_be(column_type))));
-}
+// kept for one tenant type, as custom plans, which Citus routes. Their $1 to
+// $4 are the key's identity and its text.
+KeptPlan insert_plans[2] = {{InvalidOid, nullptr, true},
+                            {InvalidOid, nullptr, true}};
+KeptPlan replace_plan{InvalidOid, nullptr, true};
+KeptPlan remove_plan{InvalidOid, nullptr, true};
 
 // The last placement table_for() checked: while the transaction is still in
 // the subtransaction that checked it, the placement lock is held, so no move
 // can have ended since and store() need not check again.
-struct CheckedPlacement {
-  LocalTransactionId transaction;
-  SubTransactionId subtransaction;
-  Oid local_shard;
-};
-static_assert(std::is_trivially_destructible_v<CheckedPlacement>);
-CheckedPlacement checked_placement{InvalidLocalTransactionId,
-                                   InvalidSubTransactionId, InvalidOid};
-
-const char *tenant_text(const KeyRef &key) {
-  Oid output;
-  bool is_varlena;
-  getTypeOutputInfo(key.tenant_type, &output, &is_varlena);
-  return OidOutputFunctionCall(output, key.tenant);
-}
-
-[[noreturn]] void report_not_local(const KeyRef &key) {
-  const char *tenant = tenant_text(key);
-  ereport(
-      ERROR,
-      (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-       errmsg("the idempotency keys of tenant %s are on another node", tenant),
-       errdetail("A tenant's keys are read and written only on the node that "
-                 "holds its shard of idempotency.tenant_keys, in the same "
-                 "local transaction as the request's own work."),
-       errhint("Call the tenant_* functions inside a function distributed "
-               "with create_distributed_function(..., colocate_with => "
-               "'idempotency.tenant_keys', force_delegation => true), whose "
-               "distribution argument is this tenant: Citus runs it on that "
-               "node. See the extension's docs/scale-out.md.")));
-  pg_unreachable();
-}
-
-[[noreturn]] void report_moved(const KeyRef &key) {
-  ereport(ERROR,
-          (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-           errmsg("the shard of tenant %s moved between nodes during the "
-                  "request",
-                  tenant_text(key)),
-           errdetail("Citus moved the tenant's shards between the moment it "
-                     "sent the request to this node and the moment the "
-                     "request reached the tenant's keys; nothing of the "
-                     "request is kept."),
-           errhint("Retry the request: Citus sends it to the node that holds "
-                   "the tenant now.")));
-  pg_unreachable();
-}
+LocalTransactionId checked_transaction = InvalidLocalTransactionId;
+SubTransactionId checked_subtransaction = InvalidSubTransactionId;
+Oid checked_shard = InvalidOid;
 
 // Found by name: a DBA may add columns.
 struct ShardColumns {
@@ -151,78 +74,42 @@ struct ShardColumns {
 };
 static_assert(std::is_trivially_destructible_v<ShardColumns>);
 
-struct ShardColumn {
-  const char *name;
-  Oid type; // InvalidOid: the tenant's, checked by table_for()
-  AttrNumber ShardColumns::*field;
-  bool optional;
-};
-
-constexpr ShardColumn shard_columns_expected[] = {
-    {"tenant", InvalidOid, &ShardColumns::tenant, false},
-    {"scope", InvalidOid, &ShardColumns::scope, false},
-    {"key", TEXTOID, &ShardColumns::key, false},
-    {"key_digest", BYTEAOID, &ShardColumns::key_digest, false},
-    {"request_hash", BYTEAOID, &ShardColumns::request_hash, false},
-    {"response", JSONBOID, &ShardColumns::response, false},
-    {"created_at", TIMESTAMPTZOID, &ShardColumns::created_at, false},
-    {"expires_at", TIMESTAMPTZOID, &ShardColumns::expires_at, false},
-    {"expired_at", TIMESTAMPTZOID, &ShardColumns::expired_at, true},
-    {"remember_for", INTERVALOID, &ShardColumns::remember_for, true},
-};
-
 // ALTER TABLE on the distributed table changes every shard alike.
 ShardColumns shard_columns(Relation shard) {
   TupleDesc desc = RelationGetDescr(shard);
-  ShardColumns columns{};
-  for (const ShardColumn &expected : shard_columns_expected) {
-    Form_pg_attribute found = find_column(desc, expected.name);
-    if (found == nullptr && expected.optional)
-      continue; // left InvalidAttrNumber
+  // `type` InvalidOid: the tenant's, checked by table_for(); REGROLEOID: the
+  // scope's, see fits_scope().
+  auto column = [desc](const char *name, Oid type,
+                       bool optional = false) -> AttrNumber {
+    Form_pg_attribute found = find_column(desc, name);
+    if (found == nullptr && optional)
+      return InvalidAttrNumber;
     if (found == nullptr)
       ereport(ERROR,
               (errcode(ERRCODE_UNDEFINED_COLUMN),
                errmsg("column \"%s\" of idempotency.tenant_keys does not exist",
-                      expected.name)));
-    bool fits = expected.field == &ShardColumns::scope
-                    ? fits_scope(found->atttypid)
-                : OidIsValid(expected.type) ? found->atttypid == expected.type
-                                            : true;
+                      name)));
+    bool fits = type == REGROLEOID ? fits_scope(found->atttypid)
+                : OidIsValid(type) ? found->atttypid == type
+                                   : true;
     if (!fits || found->attgenerated != '\0')
       ereport(ERROR,
               (errcode(ERRCODE_DATATYPE_MISMATCH),
                errmsg("column \"%s\" of idempotency.tenant_keys has type %s, "
                       "which the tenant_* functions cannot store",
-                      expected.name, format_type_be(found->atttypid))));
-    columns.*expected.field = found->attnum;
-  }
-  return columns;
-}
-
-// Whether the returned row is still the key's; the tenant is compared by
-// its type's equality, as the primary key compares it.
-bool row_is_the_keys(HeapTuple row, TupleDesc desc, const KeyRef &key) {
-  bool is_null = false;
-  Datum tenant = SPI_getbinval(row, desc, 3, &is_null);
-  if (is_null)
-    return false;
-  TypeCacheEntry *tenant_type =
-      lookup_type_cache(key.tenant_type, TYPECACHE_EQ_OPR_FINFO);
-  if (!OidIsValid(tenant_type->eq_opr_finfo.fn_oid) ||
-      !DatumGetBool(FunctionCall2Coll(&tenant_type->eq_opr_finfo,
-                                      TupleDescAttr(desc, 2)->attcollation,
-                                      tenant, key.tenant)))
-    return false;
-  Datum scope = SPI_getbinval(row, desc, 4, &is_null);
-  if (is_null || DatumGetObjectId(scope) != key.scope)
-    return false;
-  Datum digest = SPI_getbinval(row, desc, 5, &is_null);
-  if (is_null ||
-      !datum_image_eq(digest, PointerGetDatum(key.digest), false, -1))
-    return false;
-  Datum stored_key = SPI_getbinval(row, desc, 6, &is_null);
-  return !is_null &&
-         datum_image_eq(stored_key, PointerGetDatum(key.key), false, -1);
+                      name, format_type_be(found->atttypid))));
+    return found->attnum;
+  };
+  return ShardColumns{column("tenant", InvalidOid),
+                      column("scope", REGROLEOID),
+                      column("key", TEXTOID),
+                      column("key_digest", BYTEAOID),
+                      column("request_hash", BYTEAOID),
+                      column("response", JSONBOID),
+                      column("created_at", TIMESTAMPTZOID),
+                      column("expires_at", TIMESTAMPTZOID),
+                      column("expired_at", TIMESTAMPTZOID, true),
+                      column("remember_for", INTERVALOID, true)};
 }
 
 Datum copy_varlena(HeapTuple tuple, AttrNumber attnum, TupleDesc desc,
@@ -231,34 +118,24 @@ Datum copy_varlena(HeapTuple tuple, AttrNumber attnum, TupleDesc desc,
   return *is_null ? (Datum)0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
 }
 
-struct ConditionValue {
-  Oid type;
-  Datum value;
-};
-
-KeptPlan replace_plan{InvalidOid, nullptr, true};
-KeptPlan remove_plan{InvalidOid, nullptr, true};
-
-// Deletes the key's rows that also meet `condition`, whose values are $4 on.
+// Deletes the key's rows that also meet `condition`, of the row k, $4 (the
+// key's text) and $5 (`time`).
 uint64 delete_key_rows(KeptPlan &kept, const KeyTable &table, const KeyRef &key,
-                       const char *condition,
-                       std::initializer_list<ConditionValue> values) {
-  constexpr int max_args = identity_args + 2;
-  Assert(values.size() <= max_args - identity_args);
-  Oid types[max_args];
-  Datum args[max_args];
-  set_identity(key, types, args);
-  int nargs = identity_args;
-  for (const ConditionValue &value : values) {
-    types[nargs] = value.type;
-    args[nargs++] = value.value;
-  }
-  char sql[512];
-  snprintf(sql, sizeof sql,
-           "DELETE FROM idempotency.tenant_keys AS k WHERE %s AND %s",
-           identity_filter, condition);
+                       const char *condition, TimestampTz time) {
+  Oid types[] = {key.tenant_type, REGROLEOID, BYTEAOID, TEXTOID,
+                 TIMESTAMPTZOID};
+  Datum args[] = {key.tenant, ObjectIdGetDatum(key.scope),
+                  PointerGetDatum(key.digest), PointerGetDatum(key.key),
+                  TimestampTzGetDatum(time)};
   OwnerSpi spi(table.owner);
-  spi.run_kept(kept, sql, nargs, types, args, nullptr, false, SPI_OK_DELETE);
+  spi.run_kept(kept,
+               psprintf("DELETE FROM idempotency.tenant_keys AS k WHERE"
+                        " k.tenant OPERATOR(pg_catalog.=) $1"
+                        " AND k.scope OPERATOR(idempotency.=)"
+                        " $2::pg_catalog.regrole::idempotency.role_scope"
+                        " AND k.key_digest OPERATOR(pg_catalog.=) $3 AND %s",
+                        condition),
+               lengthof(args), types, args, nullptr, false, SPI_OK_DELETE);
   uint64 deleted = SPI_processed;
   spi.finish();
   return deleted;
@@ -271,151 +148,64 @@ uint64 delete_key_rows(KeptPlan &kept, const KeyTable &table, const KeyRef &key,
 StoredRow store_through_citus(const KeyTable &table, const KeyRef &key,
                               const NewRow &row, TimestampTz created_at,
                               TimestampTz expires_at, int64 remember_usecs) {
-  constexpr int nargs = identity_args + 6;
-  Oid types[nargs];
-  Datum values[nargs];
-  char nulls[nargs + 1];
-  memset(nulls, ' ', nargs);
-  nulls[nargs] = '\0';
-  set_identity(key, types, values);
-  types[3] = TEXTOID;
-  values[3] = PointerGetDatum(key.key);
-  types[4] = BYTEAOID;
-  values[4] = PointerGetDatum(row.request_hash);
-  types[5] = JSONBOID;
-  values[5] = row.response;
-  if (row.response_is_null)
-    nulls[5] = 'n';
-  types[6] = TIMESTAMPTZOID;
-  values[6] = TimestampTzGetDatum(created_at);
-  types[7] = TIMESTAMPTZOID;
-  values[7] = TimestampTzGetDatum(expires_at);
-  types[8] = INTERVALOID;
+  Oid types[] = {key.tenant_type, REGROLEOID,     BYTEAOID,
+                 TEXTOID,         BYTEAOID,       JSONBOID,
+                 TIMESTAMPTZOID,  TIMESTAMPTZOID, INTERVALOID};
   bool window_is_null = false;
-  values[8] = stored_window(remember_usecs, &window_is_null);
-  if (window_is_null)
-    nulls[8] = 'n';
+  Datum values[] = {key.tenant,
+                    ObjectIdGetDatum(key.scope),
+                    PointerGetDatum(key.digest),
+                    PointerGetDatum(key.key),
+                    PointerGetDatum(row.request_hash),
+                    row.response,
+                    TimestampTzGetDatum(created_at),
+                    TimestampTzGetDatum(expires_at),
+                    stored_window(remember_usecs, &window_is_null)};
+  char nulls[] = "         ";
+  nulls[5] = row.response_is_null ? 'n' : ' ';
+  nulls[8] = window_is_null ? 'n' : ' ';
   bool with_window =
       get_attnum(table.relid, "remember_for") != InvalidAttrNumber;
 
   OwnerSpi spi(table.owner);
-#define IDEMPOTENCY_TENANT_RETURNING                                           \
-  " RETURNING k.created_at, k.expires_at, k.tenant, k.scope, k.key_digest,"    \
-  " k.key"
-  constexpr const char *sql =
-      "INSERT INTO idempotency.tenant_keys AS k"
-      " (tenant, scope, key, key_digest, request_hash, response, created_at,"
-      " expires_at) VALUES ($1,"
-      " $2::pg_catalog.regrole::idempotency.role_scope, $4, $3, $5, $6, $7,"
-      " $8)" IDEMPOTENCY_TENANT_RETURNING;
-  constexpr const char *sql_with_window =
-      "INSERT INTO idempotency.tenant_keys AS k"
-      " (tenant, scope, key, key_digest, request_hash, response, created_at,"
-      " expires_at, remember_for) VALUES ($1,"
-      " $2::pg_catalog.regrole::idempotency.role_scope, $4, $3, $5, $6, $7,"
-      " $8, $9)" IDEMPOTENCY_TENANT_RETURNING;
-#undef IDEMPOTENCY_TENANT_RETURNING
-  if (with_window)
-    spi.run_kept(insert_plan_with_window, sql_with_window, 9, types, values,
-                 nulls, false, SPI_OK_INSERT_RETURNING);
-  else
-    spi.run_kept(insert_plan, sql, 8, types, values, nulls, false,
-                 SPI_OK_INSERT_RETURNING);
+  spi.run_kept(
+      insert_plans[with_window],
+      psprintf("INSERT INTO idempotency.tenant_keys AS k"
+               " (tenant, scope, key, key_digest, request_hash, response,"
+               " created_at, expires_at%s) VALUES ($1,"
+               " $2::pg_catalog.regrole::idempotency.role_scope, $4, $3, $5,"
+               " $6, $7, $8%s) RETURNING k.created_at, k.expires_at,"
+               " k.tenant, k.scope, k.key_digest, k.key",
+               with_window ? ", remember_for" : "", with_window ? ", $9" : ""),
+      with_window ? 9 : 8, types, values, nulls, false,
+      SPI_OK_INSERT_RETURNING);
   // A BEFORE trigger may change the row, but not drop it.
   if (SPI_processed == 0)
     check_key_row_kept(TriggeredRow::skipped, "idempotency.tenant_keys", "",
                        key.key);
-  bool is_null = false;
-  if (!row_is_the_keys(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, key))
+  Datum returned[6];
+  bool nulls_returned[6];
+  heap_deform_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, returned,
+                    nulls_returned);
+  // Whether the row is still the key's; the tenant is compared by its type's
+  // equality, as the primary key compares it.
+  TypeCacheEntry *tenant_type =
+      lookup_type_cache(key.tenant_type, TYPECACHE_EQ_OPR_FINFO);
+  if (nulls_returned[2] || nulls_returned[3] || nulls_returned[4] ||
+      nulls_returned[5] || !OidIsValid(tenant_type->eq_opr_finfo.fn_oid) ||
+      !DatumGetBool(FunctionCall2Coll(
+          &tenant_type->eq_opr_finfo,
+          TupleDescAttr(SPI_tuptable->tupdesc, 2)->attcollation, returned[2],
+          key.tenant)) ||
+      DatumGetObjectId(returned[3]) != key.scope ||
+      !datum_image_eq(returned[4], PointerGetDatum(key.digest), false, -1) ||
+      !datum_image_eq(returned[5], PointerGetDatum(key.key), false, -1))
     check_key_row_kept(TriggeredRow::moved, "idempotency.tenant_keys",
                        "tenant, scope, key or key_digest", key.key);
-  StoredRow stored{};
-  stored.created_at = DatumGetTimestampTz(
-      SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null));
-  stored.expires_at = DatumGetTimestampTz(
-      SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &is_null));
+  StoredRow stored{DatumGetTimestampTz(returned[0]),
+                   DatumGetTimestampTz(returned[1])};
   spi.finish();
   return stored;
-}
-
-// Deletes the keys expired at $1 whose window has passed too and the
-// tombstones past their window, then turns the other expired keys into
-// tombstones; returns how many rows it changed. `forgotten_at` is an
-// expression of the row k and $1..$4.
-int64 expire_with(OwnerSpi &spi, const char *forgotten_at, Oid *types,
-                  Datum *values) {
-  spi.run(psprintf("DELETE FROM idempotency.tenant_keys AS k"
-                   " WHERE k.expires_at OPERATOR(pg_catalog.<=) $1"
-                   " AND (k.expired_at IS NOT NULL OR %s"
-                   " OPERATOR(pg_catalog.<=) $1)",
-                   forgotten_at),
-          4, types, values, nullptr, false, SPI_OK_DELETE);
-  int64 done = (int64)SPI_processed;
-  spi.run(psprintf("UPDATE idempotency.tenant_keys AS k"
-                   " SET key = '', response = NULL,"
-                   " expired_at = k.expires_at, expires_at = %s"
-                   " WHERE k.expired_at IS NULL"
-                   " AND k.expires_at OPERATOR(pg_catalog.<=) $1",
-                   forgotten_at),
-          4, types, values, nullptr, false, SPI_OK_UPDATE);
-  done += (int64)SPI_processed;
-  return done;
-}
-
-// When a key of 1.1 is forgotten (storage/keys.hpp, live_row_forgotten_at),
-// in immutable functions only, which Citus accepts in an UPDATE and
-// evaluates alike on every node. $3 is 7 days; $2 and $4 are unused.
-constexpr const char *stored_forgotten_at =
-    "pg_catalog.timezone('UTC', pg_catalog.timezone('UTC', k.expires_at)"
-    " OPERATOR(pg_catalog.+) COALESCE(k.remember_for, $3))";
-
-// The same rules as the local keys' expiry.
-int64 expire(TimestampTz now) {
-  Oid relid = relation();
-  // Citus runs the statements on every shard: once, from the coordinator.
-  if (!OidIsValid(relid) || citus::local_group() != 0)
-    return 0;
-  bool keeps_tombstones = get_attnum(relid, "expired_at") != InvalidAttrNumber;
-  bool stores_window = get_attnum(relid, "remember_for") != InvalidAttrNumber;
-  bool remember = keeps_tombstones && settings::remember_keys();
-  OwnerSpi spi(table_owner::of(relid));
-  Oid types[4] = {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INTERVALOID};
-  Datum values[4] = {TimestampTzGetDatum(now), (Datum)0, (Datum)0, (Datum)0};
-  const char *forgotten_at = stored_forgotten_at;
-  if (keeps_tombstones && stores_window) {
-    auto *default_window = static_cast<Interval *>(palloc0(sizeof(Interval)));
-    default_window->time = rows_without_window_usecs;
-    values[1] = CStringGetTextDatum("");
-    values[2] = IntervalPGetDatum(default_window);
-    values[3] = IntervalPGetDatum(default_window);
-  } else if (!remember) {
-    spi.run("DELETE FROM idempotency.tenant_keys AS k"
-            " WHERE k.expires_at OPERATOR(pg_catalog.<=) $1",
-            1, types, values, nullptr, false, SPI_OK_DELETE);
-    int64 deleted = (int64)SPI_processed;
-    spi.finish();
-    return deleted;
-  } else {
-    // expires_at + idempotency.remember, as settings::forgotten_at()
-    // computes it (months and days in this session's time zone, then the
-    // time).
-    const Interval &span = settings::remember();
-    Interval *calendar = static_cast<Interval *>(palloc0(sizeof(Interval)));
-    calendar->month = span.month;
-    calendar->day = span.day;
-    Interval *clock = static_cast<Interval *>(palloc0(sizeof(Interval)));
-    clock->time = span.time;
-    values[1] = CStringGetTextDatum(pg_get_timezone_name(session_timezone));
-    values[2] = IntervalPGetDatum(calendar);
-    values[3] = IntervalPGetDatum(clock);
-    forgotten_at =
-        "pg_catalog.timezone('UTC', pg_catalog.timezone('UTC',"
-        " pg_catalog.timezone($2, pg_catalog.timezone($2, k.expires_at)"
-        " OPERATOR(pg_catalog.+) $3)) OPERATOR(pg_catalog.+) $4)";
-  }
-  int64 done = expire_with(spi, forgotten_at, types, values);
-  spi.finish();
-  return done;
 }
 
 } // namespace
@@ -426,7 +216,7 @@ int64 expire(TimestampTz now) {
 // request: otherwise a move could end between the check and the request's
 // writes, which would land in a placement the move has left behind.
 KeyTable table_for(const KeyRef &key) {
-  Oid relid = tenant_keys_oid();
+  Oid relid = schema::relation("tenant_keys");
   if (!OidIsValid(relid))
     ereport(ERROR,
             (errcode(ERRCODE_UNDEFINED_TABLE),
@@ -440,28 +230,61 @@ KeyTable table_for(const KeyRef &key) {
              errmsg("idempotency.tenant_keys is not a Citus distributed table"),
              errhint("Create it with idempotency.distribute_keys().")));
   citus::require_tested_citus();
-  check_tenant_type(relid, key);
+  Oid column_type = tenant_column_type(relid);
+  if (!OidIsValid(column_type))
+    ereport(ERROR,
+            (errcode(ERRCODE_UNDEFINED_COLUMN),
+             errmsg("idempotency.tenant_keys has no column \"tenant\"")));
+  if (column_type != key.tenant_type)
+    ereport(
+        ERROR,
+        (errcode(ERRCODE_DATATYPE_MISMATCH),
+         errmsg("tenant is of type %s, but idempotency.tenant_keys.tenant "
+                "is of type %s",
+                format_type_be(key.tenant_type), format_type_be(column_type)),
+         errhint("Pass the tenant as %s, the type of the distribution "
+                 "column the keys are co-located with.",
+                 format_type_be(column_type))));
   Oid owner = table_owner::of(relid);
-  // Whether the shard was here before the lock: a request that waited for
-  // a move that took it away still knows, should Citus drop the old
-  // placement before the request looks again.
-  citus::ShardOfValue shard =
-      citus::shard_for_value(relid, owner, key.tenant_type, key.tenant);
-  bool was_here = OidIsValid(shard.local_relation);
-  citus::lock_shard_placement(shard.shard, owner);
-  citus::ShardHere here = citus::shard_here_now(relid, shard.shard);
-  Oid local_shard = here.local_relation;
-  if (OidIsValid(local_shard) && here.placed_here) {
-    checked_placement =
-        CheckedPlacement{compat::my_local_transaction_id(),
-                         GetCurrentSubTransactionId(), local_shard};
+  citus::ShardPlacement shard =
+      citus::lock_shard_of_value(relid, owner, key.tenant_type, key.tenant);
+  Oid local_shard = shard.local_relation;
+  if (OidIsValid(local_shard) && shard.placed_here) {
+    checked_transaction = compat::my_local_transaction_id();
+    checked_subtransaction = GetCurrentSubTransactionId();
+    checked_shard = local_shard;
     return KeyTable{relid, local_shard, owner};
   }
+  Oid output;
+  bool is_varlena;
+  getTypeOutputInfo(key.tenant_type, &output, &is_varlena);
+  const char *tenant = OidOutputFunctionCall(output, key.tenant);
   // A relation of the shard here, placed elsewhere: Citus is moving the
   // shard here, or moved it away after it sent this request here.
-  if (was_here || OidIsValid(local_shard))
-    report_moved(key);
-  report_not_local(key);
+  if (OidIsValid(shard.relation_before_lock) || OidIsValid(local_shard))
+    ereport(ERROR,
+            (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+             errmsg("the shard of tenant %s moved between nodes during the "
+                    "request",
+                    tenant),
+             errdetail("Citus moved the tenant's shards between the moment it "
+                       "sent the request to this node and the moment the "
+                       "request reached the tenant's keys; nothing of the "
+                       "request is kept."),
+             errhint("Retry the request: Citus sends it to the node that "
+                     "holds the tenant now.")));
+  ereport(
+      ERROR,
+      (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+       errmsg("the idempotency keys of tenant %s are on another node", tenant),
+       errdetail("A tenant's keys are read and written only on the node that "
+                 "holds its shard of idempotency.tenant_keys, in the same "
+                 "local transaction as the request's own work."),
+       errhint("Call the tenant_* functions inside a function distributed "
+               "with create_distributed_function(..., colocate_with => "
+               "'idempotency.tenant_keys', force_delegation => true), whose "
+               "distribution argument is this tenant: Citus runs it on that "
+               "node. See the extension's docs/scale-out.md.")));
 }
 
 // The tenant's shard is read directly by its primary key: through Citus the
@@ -485,7 +308,7 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
                     errmsg("type %s has no equality operator",
                            format_type_be(key.tenant_type))));
   // systable_beginscan maps the table's column numbers to the index's.
-  ScanKeyData scan_keys[identity_args];
+  ScanKeyData scan_keys[3];
   ScanKeyInit(&scan_keys[0], columns.tenant, BTEqualStrategyNumber,
               tenant_type->eq_opr_finfo.fn_oid, key.tenant);
   scan_keys[0].sk_collation =
@@ -498,8 +321,8 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
   // What the transaction wrote so far is seen, as by its next statement.
   CommandCounterIncrement();
   Snapshot snapshot = RegisterSnapshot(GetTransactionSnapshot());
-  SysScanDesc scan = systable_beginscan(rel, primary_key, true, snapshot,
-                                        identity_args, scan_keys);
+  SysScanDesc scan =
+      systable_beginscan(rel, primary_key, true, snapshot, 3, scan_keys);
   KeyProbe result{};
   result.state = KeyState::absent;
   result.response_is_null = true;
@@ -510,10 +333,9 @@ KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
     bool tombstone = false;
     TimestampTz expired_at = 0;
     if (columns.expired_at != InvalidAttrNumber) {
-      Datum value = heap_getattr(tuple, columns.expired_at, desc, &is_null);
+      expired_at = DatumGetTimestampTz(
+          heap_getattr(tuple, columns.expired_at, desc, &is_null));
       tombstone = !is_null;
-      if (tombstone)
-        expired_at = DatumGetTimestampTz(value);
     }
     Datum stored_key = heap_getattr(tuple, columns.key, desc, &is_null);
     if (!tombstone &&
@@ -564,14 +386,13 @@ StoredRow store(const KeyTable &table, const KeyRef &key, const NewRow &row) {
   role_marks::ensure_tenant(table.relid, key.scope);
   if (row.replaces != nullptr)
     delete_key_rows(replace_plan, table, key,
-                    "k.expires_at OPERATOR(pg_catalog.<=) $4",
-                    {{TIMESTAMPTZOID, TimestampTzGetDatum(created_at)}});
+                    "k.expires_at OPERATOR(pg_catalog.<=) $5", created_at);
 
   // A placement lock taken in a subtransaction that rolled back is gone.
   bool still_checked =
-      checked_placement.transaction == compat::my_local_transaction_id() &&
-      checked_placement.subtransaction == GetCurrentSubTransactionId() &&
-      checked_placement.local_shard == table.local_shard;
+      checked_transaction == compat::my_local_transaction_id() &&
+      checked_subtransaction == GetCurrentSubTransactionId() &&
+      checked_shard == table.local_shard;
   KeyTable checked = still_checked ? table : table_for(key);
 
   MemoryContext caller = CurrentMemoryContext;
@@ -607,13 +428,11 @@ StoredRow store(const KeyTable &table, const KeyRef &key, const NewRow &row) {
 // The row probe() found, by its key (a tombstone's is empty) and creation
 // time: a row the key got since is another request's.
 bool remove(const KeyTable &table, const KeyRef &key, const KeyProbe &stored) {
-  return delete_key_rows(
-             remove_plan, table, key,
-             "(k.key OPERATOR(pg_catalog.=) $4 OR "
-             "k.key OPERATOR(pg_catalog.=) '') AND "
-             "k.created_at OPERATOR(pg_catalog.=) $5",
-             {{TEXTOID, PointerGetDatum(key.key)},
-              {TIMESTAMPTZOID, TimestampTzGetDatum(stored.created_at)}}) > 0;
+  return delete_key_rows(remove_plan, table, key,
+                         "(k.key OPERATOR(pg_catalog.=) $4 OR "
+                         "k.key OPERATOR(pg_catalog.=) '') AND "
+                         "k.created_at OPERATOR(pg_catalog.=) $5",
+                         stored.created_at) > 0;
 }
 
 // Citus finds the expired keys on every shard, unpaced by expire_rate.
@@ -623,14 +442,78 @@ void collect_expired(ExpiryRound &round, int) {
   round.paced = false;
 }
 
+// The same rules as the local keys' expiry: deletes the keys expired at $1
+// whose window has passed too and the tombstones past their window, then
+// turns the other expired keys into tombstones.
 ExpiryBatch expire_batch(ExpiryRound &round, int) {
-  int64 deleted = expire(round.cutoff);
   round.has_batch = false;
-  return ExpiryBatch{deleted, deleted};
+  Oid relid = relation();
+  // Citus runs the statements on every shard: once, from the coordinator.
+  if (!OidIsValid(relid) || citus::local_group() != 0)
+    return ExpiryBatch{0, 0};
+  bool keeps_tombstones = get_attnum(relid, "expired_at") != InvalidAttrNumber;
+  bool stores_window = get_attnum(relid, "remember_for") != InvalidAttrNumber;
+  bool remember = keeps_tombstones && settings::remember_keys();
+  OwnerSpi spi(table_owner::of(relid));
+  Oid types[4] = {TIMESTAMPTZOID, TEXTOID, INTERVALOID, INTERVALOID};
+  Datum values[4] = {TimestampTzGetDatum(round.cutoff)};
+  // When a key of 1.1 is forgotten (storage/keys.hpp, live_row_forgotten_at),
+  // in immutable functions only, which Citus accepts in an UPDATE and
+  // evaluates alike on every node. $3 is 7 days; $2 and $4 are unused.
+  const char *forgotten_at =
+      "pg_catalog.timezone('UTC', pg_catalog.timezone('UTC', k.expires_at)"
+      " OPERATOR(pg_catalog.+) COALESCE(k.remember_for, $3))";
+  if (keeps_tombstones && stores_window) {
+    auto *default_window = static_cast<Interval *>(palloc(sizeof(Interval)));
+    *default_window = Interval{rows_without_window_usecs, 0, 0};
+    values[1] = CStringGetTextDatum("");
+    values[2] = IntervalPGetDatum(default_window);
+    values[3] = IntervalPGetDatum(default_window);
+  } else if (!remember) {
+    spi.run("DELETE FROM idempotency.tenant_keys AS k"
+            " WHERE k.expires_at OPERATOR(pg_catalog.<=) $1",
+            1, types, values, nullptr, false, SPI_OK_DELETE);
+    int64 deleted = (int64)SPI_processed;
+    spi.finish();
+    return ExpiryBatch{deleted, deleted};
+  } else {
+    // expires_at + idempotency.remember, as settings::forgotten_at()
+    // computes it (months and days in this session's time zone, then the
+    // time).
+    const Interval &span = settings::remember();
+    auto *calendar = static_cast<Interval *>(palloc(sizeof(Interval)));
+    *calendar = Interval{0, span.day, span.month};
+    auto *clock = static_cast<Interval *>(palloc(sizeof(Interval)));
+    *clock = Interval{span.time, 0, 0};
+    values[1] = CStringGetTextDatum(pg_get_timezone_name(session_timezone));
+    values[2] = IntervalPGetDatum(calendar);
+    values[3] = IntervalPGetDatum(clock);
+    forgotten_at =
+        "pg_catalog.timezone('UTC', pg_catalog.timezone('UTC',"
+        " pg_catalog.timezone($2, pg_catalog.timezone($2, k.expires_at)"
+        " OPERATOR(pg_catalog.+) $3)) OPERATOR(pg_catalog.+) $4)";
+  }
+  spi.run(psprintf("DELETE FROM idempotency.tenant_keys AS k"
+                   " WHERE k.expires_at OPERATOR(pg_catalog.<=) $1"
+                   " AND (k.expired_at IS NOT NULL OR %s"
+                   " OPERATOR(pg_catalog.<=) $1)",
+                   forgotten_at),
+          4, types, values, nullptr, false, SPI_OK_DELETE);
+  int64 done = (int64)SPI_processed;
+  spi.run(psprintf("UPDATE idempotency.tenant_keys AS k"
+                   " SET key = '', response = NULL,"
+                   " expired_at = k.expires_at, expires_at = %s"
+                   " WHERE k.expired_at IS NULL"
+                   " AND k.expires_at OPERATOR(pg_catalog.<=) $1",
+                   forgotten_at),
+          4, types, values, nullptr, false, SPI_OK_UPDATE);
+  done += (int64)SPI_processed;
+  spi.finish();
+  return ExpiryBatch{done, done};
 }
 
 Oid relation() {
-  Oid relid = tenant_keys_oid();
+  Oid relid = schema::relation("tenant_keys");
   if (!OidIsValid(relid) ||
       citus::table_kind(relid) != citus::TableKind::distributed)
     return InvalidOid;
@@ -640,38 +523,24 @@ Oid relation() {
 // Roles do not have the same OID on every node: each node settles the roles
 // of its own shards.
 role_keys::Roles roles_with_keys(Oid relid, AttrNumber) {
-  Oid owner = table_owner::of(relid);
-  citus::ShardRelations shards = citus::local_shard_relations(relid);
-  // A role with keys in several shards is listed once per shard.
-  role_keys::Roles all{0, static_cast<Oid *>(palloc(sizeof(Oid)))};
-  for (int s = 0; s < shards.count; s++) {
-    role_keys::Roles roles = role_keys::in_shard(shards.relids[s], owner);
-    if (roles.count == 0)
-      continue;
-    all.oids = static_cast<Oid *>(
-        repalloc(all.oids, sizeof(Oid) * (all.count + roles.count)));
-    memcpy(all.oids + all.count, roles.oids, sizeof(Oid) * roles.count);
-    all.count += roles.count;
-  }
-  return all;
+  return role_keys::in_shards(citus::local_shard_relations(relid),
+                              table_owner::of(relid));
 }
 
 uint64 delete_keys_of(Oid relid, AttrNumber scope_column, Oid role) {
   Oid scope_type = get_atttype(relid, scope_column);
   Oid owner = table_owner::of(relid);
-  citus::ShardRelations shards = citus::local_shard_relations(relid);
+  List *shards = citus::local_shard_relations(relid);
   uint64 deleted = 0;
-  for (int s = 0; s < shards.count; s++)
-    deleted +=
-        role_keys::delete_in_shard(shards.relids[s], owner, scope_type, role);
+  ListCell *cell;
+  foreach (cell, shards)
+    deleted += role_keys::delete_in(lfirst_oid(cell), owner, scope_type, role);
   return deleted;
 }
 
 Oid tenant_type() {
-  Oid table = tenant_keys_oid();
-  AttrNumber column =
-      OidIsValid(table) ? get_attnum(table, "tenant") : InvalidAttrNumber;
-  return column == InvalidAttrNumber ? TEXTOID : get_atttype(table, column);
+  Oid type = tenant_column_type(schema::relation("tenant_keys"));
+  return OidIsValid(type) ? type : TEXTOID;
 }
 
 } // namespace idempotency::storage::tenant_keys

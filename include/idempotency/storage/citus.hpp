@@ -9,6 +9,10 @@
 
 #include "idempotency/pg.hpp"
 
+extern "C" {
+#include "nodes/pg_list.h"
+}
+
 namespace idempotency::storage::citus {
 
 // Makes a transaction that wrote idempotency.keys commit through two-phase
@@ -33,27 +37,20 @@ void end_fn(int guc_level);
 // with; 55000 when Citus is not loaded.
 void require_tested_citus();
 
-// The shard of `relid` that holds the distribution value `value` of type
-// `type`, as `owner` (Citus checks that its caller may read the table), and
-// its relation on this node (InvalidOid: none).
-struct ShardOfValue {
-  uint64 shard;
-  Oid local_relation;
+// Finds the shard of `relid` that holds the distribution value `value` of
+// type `type` and takes Citus's lock on its placement metadata in share mode
+// until the transaction ends (what its executor takes before it writes a
+// shard), as `owner`: the table's owner, which Citus requires. Then reads,
+// as of now, where the shard is.
+struct ShardPlacement {
+  // The shard's relation on this node before the lock (InvalidOid: none): a
+  // request that waited for a move that took it away still knows, should
+  // Citus drop the old placement before the request looks again.
+  Oid relation_before_lock;
+  Oid local_relation; // after the lock
+  bool placed_here;   // whether Citus's metadata places the shard here
 };
-ShardOfValue shard_for_value(Oid relid, Oid owner, Oid type, Datum value);
-
-// Citus's lock on the placement metadata of `shard` in share mode, as
-// `owner` (the table's owner, which Citus requires), until the transaction
-// ends: what its executor takes before it writes a shard.
-void lock_shard_placement(uint64 shard, Oid owner);
-
-// The relation of `shard` of `relid` on this node (InvalidOid: none), and
-// whether Citus's metadata places the shard here, as of now.
-struct ShardHere {
-  Oid local_relation;
-  bool placed_here;
-};
-ShardHere shard_here_now(Oid relid, uint64 shard);
+ShardPlacement lock_shard_of_value(Oid relid, Oid owner, Oid type, Datum value);
 
 // --- Citus's metadata, which every role may read --------------------------
 
@@ -61,14 +58,10 @@ ShardHere shard_here_now(Oid relid, uint64 shard);
 // pg_dist_local_group.
 int32 local_group();
 
-// The relations on this node of the shards of `relid`, including those of a
-// shard Citus is moving here or moved away and has not dropped yet.
-struct ShardRelations {
-  int count;
-  Oid *relids;
-};
-static_assert(std::is_trivially_destructible_v<ShardRelations>);
-ShardRelations local_shard_relations(Oid relid);
+// The relations on this node of the shards of `relid` (a List of Oids),
+// including those of a shard Citus is moving here or moved away and has not
+// dropped yet.
+List *local_shard_relations(Oid relid);
 
 enum class TableKind {
   not_citus,     // not in Citus's metadata, or Citus is not installed

@@ -68,10 +68,10 @@ Roles in_keys(Oid keys, AttrNumber scope_column);
 // table's lock go too, even under REPEATABLE READ.
 uint64 delete_in_keys(Oid keys, AttrNumber scope_column, Oid role);
 
-// For a shard of idempotency.tenant_keys on this node, which has no index
-// that starts with the scope: in_shard reads it in full.
-Roles in_shard(Oid shard, Oid owner);
-uint64 delete_in_shard(Oid shard, Oid owner, Oid scope_type, Oid role);
+// For the shards of idempotency.tenant_keys on this node (a List of their
+// relations), which have no index that starts with the scope: read in full.
+Roles in_shards(List *shards, Oid owner);
+uint64 delete_in(Oid relid, Oid owner, Oid scope_type, Oid role);
 
 } // namespace idempotency::storage::role_keys
 

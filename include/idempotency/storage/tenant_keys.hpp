@@ -12,8 +12,7 @@ namespace idempotency::storage::tenant_keys {
 
 // idempotency.tenant_keys, checked for `key`; 0A000 when the tenant's shard
 // is on another node, 40001 when Citus is moving it here or moved it away.
-// Takes the placement lock, so that no shard move ends while the request
-// runs.
+// Takes the placement lock: no shard move ends while the request runs.
 KeyTable table_for(const KeyRef &key);
 
 // The type an untyped tenant gets; text where the table does not exist.
