@@ -95,11 +95,9 @@ bytea *digest_of_key(const text *key) {
       memcmp(last_digest.key, bytes, size) == 0)
     return as_bytea(last_digest.digest.bytes, last_digest.digest.size);
   Utf8 utf8 = utf8_form(bytes, size);
-  if (utf8.data == nullptr) {
-    uint8 digest_bytes[key_digest_size];
-    unconverted_key_digest(bytes, size, digest_bytes);
-    return as_bytea(digest_bytes, key_digest_size);
-  }
+  // A key with no UTF-8 form has one digest in both tables.
+  if (utf8.data == nullptr)
+    return tenant_digest_of_key(key);
   OrderedKeyDigest digest;
   ordered_key_digest(utf8.data, utf8.size, digest);
   last_digest.valid = size <= sizeof last_digest.key;

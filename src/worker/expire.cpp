@@ -65,11 +65,6 @@ TimestampTz expiry_cutoff(TimestampTz now) {
   return cutoff;
 }
 
-storage::ExpiryRound begin_expiry(TimestampTz cutoff, MemoryContext context) {
-  return storage::ExpiryRound{cutoff, context, nullptr, false,
-                              false,  true,    0,       nullptr};
-}
-
 void warn_kept_rows(const char *database, int64 kept, const char *reason) {
   ereport(WARNING,
           (errmsg("idempotency expiry kept " INT64_FORMAT
@@ -226,7 +221,8 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
     tally->deleted += storage::role_marks::mark_key_roles();
   commit_transaction();
   int batch_size = settings::expire_batch_size();
-  storage::ExpiryRound round = begin_expiry(cutoff, context);
+  storage::ExpiryRound round{cutoff, context, nullptr, false,
+                             false,  true,    0,       nullptr};
   do {
     if (must_leave())
       return RoundEnd::left_early;
@@ -348,7 +344,8 @@ int64 expire_now() {
     MemoryContext context =
         AllocSetContextCreate(CurrentMemoryContext, "idempotency expiry pass",
                               ALLOCSET_DEFAULT_SIZES);
-    storage::ExpiryRound round = begin_expiry(cutoff, context);
+    storage::ExpiryRound round{cutoff, context, nullptr, false,
+                               false,  true,    0,       nullptr};
     do {
       store.collect_expired(round, batch_size);
       while (round.has_batch) {
