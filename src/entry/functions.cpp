@@ -375,23 +375,15 @@ Datum expiry_status_body(FunctionCallInfo fcinfo) {
 }
 
 // One row per counted database; this database always has one when the
-// counters exist. late_retries comes last: the 0.7 schema's tuple descriptor
-// reads only the first seven columns.
+// counters exist.
 Datum stats_counters_body(FunctionCallInfo fcinfo) {
   ReturnSetInfo *rsinfo = materialize(fcinfo);
-  auto *rows = static_cast<stats::CounterRow *>(
-      palloc(sizeof(stats::CounterRow) * stats::max_counted_databases));
+  auto *rows = static_cast<Datum(*)[stats::counter_columns]>(palloc(
+      sizeof(Datum) * stats::counter_columns * stats::max_counted_databases));
   int count = stats::copy_counters(rows);
-  for (int i = 0; i < count; i++) {
-    const stats::CounterRow &row = rows[i];
-    Datum values[] = {
-        ObjectIdGetDatum(row.database),    Int64GetDatum(row.ran),
-        Int64GetDatum(row.replayed),       Int64GetDatum(row.conflict),
-        Int64GetDatum(row.mismatch),       Int64GetDatum(row.expired),
-        TimestampTzGetDatum(row.reset_at), Int64GetDatum(row.late_retry)};
-    bool nulls[8] = {};
-    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-  }
+  bool nulls[stats::counter_columns] = {};
+  for (int i = 0; i < count; i++)
+    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, rows[i], nulls);
   return (Datum)0;
 }
 
