@@ -91,8 +91,7 @@ constexpr const char *database_worker_type = "idempotency expiry";
 
 BackgroundWorker describe_worker(const char *function, const char *type,
                                  int restart_seconds) {
-  BackgroundWorker worker;
-  memset(&worker, 0, sizeof(worker));
+  BackgroundWorker worker{};
   // A connection (to none, for the launcher) lets it read pg_database.
   worker.bgw_flags =
       BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
