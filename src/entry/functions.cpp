@@ -124,11 +124,8 @@ Elements array_argument(FunctionCallInfo fcinfo, int argno, const char *name,
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                     errmsg("%s must be a one-dimensional array", name)));
   Elements elements{};
-  int16 length;
-  bool by_value;
-  char align;
-  get_typlenbyvalalign(ARR_ELEMTYPE(array), &length, &by_value, &align);
-  deconstruct_array(array, ARR_ELEMTYPE(array), length, by_value, align,
+  // text[] or jsonb[]: varlena elements aligned on int.
+  deconstruct_array(array, ARR_ELEMTYPE(array), -1, false, TYPALIGN_INT,
                     &elements.values, &elements.nulls, &elements.count);
   if (keys != nullptr && elements.count != keys->count)
     ereport(ERROR,
@@ -142,9 +139,12 @@ Elements array_argument(FunctionCallInfo fcinfo, int argno, const char *name,
 // The arguments after the first `first` ones, as bound to $1 ... $n: a
 // spread VARIADIC "any" list (an untyped literal bound as text), or the
 // elements of an explicit VARIADIC array, none when it is NULL (where
-// extract_variadic_args answers -1).
+// extract_variadic_args answers -1). None still come in allocated arrays:
+// callers memcpy them.
 FnArgs fn_arguments(FunctionCallInfo fcinfo, int first) {
-  FnArgs args{0, nullptr, nullptr, nullptr};
+  void *none = palloc0(sizeof(Datum));
+  FnArgs args{0, static_cast<Oid *>(none), static_cast<Datum *>(none),
+              static_cast<bool *>(none)};
   if (PG_NARGS() > first)
     args.count = Max(extract_variadic_args(fcinfo, first, true, &args.values,
                                            &args.types, &args.nulls),
@@ -275,12 +275,6 @@ storage::KeyRef *batch_keys(const Elements &keys) {
   return refs;
 }
 
-// By protocol::BatchOutcome.
-constexpr const char *batch_outcome_names[] = {"claimed", "replayed",
-                                               "refused"};
-static_assert(lengthof(batch_outcome_names) ==
-              static_cast<size_t>(protocol::BatchOutcome::refused) + 1);
-
 Datum claim_batch_body(FunctionCallInfo fcinfo) {
   Elements keys = array_argument(fcinfo, 0, "keys");
   Elements hashes{};
@@ -302,11 +296,14 @@ Datum claim_batch_body(FunctionCallInfo fcinfo) {
     const protocol::BatchAnswer &answer = answers[i];
     bool refused = answer.outcome == protocol::BatchOutcome::refused;
     const protocol::ClaimRow &row = answer.row;
+    const char *outcome = refused ? "refused"
+                          : answer.outcome == protocol::BatchOutcome::replayed
+                              ? "replayed"
+                              : "claimed";
     Datum values[] = {
         Int32GetDatum(i + 1),
         keys.values[i],
-        CStringGetTextDatum(
-            batch_outcome_names[static_cast<int>(answer.outcome)]),
+        CStringGetTextDatum(outcome),
         refused ? CStringGetTextDatum(unpack_sql_state(answer.sqlerrcode))
                 : (Datum)0,
         refused ? CStringGetTextDatum(answer.message) : (Datum)0,
@@ -378,23 +375,15 @@ Datum expiry_status_body(FunctionCallInfo fcinfo) {
 }
 
 // One row per counted database; this database always has one when the
-// counters exist. late_retries comes last: the 0.7 schema's tuple descriptor
-// reads only the first seven columns.
+// counters exist.
 Datum stats_counters_body(FunctionCallInfo fcinfo) {
   ReturnSetInfo *rsinfo = materialize(fcinfo);
-  auto *rows = static_cast<stats::CounterRow *>(
-      palloc(sizeof(stats::CounterRow) * stats::max_counted_databases));
+  auto *rows = static_cast<Datum(*)[stats::counter_columns]>(palloc(
+      sizeof(Datum) * stats::counter_columns * stats::max_counted_databases));
   int count = stats::copy_counters(rows);
-  for (int i = 0; i < count; i++) {
-    const stats::CounterRow &row = rows[i];
-    Datum values[] = {
-        ObjectIdGetDatum(row.database),    Int64GetDatum(row.ran),
-        Int64GetDatum(row.replayed),       Int64GetDatum(row.conflict),
-        Int64GetDatum(row.mismatch),       Int64GetDatum(row.expired),
-        TimestampTzGetDatum(row.reset_at), Int64GetDatum(row.late_retry)};
-    bool nulls[8] = {};
-    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-  }
+  bool nulls[stats::counter_columns] = {};
+  for (int i = 0; i < count; i++)
+    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, rows[i], nulls);
   return (Datum)0;
 }
 

@@ -36,7 +36,6 @@ extern "C" {
 
 namespace idempotency::fingerprint {
 
-// PostgreSQL code keeps these across calls that may ereport().
 static_assert(std::is_trivially_destructible_v<Sha256>);
 static_assert(std::is_trivially_destructible_v<RequestFingerprint>);
 static_assert(std::is_trivially_destructible_v<HmacSha256>);

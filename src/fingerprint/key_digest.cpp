@@ -28,17 +28,16 @@ bool bytes_are_canonical(const char *bytes, Size size) {
 }
 
 // data is nullptr, size the text's, when the text has no UTF-8 form (a
-// character Unicode lacks).
+// character Unicode lacks). A conversion stays in the current memory context.
 struct Utf8 {
   const char *data;
   Size size;
-  bool owned;
 };
 static_assert(std::is_trivially_destructible_v<Utf8>);
 
 Utf8 utf8_form(const char *bytes, Size size) {
   if (bytes_are_canonical(bytes, size))
-    return {bytes, size, false};
+    return {bytes, size};
   // From pg_catalog only (a user's default conversion must not change which
   // key a text names), once per backend: its encoding never changes.
   static bool looked_up = false;
@@ -49,7 +48,7 @@ Utf8 utf8_form(const char *bytes, Size size) {
     looked_up = true;
   }
   if (!OidIsValid(proc))
-    return {nullptr, size, false};
+    return {nullptr, size};
   // Only idempotency.key_digest(text) meets a text this long.
   if (size >= (MaxAllocSize - 1) / MAX_CONVERSION_GROWTH)
     ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
@@ -61,17 +60,10 @@ Utf8 utf8_form(const char *bytes, Size size) {
       proc, GetDatabaseEncoding(), PG_UTF8,
       reinterpret_cast<unsigned char *>(const_cast<char *>(bytes)),
       static_cast<int>(size), utf8, static_cast<int>(room), true /* noError */);
-  if (static_cast<Size>(converted) != size) {
-    pfree(utf8);
-    return {nullptr, size, false};
-  }
+  if (static_cast<Size>(converted) != size)
+    return {nullptr, size};
   const char *data = reinterpret_cast<const char *>(utf8);
-  return {data, strlen(data), true};
-}
-
-void release(const Utf8 &utf8) {
-  if (utf8.owned)
-    pfree(const_cast<char *>(utf8.data));
+  return {data, strlen(data)};
 }
 
 // claim() and complete() of one message digest the same key, and a digest
@@ -93,9 +85,7 @@ bytea *as_bytea(const void *bytes, Size size) {
 }
 
 Size utf8_length(const char *bytes, Size size) {
-  Utf8 utf8 = utf8_form(bytes, size);
-  release(utf8);
-  return utf8.size;
+  return utf8_form(bytes, size).size;
 }
 
 bytea *digest_of_key(const text *key) {
@@ -105,14 +95,11 @@ bytea *digest_of_key(const text *key) {
       memcmp(last_digest.key, bytes, size) == 0)
     return as_bytea(last_digest.digest.bytes, last_digest.digest.size);
   Utf8 utf8 = utf8_form(bytes, size);
-  if (utf8.data == nullptr) {
-    uint8 digest_bytes[key_digest_size];
-    unconverted_key_digest(bytes, size, digest_bytes);
-    return as_bytea(digest_bytes, key_digest_size);
-  }
+  // A key with no UTF-8 form has one digest in both tables.
+  if (utf8.data == nullptr)
+    return tenant_digest_of_key(key);
   OrderedKeyDigest digest;
   ordered_key_digest(utf8.data, utf8.size, digest);
-  release(utf8);
   last_digest.valid = size <= sizeof last_digest.key;
   if (last_digest.valid) {
     memcpy(last_digest.key, bytes, size);
@@ -129,7 +116,6 @@ bytea *tenant_digest_of_key(const text *key) {
     unconverted_key_digest(VARDATA_ANY(key), utf8.size, digest);
   else
     key_digest(utf8.data, utf8.size, digest);
-  release(utf8);
   return as_bytea(digest, key_digest_size);
 }
 
@@ -154,7 +140,6 @@ void update_with_text(HmacSha256 &mac, const text *value, uint8 utf8_tag,
     header[1 + i] = static_cast<uint8>(uint64{utf8.size} >> (8 * i));
   mac.update(header, sizeof header);
   mac.update(field, utf8.size);
-  release(utf8);
 }
 
 } // namespace

@@ -110,25 +110,29 @@ void count_expired(int64 keys) {
 }
 
 // This database always has a row when the counters exist.
-int copy_counters(CounterRow *out) {
+int copy_counters(Datum (*out)[counter_columns]) {
   if (shared == nullptr)
     return 0;
   own_slot();
   int count = 0;
   for (auto &slot : shared->databases) {
-    auto event = [&slot](Event kind) {
-      return static_cast<int64>(
-          pg_atomic_read_u64(&slot.events[static_cast<int>(kind)]));
+    auto read = [](pg_atomic_uint64 &counter) {
+      return Int64GetDatum(static_cast<int64>(pg_atomic_read_u64(&counter)));
     };
-    if (OidIsValid(slot.database))
-      out[count++] = {slot.database,
-                      event(Event::ran),
-                      event(Event::replayed),
-                      event(Event::conflict),
-                      event(Event::mismatch),
-                      static_cast<int64>(pg_atomic_read_u64(&slot.expired)),
-                      (TimestampTz)pg_atomic_read_u64(&slot.reset_at),
-                      event(Event::late_retry)};
+    auto event = [&](Event kind) {
+      return read(slot.events[static_cast<int>(kind)]);
+    };
+    if (OidIsValid(slot.database)) {
+      Datum row[] = {ObjectIdGetDatum(slot.database),
+                     event(Event::ran),
+                     event(Event::replayed),
+                     event(Event::conflict),
+                     event(Event::mismatch),
+                     read(slot.expired),
+                     read(slot.reset_at),
+                     event(Event::late_retry)};
+      memcpy(out[count++], row, sizeof row);
+    }
   }
   return count;
 }

@@ -65,11 +65,6 @@ TimestampTz expiry_cutoff(TimestampTz now) {
   return cutoff;
 }
 
-storage::ExpiryRound begin_expiry(TimestampTz cutoff, MemoryContext context) {
-  return storage::ExpiryRound{cutoff, context, nullptr, false,
-                              false,  true,    0,       nullptr};
-}
-
 void warn_kept_rows(const char *database, int64 kept, const char *reason) {
   ereport(WARNING,
           (errmsg("idempotency expiry kept " INT64_FORMAT
@@ -96,8 +91,7 @@ constexpr const char *database_worker_type = "idempotency expiry";
 
 BackgroundWorker describe_worker(const char *function, const char *type,
                                  int restart_seconds) {
-  BackgroundWorker worker;
-  memset(&worker, 0, sizeof(worker));
+  BackgroundWorker worker{};
   // A connection (to none, for the launcher) lets it read pg_database.
   worker.bgw_flags =
       BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -226,7 +220,8 @@ RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
     tally->deleted += storage::role_marks::mark_key_roles();
   commit_transaction();
   int batch_size = settings::expire_batch_size();
-  storage::ExpiryRound round = begin_expiry(cutoff, context);
+  storage::ExpiryRound round{cutoff, context, nullptr, false,
+                             false,  true,    0,       nullptr};
   do {
     if (must_leave())
       return RoundEnd::left_early;
@@ -348,7 +343,8 @@ int64 expire_now() {
     MemoryContext context =
         AllocSetContextCreate(CurrentMemoryContext, "idempotency expiry pass",
                               ALLOCSET_DEFAULT_SIZES);
-    storage::ExpiryRound round = begin_expiry(cutoff, context);
+    storage::ExpiryRound round{cutoff, context, nullptr, false,
+                               false,  true,    0,       nullptr};
     do {
       store.collect_expired(round, batch_size);
       while (round.has_batch) {

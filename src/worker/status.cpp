@@ -19,53 +19,63 @@ struct SharedStatus {
 
 SharedStatus *shared = nullptr;
 
-// Callers hold the mutex. Reuses the slot of the oldest round when full.
-RoundStatus &slot_for(Oid database) {
+// Callers hold the mutex. Reuses the slot of the oldest round when full;
+// nullptr when `database` has none and !create.
+RoundStatus *slot_for(Oid database, bool create = true) {
   RoundStatus *free_slot = nullptr;
   RoundStatus *oldest = &shared->databases[0];
   for (RoundStatus &slot : shared->databases) {
     if (slot.database == database)
-      return slot;
+      return &slot;
     if (slot.database == InvalidOid && free_slot == nullptr)
       free_slot = &slot;
     if (slot.last_finished < oldest->last_finished)
       oldest = &slot;
   }
-  RoundStatus &slot = free_slot != nullptr ? *free_slot : *oldest;
-  memset(&slot, 0, sizeof(slot));
-  slot.database = database;
+  if (!create)
+    return nullptr;
+  RoundStatus *slot = free_slot != nullptr ? free_slot : oldest;
+  memset(slot, 0, sizeof(*slot));
+  slot->database = database;
   return slot;
 }
 
 // Outside the spinlock: clipping calls into the encoding routines.
-int clipped_length(const char *text) {
-  return text != nullptr ? pg_mbcliplen(text, strlen(text), max_error_bytes - 1)
-                         : 0;
+void clip(char (&field)[max_error_bytes], const char *text) {
+  text = text != nullptr ? text : "";
+  strlcpy(field, text,
+          pg_mbcliplen(text, strlen(text), max_error_bytes - 1) + 1);
 }
 
-void copy_clipped(char *field, const char *text, int length) {
-  if (length > 0)
-    memcpy(field, text, length);
-  field[length] = '\0';
-}
-
-void finish(RoundStatus &slot, TimestampTz at, int64 deleted, const char *error,
-            int error_length, bool skipped = false, int64 kept = 0,
-            const char *kept_reason = nullptr, int reason_length = 0) {
-  slot.last_kept = kept;
-  copy_clipped(slot.last_kept_reason, kept_reason, reason_length);
-  if (skipped)
-    slot.skipped_rounds++;
-  slot.running = false;
-  slot.last_started = slot.running_since;
-  slot.last_finished = at;
-  slot.last_deleted = deleted;
-  slot.last_failed = error != nullptr;
-  copy_clipped(slot.last_error, error, error_length);
-  slot.rounds++;
-  slot.total_deleted += deleted;
-  if (error != nullptr && !skipped)
-    slot.failed_rounds++;
+// abandoned: only a round still running, as a failure.
+void end_round(Oid database, bool abandoned, int64 deleted, const char *error,
+               bool skipped, int64 kept, const char *kept_reason) {
+  if (shared == nullptr)
+    return;
+  TimestampTz at = GetCurrentTimestamp();
+  char error_text[max_error_bytes];
+  char reason_text[max_error_bytes];
+  clip(error_text, error);
+  clip(reason_text, kept_reason);
+  SpinLockAcquire(&shared->mutex);
+  RoundStatus *slot = slot_for(database, !abandoned);
+  if (slot != nullptr && (slot->running || !abandoned)) {
+    slot->last_kept = kept;
+    memcpy(slot->last_kept_reason, reason_text, max_error_bytes);
+    if (skipped)
+      slot->skipped_rounds++;
+    slot->running = false;
+    slot->last_started = slot->running_since;
+    slot->last_finished = at;
+    slot->last_deleted = deleted;
+    slot->last_failed = error != nullptr;
+    memcpy(slot->last_error, error_text, max_error_bytes);
+    slot->rounds++;
+    slot->total_deleted += deleted;
+    if (error != nullptr && !skipped)
+      slot->failed_rounds++;
+  }
+  SpinLockRelease(&shared->mutex);
 }
 
 template <typename Forgotten> void forget_if(Forgotten forgotten) {
@@ -100,35 +110,19 @@ void round_started(Oid database, TimestampTz at) {
   if (shared == nullptr)
     return;
   SpinLockAcquire(&shared->mutex);
-  RoundStatus &slot = slot_for(database);
-  slot.running = true;
-  slot.running_since = at;
+  RoundStatus *slot = slot_for(database);
+  slot->running = true;
+  slot->running_since = at;
   SpinLockRelease(&shared->mutex);
 }
 
 void round_finished(Oid database, int64 deleted, const char *error,
                     bool skipped, int64 kept, const char *kept_reason) {
-  if (shared == nullptr)
-    return;
-  TimestampTz at = GetCurrentTimestamp();
-  int error_length = clipped_length(error);
-  int reason_length = clipped_length(kept_reason);
-  SpinLockAcquire(&shared->mutex);
-  finish(slot_for(database), at, deleted, error, error_length, skipped, kept,
-         kept_reason, reason_length);
-  SpinLockRelease(&shared->mutex);
+  end_round(database, false, deleted, error, skipped, kept, kept_reason);
 }
 
 void round_abandoned(Oid database, const char *error) {
-  if (shared == nullptr)
-    return;
-  TimestampTz at = GetCurrentTimestamp();
-  int error_length = clipped_length(error);
-  SpinLockAcquire(&shared->mutex);
-  for (RoundStatus &slot : shared->databases)
-    if (slot.database == database && slot.running)
-      finish(slot, at, 0, error, error_length);
-  SpinLockRelease(&shared->mutex);
+  end_round(database, true, 0, error, false, 0, nullptr);
 }
 
 void forget(Oid database) {

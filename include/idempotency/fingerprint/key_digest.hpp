@@ -24,8 +24,6 @@ bytea *as_bytea(const void *bytes, Size size);
 // role, the key and the label, each framed, shown as a version 8 UUID, which
 // every provider's limits accept (AWS's 64, Square's 45). Without the
 // secret no one can tell it from a random UUID or compute another role's.
-constexpr std::size_t derived_key_size = 36;
-
 text *derived_key(const uint8 *secret, std::size_t secret_size, Oid role,
                   const text *key, const text *label);
 

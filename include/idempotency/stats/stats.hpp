@@ -4,10 +4,6 @@
 
 #include "idempotency/pg.hpp"
 
-extern "C" {
-#include "datatype/timestamp.h"
-}
-
 namespace idempotency::stats {
 
 enum class Event { ran, replayed, conflict, mismatch, late_retry };
@@ -22,20 +18,13 @@ void count_expired(int64 keys);
 // Beyond this, a database is not counted (docs/monitoring.md).
 constexpr int max_counted_databases = 128;
 
-struct CounterRow {
-  Oid database;
-  int64 ran;
-  int64 replayed;
-  int64 conflict;
-  int64 mismatch;
-  int64 expired;
-  TimestampTz reset_at;
-  int64 late_retry;
-};
-static_assert(std::is_trivially_destructible_v<CounterRow>);
+// A row of idempotency.stats_counters(): the database, ran, replayed,
+// conflict, mismatch, expired, reset_at, then late_retry, last because the
+// 0.7 schema's tuple descriptor reads only the first seven columns.
+constexpr int counter_columns = 8;
 
-// Returns how many were copied; 0 without the library preloaded.
-int copy_counters(CounterRow *out);
+// Returns how many rows were written; 0 without the library preloaded.
+int copy_counters(Datum (*out)[counter_columns]);
 
 void reset();
 
