@@ -53,8 +53,8 @@ void end_round(Oid database, bool abandoned, int64 deleted, const char *error,
   if (shared == nullptr)
     return;
   TimestampTz at = GetCurrentTimestamp();
-  char error_text[max_error_bytes];
-  char reason_text[max_error_bytes];
+  char error_text[max_error_bytes] = {}; // copied whole into shared memory
+  char reason_text[max_error_bytes] = {};
   clip(error_text, error);
   clip(reason_text, kept_reason);
   SpinLockAcquire(&shared->mutex);
