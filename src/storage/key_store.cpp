@@ -7,6 +7,7 @@ extern "C" {
 #include "access/htup_details.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
@@ -130,14 +131,10 @@ Oid relation(const char *name) {
 
 } // namespace schema
 
+// SPI_fnumber skips dropped columns; a system column's number is negative.
 Form_pg_attribute find_column(TupleDesc desc, const char *name) {
-  for (int i = 0; i < desc->natts; i++) {
-    Form_pg_attribute attribute = TupleDescAttr(desc, i);
-    if (!attribute->attisdropped &&
-        strcmp(NameStr(attribute->attname), name) == 0)
-      return attribute;
-  }
-  return nullptr;
+  int attnum = SPI_fnumber(desc, name);
+  return attnum > 0 ? TupleDescAttr(desc, attnum - 1) : nullptr;
 }
 
 bool fits_scope(Oid type) {

@@ -282,13 +282,6 @@ Datum copy_varlena(HeapTuple tuple, AttrNumber attnum, TupleDesc desc,
   return PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
 }
 
-KeyProbe in_progress(TransactionId holder) {
-  KeyProbe result{};
-  result.state = KeyState::in_progress;
-  result.holder = holder;
-  return result;
-}
-
 } // namespace
 
 TimestampTz live_row_forgotten_at(const RememberWindow &window,
@@ -409,7 +402,7 @@ KeyProbe local_keys::probe(const KeyTable &table, const KeyRef &key,
     // holds the key right now; a tombstone being inserted is expiry's (or a
     // restore's), and is judged by its times.
     if (TransactionIdIsValid(dirty.xmin) && !tombstone) {
-      result = in_progress(dirty.xmin);
+      result = KeyProbe{KeyState::in_progress, dirty.xmin};
       break;
     }
     TimestampTz expires_at =
@@ -424,7 +417,7 @@ KeyProbe local_keys::probe(const KeyTable &table, const KeyRef &key,
     // replacing it (who holds the claim), is judged by its times; store()
     // waits for that delete to end. A live row being deleted: wait.
     if (TransactionIdIsValid(dirty.xmax) && times.age == RowAge::live) {
-      result = in_progress(dirty.xmax);
+      result = KeyProbe{KeyState::in_progress, dirty.xmax};
       break;
     }
     // The row, written by no open transaction but expiry's or a replacing
@@ -804,9 +797,6 @@ struct LocalExpiry {
 };
 static_assert(std::is_trivially_destructible_v<LocalExpiry>);
 
-constexpr const char *expires_at_index = "keys_expires_at_idx";
-constexpr const char *expiry_opfamily = "expiry_ops";
-
 // A pass collects row addresses only (6 bytes each), so it can go much
 // further than a batch; large passes keep a round's scans few.
 constexpr int min_keys_per_pass = 100000;
@@ -816,7 +806,7 @@ constexpr int min_keys_per_pass = 100000;
 // never uses for a caller's query: an index in the default order would let
 // EXPLAIN ANALYZE count other roles' keys by expiry time.
 Relation open_expires_at_index(Relation table) {
-  Oid index = schema::relation(expires_at_index);
+  Oid index = schema::relation("keys_expires_at_idx");
   Relation rel =
       OidIsValid(index) ? index_open(index, AccessShareLock) : nullptr;
   if (rel == nullptr || rel->rd_index->indrelid != table->rd_id ||
@@ -825,16 +815,14 @@ Relation open_expires_at_index(Relation table) {
       rel->rd_opfamily[0] !=
           GetSysCacheOid3(OPFAMILYAMNAMENSP, Anum_pg_opfamily_oid,
                           ObjectIdGetDatum(BTREE_AM_OID),
-                          CStringGetDatum(expiry_opfamily),
+                          CStringGetDatum("expiry_ops"),
                           ObjectIdGetDatum(get_rel_namespace(index))))
     ereport(ERROR,
             (errcode(ERRCODE_UNDEFINED_OBJECT),
-             errmsg("index idempotency.%s on idempotency.keys (expires_at "
-                    "idempotency.%s) does not exist",
-                    expires_at_index, expiry_opfamily),
-             errhint("Recreate it with CREATE INDEX %s ON idempotency.keys "
-                     "(expires_at idempotency.%s).",
-                     expires_at_index, expiry_opfamily)));
+             errmsg("index idempotency.keys_expires_at_idx on idempotency.keys "
+                    "(expires_at idempotency.expiry_ops) does not exist"),
+             errhint("Recreate it with CREATE INDEX keys_expires_at_idx ON "
+                     "idempotency.keys (expires_at idempotency.expiry_ops).")));
   return rel;
 }
 
