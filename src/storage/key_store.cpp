@@ -84,7 +84,6 @@ void report_shared_digest() {
                      "key_digest whose key is different."),
            errhint("Use another idempotency key. A row whose key was changed "
                    "by hand needs key_digest = idempotency.key_digest(key).")));
-  pg_unreachable();
 }
 
 void check_key_row_kept(TriggeredRow result, const char *table,

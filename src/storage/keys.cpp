@@ -49,7 +49,6 @@ namespace {
   ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
                   errmsg("table idempotency.keys does not exist"),
                   errhint("Run CREATE EXTENSION idempotency.")));
-  pg_unreachable();
 }
 
 // What this backend knows about idempotency.keys is kept until an
@@ -346,7 +345,6 @@ void report_schema_before_0_7() {
                    "(ALTER EXTENSION idempotency UPDATE TO '0.7'), then "
                    "install this library and run ALTER EXTENSION "
                    "idempotency UPDATE.")));
-  pg_unreachable();
 }
 
 KeyTable key_table() {
@@ -402,7 +400,9 @@ KeyProbe local_keys::probe(const KeyTable &table, const KeyRef &key,
     // holds the key right now; a tombstone being inserted is expiry's (or a
     // restore's), and is judged by its times.
     if (TransactionIdIsValid(dirty.xmin) && !tombstone) {
-      result = KeyProbe{KeyState::in_progress, dirty.xmin};
+      result = KeyProbe{};
+      result.state = KeyState::in_progress;
+      result.holder = dirty.xmin;
       break;
     }
     TimestampTz expires_at =
@@ -417,7 +417,9 @@ KeyProbe local_keys::probe(const KeyTable &table, const KeyRef &key,
     // replacing it (who holds the claim), is judged by its times; store()
     // waits for that delete to end. A live row being deleted: wait.
     if (TransactionIdIsValid(dirty.xmax) && times.age == RowAge::live) {
-      result = KeyProbe{KeyState::in_progress, dirty.xmax};
+      result = KeyProbe{};
+      result.state = KeyState::in_progress;
+      result.holder = dirty.xmax;
       break;
     }
     // The row, written by no open transaction but expiry's or a replacing
@@ -472,7 +474,6 @@ KeyProbe local_keys::probe(const KeyTable &table, const KeyRef &key,
                   errmsg("could not serialize access due to concurrent update"),
                   errdetail("An expired idempotency key was changed while "
                             "being replaced.")));
-  pg_unreachable();
 }
 
 namespace {

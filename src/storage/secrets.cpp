@@ -69,7 +69,6 @@ bool read_secret(ClaimSecret *secret) {
                    "random_uuid()) || pg_catalog.uuid_send(pg_catalog.gen_"
                    "random_uuid())). It changes every derived key: restore "
                    "the old secret instead if it can be found.")));
-  pg_unreachable();
 }
 
 } // namespace
