@@ -25,22 +25,6 @@ KeyStore store_of_kind(KeyTableKind kind) {
   return KeyStore(kind, KeyTable{InvalidOid, InvalidOid, InvalidOid});
 }
 
-KeyProbe KeyStore::probe(const KeyRef &key, TimestampTz now) const {
-  return kind_ == KeyTableKind::local ? local_keys::probe(table_, key, now)
-                                      : tenant_keys::probe(table_, key, now);
-}
-
-StoredRow KeyStore::store(const KeyRef &key, const NewRow &row) const {
-  return kind_ == KeyTableKind::local ? local_keys::store(table_, key, row)
-                                      : tenant_keys::store(table_, key, row);
-}
-
-bool KeyStore::remove(const KeyRef &key, const KeyProbe &stored) const {
-  return kind_ == KeyTableKind::local
-             ? local_keys::remove(table_, key, stored)
-             : tenant_keys::remove(table_, key, stored);
-}
-
 Oid KeyStore::relation() const {
   return kind_ == KeyTableKind::local ? schema::relation("keys")
                                       : tenant_keys::relation();
@@ -58,19 +42,6 @@ uint64 KeyStore::delete_keys_of(Oid relid, AttrNumber scope_column,
   return kind_ == KeyTableKind::local
              ? role_keys::delete_in_keys(relid, scope_column, role)
              : tenant_keys::delete_keys_of(relid, scope_column, role);
-}
-
-void KeyStore::collect_expired(ExpiryRound &round, int batch_size) const {
-  if (kind_ == KeyTableKind::local)
-    local_keys::collect_expired(round, batch_size);
-  else
-    tenant_keys::collect_expired(round, batch_size);
-}
-
-ExpiryBatch KeyStore::expire_batch(ExpiryRound &round, int batch_size) const {
-  return kind_ == KeyTableKind::local
-             ? local_keys::expire_batch(round, batch_size)
-             : tenant_keys::expire_batch(round, batch_size);
 }
 
 // Practically never by chance, but a row whose key text was changed by hand

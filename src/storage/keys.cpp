@@ -8,6 +8,7 @@
 #include "idempotency/storage/commit_guard.hpp"
 #include "idempotency/storage/role_marks.hpp"
 #include "idempotency/storage/owner_statements.hpp"
+#include "idempotency/storage/tenant_keys.hpp"
 
 #include "idempotency/settings/settings.hpp"
 
@@ -358,9 +359,10 @@ citus::TableKind key_table_citus_kind() {
   return find_table() ? cached_citus_kind() : citus::TableKind::not_citus;
 }
 
-KeyProbe local_keys::probe(const KeyTable &table, const KeyRef &key,
-                           TimestampTz now) {
-  Relation rel = table_open(table.relid, AccessShareLock);
+KeyProbe KeyStore::probe(const KeyRef &key, TimestampTz now) const {
+  if (kind_ == KeyTableKind::tenant)
+    return tenant_keys::probe(table_, key, now);
+  Relation rel = table_open(table_.relid, AccessShareLock);
   KeyColumns columns = key_columns(rel);
 
   TupleDesc desc = RelationGetDescr(rel);
@@ -954,15 +956,16 @@ bool is_own_insert(Relation rel, HeapTuple row) {
          datum_image_eq(digest, PointerGetDatum(own_insert.digest), false, -1);
 }
 
-StoredRow local_keys::store(const KeyTable &table, const KeyRef &key,
-                            const NewRow &row) {
-  OwnerSpi spi = begin_statements(table.relid, &key);
+StoredRow KeyStore::store(const KeyRef &key, const NewRow &row) const {
+  if (kind_ == KeyTableKind::tenant)
+    return tenant_keys::store(table_, key, row);
+  OwnerSpi spi = begin_statements(table_.relid, &key);
   // No caller changes a row whose key this transaction has claimed, but
   // expiry may have deleted it meanwhile (nothing to do) or turned it into a
   // tombstone: removed too when its window had passed by the instant the
   // claim judged the key by, else 40001 and the retry gets IK410.
   if (row.replaces != nullptr && !delete_row_version(spi, key, *row.replaces)) {
-    KeyProbe later = local_keys::probe(table, key, row.judged_at);
+    KeyProbe later = probe(key, row.judged_at);
     if (later.state != KeyState::absent &&
         (later.state != KeyState::expired ||
          !delete_row_version(spi, key, later)))
@@ -976,9 +979,10 @@ StoredRow local_keys::store(const KeyTable &table, const KeyRef &key,
   return stored;
 }
 
-bool local_keys::remove(const KeyTable &table, const KeyRef &key,
-                        const KeyProbe &stored) {
-  OwnerSpi spi = begin_statements(table.relid, nullptr);
+bool KeyStore::remove(const KeyRef &key, const KeyProbe &stored) const {
+  if (kind_ == KeyTableKind::tenant)
+    return tenant_keys::remove(table_, key, stored);
+  OwnerSpi spi = begin_statements(table_.relid, nullptr);
   bool deleted = delete_row_version(spi, key, stored);
   end_statements(spi);
   if (deleted)
@@ -995,7 +999,15 @@ bool lock_key_table(LOCKMODE mode) {
   return SearchSysCacheExists1(RELOID, ObjectIdGetDatum(table));
 }
 
-void local_keys::collect_expired(ExpiryRound &round, int batch_size) {
+// idempotency.keys's expiry walks keys_expires_at_idx up to the cutoff in
+// passes: one read-only scan collects row addresses, then rows are deleted in
+// heap order a batch at a time. It takes no claim and waits for no one: a row
+// another transaction has locked is left for a later round.
+void KeyStore::collect_expired(ExpiryRound &round, int batch_size) const {
+  if (kind_ == KeyTableKind::tenant) {
+    tenant_keys::collect_expired(round, batch_size);
+    return;
+  }
   LocalExpiry &expiry = progress_of(round);
   round.finished =
       collect_pass(round, expiry, std::max(batch_size, min_keys_per_pass));
@@ -1003,7 +1015,9 @@ void local_keys::collect_expired(ExpiryRound &round, int batch_size) {
   round.paced = true;
 }
 
-ExpiryBatch local_keys::expire_batch(ExpiryRound &round, int batch_size) {
+ExpiryBatch KeyStore::expire_batch(ExpiryRound &round, int batch_size) const {
+  if (kind_ == KeyTableKind::tenant)
+    return tenant_keys::expire_batch(round, batch_size);
   LocalExpiry &expiry = progress_of(round);
   int count = std::min(batch_size, expiry.count - expiry.next);
   const ItemPointerData *tids = expiry.tids + expiry.next;

@@ -56,7 +56,7 @@ struct KeyProbe {
 };
 static_assert(std::is_trivially_destructible_v<KeyProbe>);
 
-// A stored row's times as written (a BEFORE trigger may change them).
+// As written: a BEFORE trigger may change them.
 struct StoredRow {
   TimestampTz created_at;
   TimestampTz expires_at;
@@ -75,8 +75,7 @@ struct NewRow {
 };
 static_assert(std::is_trivially_destructible_v<NewRow>);
 
-// Where one round of expiry stands in a store, carried across the
-// transactions the round runs in.
+// Carried across the transactions an expiry round runs in.
 struct ExpiryRound {
   TimestampTz cutoff;    // keys expiring at or before it are expired for all
   MemoryContext context; // lives for the round; the store keeps its work here
@@ -98,7 +97,6 @@ struct ExpiryBatch {
   int64 handled; // deleted or skipped: what idempotency.expire_rate counts
 };
 
-// The key table of a call, as its store found it.
 struct KeyTable {
   Oid relid;
   // Tenant keys only: the tenant's shard on this node and the table's owner.
@@ -107,15 +105,11 @@ struct KeyTable {
 };
 static_assert(std::is_trivially_destructible_v<KeyTable>);
 
-// The two kinds of key table: idempotency.keys (storage/keys.hpp) and
-// idempotency.tenant_keys (storage/tenant_keys.hpp), in the order expiry,
-// the role marks and DROP OWNED visit them.
+// In the order expiry, the role marks and DROP OWNED visit them.
 enum class KeyTableKind { local, tenant };
 constexpr KeyTableKind key_table_kinds[] = {KeyTableKind::local,
                                             KeyTableKind::tenant};
 
-// A key table and its kind: chosen once per call, a plain value. Each
-// operation goes to the kind's own functions.
 class KeyStore {
 public:
   KeyStore(KeyTableKind kind, KeyTable table) : kind_(kind), table_(table) {}
@@ -180,8 +174,7 @@ enum class TriggeredRow {
 void check_key_row_kept(TriggeredRow result, const char *table,
                         const char *fixed_columns, const text *key);
 
-// The extension's schema, idempotency, and its relations, found by name
-// (syscache lookups): the extension is not relocatable.
+// Found by name: the extension is not relocatable.
 namespace schema {
 
 // InvalidOid when the schema does not exist and `missing_ok`, else 3F000.

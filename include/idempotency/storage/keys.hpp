@@ -30,19 +30,6 @@ KeyTable key_table();
 // not_citus when the table does not exist.
 citus::TableKind key_table_citus_kind();
 
-// idempotency.keys, the store of KeyStore's local kind (storage/key_store.hpp).
-// Expiry walks keys_expires_at_idx up to the cutoff in passes: one read-only
-// scan collects row addresses, then rows are deleted in heap order a batch at
-// a time. It takes no claim and waits for no one: a row another transaction
-// has locked is left for a later round.
-namespace local_keys {
-KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now);
-StoredRow store(const KeyTable &table, const KeyRef &key, const NewRow &row);
-bool remove(const KeyTable &table, const KeyRef &key, const KeyProbe &stored);
-void collect_expired(ExpiryRound &round, int batch_size);
-ExpiryBatch expire_batch(ExpiryRound &round, int batch_size);
-} // namespace local_keys
-
 // Whether `row`, seen by a BEFORE INSERT trigger on `rel`, is one the
 // extension is inserting into idempotency.keys: keys_loaded leaves those be.
 bool is_own_insert(Relation rel, HeapTuple row);
