@@ -170,7 +170,6 @@ int wait_timeout = 0;
 int max_response_size = 0;
 char *remember_text = nullptr;
 Interval remember_value;
-bool remembers = false;
 
 char *store_errors_text = nullptr;
 SqlstateList no_stored_errors{};
@@ -306,7 +305,6 @@ bool remember_valid(char **newval, void **extra, GucSource) {
 
 void assign_remember(const char *, void *extra) {
   remember_value = *static_cast<Interval *>(extra);
-  remembers = !is_zero(remember_value);
   remember_state.refused = false;
 }
 
@@ -478,7 +476,7 @@ TimestampTz key_expiry(TimestampTz created_at, const Interval &ttl) {
 
 bool remember_keys() {
   raise_if_refused(remember_state);
-  return remembers;
+  return !is_zero(remember_value);
 }
 
 const Interval &remember() {

@@ -235,8 +235,6 @@ bool find_table() {
   return true;
 }
 
-// The lookup may take in invalidations; if one concerns the table, the
-// answer serves this call and the next one looks again.
 citus::TableKind cached_citus_kind() {
   if (cache.citus_known)
     return cache.citus_kind;
@@ -424,8 +422,6 @@ KeyProbe KeyStore::probe(const KeyRef &key, TimestampTz now) const {
       result.holder = dirty.xmax;
       break;
     }
-    // The row, written by no open transaction but expiry's or a replacing
-    // caller's.
     result = KeyProbe{};
     result.tid = tuple->t_self;
     result.xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
@@ -480,7 +476,6 @@ KeyProbe KeyStore::probe(const KeyRef &key, TimestampTz now) const {
 
 namespace {
 
-// The INSERT of a key's row, its parameters and RETURNING columns.
 constexpr int insert_key_args = 8;
 enum InsertedColumn { inserted_scope = 1, inserted_digest, inserted_key };
 
