@@ -21,13 +21,11 @@ extern "C" {
 
 namespace idempotency::storage {
 
-// idempotency.keys of the current database. Raises 42P01 when it is missing
-// and 0A000 when Citus has taken it over (its rows are then in shards, not
-// the local heap). Both answers are cached until a relcache invalidation.
+// Raises 42P01 when idempotency.keys is missing and 0A000 when Citus has
+// taken it over (its rows are then in shards); cached until an invalidation.
 KeyTable key_table();
 
-// Whether (and how) Citus has taken idempotency.keys over, without raising;
-// not_citus when the table does not exist.
+// Without raising; not_citus when the table does not exist.
 citus::TableKind key_table_citus_kind();
 
 // Whether `row`, seen by a BEFORE INSERT trigger on `rel`, is one the
@@ -50,8 +48,7 @@ static_assert(std::is_trivially_destructible_v<RememberWindow>);
 // 7 days (idempotency.remember's default) as exact time.
 constexpr int64 rows_without_window_usecs = INT64CONST(7) * USECS_PER_DAY;
 
-// The window of a live row of a key table with `columns`; `read(attnum,
-// &isnull)` reads one of the row's columns.
+// `read(attnum, &isnull)` reads one of the live row's columns.
 template <typename Columns, typename Read>
 RememberWindow remember_window(const Columns &columns, Read read) {
   RememberWindow window{WindowSource::none, true, Interval{}};
@@ -94,7 +91,6 @@ RowLife row_life(bool tombstone, const RememberWindow &window,
                  TimestampTz expires_at, TimestampTz expired_at,
                  TimestampTz now);
 
-// 55000: the extension in this database is older than 0.7.
 [[noreturn]] void report_schema_before_0_7();
 
 // 40001: the expired row a new one replaces was changed meanwhile (in
