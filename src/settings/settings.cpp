@@ -19,7 +19,6 @@ uint64 statement_hash_mask = ~(uint64)0;
 
 namespace {
 
-// Set to their boot values when define() defines them.
 int interval_seconds = 0;
 int batch_size = 0;
 int rate = 0;
