@@ -250,8 +250,7 @@ void refuse_citus_table() {
     citus::report_citus_table(kind);
 }
 
-// A stored span as exact time (a day 24 hours, a month 30 days): the same
-// instant for every reader.
+// The same instant for every reader (see live_row_forgotten_at).
 int64 exact_usecs(const Interval &span) {
   int64 usecs = span.time;
   int64 days = (int64)span.month * DAYS_PER_MONTH + span.day;
