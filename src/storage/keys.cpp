@@ -80,7 +80,6 @@ struct TableCache {
   citus::TableKind citus_kind;
   KeyColumns columns;
   Oid scope_type;
-  Oid owner;
   // Whether a BEFORE INSERT row trigger other than keys_loaded may change
   // a row the extension inserts.
   bool rows_may_change;
@@ -211,7 +210,6 @@ void remember_columns(Relation rel) {
       cache.rows_may_change = true;
   }
   cache.scope_type = TupleDescAttr(desc, columns.scope - 1)->atttypid;
-  cache.owner = rel->rd_rel->relowner;
   cache.plans_stale = true;
   if (cache.relid != RelationGetRelid(rel))
     cache.citus_known = false;
@@ -603,6 +601,7 @@ OwnerSpi begin_statements(Oid relid, const KeyRef *marked) {
   if (rel == nullptr)
     report_missing_table();
   AttrNumber scope_column = key_columns(rel).scope;
+  Oid owner = rel->rd_rel->relowner;
   if (marked != nullptr)
     role_marks::ensure(rel, scope_column, marked->scope);
   table_close(rel, NoLock);
@@ -618,7 +617,7 @@ OwnerSpi begin_statements(Oid relid, const KeyRef *marked) {
     cache.plans_stale = false;
   }
   cache.running++;
-  return OwnerSpi(cache.owner);
+  return OwnerSpi(owner);
 }
 
 void end_statements(OwnerSpi &spi) {
