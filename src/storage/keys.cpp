@@ -52,10 +52,9 @@ namespace {
                   errhint("Run CREATE EXTENSION idempotency.")));
 }
 
-// What this backend knows about idempotency.keys is kept until an
-// invalidation says the table (or a schema) changed. A table rebuilt by
-// ALTER TABLE, VACUUM FULL or CLUSTER keeps its oid, but its relcache entry is
-// invalidated all the same, as it is when Citus adds or removes the table.
+// Kept until an invalidation of the table or a schema: a table rebuilt by
+// ALTER TABLE, VACUUM FULL or CLUSTER keeps its oid but is invalidated all
+// the same, as when Citus adds or removes it.
 
 struct KeyColumns {
   AttrNumber scope;
@@ -80,8 +79,7 @@ struct TableCache {
   citus::TableKind citus_kind;
   KeyColumns columns;
   Oid scope_type;
-  // Whether a BEFORE INSERT row trigger other than keys_loaded may change
-  // a row the extension inserts.
+  // A BEFORE INSERT row trigger other than keys_loaded may change our rows.
   bool rows_may_change;
   // Freed once the table changed (plans_stale) and none of them runs.
   KeptPlan insert_key;

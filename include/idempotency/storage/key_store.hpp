@@ -126,15 +126,13 @@ public:
   bool remove(const KeyRef &key, const KeyProbe &stored) const;
   // Whether an uncommitted row shows its key as in progress to others (the
   // local table's dirty-snapshot probe sees it; a tenant key's MVCC read
-  // does not); if not, a call's claim covers the key until the transaction
-  // ends.
+  // does not); if not, the call's claim covers it until the transaction ends.
   bool row_shows_in_progress() const { return kind_ == KeyTableKind::local; }
 
   // This kind's key table where it holds keys on this node, or InvalidOid.
   Oid relation() const;
-  // For the role marks and DROP OWNED, on `relid` (relation(), locked by the
-  // caller): the roles with keys on this node, and the deletion of one
-  // role's keys with a snapshot taken now (returns how many).
+  // For the role marks and DROP OWNED, on `relid` (relation(), locked): the
+  // roles with keys on this node; one role's keys deleted, snapshot now.
   role_keys::Roles roles_with_keys(Oid relid, AttrNumber scope_column) const;
   uint64 delete_keys_of(Oid relid, AttrNumber scope_column, Oid role) const;
 
@@ -154,9 +152,8 @@ static_assert(std::is_trivially_destructible_v<KeyStore>);
 // raise when the table cannot serve it.
 KeyStore key_store_for(const KeyRef &key);
 
-// A store of `kind` for expiry and the role marks, which find the table
-// themselves in each of their transactions: DROP EXTENSION may commit
-// between two.
+// For expiry and the role marks, which find the table in each of their
+// transactions: DROP EXTENSION may commit between two.
 KeyStore store_of_kind(KeyTableKind kind);
 
 // 23505: a stored row has the key's scope and digest but another key text.
