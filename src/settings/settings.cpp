@@ -19,7 +19,6 @@ uint64 statement_hash_mask = ~(uint64)0;
 
 namespace {
 
-// Set to their boot values when define() defines them.
 int interval_seconds = 0;
 int batch_size = 0;
 int rate = 0;
@@ -36,20 +35,16 @@ void assign_statement_hash_bits(int bits, void *) {
 // seen through the public GUC API alone: the check hooks' source, and the
 // placeholder's text before define() against the value in force after it.
 
-// A value a call setting did not take. `checked`: its check hook refused it,
-// at `source`; otherwise PostgreSQL refused it before the hook (out of range,
-// or a superuser-only setting set by another role).
-struct RefusedValue {
-  bool refused;
-  char *text; // malloc'd (check hooks must not raise); nullptr if it failed
-  bool checked;
-  GucSource source;
-};
-
 struct CallSetting {
   const char *name;
   bool integer; // shown by GetConfigOption() as a number without its unit
-  RefusedValue refusal{};
+  // A value the setting did not take. `checked`: its check hook refused it,
+  // at `source`; otherwise PostgreSQL refused it before the hook (out of
+  // range, or a superuser-only setting set by another role).
+  bool refused = false;
+  char *text = nullptr; // malloc'd (check hooks must not raise); may be null
+  bool checked = false;
+  GucSource source = PGC_S_DEFAULT;
   // The highest source whose value the check hooks have seen outside
   // define(): a session's values come highest first, and a value outranked
   // by one before it is not in force.
@@ -74,13 +69,16 @@ bool defining = false;
 
 void keep_refused(CallSetting &setting, const char *text, bool checked,
                   GucSource source) {
-  RefusedValue &value = setting.refusal;
   // Checked again by report_refused(): already kept.
-  if (value.refused && value.text != nullptr && strcmp(value.text, text) == 0 &&
-      value.checked == checked && value.source == source)
+  if (setting.refused && setting.text != nullptr &&
+      strcmp(setting.text, text) == 0 && setting.checked == checked &&
+      setting.source == source)
     return;
-  free(value.text);
-  value = RefusedValue{true, strdup(text), checked, source};
+  free(setting.text);
+  setting.refused = true;
+  setting.text = strdup(text);
+  setting.checked = checked;
+  setting.source = source;
   any_refused = true;
 }
 
@@ -127,22 +125,21 @@ void refused_value_context(void *arg) {
 // user's rights, which raises the range or permission error. Should the
 // value pass now, a 22023 all the same: the setting did not take it.
 [[noreturn]] void report_refused(const CallSetting &setting) {
-  const RefusedValue &value = setting.refusal;
   const char *name = setting.name;
   ErrorContextCallback context{error_context_stack, refused_value_context,
                                const_cast<char *>(name)};
   error_context_stack = &context;
-  if (value.text == nullptr)
+  if (setting.text == nullptr)
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                     errmsg("invalid value for parameter \"%s\"", name)));
-  (void)set_config_option_ext(name, value.text,
-                              value.checked ? PGC_SUSET : PGC_USERSET,
-                              value.checked ? value.source : PGC_S_SESSION,
-                              value.checked ? InvalidOid : GetUserId(),
+  (void)set_config_option_ext(name, setting.text,
+                              setting.checked ? PGC_SUSET : PGC_USERSET,
+                              setting.checked ? setting.source : PGC_S_SESSION,
+                              setting.checked ? InvalidOid : GetUserId(),
                               GUC_ACTION_SET, false, ERROR, false);
   ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                   errmsg("invalid value for parameter \"%s\": \"%s\"", name,
-                         value.text)));
+                         setting.text)));
 }
 
 // Called by the call settings' accessors, so no call runs on a default
@@ -151,7 +148,7 @@ void raise_if_value_refused() {
   if (!any_refused)
     return;
   for (const CallSetting *setting : call_settings)
-    if (setting->refusal.refused)
+    if (setting->refused)
       report_refused(*setting);
   any_refused = false;
 }
@@ -159,7 +156,7 @@ void raise_if_value_refused() {
 // For expiry, which reads idempotency.remember alone and must not stop
 // because a role's or database's ttl was refused.
 void raise_if_refused(const CallSetting &setting) {
-  if (any_refused && setting.refusal.refused)
+  if (any_refused && setting.refused)
     report_refused(setting);
 }
 
@@ -172,7 +169,6 @@ int wait_timeout = 0;
 int max_response_size = 0;
 char *remember_text = nullptr;
 Interval remember_value;
-bool remembers = false;
 
 char *store_errors_text = nullptr;
 SqlstateList no_stored_errors{};
@@ -259,7 +255,7 @@ bool keep_parsed(const Parsed &parsed, void **extra) {
 }
 
 template <CallSetting &setting> void assign_int(int, void *) {
-  setting.refusal.refused = false;
+  setting.refused = false;
 }
 
 bool ttl_valid(char **newval, void **extra, GucSource source) {
@@ -286,7 +282,7 @@ void assign_ttl(const char *, void *extra) {
   key_ttl_value = comparable_usecs(ttl_value) <= comparable_usecs(max_ttl_value)
                       ? ttl_value
                       : max_ttl_value;
-  setting.refusal.refused = false;
+  setting.refused = false;
 }
 
 bool max_ttl_valid(char **newval, void **extra, GucSource) {
@@ -308,8 +304,7 @@ bool remember_valid(char **newval, void **extra, GucSource) {
 
 void assign_remember(const char *, void *extra) {
   remember_value = *static_cast<Interval *>(extra);
-  remembers = !is_zero(remember_value);
-  remember_state.refusal.refused = false;
+  remember_state.refused = false;
 }
 
 // By SqlstateListCheck, after ok.
@@ -342,7 +337,7 @@ bool store_errors_valid(char **newval, void **extra, GucSource) {
 
 void assign_store_errors(const char *, void *extra) {
   stored_errors_value = static_cast<const SqlstateList *>(extra);
-  store_errors_state.refusal.refused = false;
+  store_errors_state.refused = false;
 }
 
 TimestampTz plus_interval(TimestampTz start, const Interval &span) {
@@ -460,7 +455,7 @@ void define() {
   for (CallSetting *setting : call_settings) {
     if (setting->placeholder == nullptr)
       continue;
-    if (!setting->refusal.refused && !holds(*setting, setting->placeholder))
+    if (!setting->refused && !holds(*setting, setting->placeholder))
       keep_refused(*setting, setting->placeholder, false, PGC_S_SESSION);
     pfree(setting->placeholder);
     setting->placeholder = nullptr;
@@ -480,7 +475,7 @@ TimestampTz key_expiry(TimestampTz created_at, const Interval &ttl) {
 
 bool remember_keys() {
   raise_if_refused(remember_state);
-  return remembers;
+  return !is_zero(remember_value);
 }
 
 const Interval &remember() {

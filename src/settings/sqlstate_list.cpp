@@ -10,11 +10,8 @@ namespace idempotency {
 namespace {
 
 constexpr const char *blanks = " \t\n\r";
-
-bool is_sqlstate_char(char c) noexcept {
-  return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') ||
-         (c >= 'a' && c <= 'z');
-}
+constexpr const char *sqlstate_chars =
+    "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
 char upper(char c) noexcept { return c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c; }
 
@@ -56,10 +53,8 @@ SqlstateListResult parse_sqlstate_list(const char *text,
     while (last > first && std::strchr(blanks, text[last - 1]) != nullptr)
       last--;
     std::size_t size = last - first;
-    bool well_formed = size == 5 || size == 2;
-    for (std::size_t i = first; well_formed && i < last; i++)
-      well_formed = is_sqlstate_char(text[i]);
-    if (!well_formed)
+    if ((size != 5 && size != 2) ||
+        std::strspn(text + first, sqlstate_chars) < size)
       return {SqlstateListCheck::malformed, first, size};
     if (out.count == SqlstateList::capacity)
       return {SqlstateListCheck::too_many, first, size};

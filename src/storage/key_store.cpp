@@ -7,6 +7,7 @@ extern "C" {
 #include "access/htup_details.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
@@ -22,22 +23,6 @@ KeyStore key_store_for(const KeyRef &key) {
 
 KeyStore store_of_kind(KeyTableKind kind) {
   return KeyStore(kind, KeyTable{InvalidOid, InvalidOid, InvalidOid});
-}
-
-KeyProbe KeyStore::probe(const KeyRef &key, TimestampTz now) const {
-  return kind_ == KeyTableKind::local ? local_keys::probe(table_, key, now)
-                                      : tenant_keys::probe(table_, key, now);
-}
-
-StoredRow KeyStore::store(const KeyRef &key, const NewRow &row) const {
-  return kind_ == KeyTableKind::local ? local_keys::store(table_, key, row)
-                                      : tenant_keys::store(table_, key, row);
-}
-
-bool KeyStore::remove(const KeyRef &key, const KeyProbe &stored) const {
-  return kind_ == KeyTableKind::local
-             ? local_keys::remove(table_, key, stored)
-             : tenant_keys::remove(table_, key, stored);
 }
 
 Oid KeyStore::relation() const {
@@ -59,19 +44,6 @@ uint64 KeyStore::delete_keys_of(Oid relid, AttrNumber scope_column,
              : tenant_keys::delete_keys_of(relid, scope_column, role);
 }
 
-void KeyStore::collect_expired(ExpiryRound &round, int batch_size) const {
-  if (kind_ == KeyTableKind::local)
-    local_keys::collect_expired(round, batch_size);
-  else
-    tenant_keys::collect_expired(round, batch_size);
-}
-
-ExpiryBatch KeyStore::expire_batch(ExpiryRound &round, int batch_size) const {
-  return kind_ == KeyTableKind::local
-             ? local_keys::expire_batch(round, batch_size)
-             : tenant_keys::expire_batch(round, batch_size);
-}
-
 // Practically never by chance, but a row whose key text was changed by hand
 // lands here too. Answering for the other key would hand out its response.
 void report_shared_digest() {
@@ -83,7 +55,6 @@ void report_shared_digest() {
                      "key_digest whose key is different."),
            errhint("Use another idempotency key. A row whose key was changed "
                    "by hand needs key_digest = idempotency.key_digest(key).")));
-  pg_unreachable();
 }
 
 void check_key_row_kept(TriggeredRow result, const char *table,
@@ -130,14 +101,10 @@ Oid relation(const char *name) {
 
 } // namespace schema
 
+// SPI_fnumber skips dropped columns; a system column's number is negative.
 Form_pg_attribute find_column(TupleDesc desc, const char *name) {
-  for (int i = 0; i < desc->natts; i++) {
-    Form_pg_attribute attribute = TupleDescAttr(desc, i);
-    if (!attribute->attisdropped &&
-        strcmp(NameStr(attribute->attname), name) == 0)
-      return attribute;
-  }
-  return nullptr;
+  int attnum = SPI_fnumber(desc, name);
+  return attnum > 0 ? TupleDescAttr(desc, attnum - 1) : nullptr;
 }
 
 bool fits_scope(Oid type) {

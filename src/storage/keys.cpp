@@ -8,6 +8,7 @@
 #include "idempotency/storage/commit_guard.hpp"
 #include "idempotency/storage/role_marks.hpp"
 #include "idempotency/storage/owner_statements.hpp"
+#include "idempotency/storage/tenant_keys.hpp"
 
 #include "idempotency/settings/settings.hpp"
 
@@ -49,13 +50,11 @@ namespace {
   ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
                   errmsg("table idempotency.keys does not exist"),
                   errhint("Run CREATE EXTENSION idempotency.")));
-  pg_unreachable();
 }
 
-// What this backend knows about idempotency.keys is kept until an
-// invalidation says the table (or a schema) changed. A table rebuilt by
-// ALTER TABLE, VACUUM FULL or CLUSTER keeps its oid, but its relcache entry is
-// invalidated all the same, as it is when Citus adds or removes the table.
+// Kept until an invalidation of the table or a schema: a table rebuilt by
+// ALTER TABLE, VACUUM FULL or CLUSTER keeps its oid but is invalidated all
+// the same, as when Citus adds or removes it.
 
 struct KeyColumns {
   AttrNumber scope;
@@ -80,9 +79,7 @@ struct TableCache {
   citus::TableKind citus_kind;
   KeyColumns columns;
   Oid scope_type;
-  Oid owner;
-  // Whether a BEFORE INSERT row trigger other than keys_loaded may change
-  // a row the extension inserts.
+  // A BEFORE INSERT row trigger other than keys_loaded may change our rows.
   bool rows_may_change;
   // Freed once the table changed (plans_stale) and none of them runs.
   KeptPlan insert_key;
@@ -211,7 +208,6 @@ void remember_columns(Relation rel) {
       cache.rows_may_change = true;
   }
   cache.scope_type = TupleDescAttr(desc, columns.scope - 1)->atttypid;
-  cache.owner = rel->rd_rel->relowner;
   cache.plans_stale = true;
   if (cache.relid != RelationGetRelid(rel))
     cache.citus_known = false;
@@ -235,8 +231,6 @@ bool find_table() {
   return true;
 }
 
-// The lookup may take in invalidations; if one concerns the table, the
-// answer serves this call and the next one looks again.
 citus::TableKind cached_citus_kind() {
   if (cache.citus_known)
     return cache.citus_kind;
@@ -252,8 +246,7 @@ void refuse_citus_table() {
     citus::report_citus_table(kind);
 }
 
-// A stored span as exact time (a day 24 hours, a month 30 days): the same
-// instant for every reader.
+// The same instant for every reader (see live_row_forgotten_at).
 int64 exact_usecs(const Interval &span) {
   int64 usecs = span.time;
   int64 days = (int64)span.month * DAYS_PER_MONTH + span.day;
@@ -280,13 +273,6 @@ Datum copy_varlena(HeapTuple tuple, AttrNumber attnum, TupleDesc desc,
   if (*isnull)
     return (Datum)0;
   return PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
-}
-
-KeyProbe in_progress(TransactionId holder) {
-  KeyProbe result{};
-  result.state = KeyState::in_progress;
-  result.holder = holder;
-  return result;
 }
 
 } // namespace
@@ -353,7 +339,6 @@ void report_schema_before_0_7() {
                    "(ALTER EXTENSION idempotency UPDATE TO '0.7'), then "
                    "install this library and run ALTER EXTENSION "
                    "idempotency UPDATE.")));
-  pg_unreachable();
 }
 
 KeyTable key_table() {
@@ -367,9 +352,10 @@ citus::TableKind key_table_citus_kind() {
   return find_table() ? cached_citus_kind() : citus::TableKind::not_citus;
 }
 
-KeyProbe local_keys::probe(const KeyTable &table, const KeyRef &key,
-                           TimestampTz now) {
-  Relation rel = table_open(table.relid, AccessShareLock);
+KeyProbe KeyStore::probe(const KeyRef &key, TimestampTz now) const {
+  if (kind_ == KeyTableKind::tenant)
+    return tenant_keys::probe(table_, key, now);
+  Relation rel = table_open(table_.relid, AccessShareLock);
   KeyColumns columns = key_columns(rel);
 
   TupleDesc desc = RelationGetDescr(rel);
@@ -409,7 +395,9 @@ KeyProbe local_keys::probe(const KeyTable &table, const KeyRef &key,
     // holds the key right now; a tombstone being inserted is expiry's (or a
     // restore's), and is judged by its times.
     if (TransactionIdIsValid(dirty.xmin) && !tombstone) {
-      result = in_progress(dirty.xmin);
+      result = KeyProbe{};
+      result.state = KeyState::in_progress;
+      result.holder = dirty.xmin;
       break;
     }
     TimestampTz expires_at =
@@ -424,11 +412,11 @@ KeyProbe local_keys::probe(const KeyTable &table, const KeyRef &key,
     // replacing it (who holds the claim), is judged by its times; store()
     // waits for that delete to end. A live row being deleted: wait.
     if (TransactionIdIsValid(dirty.xmax) && times.age == RowAge::live) {
-      result = in_progress(dirty.xmax);
+      result = KeyProbe{};
+      result.state = KeyState::in_progress;
+      result.holder = dirty.xmax;
       break;
     }
-    // The row, written by no open transaction but expiry's or a replacing
-    // caller's.
     result = KeyProbe{};
     result.tid = tuple->t_self;
     result.xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
@@ -479,12 +467,10 @@ KeyProbe local_keys::probe(const KeyTable &table, const KeyRef &key,
                   errmsg("could not serialize access due to concurrent update"),
                   errdetail("An expired idempotency key was changed while "
                             "being replaced.")));
-  pg_unreachable();
 }
 
 namespace {
 
-// The INSERT of a key's row, its parameters and RETURNING columns.
 constexpr int insert_key_args = 8;
 enum InsertedColumn { inserted_scope = 1, inserted_digest, inserted_key };
 
@@ -613,6 +599,7 @@ OwnerSpi begin_statements(Oid relid, const KeyRef *marked) {
   if (rel == nullptr)
     report_missing_table();
   AttrNumber scope_column = key_columns(rel).scope;
+  Oid owner = rel->rd_rel->relowner;
   if (marked != nullptr)
     role_marks::ensure(rel, scope_column, marked->scope);
   table_close(rel, NoLock);
@@ -628,7 +615,7 @@ OwnerSpi begin_statements(Oid relid, const KeyRef *marked) {
     cache.plans_stale = false;
   }
   cache.running++;
-  return OwnerSpi(cache.owner);
+  return OwnerSpi(owner);
 }
 
 void end_statements(OwnerSpi &spi) {
@@ -804,9 +791,6 @@ struct LocalExpiry {
 };
 static_assert(std::is_trivially_destructible_v<LocalExpiry>);
 
-constexpr const char *expires_at_index = "keys_expires_at_idx";
-constexpr const char *expiry_opfamily = "expiry_ops";
-
 // A pass collects row addresses only (6 bytes each), so it can go much
 // further than a batch; large passes keep a round's scans few.
 constexpr int min_keys_per_pass = 100000;
@@ -816,7 +800,7 @@ constexpr int min_keys_per_pass = 100000;
 // never uses for a caller's query: an index in the default order would let
 // EXPLAIN ANALYZE count other roles' keys by expiry time.
 Relation open_expires_at_index(Relation table) {
-  Oid index = schema::relation(expires_at_index);
+  Oid index = schema::relation("keys_expires_at_idx");
   Relation rel =
       OidIsValid(index) ? index_open(index, AccessShareLock) : nullptr;
   if (rel == nullptr || rel->rd_index->indrelid != table->rd_id ||
@@ -825,16 +809,14 @@ Relation open_expires_at_index(Relation table) {
       rel->rd_opfamily[0] !=
           GetSysCacheOid3(OPFAMILYAMNAMENSP, Anum_pg_opfamily_oid,
                           ObjectIdGetDatum(BTREE_AM_OID),
-                          CStringGetDatum(expiry_opfamily),
+                          CStringGetDatum("expiry_ops"),
                           ObjectIdGetDatum(get_rel_namespace(index))))
     ereport(ERROR,
             (errcode(ERRCODE_UNDEFINED_OBJECT),
-             errmsg("index idempotency.%s on idempotency.keys (expires_at "
-                    "idempotency.%s) does not exist",
-                    expires_at_index, expiry_opfamily),
-             errhint("Recreate it with CREATE INDEX %s ON idempotency.keys "
-                     "(expires_at idempotency.%s).",
-                     expires_at_index, expiry_opfamily)));
+             errmsg("index idempotency.keys_expires_at_idx on idempotency.keys "
+                    "(expires_at idempotency.expiry_ops) does not exist"),
+             errhint("Recreate it with CREATE INDEX keys_expires_at_idx ON "
+                     "idempotency.keys (expires_at idempotency.expiry_ops).")));
   return rel;
 }
 
@@ -965,15 +947,16 @@ bool is_own_insert(Relation rel, HeapTuple row) {
          datum_image_eq(digest, PointerGetDatum(own_insert.digest), false, -1);
 }
 
-StoredRow local_keys::store(const KeyTable &table, const KeyRef &key,
-                            const NewRow &row) {
-  OwnerSpi spi = begin_statements(table.relid, &key);
+StoredRow KeyStore::store(const KeyRef &key, const NewRow &row) const {
+  if (kind_ == KeyTableKind::tenant)
+    return tenant_keys::store(table_, key, row);
+  OwnerSpi spi = begin_statements(table_.relid, &key);
   // No caller changes a row whose key this transaction has claimed, but
   // expiry may have deleted it meanwhile (nothing to do) or turned it into a
   // tombstone: removed too when its window had passed by the instant the
   // claim judged the key by, else 40001 and the retry gets IK410.
   if (row.replaces != nullptr && !delete_row_version(spi, key, *row.replaces)) {
-    KeyProbe later = local_keys::probe(table, key, row.judged_at);
+    KeyProbe later = probe(key, row.judged_at);
     if (later.state != KeyState::absent &&
         (later.state != KeyState::expired ||
          !delete_row_version(spi, key, later)))
@@ -987,9 +970,10 @@ StoredRow local_keys::store(const KeyTable &table, const KeyRef &key,
   return stored;
 }
 
-bool local_keys::remove(const KeyTable &table, const KeyRef &key,
-                        const KeyProbe &stored) {
-  OwnerSpi spi = begin_statements(table.relid, nullptr);
+bool KeyStore::remove(const KeyRef &key, const KeyProbe &stored) const {
+  if (kind_ == KeyTableKind::tenant)
+    return tenant_keys::remove(table_, key, stored);
+  OwnerSpi spi = begin_statements(table_.relid, nullptr);
   bool deleted = delete_row_version(spi, key, stored);
   end_statements(spi);
   if (deleted)
@@ -1006,7 +990,15 @@ bool lock_key_table(LOCKMODE mode) {
   return SearchSysCacheExists1(RELOID, ObjectIdGetDatum(table));
 }
 
-void local_keys::collect_expired(ExpiryRound &round, int batch_size) {
+// idempotency.keys's expiry walks keys_expires_at_idx up to the cutoff in
+// passes: one read-only scan collects row addresses, then rows are deleted in
+// heap order a batch at a time. It takes no claim and waits for no one: a row
+// another transaction has locked is left for a later round.
+void KeyStore::collect_expired(ExpiryRound &round, int batch_size) const {
+  if (kind_ == KeyTableKind::tenant) {
+    tenant_keys::collect_expired(round, batch_size);
+    return;
+  }
   LocalExpiry &expiry = progress_of(round);
   round.finished =
       collect_pass(round, expiry, std::max(batch_size, min_keys_per_pass));
@@ -1014,7 +1006,9 @@ void local_keys::collect_expired(ExpiryRound &round, int batch_size) {
   round.paced = true;
 }
 
-ExpiryBatch local_keys::expire_batch(ExpiryRound &round, int batch_size) {
+ExpiryBatch KeyStore::expire_batch(ExpiryRound &round, int batch_size) const {
+  if (kind_ == KeyTableKind::tenant)
+    return tenant_keys::expire_batch(round, batch_size);
   LocalExpiry &expiry = progress_of(round);
   int count = std::min(batch_size, expiry.count - expiry.next);
   const ItemPointerData *tids = expiry.tids + expiry.next;

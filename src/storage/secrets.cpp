@@ -37,13 +37,11 @@ bool read_secret(ClaimSecret *secret) {
   // One byte more than a secret, to notice a file that is too long.
   uint8 buffer[secret_bytes + 1];
   ssize_t got = read(fd, buffer, sizeof buffer);
-  int read_errno = errno;
-  CloseTransientFile(fd);
-  if (got < 0) {
-    errno = read_errno;
+  // The transaction's abort closes the file.
+  if (got < 0)
     ereport(ERROR, (errcode_for_file_access(),
                     errmsg("could not read file \"%s\": %m", secret_file)));
-  }
+  CloseTransientFile(fd);
   if (got != (ssize_t)secret_bytes)
     ereport(ERROR,
             (errcode(ERRCODE_DATA_CORRUPTED),
@@ -69,7 +67,6 @@ bool read_secret(ClaimSecret *secret) {
                    "random_uuid()) || pg_catalog.uuid_send(pg_catalog.gen_"
                    "random_uuid())). It changes every derived key: restore "
                    "the old secret instead if it can be found.")));
-  pg_unreachable();
 }
 
 } // namespace

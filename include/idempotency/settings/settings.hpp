@@ -19,7 +19,7 @@ namespace idempotency::settings {
 // 42501) until the setting is set again.
 void define();
 
-// idempotency.ttl, never more than idempotency.max_ttl (a month is 30 days).
+// Never more than idempotency.max_ttl (a month is 30 days).
 const Interval &ttl();
 
 // created_at + ttl in timestamptz arithmetic (the session's time zone), but

@@ -56,7 +56,7 @@ struct KeyProbe {
 };
 static_assert(std::is_trivially_destructible_v<KeyProbe>);
 
-// A stored row's times as written (a BEFORE trigger may change them).
+// As written: a BEFORE trigger may change them.
 struct StoredRow {
   TimestampTz created_at;
   TimestampTz expires_at;
@@ -75,8 +75,7 @@ struct NewRow {
 };
 static_assert(std::is_trivially_destructible_v<NewRow>);
 
-// Where one round of expiry stands in a store, carried across the
-// transactions the round runs in.
+// Carried across the transactions an expiry round runs in.
 struct ExpiryRound {
   TimestampTz cutoff;    // keys expiring at or before it are expired for all
   MemoryContext context; // lives for the round; the store keeps its work here
@@ -98,7 +97,6 @@ struct ExpiryBatch {
   int64 handled; // deleted or skipped: what idempotency.expire_rate counts
 };
 
-// The key table of a call, as its store found it.
 struct KeyTable {
   Oid relid;
   // Tenant keys only: the tenant's shard on this node and the table's owner.
@@ -107,15 +105,11 @@ struct KeyTable {
 };
 static_assert(std::is_trivially_destructible_v<KeyTable>);
 
-// The two kinds of key table: idempotency.keys (storage/keys.hpp) and
-// idempotency.tenant_keys (storage/tenant_keys.hpp), in the order expiry,
-// the role marks and DROP OWNED visit them.
+// In the order expiry, the role marks and DROP OWNED visit them.
 enum class KeyTableKind { local, tenant };
 constexpr KeyTableKind key_table_kinds[] = {KeyTableKind::local,
                                             KeyTableKind::tenant};
 
-// A key table and its kind: chosen once per call, a plain value. Each
-// operation goes to the kind's own functions.
 class KeyStore {
 public:
   KeyStore(KeyTableKind kind, KeyTable table) : kind_(kind), table_(table) {}
@@ -132,15 +126,13 @@ public:
   bool remove(const KeyRef &key, const KeyProbe &stored) const;
   // Whether an uncommitted row shows its key as in progress to others (the
   // local table's dirty-snapshot probe sees it; a tenant key's MVCC read
-  // does not); if not, a call's claim covers the key until the transaction
-  // ends.
+  // does not); if not, the call's claim covers it until the transaction ends.
   bool row_shows_in_progress() const { return kind_ == KeyTableKind::local; }
 
   // This kind's key table where it holds keys on this node, or InvalidOid.
   Oid relation() const;
-  // For the role marks and DROP OWNED, on `relid` (relation(), locked by the
-  // caller): the roles with keys on this node, and the deletion of one
-  // role's keys with a snapshot taken now (returns how many).
+  // For the role marks and DROP OWNED, on `relid` (relation(), locked): the
+  // roles with keys on this node; one role's keys deleted, snapshot now.
   role_keys::Roles roles_with_keys(Oid relid, AttrNumber scope_column) const;
   uint64 delete_keys_of(Oid relid, AttrNumber scope_column, Oid role) const;
 
@@ -160,9 +152,8 @@ static_assert(std::is_trivially_destructible_v<KeyStore>);
 // raise when the table cannot serve it.
 KeyStore key_store_for(const KeyRef &key);
 
-// A store of `kind` for expiry and the role marks, which find the table
-// themselves in each of their transactions: DROP EXTENSION may commit
-// between two.
+// For expiry and the role marks, which find the table in each of their
+// transactions: DROP EXTENSION may commit between two.
 KeyStore store_of_kind(KeyTableKind kind);
 
 // 23505: a stored row has the key's scope and digest but another key text.
@@ -180,8 +171,7 @@ enum class TriggeredRow {
 void check_key_row_kept(TriggeredRow result, const char *table,
                         const char *fixed_columns, const text *key);
 
-// The extension's schema, idempotency, and its relations, found by name
-// (syscache lookups): the extension is not relocatable.
+// Found by name: the extension is not relocatable.
 namespace schema {
 
 // InvalidOid when the schema does not exist and `missing_ok`, else 3F000.

@@ -21,27 +21,12 @@ extern "C" {
 
 namespace idempotency::storage {
 
-// idempotency.keys of the current database. Raises 42P01 when it is missing
-// and 0A000 when Citus has taken it over (its rows are then in shards, not
-// the local heap). Both answers are cached until a relcache invalidation.
+// Raises 42P01 when idempotency.keys is missing and 0A000 when Citus has
+// taken it over (its rows are then in shards); cached until an invalidation.
 KeyTable key_table();
 
-// Whether (and how) Citus has taken idempotency.keys over, without raising;
-// not_citus when the table does not exist.
+// Without raising; not_citus when the table does not exist.
 citus::TableKind key_table_citus_kind();
-
-// idempotency.keys, the store of KeyStore's local kind (storage/key_store.hpp).
-// Expiry walks keys_expires_at_idx up to the cutoff in passes: one read-only
-// scan collects row addresses, then rows are deleted in heap order a batch at
-// a time. It takes no claim and waits for no one: a row another transaction
-// has locked is left for a later round.
-namespace local_keys {
-KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now);
-StoredRow store(const KeyTable &table, const KeyRef &key, const NewRow &row);
-bool remove(const KeyTable &table, const KeyRef &key, const KeyProbe &stored);
-void collect_expired(ExpiryRound &round, int batch_size);
-ExpiryBatch expire_batch(ExpiryRound &round, int batch_size);
-} // namespace local_keys
 
 // Whether `row`, seen by a BEFORE INSERT trigger on `rel`, is one the
 // extension is inserting into idempotency.keys: keys_loaded leaves those be.
@@ -63,8 +48,7 @@ static_assert(std::is_trivially_destructible_v<RememberWindow>);
 // 7 days (idempotency.remember's default) as exact time.
 constexpr int64 rows_without_window_usecs = INT64CONST(7) * USECS_PER_DAY;
 
-// The window of a live row of a key table with `columns`; `read(attnum,
-// &isnull)` reads one of the row's columns.
+// `read(attnum, &isnull)` reads one of the live row's columns.
 template <typename Columns, typename Read>
 RememberWindow remember_window(const Columns &columns, Read read) {
   RememberWindow window{WindowSource::none, true, Interval{}};
@@ -107,7 +91,6 @@ RowLife row_life(bool tombstone, const RememberWindow &window,
                  TimestampTz expires_at, TimestampTz expired_at,
                  TimestampTz now);
 
-// 55000: the extension in this database is older than 0.7.
 [[noreturn]] void report_schema_before_0_7();
 
 // 40001: the expired row a new one replaces was changed meanwhile (in

@@ -16,10 +16,9 @@ extern "C" {
 
 namespace idempotency::storage::table_owner {
 
-// The owner of relation `relid`; an internal error if there is none.
+// An internal error if there is none.
 Oid of(Oid relid);
 
-// The user and security context to go back to.
 struct Saved {
   Oid user;
   int context;
