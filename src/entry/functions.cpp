@@ -124,8 +124,11 @@ Elements array_argument(FunctionCallInfo fcinfo, int argno, const char *name,
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                     errmsg("%s must be a one-dimensional array", name)));
   Elements elements{};
-  // text[] or jsonb[]: varlena elements aligned on int.
-  deconstruct_array(array, ARR_ELEMTYPE(array), -1, false, TYPALIGN_INT,
+  int16 length;
+  bool by_value;
+  char align;
+  get_typlenbyvalalign(ARR_ELEMTYPE(array), &length, &by_value, &align);
+  deconstruct_array(array, ARR_ELEMTYPE(array), length, by_value, align,
                     &elements.values, &elements.nulls, &elements.count);
   if (keys != nullptr && elements.count != keys->count)
     ereport(ERROR,
