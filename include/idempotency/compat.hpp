@@ -175,7 +175,9 @@ inline LocalTransactionId my_local_transaction_id() {
 // where each means the same; no statement does their job:
 // - a dirty snapshot (InitDirtySnapshot, systable_beginscan) on the primary
 //   key: only it sees a row an open transaction is writing or deleting, and
-//   that transaction's id (SnapshotData.xmin, .xmax) to wait for;
+//   that transaction's id (SnapshotData.xmin, .xmax) to wait for; its rows
+//   read entry by entry (index_getnext_tid, index_fetch_heap), to know when
+//   an entry's row was gone;
 // - a row's raw xmin (HeapTupleHeaderGetRawXmin), naming the row version a
 //   DELETE later targets, and table_tuple_satisfies_snapshot, to raise 40001
 //   under REPEATABLE READ as ON CONFLICT does;

@@ -352,12 +352,28 @@ citus::TableKind key_table_citus_kind() {
   return find_table() ? cached_citus_kind() : citus::TableKind::not_citus;
 }
 
-KeyProbe KeyStore::probe(const KeyRef &key, TimestampTz now) const {
-  if (kind_ == KeyTableKind::tenant)
-    return tenant_keys::probe(table_, key, now);
-  Relation rel = table_open(table_.relid, AccessShareLock);
-  KeyColumns columns = key_columns(rel);
+namespace {
 
+// The next row of the key the scan's dirty snapshot sees, as
+// systable_getnext; `missed` is set when an index entry led to no such row.
+HeapTuple next_key_row(SysScanDesc scan, bool &missed) {
+  IndexScanDesc index = scan->iscan;
+  for (;;) {
+    // A HOT chain may hold more than one row a dirty snapshot sees.
+    if (!index->xs_heap_continue &&
+        index_getnext_tid(index, ForwardScanDirection) == nullptr)
+      return nullptr;
+    if (index_fetch_heap(index, scan->slot)) {
+      bool should_free;
+      return ExecFetchSlotHeapTuple(scan->slot, false, &should_free);
+    }
+    missed = true;
+  }
+}
+
+// One look at `key`'s rows; `missed` as next_key_row.
+KeyProbe read_key(Relation rel, const KeyColumns &columns, const KeyRef &key,
+                  TimestampTz now, bool &missed) {
   TupleDesc desc = RelationGetDescr(rel);
   // systable_beginscan maps the table's column numbers to the index's.
   ScanKeyData scan_keys[2];
@@ -375,7 +391,7 @@ KeyProbe KeyStore::probe(const KeyRef &key, TimestampTz now) const {
   KeyProbe result{};
   result.state = KeyState::absent;
   HeapTuple tuple;
-  while ((tuple = systable_getnext(scan)) != nullptr) {
+  while ((tuple = next_key_row(scan, missed)) != nullptr) {
     auto read = [&](AttrNumber attnum, bool *isnull) {
       return heap_getattr(tuple, attnum, desc, isnull);
     };
@@ -458,6 +474,25 @@ KeyProbe KeyStore::probe(const KeyRef &key, TimestampTz now) const {
   }
 
   systable_endscan(scan);
+  return result;
+}
+
+} // namespace
+
+KeyProbe KeyStore::probe(const KeyRef &key, TimestampTz now) const {
+  if (kind_ == KeyTableKind::tenant)
+    return tenant_keys::probe(table_, key, now);
+  Relation rel = table_open(table_.relid, AccessShareLock);
+  KeyColumns columns = key_columns(rel);
+  // A scan reads a page's index entries at once and their rows later. Expiry
+  // turning the key into a tombstone, committed in between, leaves the scan
+  // the live row's entry, whose row is gone, and not the tombstone's. That
+  // entry inserted before the commit, a second scan sees it.
+  bool missed = false;
+  KeyProbe result = read_key(rel, columns, key, now, missed);
+  if (missed &&
+      (result.state == KeyState::absent || result.state == KeyState::expired))
+    result = read_key(rel, columns, key, now, missed);
   table_close(rel, NoLock);
   return result;
 }
