@@ -513,8 +513,10 @@ test('a duplicate while the first request runs is 409 with Retry-After; with wai
   const text = `held ${key}`;
   held.set(text, gate());
   const first = postJson(port, '/notes', key, { text });
+  // Its handler has inserted, so its claim came before: a session merely
+  // idle in transaction may be between BEGIN and the claim.
   await waitFor(async () => (await db.query(
-    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = current_database()")).rows[0].n === 1,
+    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE 'INSERT INTO node_notes%' AND datname = current_database()")).rows[0].n === 1,
   'the first request to hold its key');
   const duplicate = await postJson(port, '/notes', key, { text });
   assert.equal(duplicate.status, 409);

@@ -63,6 +63,14 @@ def sessions_in(state):
         return cursor.fetchone()[0]
 
 
+def sessions_after(statement):
+    """Sessions idle in a transaction whose last statement began so."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                       " AND state = 'idle in transaction' AND starts_with(query, %s)", [statement])
+        return cursor.fetchone()[0]
+
+
 class DecoratorTests(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -336,9 +344,9 @@ class DecoratorTests(unittest.TestCase):
         thread = threading.Thread(target=first_request)
         thread.start()
         try:
-            wait_for(lambda: sessions_in("idle in transaction") >= 1 or key_state(key) == "in_progress",
-                     "the first request to hold its key")
-            time.sleep(0.2)
+            # Its handler has inserted, so its claim came before: a session
+            # merely idle in transaction may be between BEGIN and the claim.
+            wait_for(lambda: sessions_after("INSERT INTO py_notes") >= 1, "the first request to hold its key")
             duplicate = self.post("/notes", key, {"text": text})
             self.assert_problem(duplicate, 409, "request-in-progress")
             self.assertEqual(duplicate["Retry-After"], "1")
