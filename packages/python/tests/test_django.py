@@ -56,18 +56,11 @@ def stored_response(key):
         return json.loads(cursor.fetchone()[0])
 
 
-def sessions_in(state):
+def sessions(condition, *params):
+    """This database's sessions in pg_stat_activity that meet `condition`."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                       " AND (state = %s OR wait_event_type = %s)", [state, state])
-        return cursor.fetchone()[0]
-
-
-def sessions_after(statement):
-    """Sessions idle in a transaction whose last statement began so."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                       " AND state = 'idle in transaction' AND starts_with(query, %s)", [statement])
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND " + condition,
+                       params)
         return cursor.fetchone()[0]
 
 
@@ -346,7 +339,8 @@ class DecoratorTests(unittest.TestCase):
         try:
             # Its handler has inserted, so its claim came before: a session
             # merely idle in transaction may be between BEGIN and the claim.
-            wait_for(lambda: sessions_after("INSERT INTO py_notes") >= 1, "the first request to hold its key")
+            wait_for(lambda: sessions("state = 'idle in transaction' AND starts_with(query, %s)", "INSERT INTO py_notes") >= 1,
+                     "the first request to hold its key")
             duplicate = self.post("/notes", key, {"text": text})
             self.assert_problem(duplicate, 409, "request-in-progress")
             self.assertEqual(duplicate["Retry-After"], "1")
@@ -374,9 +368,9 @@ class DecoratorTests(unittest.TestCase):
             with holder.cursor() as cursor:
                 cursor.execute("LOCK TABLE py_notes IN SHARE MODE")
             threads[0].start()
-            wait_for(lambda: sessions_in("Lock") == 1, "the first request to wait for the table")
+            wait_for(lambda: sessions("wait_event_type = 'Lock'") == 1, "the first request to wait for the table")
             threads[1].start()
-            wait_for(lambda: sessions_in("Lock") == 2, "the duplicate to wait for the key")
+            wait_for(lambda: sessions("wait_event_type = 'Lock'") == 2, "the duplicate to wait for the key")
         finally:
             holder.commit()
             holder.close()
