@@ -196,7 +196,9 @@ is( $node->safe_psql('postgres',
 		q{SELECT string_agg(version, ' ') FROM pg_available_extension_versions
 		   WHERE name = 'idempotency'}),
 	$default,
-	"only $default is installable");
+	"only $default is installable")
+  or diag('the installed scripts: ',
+	`ls -l --time-style=full-iso "@{[ $node->config_data('--sharedir') ]}"/extension/idempotency*`);
 
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 $node->safe_psql('fresh', 'CREATE EXTENSION idempotency');
