@@ -1,7 +1,6 @@
 // The prelude of every unit that uses PostgreSQL: postgres.h first, as the
-// server requires, and fmgr.h. Standard C++ headers and server-free headers
-// must come before it: PostgreSQL's macros (Min, Max, printf, ...) break
-// them.
+// server requires, then fmgr.h. Standard C++ and server-free headers come
+// before it: PostgreSQL's macros (Min, Max, printf, ...) break them.
 #pragma once
 
 #include <cstddef>

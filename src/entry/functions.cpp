@@ -1,9 +1,8 @@
-// Every SQL-callable function: the bodies read their SQL arguments, call the
-// layer below with plain values and build the result (fcinfo never leaves
-// this file); the declarations follow, in the order the versions' scripts
-// created them. A C symbol a script names and missing here fails CREATE
-// EXTENSION, so the symbols only schemas before 0.7 name stay, and refuse
-// with how to update (pg_upgrade and restores of such schemas load them).
+// Every SQL-callable function: bodies read their SQL arguments, call the
+// layer below with plain values and build the result (fcinfo stays here);
+// declarations follow in the scripts' order. CREATE EXTENSION fails on a C
+// symbol a script names and this file lacks, so symbols only pre-0.7 schemas
+// name stay, refusing with how to update (pg_upgrade and restores load them).
 #include "idempotency/protocol/rules.hpp"
 
 #include "idempotency/boundary/boundary.hpp"
@@ -41,11 +40,9 @@ namespace {
 enum Keying { by_role, by_tenant };
 
 // A text sized like a key (`what` names it): 22004 when NULL, 22023 when
-// empty or over max_key_bytes in UTF-8 whatever the database encoding, so
-// that a key accepted here is accepted again after a dump, replication or
-// pg_upgrade moves it into another encoding. A value longer than the limit
-// times the encoding's longest character is too long in UTF-8 too: refused
-// before it is read.
+// empty or over max_key_bytes in UTF-8, so that a dump, replication or
+// pg_upgrade into another encoding accepts it again. Over the limit times the
+// encoding's longest character, it is too long in UTF-8 too: refused unread.
 text *sized_text(NullableDatum arg, const char *what) {
   if (arg.isnull)
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -85,8 +82,7 @@ storage::KeyRef key_ref(NullableDatum arg, Keying keying) {
   return ref;
 }
 
-// For tenant keys the tenant is checked first: 22004 when NULL, 42804 when
-// its type is unknown.
+// For tenant keys the tenant first: 22004 when NULL, 42804 when untyped.
 storage::KeyRef request_key(FunctionCallInfo fcinfo, Keying keying) {
   if (keying == Keying::by_role)
     return key_ref(fcinfo->args[0], keying);
@@ -112,8 +108,7 @@ struct Elements {
   int count;
 };
 
-// 22004 when the array is NULL, 22023 when it has more than one dimension or
-// another length than `keys`.
+// 22004 when NULL, 22023 when multidimensional or not as long as `keys`.
 Elements array_argument(FunctionCallInfo fcinfo, int argno, const char *name,
                         const Elements *keys = nullptr) {
   if (PG_ARGISNULL(argno))
@@ -139,11 +134,10 @@ Elements array_argument(FunctionCallInfo fcinfo, int argno, const char *name,
   return elements;
 }
 
-// The arguments after the first `first` ones, as bound to $1 ... $n: a
-// spread VARIADIC "any" list (an untyped literal bound as text), or the
-// elements of an explicit VARIADIC array, none when it is NULL (where
-// extract_variadic_args answers -1). None still come in allocated arrays:
-// callers memcpy them.
+// The arguments after the first `first`, as bound to $1 ... $n: a spread
+// VARIADIC "any" list (an untyped literal bound as text), or an explicit
+// VARIADIC array's elements, none when it is NULL (extract_variadic_args
+// answers -1). None still come in allocated arrays: callers memcpy them.
 FnArgs fn_arguments(FunctionCallInfo fcinfo, int first) {
   void *none = palloc0(sizeof(Datum));
   FnArgs args{0, static_cast<Oid *>(none), static_cast<Datum *>(none),
@@ -173,9 +167,7 @@ Datum one_row(FunctionCallInfo fcinfo, Datum *values, bool *nulls) {
   return (Datum)0;
 }
 
-// idempotent_call and tenant_call. A call that fails on its arguments leaves
-// no last call behind; fn's presence is checked before its arguments are
-// collected.
+// idempotent_call and tenant_call; fn's NULL check precedes its arguments.
 template <Keying keying> Datum call_body(FunctionCallInfo fcinfo) {
   protocol::clear_last_call();
   protocol::CallRequest call;
@@ -377,8 +369,6 @@ Datum expiry_status_body(FunctionCallInfo fcinfo) {
   return (Datum)0;
 }
 
-// One row per counted database; this database always has one when the
-// counters exist.
 Datum stats_counters_body(FunctionCallInfo fcinfo) {
   ReturnSetInfo *rsinfo = materialize(fcinfo);
   auto *rows = static_cast<Datum(*)[stats::counter_columns]>(palloc(
@@ -395,8 +385,7 @@ Datum stats_reset_body(FunctionCallInfo) {
   PG_RETURN_VOID();
 }
 
-// Any text: the key's size limits apply to calls, not to the keys a DBA
-// looks up.
+// Any text: the size limits apply to calls, not to keys a DBA looks up.
 Datum key_digest_body(FunctionCallInfo fcinfo) {
   PG_RETURN_BYTEA_P(fingerprint::digest_of_key(PG_GETARG_TEXT_PP(0)));
 }
@@ -480,8 +469,7 @@ IDEMPOTENCY_SQL_FUNCTION(idempotency_tenant_forget, idempotency::entry::forget_b
 // since 0.6 (keys_loaded of 0.6)
 IDEMPOTENCY_SQL_FUNCTION(idempotency_keys_loaded, idempotency::entry::schema_before_0_7_body)
 
-// since 0.7: key_digest() and keys_loaded() of ordered digests; the
-// trigger's body is in protocol
+// since 0.7: key_digest() and keys_loaded() of ordered digests
 IDEMPOTENCY_SQL_FUNCTION(idempotency_ordered_key_digest, idempotency::entry::key_digest_body)
 IDEMPOTENCY_SQL_FUNCTION(idempotency_ordered_keys_loaded, idempotency::protocol::keys_loaded_body)
 IDEMPOTENCY_SQL_FUNCTION(idempotency_mark_key_roles, idempotency::entry::mark_key_roles_body)

@@ -28,8 +28,7 @@ shmem_request_hook_type previous_shmem_request_hook = nullptr;
 shmem_startup_hook_type previous_shmem_startup_hook = nullptr;
 ProcessUtility_hook_type previous_process_utility_hook = nullptr;
 
-// Shared memory exists only when the library is preloaded: the call
-// statistics and the expiry worker's status live there.
+// Preloading only: shared memory holds call statistics and expiry status.
 void request_shared_memory() {
   if (previous_shmem_request_hook != nullptr)
     previous_shmem_request_hook();
@@ -44,8 +43,7 @@ void attach_shared_memory() {
   idempotency::worker::status::attach_shared_memory();
 }
 
-// DISCARD ALL resets last_call_replayed() too: poolers send it before they
-// hand a server connection to another client.
+// DISCARD ALL resets last_call_replayed() too: poolers send it between clients.
 void process_utility(PlannedStmt *statement, const char *query_string,
                      bool read_only_tree, ProcessUtilityContext context,
                      ParamListInfo params, QueryEnvironment *query_env,

@@ -1,8 +1,7 @@
-// What the extension does when a transaction or subtransaction ends. Nothing
-// is written here: key rows commit or roll back with the caller's
-// transaction. Each part returns at once when it holds nothing, so a process
-// that loaded the library and never called it pays a few tests per event.
-// Cache invalidation callbacks stay with the caches they empty.
+// What the extension does when a transaction or subtransaction ends; key
+// rows commit or roll back with the caller's transaction. Each part returns
+// at once when it holds nothing: a process that never called the library
+// pays a few tests per event. Invalidation callbacks stay with their caches.
 #include "idempotency/fingerprint/fingerprint.hpp"
 
 #include "idempotency/entry/module.hpp"
@@ -33,11 +32,10 @@ void on_transaction_event(XactEvent event, void *) {
   switch (event) {
   case XACT_EVENT_PRE_COMMIT:
     // Refusals first, the commit guard's (40001: a transaction that outlived
-    // its keys' TTL is retried as a whole) before the claims' (25000). Then
-    // Citus's two-phase decision, which must precede Citus's own PRE_COMMIT
-    // callback: callbacks run newest first, and Citus, preloaded before any
-    // library that sets ProcessUtility_hook (as this one does), registers
-    // its own earlier.
+    // its keys' TTL is retried whole) before the claims' (25000). Then
+    // Citus's two-phase decision, before Citus's own PRE_COMMIT callback:
+    // callbacks run newest first, and Citus, preloaded before any library
+    // that sets ProcessUtility_hook (as this one does), registers earlier.
     storage::commit_guard::at_pre_commit();
     protocol::claims::at_pre_commit();
     storage::citus::at_pre_commit();
@@ -65,8 +63,7 @@ void on_transaction_event(XactEvent event, void *) {
   }
 }
 
-// Runs while the ending subtransaction is still the current one (its level
-// is GetCurrentTransactionNestLevel()).
+// The ending subtransaction is still current (GetCurrentTransactionNestLevel).
 void on_subtransaction_event(SubXactEvent event, SubTransactionId ending,
                              SubTransactionId, void *) {
   switch (event) {

@@ -27,9 +27,8 @@ namespace idempotency::entry {
 
 namespace {
 
-// Walks a tree, subqueries included, calling `visit` on each node after its
-// children. The tree walkers take their callback as bool (*)(); the cast
-// goes through void (*)() to say that the change of type is on purpose.
+// Calls `visit` on each node after its children, subqueries included. The
+// walkers take bool (*)(); casting via void (*)() says the change is meant.
 template <typename Context, void (*visit)(Node *, Context *)>
 bool walk(Node *node, Context *context) {
   if (node == nullptr)
@@ -48,10 +47,9 @@ post_parse_analyze_hook_type previous_post_parse_analyze_hook = nullptr;
 
 using compat::VariableParameters;
 
-// The coerce-param hook of statements analysed with variable parameter
-// types, learned at load from setup_parse_variable_parameters' own parse
-// state; nullptr when that state is not laid out as VariableParameters says
-// (then untyped placeholders stay untyped, as without preloading).
+// The coerce-param hook of statements with variable parameter types, learned
+// at load from setup_parse_variable_parameters' parse state; nullptr (then
+// placeholders stay untyped) when it is not laid out as VariableParameters.
 CoerceParamHook variable_parameters_hook = nullptr;
 
 bool is_untyped(const Node *node) {

@@ -42,9 +42,8 @@ static_assert(std::is_trivially_destructible_v<HmacSha256>);
 static_assert(Sha256::digest_size == PG_SHA256_DIGEST_LENGTH);
 static_assert(HmacSha256::block_size == PG_SHA256_BLOCK_LENGTH);
 
-// Kept for the backend's life: creating one per hash costs more than
-// hashing a key. One an error abandoned is taken back at its
-// subtransaction's abort or the transaction's end.
+// Kept for the backend's life (creating one costs more than hashing a key);
+// one an error left is taken back when its subtransaction or transaction ends.
 constexpr int contexts_per_kind = 8;
 
 // `level`: the transaction nesting level it was taken at.
@@ -207,8 +206,7 @@ void free_prefix_state(void *state) {
 
 #else // PostgreSQL's pg_cryptohash and pg_hmac
 
-// Kept contexts are made in TopMemoryContext, and for a resource owner that
-// no transaction releases.
+// Made in TopMemoryContext, for a resource owner no transaction releases.
 template <typename Create> auto create_kept(Create create, const char *what) {
 #ifdef FRONTEND
   auto *context = create(PG_SHA256);
@@ -408,7 +406,6 @@ void RequestFingerprint::add_field(std::uint8_t tag, const void *data,
   std::uint8_t header[1 + 8] = {tag};
   for (int i = 0; i < 8; ++i)
     header[1 + i] = static_cast<std::uint8_t>(std::uint64_t{size} >> (8 * i));
-  // fn, the claim marker and the type names belong to the prefix.
   if (!started_ &&
       (tag == tag_function || tag == tag_claim_api || tag == tag_type_name)) {
     append_to_prefix(header, sizeof header);

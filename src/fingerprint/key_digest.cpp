@@ -66,8 +66,7 @@ Utf8 utf8_form(const char *bytes, Size size) {
   return {data, strlen(data)};
 }
 
-// claim() and complete() of one message digest the same key, and a digest
-// costs more than comparing it.
+// claim() and complete() of one message digest one key; comparing is cheaper.
 struct LastDigest {
   bool valid;
   Size key_size;
@@ -129,8 +128,7 @@ constexpr uint8 tag_key_unconverted = 0x02;
 constexpr uint8 tag_label_utf8 = 0x03;
 constexpr uint8 tag_label_unconverted = 0x04;
 
-// In UTF-8 where the text has that form, so that a restore into another
-// encoding derives the same keys.
+// As UTF-8 where it has that form: a restore into another encoding agrees.
 void update_with_text(HmacSha256 &mac, const text *value, uint8 utf8_tag,
                       uint8 unconverted_tag) {
   Utf8 utf8 = utf8_form(VARDATA_ANY(value), VARSIZE_ANY_EXHDR(value));

@@ -23,8 +23,7 @@ struct HeldKey {
   storage::KeyRef key;
   TakenKey taken; // its claim owned by the transaction's resource owner
   bool completed;
-  // Subtransactions are numbered in the order they start: rolling back
-  // subtransaction S undoes what was done in any subtransaction >= S.
+  // Numbered as they start: rolling back S undoes subtransactions >= S.
   SubTransactionId claimed_in;
   SubTransactionId completed_in;
   HeldKey *next;

@@ -32,8 +32,7 @@ namespace {
 
 LastCall last{Outcome::none, false, 0, 0};
 
-// Keyed with the cluster's claim secret, read on first use; copy it for each
-// message.
+// Keyed with the cluster's claim secret, read on first use; copied per message.
 const fingerprint::HmacSha256 &claim_mac() {
   static fingerprint::HmacSha256 keyed(nullptr, 0);
   static bool loaded = false;
@@ -61,7 +60,6 @@ bool wait_until(TimestampTz deadline, Wait wait, Undo undo) {
       TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
   if (remaining_ms <= 0)
     return false;
-  // The deadline takes lock_timeout's place unless lock_timeout is shorter.
   bool deadline_first = LockTimeout <= 0 || remaining_ms <= LockTimeout;
   char *timeout = psprintf("%ld", remaining_ms);
 
@@ -124,8 +122,7 @@ Claim claim_for(const storage::KeyRef &key, ResourceOwner owner) {
 
   uint32 field3 = ((uint32)digest[0] << 24) | ((uint32)digest[1] << 16) |
                   ((uint32)digest[2] << 8) | (uint32)digest[3];
-  // The top bit of locktag_field4 keeps claim locks apart from
-  // pg_advisory_lock's tags (field4 1 and 2).
+  // field4's top bit keeps claims apart from pg_advisory_lock's (field4 1, 2).
   uint16 field4 = 0x8000 | ((((uint16)digest[4] << 8) | digest[5]) & 0x7FFF);
   Claim claim{};
   SET_LOCKTAG_ADVISORY(claim.tag, MyDatabaseId, key.scope, field3, field4);
@@ -237,8 +234,6 @@ bool is_error_document(Datum response, bool response_is_null) {
                      "own key, or claim() was called twice.")));
 }
 
-// A retry of a key whose response is no longer kept: it ran, and must not
-// run again while its tombstone lasts.
 [[noreturn]] void report_gone(const storage::KeyRef &key,
                               const storage::KeyProbe &stored) {
   stats::count(stats::Event::late_retry);
@@ -448,10 +443,9 @@ storage::StoredRow store_response(const storage::KeyStore &store,
                            taken.ttl, taken.remember, replaces,
                            GetCurrentTransactionStartTimestamp()});
   stats::count(stats::Event::ran);
-  // The row now shows the key as in progress to others, except a tenant
-  // key's (its claim is kept until the transaction ends), or inside a
-  // subtransaction for a claim the transaction holds (ROLLBACK TO would
-  // remove the row).
+  // Others now see the row as in progress, except a tenant key's (its claim
+  // lasts until the transaction ends), or in a subtransaction for a claim the
+  // transaction holds (ROLLBACK TO would remove the row).
   if (store.row_shows_in_progress() &&
       (taken.claim.owner == nullptr || GetCurrentTransactionNestLevel() == 1))
     release(taken.claim);

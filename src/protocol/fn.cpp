@@ -60,9 +60,8 @@ struct Analysis {
 };
 
 // As PostgreSQL analyses a client's statement with untyped parameters, from
-// `seed`; false, *out untouched, for an fn that cannot be analysed so (an
-// ambiguous operator, a relation created later in the transaction) or in a
-// parallel worker, which cannot start the subtransaction.
+// `seed`; false, *out untouched, when that fails (an ambiguous operator, a
+// relation created later) or in a parallel worker (no subtransaction there).
 bool analyse(const char *sql, int nargs, const Oid *seed, Analysis *out) {
   if (IsInParallelMode())
     return false;
@@ -109,8 +108,7 @@ void catalog_changed(Datum, compat::SysCacheIdentifier, uint32) {
   generation++;
 }
 
-// Counts changes to the catalogs that decide fn's parameter types or their
-// names: what was worked out at an older generation is worked out again.
+// Counts changes to the catalogs deciding fn's parameter types or names.
 uint64 parameter_types_generation() {
   static bool watching = false;
   if (!watching) {
@@ -132,10 +130,9 @@ struct Inferred {
   uint64 generation;
 };
 
-// The backend's caches of parameter types and of statements, each entry
-// keyed by statement_hash(), its first member. Two keys may share a hash: a
-// caller checks an entry's full key itself. Their size limit only bounds a
-// pathological caller (one fn text per call).
+// The backend's caches of parameter types and of statements, keyed by
+// statement_hash(), each entry's first member; keys may share a hash, so
+// callers check the full key. The limit only bounds one fn text per call.
 constexpr long max_entries = 1024;
 HTAB *inferred = nullptr;
 HTAB *statements = nullptr;
@@ -157,16 +154,14 @@ void create_caches() {
                            HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 }
 
-// With every parameter open or, when fn cannot be analysed so (`SELECT $1 +
-// $2`), with the given types; a parameter still open is the given type, or
-// text.
+// With every parameter open, else (`SELECT $1 + $2`) with the given types;
+// a parameter still open is the given type, or text.
 void infer(const char *sql, int nargs, const Oid *given, Oid *types) {
   Analysis analysis{static_cast<Oid *>(palloc0(sizeof(Oid) * Max(nargs, 1))),
                     NIL};
   if (analyse(sql, nargs, analysis.types, &analysis)) {
-    // PostgreSQL makes text an untyped parameter fn only passes on (`SELECT
-    // $1`); it keeps the caller's non-string type when fn then returns
-    // other types.
+    // PostgreSQL types as text a parameter fn only passes on (`SELECT $1`);
+    // the caller's non-string type stands if fn then returns other types.
     bool any = false;
     for (int i = 0; i < nargs; i++) {
       types[i] = analysis.types[i];
@@ -235,9 +230,8 @@ template <typename T> T *allocate(MemoryContext context, int count) {
       MemoryContextAlloc(context, sizeof(T) * Max(count, 1)));
 }
 
-// What fn receives and what depends on it, first or after a catalog change;
-// what may fail runs before the statement changes. The generation is read
-// first: a change that arrives meanwhile leaves the statement stale.
+// What fn receives and what depends on it, set only once all that may fail
+// has run; the generation is read first: a change meanwhile leaves it stale.
 void describe(Statement &statement, text *fn, MemoryContext parent) {
   uint64 generation = parameter_types_generation();
   int nargs = statement.nargs;
@@ -293,8 +287,7 @@ void position_in_fn(void *sql) {
   internalerrquery(static_cast<const char *>(sql));
 }
 
-// to_jsonb() learns its argument's type from the call expression, so it is
-// called through an FmgrInfo whose fn_expr carries a typed placeholder.
+// to_jsonb() learns its argument's type from fn_expr: a typed placeholder.
 Datum to_jsonb_of(Datum value, Oid type) {
   FmgrInfo flinfo;
   fmgr_info(F_TO_JSONB, &flinfo);
@@ -490,8 +483,7 @@ FnArgs received_args(const Statement &statement, const FnArgs &args) {
     if (args.nulls[i] || conversion.expression == nullptr)
       continue;
     conversion.context->ecxt_param_list_info->params[0].value = args.values[i];
-    // In the caller's memory context, where the value must live. A cast may
-    // answer NULL.
+    // In the caller's memory context, where it must live; a cast may give NULL.
     received.values[i] = ExecEvalExpr(conversion.expression, conversion.context,
                                       &received.nulls[i]);
   }
@@ -508,8 +500,6 @@ Datum run_fn_storing_errors(Statement &statement, const FnArgs &args,
   run_in_subtransaction(
       [&] { response = run_fn(statement, args, is_null); },
       [&](const ErrorData *error) {
-        // A transient condition (a lock timeout, a cancel, ...) is never
-        // stored, even when its class is listed: a retry must run fn again.
         const char *sqlstate = unpack_sql_state(error->sqlerrcode);
         if (!sqlstate_listed(settings::stored_errors(), sqlstate) ||
             sqlstate_transient(sqlstate))

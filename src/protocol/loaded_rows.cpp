@@ -53,8 +53,7 @@ Datum keys_loaded_body(FunctionCallInfo fcinfo) {
   bool key_isnull, hash_isnull;
   Datum key = heap_getattr(row, key_column, desc, &key_isnull);
   Datum hash = heap_getattr(row, hash_column, desc, &hash_isnull);
-  // Dumps made before 0.4 hold request_hash as text and, before 0.3, a
-  // status.
+  // Dumps before 0.4 hold request_hash as text, and before 0.3 a status.
   if ((!hash_isnull && toast_raw_datum_size(hash) - VARHDRSZ !=
                            fingerprint::fingerprint_size) ||
       column_is_set(desc, row, "status"))
@@ -76,8 +75,7 @@ Datum keys_loaded_body(FunctionCallInfo fcinfo) {
   if (!scope_isnull)
     storage::role_marks::ensure(trigger->tg_relation, scope_column,
                                 DatumGetObjectId(scope));
-  // A tombstone (expired_at set) keeps no key text: its digest is loaded as
-  // dumped.
+  // A tombstone (expired_at set) has no key text: its digest stays as dumped.
   if (key_isnull || column_is_set(desc, row, "expired_at"))
     return PointerGetDatum(row);
   Datum digest =

@@ -29,25 +29,21 @@ void assign_statement_hash_bits(int bits, void *) {
       bits >= 64 ? ~(uint64)0 : ((uint64)1 << bits) - 1;
 }
 
-// A call setting's value that PostgreSQL refuses with only a WARNING (a
-// role's or database's value when a session starts, a placeholder set before
-// the library was loaded) would leave a default nobody chose in force. It is
-// seen through the public GUC API alone: the check hooks' source, and the
+// Refusals PostgreSQL only warns about (settings.hpp, define()) are seen
+// through the public GUC API alone: the check hooks' source, and a
 // placeholder's text before define() against the value in force after it.
 
 struct CallSetting {
   const char *name;
   bool integer; // shown by GetConfigOption() as a number without its unit
-  // A value the setting did not take. `checked`: its check hook refused it,
-  // at `source`; otherwise PostgreSQL refused it before the hook (out of
-  // range, or a superuser-only setting set by another role).
+  // A value the setting did not take: `checked`, its check hook refused it at
+  // `source`; else PostgreSQL did before the hook (range, or superuser-only).
   bool refused = false;
   char *text = nullptr; // malloc'd (check hooks must not raise); may be null
   bool checked = false;
   GucSource source = PGC_S_DEFAULT;
-  // The highest source whose value the check hooks have seen outside
-  // define(): a session's values come highest first, and a value outranked
-  // by one before it is not in force.
+  // The highest source the check hooks have seen outside define(): a
+  // session's values come highest first; one outranked is not in force.
   GucSource highest_checked = PGC_S_DEFAULT;
   char *placeholder = nullptr; // its text before define()
 };
@@ -142,8 +138,7 @@ void refused_value_context(void *arg) {
                          setting.text)));
 }
 
-// Called by the call settings' accessors, so no call runs on a default
-// nobody chose.
+// In the call settings' accessors: no call runs on a default nobody chose.
 void raise_if_value_refused() {
   if (!any_refused)
     return;
@@ -174,8 +169,7 @@ char *store_errors_text = nullptr;
 SqlstateList no_stored_errors{};
 const SqlstateList *stored_errors_value = &no_stored_errors;
 
-// Parses what interval input accepts ('24h', '1 day 2 hours', 'P1D')
-// without raising errors (check hooks must not).
+// Parses interval input ('24h', 'P1D') without raising, as check hooks must.
 bool parse_interval(const char *text, Interval *out) {
   char copy[MAXDATELEN + 1];
   if (strlen(text) > MAXDATELEN)
@@ -201,8 +195,7 @@ bool parse_interval(const char *text, Interval *out) {
   return itmin2interval(&itm, out) == 0;
 }
 
-// An interval's length in microseconds, a day counted as `day_hours` hours
-// and a month as `month_days` days.
+// In microseconds, a day as `day_hours` hours and a month as `month_days` days.
 long double span_usecs(const Interval &span, int day_hours, int month_days) {
   return span.time + (long double)span.day * day_hours * USECS_PER_HOUR +
          (long double)span.month * month_days * USECS_PER_DAY;
@@ -491,9 +484,7 @@ TimestampTz forgotten_at(TimestampTz response_expired_at) {
 int64 remember_usecs(TimestampTz expires_at, const Interval &remember) {
   if (is_zero(remember) || TIMESTAMP_NOT_FINITE(expires_at))
     return 0;
-  // A window that would pass the end of the timestamp range (a key that
-  // lives until then) lasts until that end. A month is at most 31 days, a
-  // day 25 hours.
+  // A month is at most 31 days, a day 25 hours.
   if ((long double)expires_at + span_usecs(remember, 25, 31) >=
       (long double)END_TIMESTAMP)
     return END_TIMESTAMP - 1 - expires_at;

@@ -64,8 +64,6 @@ SqlstateListResult parse_sqlstate_list(const char *text,
     entry[size] = '\0';
     if (in(entry, not_error_classes))
       return {SqlstateListCheck::not_an_error, first, size};
-    // IK is refused too: the extension's own answers (IK409) are never fn's
-    // outcome.
     if (in(entry, transient_classes) || in(entry, transient_sqlstates) ||
         starts_with(entry, "IK"))
       return {SqlstateListCheck::transient, first, size};

@@ -25,10 +25,9 @@ namespace idempotency::storage::citus {
 
 namespace {
 
-// InCoordinatedTransaction() says whether the transaction has opened
-// transactions on other nodes; Use2PCForCoordinatedTransaction() makes
-// Citus PREPARE them before the local commit and COMMIT PREPARED them after
-// it. Citus resets the flag when the transaction ends.
+// InCoordinatedTransaction(): whether the transaction opened transactions on
+// other nodes; Use2PCForCoordinatedTransaction() makes Citus PREPARE them
+// before the local commit, COMMIT PREPARED after it; for this transaction only.
 
 enum class Presence { unknown, absent, present };
 
@@ -39,9 +38,8 @@ void (*use_two_phase_commit)() = nullptr;
 
 bool wrote_keys = false;
 
-// The entry of shared_preload_libraries that loaded Citus, or nullptr:
-// Citus refuses to be loaded any other way, and the setting cannot change
-// while the server runs.
+// The entry of shared_preload_libraries that loaded Citus, or nullptr: Citus
+// loads no other way, and the setting is fixed while the server runs.
 char *citus_library_entry() {
   if (!process_shared_preload_libraries_done ||
       shared_preload_libraries_string == nullptr)
@@ -139,9 +137,8 @@ constexpr const char *opens_transaction_block =
 
 } // namespace
 
-// Remote work may come after the key is written (claim() and complete()
-// followed by an UPDATE of a distributed table, or deferred triggers).
-// entry/transaction.cpp says why this runs before Citus's own callback.
+// Remote work may follow the key's write (an UPDATE after complete(), deferred
+// triggers); entry/transaction.cpp says why this runs before Citus's callback.
 void at_pre_commit() {
   if (wrote_keys)
     use_two_phase_commit_if_coordinated();
@@ -154,9 +151,8 @@ void note_key_write() {
     return;
   if (!wrote_keys && in_coordinated_transaction == nullptr)
     group_of_key_writer = local_group();
-  // A write in a subtransaction that rolls back keeps the flag: the
-  // transaction then uses two-phase commit where one-phase would have done,
-  // which costs time, never correctness.
+  // A write in a subtransaction that rolls back keeps the flag: needless
+  // two-phase commit costs time, never correctness.
   wrote_keys = true;
   // Asked now as well: the work done so far (fn, for idempotent_call) is
   // covered even if another callback were to run before this one.
@@ -219,8 +215,7 @@ void connect_spi() {
     elog(ERROR, "SPI_connect failed");
 }
 
-// The first row of `statement`, read as `owner` (InvalidOid: the current
-// user); every column null when there is none.
+// The first row of `statement` as `owner` (InvalidOid: current user), or nulls.
 template <int N>
 void read_first_row(MetadataStatement &statement, Datum *args, Oid owner,
                     Datum (&row)[N], bool (&nulls)[N]) {
@@ -257,8 +252,7 @@ MetadataStatement partition_of_table{
 MetadataStatement local_group_row{
     "SELECT g.groupid FROM pg_catalog.pg_dist_local_group g", 0, {}, nullptr};
 
-// get_shard_id_for_distribution_column takes its value as "any": the plan
-// is made for one tenant type, and again for another.
+// get_shard_id_for_distribution_column takes "any": one plan per tenant type.
 MetadataStatement shard_of_value{
     "SELECT s.id, pg_catalog.to_regclass(pg_catalog.shard_name($1, s.id))"
     " FROM pg_catalog.get_shard_id_for_distribution_column($1, $2) AS s(id)",

@@ -10,9 +10,8 @@ namespace idempotency::storage::commit_guard {
 
 namespace {
 
-// earliest[level]: the earliest expires_at written at transaction nesting
-// level `level` (1 is the top level), including committed subtransactions
-// below it. Levels above `deepest` hold nothing.
+// earliest[level]: the earliest expires_at written at nesting level `level` (1:
+// the top), committed subtransactions below it included; none above `deepest`.
 TimestampTz *earliest = nullptr;
 int capacity = 0;
 int deepest = 0;

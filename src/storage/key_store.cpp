@@ -61,8 +61,7 @@ void check_key_row_kept(TriggeredRow result, const char *table,
                         const char *fixed_columns, const text *key) {
   if (result == TriggeredRow::kept)
     return;
-  // Expiry's messages name no key: the text is gone, and the log is no
-  // place for it.
+  // Expiry's messages name no key: it is gone, and the log is no place for it.
   bool tombstone = VARSIZE_ANY_EXHDR(key) == 0;
   const char *of_key =
       tombstone ? "the tombstone of an expired idempotency key"

@@ -52,9 +52,8 @@ namespace {
                   errhint("Run CREATE EXTENSION idempotency.")));
 }
 
-// Kept until an invalidation of the table or a schema: a table rebuilt by
-// ALTER TABLE, VACUUM FULL or CLUSTER keeps its oid but is invalidated all
-// the same, as when Citus adds or removes it.
+// Kept until an invalidation of the table or a schema; ALTER TABLE, VACUUM
+// FULL, CLUSTER (same oid) and Citus adding or removing it send one too.
 
 struct KeyColumns {
   AttrNumber scope;
@@ -139,10 +138,9 @@ constexpr ExpectedColumn expected_columns[] = {
     {"remember_for", INTERVALOID, &KeyColumns::remember_for, true},
 };
 
-// Refuses a table whose columns the extension could not read or write
-// correctly: a value stored under another type would be misread later. The
-// catalog lookups may take in invalidations; if one concerns the table, what
-// was found serves this call and the next one looks again.
+// Refuses columns the extension could not read or write correctly: a value
+// stored under another type would be misread later. An invalidation of the
+// table the catalog lookups take in leaves what was found to this call only.
 void remember_columns(Relation rel) {
   uint64 invalidations = cache.invalidations;
   TupleDesc desc = RelationGetDescr(rel);
@@ -256,9 +254,8 @@ int64 exact_usecs(const Interval &span) {
   return Max(usecs, 0);
 }
 
-// The columns of `rel`, opened by the caller. Citus is checked again with
-// the table open: a conversion that committed while this transaction waited
-// for the table's lock arrives with the lock.
+// Citus is checked again with `rel` open: a conversion that committed while
+// this waited for the table's lock arrives with the lock.
 const KeyColumns &key_columns(Relation rel) {
   watch_invalidations();
   if (!cache.columns_known || cache.relid != RelationGetRelid(rel))
@@ -406,10 +403,9 @@ KeyProbe read_key(Relation rel, const KeyColumns &columns, const KeyRef &key,
           !datum_image_eq(stored, PointerGetDatum(key.key), false, -1))
         report_shared_digest();
     }
-    // The dirty snapshot reports an open inserter in xmin and an open
-    // deleter in xmax. A live row being inserted means another transaction
-    // holds the key right now; a tombstone being inserted is expiry's (or a
-    // restore's), and is judged by its times.
+    // A dirty snapshot reports an open inserter in xmin, an open deleter in
+    // xmax. A live row being inserted: another transaction holds the key; a
+    // tombstone being inserted (by expiry, a restore) is judged by its times.
     if (TransactionIdIsValid(dirty.xmin) && !tombstone) {
       result = KeyProbe{};
       result.state = KeyState::in_progress;
@@ -484,10 +480,9 @@ KeyProbe KeyStore::probe(const KeyRef &key, TimestampTz now) const {
     return tenant_keys::probe(table_, key, now);
   Relation rel = table_open(table_.relid, AccessShareLock);
   KeyColumns columns = key_columns(rel);
-  // A scan reads a page's index entries at once and their rows later. Expiry
-  // turning the key into a tombstone, committed in between, leaves the scan
-  // the live row's entry, whose row is gone, and not the tombstone's. That
-  // entry inserted before the commit, a second scan sees it.
+  // A scan reads a page's index entries at once, their rows later: expiry
+  // committing a tombstone in between leaves it the live row's entry, to a gone
+  // row; a second scan sees the tombstone's, inserted before the commit.
   bool missed = false;
   KeyProbe result = read_key(rel, columns, key, now, missed);
   if (missed &&
@@ -563,8 +558,7 @@ const char *delete_version_sql() {
                       : "OPERATOR(idempotency.=)");
 }
 
-// The rows $1 (tid[]) still expired at $2 that no other transaction is
-// changing: expiry waits for no one.
+// Rows $1 (tid[]) still expired at $2, unless locked: expiry waits for no one.
 const char *delete_expired_sql() {
   const KeyColumns &columns = cache.columns;
   return psprintf(
@@ -594,7 +588,6 @@ static_assert(std::is_trivially_destructible_v<OwnInsert>);
 
 OwnInsert own_insert;
 
-// Runs `kept` with the rows `inserting` marked as the extension's own.
 void run_own_insert(OwnerSpi &spi, KeptPlan &kept, const char *sql, int nargs,
                     Oid *types, Datum *values, const char *nulls,
                     OwnInsert inserting, int expected) {
@@ -605,8 +598,7 @@ void run_own_insert(OwnerSpi &spi, KeptPlan &kept, const char *sql, int nargs,
   own_insert = outer;
 }
 
-// Raises 09000 unless the inserted row (RETURNING scope, key_digest, key)
-// is still the key's: a BEFORE trigger may change it, but not move it.
+// Raises 09000 if a BEFORE trigger moved the row `inserted_identity` returns.
 void check_not_moved(HeapTuple row, TupleDesc desc, Oid scope,
                      const bytea *digest, text *key) {
   bool isnull[3];
@@ -622,13 +614,11 @@ void check_not_moved(HeapTuple row, TupleDesc desc, Oid scope,
 }
 
 // Locks the table and checks its columns (and Citus) with the lock held;
-// `marked`'s role gets its mark. Stale plans are freed, but never while one
-// runs (a trigger's own call may come here during the INSERT); the count
-// restarts with each transaction, as an error ends the statements it
-// interrupts.
+// `marked`'s role gets its mark. Stale plans are freed, never while one runs (a
+// trigger's own call may come here during the INSERT); the count restarts each
+// transaction, as an error ends the statements it interrupts.
 OwnerSpi begin_statements(Oid relid, const KeyRef *marked) {
-  // fn may have dropped the extension before a store (the drop rolls back
-  // with the error).
+  // fn may have dropped the extension before a store; the error rolls it back.
   Relation rel = marked == nullptr ? table_open(relid, RowExclusiveLock)
                                    : try_table_open(relid, RowExclusiveLock);
   if (rel == nullptr)
@@ -658,10 +648,9 @@ void end_statements(OwnerSpi &spi) {
   cache.running--;
 }
 
-// Deletes the row version `version` of `key` with a snapshot taken now;
-// false when it is gone. Under REPEATABLE READ and SERIALIZABLE, a DELETE
-// that waited for another transaction deleting the row raises 40001: the row
-// is gone all the same, as under READ COMMITTED.
+// Deletes `key`'s row version `version` with a snapshot taken now; false when
+// it is gone, also when a DELETE that waited for another deleter raised 40001
+// under REPEATABLE READ or SERIALIZABLE (READ COMMITTED gets no row).
 bool delete_row_version(OwnerSpi &spi, const KeyRef &key,
                         const KeyProbe &version) {
   Oid types[4] = {TIDOID, XIDOID, cache.scope_type, BYTEAOID};
@@ -677,7 +666,6 @@ bool delete_row_version(OwnerSpi &spi, const KeyRef &key,
   };
   if (!IsolationUsesXactSnapshot())
     return run();
-  // Handled when the version is gone for a snapshot taken now.
   auto gone_now = [&](const ErrorData *error) {
     if (error->sqlerrcode != ERRCODE_T_R_SERIALIZATION_FAILURE)
       return false;
@@ -694,9 +682,8 @@ bool delete_row_version(OwnerSpi &spi, const KeyRef &key,
   return deleted;
 }
 
-// The TTL counts from the write, not the transaction's start: fn may have
-// run long. The window after it is fixed now as exact time, so that callers
-// and expiry end it at the same instant.
+// The TTL counts from the write (fn may have run long); the window after it is
+// fixed now as exact time, so callers and expiry end it at one instant.
 StoredRow insert_key_row(OwnerSpi &spi, const KeyRef &key, const NewRow &row) {
   TimestampTz created_at = GetCurrentTimestamp();
   TimestampTz expires_at = settings::key_expiry(created_at, row.ttl);
@@ -719,8 +706,7 @@ StoredRow insert_key_row(OwnerSpi &spi, const KeyRef &key, const NewRow &row) {
     nulls[4] = 'n';
   if (window_isnull)
     nulls[7] = 'n';
-  // Without a trigger that may change it, the row is as written: nothing
-  // to read back.
+  // Unless a trigger may change it, the row is as written, not read back.
   bool returning = cache.rows_may_change;
   KeptPlan &kept = returning ? cache.insert_key_returning : cache.insert_key;
   run_own_insert(spi, kept,
@@ -742,10 +728,9 @@ StoredRow insert_key_row(OwnerSpi &spi, const KeyRef &key, const NewRow &row) {
       DatumGetTimestampTz(SPI_getbinval(inserted, desc, 5, &isnull))};
 }
 
-// Writes, as one INSERT (statement triggers fire once), the tombstones of
-// the rows expiry deleted (`deleted`, delete_expired_sql()'s columns) whose
-// keys are remembered past `cutoff` by the rule callers judge them by
-// (live_row_forgotten_at).
+// Writes, as one INSERT (statement triggers fire once), the tombstones of the
+// rows expiry deleted (`deleted`, delete_expired_sql()'s columns) whose keys
+// callers remember past `cutoff` (live_row_forgotten_at).
 void insert_tombstones(OwnerSpi &spi, const SPITupleTable *deleted,
                        uint64 count, TimestampTz cutoff) {
   const KeyColumns &columns = cache.columns;
@@ -813,9 +798,8 @@ void insert_tombstones(OwnerSpi &spi, const SPITupleTable *deleted,
                     DatumGetByteaPP(built[1]->dvalues[i]), empty_key);
 }
 
-// A round's progress (ExpiryRound::progress). A pass goes on after the last
-// entry the previous one read; B-tree keeps entries with equal expires_at in
-// heap order, so the entry's row address tells them apart.
+// A round's progress: each pass goes on after the last entry read; B-tree keeps
+// equal expires_at entries in heap order, so the row address tells them apart.
 struct LocalExpiry {
   bool positioned;        // the last entry read:
   TimestampTz expires_at; // its key
@@ -826,14 +810,12 @@ struct LocalExpiry {
 };
 static_assert(std::is_trivially_destructible_v<LocalExpiry>);
 
-// A pass collects row addresses only (6 bytes each), so it can go much
-// further than a batch; large passes keep a round's scans few.
+// Passes keep 6-byte row addresses only: large passes keep a round's scans few.
 constexpr int min_keys_per_pass = 100000;
 
-// The index must order expires_at as timestamptz does (the scan keys are
-// timestamptz comparisons) in the extension's own family, which the planner
-// never uses for a caller's query: an index in the default order would let
-// EXPLAIN ANALYZE count other roles' keys by expiry time.
+// The index must order expires_at as timestamptz (the scan keys compare so), in
+// the extension's own family, which no caller's query plan uses: with the
+// default one, EXPLAIN ANALYZE could count other roles' keys by expiry time.
 Relation open_expires_at_index(Relation table) {
   Oid index = schema::relation("keys_expires_at_idx");
   Relation rel =
@@ -923,9 +905,8 @@ bool collect_pass(const ExpiryRound &round, LocalExpiry &expiry, int limit) {
   return finished;
 }
 
-// Deletes those of the rows `tids` still expired that no other transaction
-// is changing, writing the tombstones of those still remembered; returns how
-// many it deleted.
+// Deletes what delete_expired_sql() selects of `tids`, writing the tombstones
+// of those still remembered; returns how many it deleted.
 int64 delete_expired(TimestampTz cutoff, const ItemPointerData *tids,
                      int count) {
   OwnerSpi spi = begin_statements(key_table().relid, nullptr);
@@ -986,10 +967,8 @@ StoredRow KeyStore::store(const KeyRef &key, const NewRow &row) const {
   if (kind_ == KeyTableKind::tenant)
     return tenant_keys::store(table_, key, row);
   OwnerSpi spi = begin_statements(table_.relid, &key);
-  // No caller changes a row whose key this transaction has claimed, but
-  // expiry may have deleted it meanwhile (nothing to do) or turned it into a
-  // tombstone: removed too when its window had passed by the instant the
-  // claim judged the key by, else 40001 and the retry gets IK410.
+  // Only expiry changes a claimed key's row: deleted (nothing to do) or made a
+  // tombstone, removed too if its window passed by row.judged_at, else 40001.
   if (row.replaces != nullptr && !delete_row_version(spi, key, *row.replaces)) {
     KeyProbe later = probe(key, row.judged_at);
     if (later.state != KeyState::absent &&
@@ -1025,10 +1004,9 @@ bool lock_key_table(LOCKMODE mode) {
   return SearchSysCacheExists1(RELOID, ObjectIdGetDatum(table));
 }
 
-// idempotency.keys's expiry walks keys_expires_at_idx up to the cutoff in
-// passes: one read-only scan collects row addresses, then rows are deleted in
-// heap order a batch at a time. It takes no claim and waits for no one: a row
-// another transaction has locked is left for a later round.
+// Expiry walks keys_expires_at_idx up to the cutoff in passes, then deletes
+// what a pass collected a batch at a time. It takes no claim and waits for no
+// one: a row another transaction has locked is left for a later round.
 void KeyStore::collect_expired(ExpiryRound &round, int batch_size) const {
   if (kind_ == KeyTableKind::tenant) {
     tenant_keys::collect_expired(round, batch_size);
@@ -1049,10 +1027,9 @@ ExpiryBatch KeyStore::expire_batch(ExpiryRound &round, int batch_size) const {
   const ItemPointerData *tids = expiry.tids + expiry.next;
   TimestampTz cutoff = round.cutoff;
   int64 deleted = 0;
-  // One subtransaction for the batch; if it fails, one per row: a row whose
-  // tombstone is refused keeps its live row (deleting it would let a late
-  // retry run again); callers judge it by its times all the same, and once
-  // its window has passed it is deleted without a tombstone.
+  // One subtransaction for the batch, or one per row if it fails: a row whose
+  // tombstone is refused stays (deleting it would let a late retry run again),
+  // judged by its times, and past its window goes without a tombstone.
   if (!run_in_subtransaction(
           [&] { deleted = delete_expired(cutoff, tids, count); },
           refused_row)) {

@@ -71,8 +71,7 @@ Oid *one_role(Oid role) {
 
 constexpr const char *event_trigger_name = "idempotency_drop_owned_keys";
 
-// The roles this backend knows to be marked, in each kind of key table. A
-// full set starts over.
+// Roles this backend knows marked, per kind of key table; a full set resets.
 constexpr int max_remembered = 1024;
 
 struct Remembered {
@@ -85,11 +84,9 @@ static_assert(std::is_trivially_destructible_v<Remembered>);
 
 Remembered remembered[lengthof(key_table_kinds)];
 bool callbacks_registered;
-// One flag, not one per table: a table looked up again in the transaction
-// remembers its uncommitted marks too.
+// One flag for all tables: one looked up again remembers uncommitted marks too.
 bool recorded_in_transaction;
 
-// Forgets what is known of `relid`; InvalidOid: of every table.
 void forget(Oid relid) {
   for (Remembered &table : remembered)
     if (relid == InvalidOid || relid == table.relid) {
@@ -98,8 +95,7 @@ void forget(Oid relid) {
     }
 }
 
-// DROP OWNED, ALTER EXTENSION UPDATE and any change to a table's definition
-// invalidate its relcache entry.
+// DROP OWNED, ALTER EXTENSION UPDATE and any other table change send one.
 void forget_on_relcache_change(Datum, Oid relid) { forget(relid); }
 
 // The update to 0.7 creating the event trigger (or DROP EXTENSION dropping
@@ -108,7 +104,6 @@ void forget_on_event_trigger_change(Datum, compat::SysCacheIdentifier, uint32) {
   forget(InvalidOid);
 }
 
-// An empty set the first time, or once forgotten.
 Remembered &remembered_for(KeyTableKind kind, Oid relid) {
   Remembered &table = remembered[static_cast<int>(kind)];
   if (table.relid == relid)
@@ -134,7 +129,6 @@ AttrNumber scope_column_of(Oid relid) {
   return scope_column;
 }
 
-// `scope_column` InvalidAttrNumber: looked up only when needed.
 void ensure_marked(KeyTableKind kind, Oid relid, AttrNumber scope_column,
                    Oid role) {
   Remembered &table = remembered_for(kind, relid);
@@ -171,10 +165,8 @@ bool grant_names(const GrantStmt *grant, Oid relid) {
   return false;
 }
 
-// Marks the roles with keys in every key table, or in those `grant` names,
-// under the lock a store takes, so that DROP OWNED waits. Without `grant`
-// the keys of roles that are gone are deleted; after a GRANT or REVOKE,
-// which changed pg_shdepend, the remembered roles are forgotten first.
+// Under the lock a store takes, so that DROP OWNED waits. After a GRANT or
+// REVOKE, which changed pg_shdepend, the remembered roles are forgotten first.
 int64 mark_roles(const GrantStmt *grant) {
   int64 deleted = 0;
   for (KeyTableKind kind : key_table_kinds) {
@@ -281,7 +273,6 @@ const char *qualified_name(Oid relid) {
       get_namespace_name(get_rel_namespace(relid)), get_rel_name(relid));
 }
 
-// Runs `sql`, which selects roles, as `owner`.
 Roles select_roles(const char *sql, Oid owner) {
   table_owner::Saved saved = table_owner::begin_spi(owner);
   int rc = SPI_execute(sql, true, 0);
@@ -356,12 +347,11 @@ uint64 delete_in(Oid relid, Oid owner, Oid scope_type, Oid role) {
 
 } // namespace idempotency::storage::role_keys
 
-// idempotency.role_scope: a role's OID inside the cluster, so renaming a
-// role keeps its keys, and its name in text and binary I/O (COPY, pg_dump,
-// logical replication), since another node's roles may have other OIDs. A
-// role that no longer exists is written "-" and read back as no role (OID
-// 0), the scope of no caller; a number too (regrole writes a dropped role
-// so), never as the role that has that OID here.
+// idempotency.role_scope: a role's OID inside the cluster, so renaming a role
+// keeps its keys, and its name in text and binary I/O (COPY, pg_dump, logical
+// replication): another node's roles may have other OIDs. A dropped role is
+// written "-", read back, like a number (regrole's form of one), as no role
+// (OID 0, no caller's scope), never as the role that has that OID here.
 namespace idempotency::storage {
 
 namespace {

@@ -25,7 +25,6 @@ namespace {
 // in a table or setting, which SQL would reach.
 constexpr const char *secret_file = "idempotency_claim_secret";
 
-// Reads the secret file; false if it does not exist yet.
 bool read_secret(ClaimSecret *secret) {
   int fd = OpenTransientFile(secret_file, O_RDONLY | PG_BINARY);
   if (fd < 0) {

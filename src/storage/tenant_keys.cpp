@@ -37,29 +37,25 @@ namespace idempotency::storage::tenant_keys {
 
 namespace {
 
-// InvalidOid where the table or its column "tenant" is missing.
 Oid tenant_column_type(Oid relid) {
   AttrNumber column =
       OidIsValid(relid) ? get_attnum(relid, "tenant") : InvalidAttrNumber;
   return column == InvalidAttrNumber ? InvalidOid : get_atttype(relid, column);
 }
 
-// The statements run as the table's owner (callers have no rights on it),
-// kept for one tenant type, as custom plans, which Citus routes. Their $1 to
-// $4 are the key's identity and its text.
+// Kept for one tenant type, as custom plans, which Citus routes (see KeptPlan).
+// Their $1 to $4 are the key's identity and its text.
 KeptPlan insert_plans[2] = {{InvalidOid, nullptr, true},
                             {InvalidOid, nullptr, true}};
 KeptPlan replace_plan{InvalidOid, nullptr, true};
 KeptPlan remove_plan{InvalidOid, nullptr, true};
 
-// The last placement table_for() checked: while the transaction is still in
-// the subtransaction that checked it, the placement lock is held, so no move
-// can have ended since and store() need not check again.
+// The placement table_for() last checked; in the same subtransaction its lock
+// is still held: no move has ended since, and store() need not check again.
 LocalTransactionId checked_transaction = InvalidLocalTransactionId;
 SubTransactionId checked_subtransaction = InvalidSubTransactionId;
 Oid checked_shard = InvalidOid;
 
-// Found by name: a DBA may add columns.
 struct ShardColumns {
   AttrNumber tenant;
   AttrNumber scope;
@@ -77,8 +73,7 @@ static_assert(std::is_trivially_destructible_v<ShardColumns>);
 // ALTER TABLE on the distributed table changes every shard alike.
 ShardColumns shard_columns(Relation shard) {
   TupleDesc desc = RelationGetDescr(shard);
-  // `type` InvalidOid: the tenant's, checked by table_for(); REGROLEOID: the
-  // scope's, see fits_scope().
+  // `type` InvalidOid: checked by table_for(); REGROLEOID: by fits_scope().
   auto column = [desc](const char *name, Oid type,
                        bool optional = false) -> AttrNumber {
     Form_pg_attribute found = find_column(desc, name);
@@ -118,8 +113,7 @@ Datum copy_varlena(HeapTuple tuple, AttrNumber attnum, TupleDesc desc,
   return *is_null ? (Datum)0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(value));
 }
 
-// Deletes the key's rows that also meet `condition`, of the row k, $4 (the
-// key's text) and $5 (`time`).
+// Deletes the key's rows where `condition` (of k, $4: key, $5: `time`) holds.
 uint64 delete_key_rows(KeptPlan &kept, const KeyTable &table, const KeyRef &key,
                        const char *condition, TimestampTz time) {
   Oid types[] = {key.tenant_type, REGROLEOID, BYTEAOID, TEXTOID,
@@ -141,10 +135,9 @@ uint64 delete_key_rows(KeptPlan &kept, const KeyTable &table, const KeyRef &key,
   return deleted;
 }
 
-// Through Citus, so that it knows the transaction wrote the shard (later
-// statements see the row; a coordinated transaction commits through
-// two-phase commit). Citus deparses, parses and plans the statement at each
-// execution: the fewer expressions, the less that costs.
+// Through Citus, so that it knows the transaction wrote the shard: later
+// statements see the row, a coordinated transaction uses two-phase commit.
+// Citus deparses, parses and plans it at each execution: hence few expressions.
 StoredRow store_through_citus(const KeyTable &table, const KeyRef &key,
                               const NewRow &row, TimestampTz created_at,
                               TimestampTz expires_at, int64 remember_usecs) {
@@ -187,8 +180,7 @@ StoredRow store_through_citus(const KeyTable &table, const KeyRef &key,
   bool nulls_returned[6];
   heap_deform_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, returned,
                     nulls_returned);
-  // Whether the row is still the key's; the tenant is compared by its type's
-  // equality, as the primary key compares it.
+  // Still the key's? The tenant is compared as the primary key compares it.
   TypeCacheEntry *tenant_type =
       lookup_type_cache(key.tenant_type, TYPECACHE_EQ_OPR_FINFO);
   if (nulls_returned[2] || nulls_returned[3] || nulls_returned[4] ||
@@ -210,11 +202,10 @@ StoredRow store_through_citus(const KeyTable &table, const KeyRef &key,
 
 } // namespace
 
-// The placement lock locks the tenant's group of co-located shards as one,
-// so it is the lock fn's writes take too: no order to deadlock on. Taken
-// before the placement is checked, it keeps the check valid for the whole
-// request: otherwise a move could end between the check and the request's
-// writes, which would land in a placement the move has left behind.
+// The placement lock covers the tenant's group of co-located shards, so fn's
+// writes take the same lock: no order to deadlock on. Taken before the check,
+// it keeps the check valid for the whole request; else a move could end in
+// between and the request's writes land in a placement the move left behind.
 KeyTable table_for(const KeyRef &key) {
   Oid relid = schema::relation("tenant_keys");
   if (!OidIsValid(relid))
@@ -259,8 +250,7 @@ KeyTable table_for(const KeyRef &key) {
   bool is_varlena;
   getTypeOutputInfo(key.tenant_type, &output, &is_varlena);
   const char *tenant = OidOutputFunctionCall(output, key.tenant);
-  // A relation of the shard here, placed elsewhere: Citus is moving the
-  // shard here, or moved it away after it sent this request here.
+  // Shard here, placed elsewhere: Citus is moving it here or moved it away.
   if (OidIsValid(shard.relation_before_lock) || OidIsValid(local_shard))
     ereport(ERROR,
             (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -287,9 +277,8 @@ KeyTable table_for(const KeyRef &key) {
                "node. See the extension's docs/scale-out.md.")));
 }
 
-// The tenant's shard is read directly by its primary key: through Citus the
-// same lookup costs several times as much. table_for() holds the placement
-// lock: the shard stays here until the transaction ends.
+// Read by primary key straight from the tenant's shard, which table_for()'s
+// placement lock keeps here; through Citus it costs several times as much.
 KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now) {
   Relation rel = table_open(table.local_shard, AccessShareLock);
   ShardColumns columns = shard_columns(rel);
@@ -404,9 +393,8 @@ StoredRow store(const KeyTable &table, const KeyRef &key, const NewRow &row) {
   }
   PG_CATCH();
   {
-    // Another transaction stored the key first. When this row replaces an
-    // expired one, expiry turned that one into a tombstone whose window has
-    // not passed: 40001, as for a role's key, and the retry gets IK410.
+    // Another transaction stored the key first; for a replacing row, expiry
+    // made the expired one a tombstone still in its window: 40001, IK410 next.
     MemoryContextSwitchTo(caller);
     ErrorData *error = CopyErrorData();
     if (error->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
@@ -442,9 +430,8 @@ void collect_expired(ExpiryRound &round, int) {
   round.paced = false;
 }
 
-// The same rules as the local keys' expiry: deletes the keys expired at $1
-// whose window has passed too and the tombstones past their window, then
-// turns the other expired keys into tombstones.
+// As the local keys' expiry: deletes keys expired at $1 whose window passed too
+// and tombstones past theirs, then makes other expired keys tombstones.
 ExpiryBatch expire_batch(ExpiryRound &round, int) {
   round.has_batch = false;
   Oid relid = relation();
@@ -477,9 +464,8 @@ ExpiryBatch expire_batch(ExpiryRound &round, int) {
     spi.finish();
     return ExpiryBatch{deleted, deleted};
   } else {
-    // expires_at + idempotency.remember, as settings::forgotten_at()
-    // computes it (months and days in this session's time zone, then the
-    // time).
+    // expires_at + idempotency.remember as settings::forgotten_at() adds it:
+    // months and days in this session's time zone, then the time.
     const Interval &span = settings::remember();
     auto *calendar = static_cast<Interval *>(palloc(sizeof(Interval)));
     *calendar = Interval{0, span.day, span.month};
@@ -520,8 +506,7 @@ Oid relation() {
   return relid;
 }
 
-// Roles do not have the same OID on every node: each node settles the roles
-// of its own shards.
+// Roles' OIDs differ between nodes: each node settles its own shards' roles.
 role_keys::Roles roles_with_keys(Oid relid, AttrNumber) {
   return role_keys::in_shards(citus::local_shard_relations(relid),
                               table_owner::of(relid));

@@ -40,10 +40,9 @@ namespace idempotency::worker {
 
 namespace {
 
-// `now`, or the start of an older transaction here that may call:
-// idempotent_call compares expires_at with its transaction's start. No
-// transaction commits an expired key (storage/commit_guard.hpp) but COMMIT
-// PREPARED, and then the key is deleted like any other.
+// `now`, or the start of an older transaction here that may call: a call
+// compares expires_at with its transaction's start. Only COMMIT PREPARED
+// commits an expired key (storage/commit_guard.hpp), deleted like any other.
 TimestampTz expiry_cutoff(TimestampTz now) {
   TimestampTz cutoff = now;
   int backends = pgstat_fetch_stat_numbackends();
@@ -208,8 +207,7 @@ bool begin_round_transaction(const char *activity, LOCKMODE mode) {
   return false;
 }
 
-// Each pass collects keys in a read-only transaction, then deletes them a
-// batch per short transaction.
+// A pass collects keys read-only, then deletes a batch per short transaction.
 RoundEnd run_passes(const storage::KeyStore &store, TimestampTz cutoff,
                     MemoryContext context, Pace *pace, RoundTally *tally) {
   // pg_upgrade does not carry the marks; keys of dropped roles go.

@@ -19,7 +19,7 @@ struct SharedStatus {
 
 SharedStatus *shared = nullptr;
 
-// Callers hold the mutex. Reuses the slot of the oldest round when full;
+// Callers hold the mutex. The oldest round's slot is reused when full;
 // nullptr when `database` has none and !create.
 RoundStatus *slot_for(Oid database, bool create = true) {
   RoundStatus *free_slot = nullptr;

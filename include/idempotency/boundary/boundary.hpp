@@ -1,10 +1,9 @@
 // The C/C++ error boundary: neither PostgreSQL's longjmp nor a C++ exception
-// may cross the other. run_at_boundary() turns an exception that escapes an
-// SQL-callable function into an ERROR, raised after the catch block has
-// ended (53200 for std::bad_alloc, XX000 otherwise). Code that may be
-// longjmp'd out of holds only trivially destructible values, so PostgreSQL's
-// errors travel up unchanged; types with destructors live in server-free
-// units (idempotency/server_free.hpp).
+// may cross the other. run_at_boundary() turns an exception escaping an
+// SQL-callable function into an ERROR raised after the catch block ends
+// (53200 for std::bad_alloc, XX000 otherwise). Code a longjmp may leave holds
+// only trivially destructible values, so PostgreSQL's errors pass unchanged;
+// types with destructors live in server-free units (server_free.hpp).
 #pragma once
 
 #include <exception>
@@ -33,8 +32,7 @@ Datum run_at_boundary(Body &&body, FunctionCallInfo fcinfo) {
 
 } // namespace idempotency
 
-// Declares an SQL-callable function `name` whose body is the C++ function
-// `body(FunctionCallInfo) -> Datum`.
+// Declares SQL-callable `name` with body `body(FunctionCallInfo) -> Datum`.
 #define IDEMPOTENCY_SQL_FUNCTION(name, body)                                   \
   extern "C" {                                                                 \
   PG_FUNCTION_INFO_V1(name);                                                   \

@@ -14,8 +14,7 @@ constexpr int errcode_key_reused = MAKE_SQLSTATE('I', 'K', '4', '2', '2');
 // IK508: this transaction holds the key already, not yet completed.
 constexpr int errcode_key_recursion = MAKE_SQLSTATE('I', 'K', '5', '0', '8');
 
-// An answer about one key, which idempotency.claim_batch reports as that
-// key's row.
+// An answer about one key: idempotency.claim_batch reports it as its row.
 constexpr bool is_key_answer(int sqlerrcode) {
   return ERRCODE_TO_CATEGORY(sqlerrcode) ==
          MAKE_SQLSTATE('I', 'K', '0', '0', '0');

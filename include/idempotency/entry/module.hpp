@@ -1,5 +1,4 @@
-// What _PG_init (entry/module.cpp) installs from the other files of entry/,
-// once per process.
+// What _PG_init (entry/module.cpp) installs from entry/, once per process.
 #pragma once
 
 namespace idempotency::entry {
@@ -11,8 +10,7 @@ void register_transaction_callbacks();
 // drivers send them) of the extension's calls a type: in fn's variadic
 // arguments the one fn's text gives (else `"any"` decides nothing and the
 // statement fails with 42P18), a tenant its column's, anything else text.
-// Works where the library is loaded before a session's first statement
-// (shared_preload_libraries or session_preload_libraries).
+// Only with the library preloaded (shared_ or session_preload_libraries).
 void install_untyped_parameters_hook();
 
 } // namespace idempotency::entry

@@ -1,7 +1,6 @@
-// SHA-256, HMAC-SHA256, key digests and request fingerprints
-// (docs/architecture.md, "Hashing"). Server-free, for the unit tests; its
-// types are trivially destructible and never throw, so PostgreSQL code may
-// hold one across calls that can ereport().
+// SHA-256, HMAC-SHA256, key digests, fingerprints (docs/architecture.md,
+// "Hashing"). Server-free, for the unit tests; its types are trivially
+// destructible and never throw: server code may hold one across ereport().
 #pragma once
 
 #include <cstddef>
@@ -15,8 +14,7 @@ struct Sha256Context;
 struct HmacContext;
 struct PrefixState;
 
-// Holds one of the backend's hashing contexts from its first update to
-// finish(): it may not be copied meanwhile.
+// Not to be copied from its first update to finish(): it holds a hash context.
 class Sha256 {
 public:
   static constexpr std::size_t digest_size = 32;
@@ -30,8 +28,7 @@ private:
   Sha256Context *context_ = nullptr;
 };
 
-// Copying a keyed object that has not started is the cheap way to start
-// each message.
+// Copying a keyed object not yet started is the cheap start of a message.
 class HmacSha256 {
 public:
   static constexpr std::size_t mac_size = Sha256::digest_size;
@@ -58,12 +55,11 @@ constexpr std::size_t key_digest_size = 11;
 void key_digest(const char *key, std::size_t key_size,
                 std::uint8_t (&out)[key_digest_size]) noexcept;
 
-// Follows a time-ordered or sequential key's own order, so that a new key
-// lands on a page of the primary key written since the last checkpoint:
-// UUIDv7 text as its timestamp and 8 bytes of SHA-256 (14 bytes); a key
-// ending in 6 to 18 digits as 8 bytes of SHA-256 over the rest and the
-// digit count, then the number (16 bytes); any other as key_digest. The
-// lengths differ, so kinds never meet.
+// Follows a time-ordered or sequential key's own order, so a new key lands
+// on a primary key page written since the last checkpoint: UUIDv7 text as
+// its timestamp and 8 bytes of SHA-256 (14 bytes); a key ending in 6 to 18
+// digits as 8 bytes of SHA-256 over the rest and the digit count, then the
+// number (16 bytes); any other as key_digest; the lengths keep kinds apart.
 constexpr std::size_t max_ordered_key_digest_size = 16;
 
 struct OrderedKeyDigest {
@@ -73,15 +69,13 @@ struct OrderedKeyDigest {
 void ordered_key_digest(const char *key, std::size_t key_size,
                         OrderedKeyDigest &out) noexcept;
 
-// A key with no UTF-8 form: 0xFF, which no UTF-8 text contains, then its
-// bytes in the database encoding.
+// A key with no UTF-8 form: 0xFF, never in UTF-8, then its bytes as stored.
 void unconverted_key_digest(const char *key, std::size_t key_size,
                             std::uint8_t (&out)[key_digest_size]) noexcept;
 
-// fn (or the claim marker), then each argument's type name, then each value
-// or NULL (or the client's hash), each framed with a tag and its length, so
-// no two requests share an encoding. The prefix (fn and types) is palloc'd
-// in the current memory context and shared by copies.
+// fn (or the claim marker), each argument's type name, then each value or
+// NULL (or the client's hash), each framed with a tag and its length: no two
+// requests share an encoding. Copies share the prefix (fn, types), palloc'd.
 class RequestFingerprint {
 public:
   RequestFingerprint(const char *fn, std::size_t fn_size) noexcept {
@@ -111,8 +105,7 @@ public:
 private:
   struct Prefix; // the encoded bytes, shared by copies
 
-  // Distinct tags keep a NULL from ever encoding like a value, a type name
-  // like a value, and fn like either.
+  // Distinct tags: a NULL, a value, a type name and fn never encode alike.
   static constexpr std::uint8_t tag_function = 0x01;
   static constexpr std::uint8_t tag_null_value = 0x03;
   static constexpr std::uint8_t tag_type_name = 0x04;

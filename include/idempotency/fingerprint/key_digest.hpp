@@ -6,13 +6,11 @@
 
 namespace idempotency::fingerprint {
 
-// Digests of the key's UTF-8 form whatever the database encoding, so that a
-// dump restored into another encoding finds every key again: the ordered
-// digest for the primary key.
+// The ordered digest for the primary key, of the key's UTF-8 form whatever
+// the database encoding: a dump restored into another encoding finds it.
 bytea *digest_of_key(const text *key);
 
-// key_digest for idempotency.tenant_keys, whose Citus shards keep the digest
-// they were written with.
+// key_digest for tenant_keys, whose Citus shards keep their written digests.
 bytea *tenant_digest_of_key(const text *key);
 
 // What a key's limit counts, the same in every database the key can move to.

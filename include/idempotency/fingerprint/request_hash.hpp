@@ -9,8 +9,7 @@
 
 namespace idempotency::fingerprint {
 
-// The send function where there is one: independent of DateStyle,
-// extra_float_digits and other settings.
+// The send function if any, which no setting (DateStyle, ...) alters.
 struct ValueEncoder {
   Oid function;
   bool binary;

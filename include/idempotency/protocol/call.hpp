@@ -32,10 +32,9 @@ struct CallResult {
 // arguments: a call that fails on them has none.
 CallResult idempotent_call(const CallRequest &call);
 
-// A claim covers a key while fn runs and the key has no row yet.
-// Correctness never rests on it: the primary key makes a second execution
-// impossible to commit, and the claim only turns a wait inside the unique
-// index into an immediate IK409.
+// A claim covers a key while fn runs and the key has no row yet. Correctness
+// never rests on it: the primary key forbids committing a second execution;
+// the claim only turns a wait inside the unique index into an immediate IK409.
 struct Claim {
   LOCKTAG tag;
   bool held;
@@ -59,17 +58,15 @@ struct TakenKey {
 };
 
 // Looks the key up and claims it, waiting up to idempotency.wait_timeout for
-// another transaction that holds it, or records the replay as the session's
-// last call; raises IK409, IK410, IK422, IK508, or the read-only error naming
-// `command`. `expected` changes only the cost: a new key is cheapest claimed
-// first, a stored one looked up without a claim.
+// a holder, or records the replay as the session's last call; raises IK409,
+// IK410, IK422, IK508 or the read-only error naming `command`. `expected`
+// only changes the cost: new keys are claimed first, stored ones looked up.
 enum class KeyExpected { new_key, stored };
 TakenKey take_key(const storage::KeyStore &store, const storage::KeyRef &key,
                   bytea *fingerprint, const char *command, ResourceOwner owner,
                   KeyExpected expected);
 
-// Stores the response of a key take_key let proceed; raises 54000 when it is
-// larger than idempotency.max_response_size.
+// Stores a proceeding key's response; 54000 over idempotency.max_response_size.
 storage::StoredRow store_response(const storage::KeyStore &store,
                                   const storage::KeyRef &key, TakenKey &taken,
                                   Datum response, bool response_is_null);

@@ -15,17 +15,15 @@ namespace idempotency::protocol {
 
 // The types fn's `sql` gives its parameters (docs/fingerprints.md); given[i]
 // is the caller's type of argument i, InvalidOid when untyped. Never raises
-// for what fn's text says: fn raises its own error when it is prepared.
-// Answers are kept until a catalog that decides them changes, since a
-// client's unnamed statement asks again for every call.
+// for fn's text (fn raises its own error when prepared). Kept until a catalog
+// deciding them changes: a client's unnamed statement asks on every call.
 void infer_parameter_types(const char *sql, int nargs, const Oid *given,
                            Oid *types);
 
 struct Conversion; // how each argument becomes what fn receives (fn.cpp)
 
-// Kept per fn text and caller's argument types for the life of the backend;
-// a change to the catalogs that decide fn's parameter types makes it work
-// them out again, so every backend answers alike.
+// Kept per fn text and caller's argument types for the backend's life; redone
+// when a catalog deciding fn's parameter types changes, so backends agree.
 struct Statement {
   uint64 hash; // the cache's key
   char *sql;
@@ -51,10 +49,9 @@ Statement *statement_for(text *fn, const FnArgs &args);
 // The arguments as fn receives them: `args` itself when nothing converts.
 FnArgs received_args(const Statement &statement, const FnArgs &args);
 
-// fn's result as jsonb; *is_null when fn returned no rows. With
-// idempotency.store_errors set, fn runs in a subtransaction, and an error of
-// a listed SQLSTATE rolls back fn's effects and is returned as
-// {"error": {"sqlstate": ..., "message": ..., "detail": ..., "hint": ...}}.
+// fn's result as jsonb; *is_null when fn returned no rows. With store_errors
+// set, fn runs in a subtransaction; a listed error undoes fn's effects and
+// is returned as {"error": {"sqlstate", "message", "detail", "hint"}}.
 Datum run_fn_storing_errors(Statement &statement, const FnArgs &args,
                             bool *is_null, bool *is_error);
 

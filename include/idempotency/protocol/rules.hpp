@@ -14,8 +14,7 @@ constexpr std::size_t max_key_bytes = 255;
 
 enum class KeyCheck { ok, empty, too_long };
 
-// By size alone, so that an oversized key is refused before it reaches an
-// index.
+// By size alone: an oversized key is refused before it reaches an index.
 inline KeyCheck check_key_size(std::size_t bytes) noexcept {
   if (bytes == 0)
     return KeyCheck::empty;
@@ -28,8 +27,7 @@ enum class ResultShape { no_response, value, object, array };
 inline bool row_is_object(int columns) noexcept { return columns > 1; }
 
 inline ResultShape result_shape(std::uint64_t rows, int columns) noexcept {
-  // A statement that returns no tuple descriptor (columns <= 0) has nothing
-  // to turn into a response, whatever its row count says.
+  // No tuple descriptor (columns <= 0): no response, whatever the row count.
   if (rows == 0 || columns <= 0)
     return ResultShape::no_response;
   if (rows > 1)

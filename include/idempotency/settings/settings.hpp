@@ -22,13 +22,11 @@ void define();
 // Never more than idempotency.max_ttl (a month is 30 days).
 const Interval &ttl();
 
-// created_at + ttl in timestamptz arithmetic (the session's time zone), but
-// never later than created_at + idempotency.max_ttl computed the same way, so
-// that max_ttl holds whatever units either is spelled in.
+// created_at + ttl in timestamptz arithmetic (the session's time zone), at
+// most created_at + max_ttl alike, so max_ttl holds whatever units either uses.
 TimestampTz key_expiry(TimestampTz created_at, const Interval &ttl);
 
-// idempotency.remember: whether keys are remembered, as tombstones, after
-// their responses expire (false when it is 0).
+// Whether idempotency.remember keeps tombstones (false when it is 0).
 bool remember_keys();
 const Interval &remember();
 
@@ -48,9 +46,8 @@ int expire_batch_size();
 int expire_rate();
 Size max_response_bytes();
 
-// idempotency.debug_statement_hash_bits as the mask of the bits that the
-// caches of fn statements (protocol/fn) key them by. Inline: it is on every
-// call's path.
+// idempotency.debug_statement_hash_bits as a mask of the hash bits fn's
+// statement caches (protocol/fn) key by. Inline: on every call's path.
 namespace detail {
 extern uint64 statement_hash_mask;
 }

@@ -7,8 +7,7 @@
 
 namespace idempotency {
 
-// SQLSTATEs ("P0001") and classes ("23") of the fn errors stored as the
-// call's outcome.
+// SQLSTATEs ("P0001") and classes ("23") of fn errors stored as the outcome.
 struct SqlstateList {
   static constexpr int capacity = 64;
   int count;
@@ -31,8 +30,8 @@ struct SqlstateListResult {
 
 // Parses a comma-separated list; blanks around entries are ignored and the
 // empty text is the empty list. Storing a transient condition would make a
-// passing condition the request's permanent answer: the conditions of
-// sqlstate_transient() are refused, and IK (the extension's own IK409, ...).
+// passing condition the request's permanent answer: sqlstate_transient()'s
+// are refused, and IK (the extension's own IK409, ...), never fn's outcome.
 SqlstateListResult parse_sqlstate_list(const char *text,
                                        SqlstateList &out) noexcept;
 

@@ -18,9 +18,8 @@ void count_expired(int64 keys);
 // Beyond this, a database is not counted (docs/monitoring.md).
 constexpr int max_counted_databases = 128;
 
-// A row of idempotency.stats_counters(): the database, ran, replayed,
-// conflict, mismatch, expired, reset_at, then late_retry, last because the
-// 0.7 schema's tuple descriptor reads only the first seven columns.
+// A row of stats_counters(): database, ran, replayed, conflict, mismatch,
+// expired, reset_at, then late_retry (0.7's tuple descriptor reads seven).
 constexpr int counter_columns = 8;
 
 // Returns how many rows were written; 0 without the library preloaded.

@@ -1,10 +1,9 @@
-// Citus, when it runs in this backend (docs/scale-out.md). Citus commits the
-// workers' part at PRE_COMMIT with two-phase commit only for writes it knows
-// of, which a write to idempotency.keys is not: note_key_write() asks for
-// it, through two C functions of the loaded library (no SQL function does),
-// which Citus built for PostgreSQL 15 exports (13.2.2) and built for 16 to 18
-// does not (14.0.1's source). Everything else goes through Citus's SQL API;
-// Citus is never linked against.
+// Citus in this backend (docs/scale-out.md). Citus commits the workers' part at
+// PRE_COMMIT with two-phase commit only for writes it knows of, which a write
+// to idempotency.keys is not: note_key_write() asks for it, through two C
+// functions of the loaded library (no SQL function does), which Citus built for
+// PostgreSQL 15 exports (13.2.2) and built for 16 to 18 does not (14.0.1's
+// source). All else uses Citus's SQL API; Citus is never linked against.
 #pragma once
 
 #include "idempotency/pg.hpp"
@@ -25,23 +24,20 @@ void at_pre_commit();
 void at_transaction_end();
 
 // Around fn, citus.function_opens_transaction_block is on: off, outside a
-// transaction block, each distributed statement of a function commits on
-// its worker at once. An error in fn ends the (sub)transaction, which
-// restores the setting.
+// transaction block, each distributed statement of a function commits on its
+// worker at once. An error in fn ends the (sub)transaction, which restores it.
 int begin_fn();
 void end_fn(int guc_level);
 
 // --- a shard of a hash-distributed table on this node ------------------------
 
-// 0A000 unless the loaded Citus is a major version tenant keys were tested
-// with; 55000 when Citus is not loaded.
+// 55000 if Citus is not loaded; 0A000 if its major version is untested.
 void require_tested_citus();
 
-// Finds the shard of `relid` that holds the distribution value `value` of
-// type `type` and takes Citus's lock on its placement metadata in share mode
-// until the transaction ends (what its executor takes before it writes a
-// shard), as `owner`: the table's owner, which Citus requires. Then reads,
-// as of now, where the shard is.
+// Finds the shard of `relid` for distribution value `value` (of type `type`);
+// as `owner` (the table's owner, as Citus requires), takes Citus's share lock
+// on its placement metadata until the transaction ends, as its executor does
+// before writing a shard; then reads, as of now, where the shard is.
 struct ShardPlacement {
   // The shard's relation on this node before the lock (InvalidOid: none): a
   // request that waited for a move that took it away still knows, should
@@ -54,13 +50,11 @@ ShardPlacement lock_shard_of_value(Oid relid, Oid owner, Oid type, Datum value);
 
 // --- Citus's metadata, which every role may read --------------------------
 
-// This node's group (0: the coordinator); an error where the database has no
-// pg_dist_local_group.
+// This node's group (0: the coordinator); an error without pg_dist_local_group.
 int32 local_group();
 
-// The relations on this node of the shards of `relid` (a List of Oids),
-// including those of a shard Citus is moving here or moved away and has not
-// dropped yet.
+// The relations here of the shards of `relid` (a List of Oids), including those
+// of a shard Citus is moving here or moved away and has not dropped yet.
 List *local_shard_relations(Oid relid);
 
 enum class TableKind {

@@ -1,5 +1,4 @@
-// Which Citus versions the Citus integration was tested with, decided from
-// the text of citus.version without the server.
+// Tested Citus versions, judged from citus.version's text without the server.
 #pragma once
 
 #include "idempotency/server_free.hpp" // must be the last include

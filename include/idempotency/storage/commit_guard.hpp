@@ -1,8 +1,7 @@
-// A transaction never commits a key that is already expired: a key's TTL
-// counts from its row's write, so a transaction that outlived it would
-// commit a key a retry finds absent, and run its request again. The commit
-// (or PREPARE TRANSACTION) is refused with 40001 instead; COMMIT PREPARED
-// cannot be refused.
+// A transaction never commits a key that is already expired: a key's TTL counts
+// from its row's write, so a transaction that outlived it would commit a key a
+// retry finds absent, and run its request again. The commit (or PREPARE
+// TRANSACTION) is refused with 40001 instead; COMMIT PREPARED cannot be.
 #pragma once
 
 #include "idempotency/pg.hpp"

@@ -32,9 +32,8 @@ enum class KeyState {
   absent,      // no row, or only rows of rolled-back transactions
   expired,     // a committed row past its TTL and, if it has a tombstone
                // window (idempotency.remember), past that: absent for callers
-  gone,        // a row whose response expired, within its tombstone window:
-               // a tombstone, or a row past its TTL expiry has not yet
-               // turned into one. A retry of its request gets IK410.
+  gone,        // a tombstone, or a row past its TTL expiry has not yet turned
+               // into one, in its window. A retry of its request gets IK410.
   in_progress, // a row written or being replaced by an open transaction
   done,        // a committed (or our own) row within its TTL
 };
@@ -62,8 +61,7 @@ struct StoredRow {
   TimestampTz expires_at;
 };
 
-// A completed call's row, for KeyStore::store(); ttl and remember are the
-// settings in force when the key was claimed.
+// For KeyStore::store(); ttl and remember as in force when the key was claimed.
 struct NewRow {
   bytea *request_hash;
   Datum response;
@@ -82,8 +80,7 @@ struct ExpiryRound {
   void *progress;        // the store's own; nullptr before its first pass
   bool has_batch;        // keys collected and not yet deleted
   bool finished;         // no expired key left to collect
-  // Whether idempotency.expire_rate paces the batches (not so for a batch
-  // that is one statement run elsewhere, by Citus).
+  // Whether idempotency.expire_rate paces batches (not one statement by Citus).
   bool paced;
   // Expired rows kept because writing their tombstone failed, and the first
   // such error, "SQLSTATE: message" in `context`.
@@ -148,8 +145,7 @@ private:
 };
 static_assert(std::is_trivially_destructible_v<KeyStore>);
 
-// The store of `key`; raises what key_table() or tenant_keys::table_for()
-// raise when the table cannot serve it.
+// The store of `key`; raises as key_table() or tenant_keys::table_for() do.
 KeyStore key_store_for(const KeyRef &key);
 
 // For expiry and the role marks, which find the table in each of their

@@ -32,10 +32,9 @@ citus::TableKind key_table_citus_kind();
 // extension is inserting into idempotency.keys: keys_loaded leaves those be.
 bool is_own_insert(Relation rel, HeapTuple row);
 
-// Where a live row's window after its TTL comes from: none (0.7's table),
-// the reader's idempotency.remember (1.0's table), or the row's
-// remember_for, where NULL stands for rows_without_window_usecs
-// (docs/expiry.md#when-a-keys-windows-are-fixed).
+// A live row's window after its TTL comes from: none (0.7's table), the
+// reader's idempotency.remember (1.0's), or the row's remember_for, NULL for
+// rows_without_window_usecs (docs/expiry.md#when-a-keys-windows-are-fixed).
 enum class WindowSource { none, reader_setting, stored };
 
 struct RememberWindow {
@@ -93,14 +92,12 @@ RowLife row_life(bool tombstone, const RememberWindow &window,
 
 [[noreturn]] void report_schema_before_0_7();
 
-// 40001: the expired row a new one replaces was changed meanwhile (in
-// practice turned by expiry into a tombstone still in its window); the retry
-// gets IK410.
+// 40001: the expired row a new one replaces changed meanwhile (in practice,
+// expiry made it a tombstone still in its window); the retry gets IK410.
 [[noreturn]] void report_replaced_row_changed();
 
-// Locks idempotency.keys in `mode` until the end of the transaction. False
-// when the table is gone: DROP EXTENSION may commit between two of an
-// expiry round's transactions.
+// Locks idempotency.keys in `mode` for the transaction; false when it is gone:
+// DROP EXTENSION may commit between two of an expiry round's transactions.
 bool lock_key_table(LOCKMODE mode);
 
 } // namespace idempotency::storage

@@ -1,11 +1,10 @@
-// Statements on a key table run through SPI as the table's owner: callers
-// have no rights on the key tables, row-level security would hide other
-// roles' rows, and a DBA's trigger or default runs with the owner's rights.
-// The switch is SetUserIdAndSecContext with SECURITY_LOCAL_USERID_CHANGE
-// (SET ROLE is refused meanwhile). Nothing here is a destructor: on an
-// error, the (sub)transaction's abort restores the user and closes SPI.
-// Every name and operator in a statement is schema-qualified: the caller's
-// search_path plays no part.
+// Statements on a key table run through SPI as the table's owner: callers have
+// no rights on the key tables, row-level security would hide other roles' rows,
+// and a DBA's trigger or default runs with the owner's rights. The switch is
+// SetUserIdAndSecContext with SECURITY_LOCAL_USERID_CHANGE (SET ROLE is refused
+// meanwhile). Nothing here is a destructor: on an error, the (sub)transaction's
+// abort restores the user and closes SPI. Every name and operator in a
+// statement is schema-qualified: search_path plays no part.
 #pragma once
 
 #include "idempotency/pg.hpp"
@@ -25,8 +24,7 @@ struct Saved {
 };
 static_assert(std::is_trivially_destructible_v<Saved>);
 
-// Makes `owner` the current user and connects to SPI; finish_spi() undoes
-// both.
+// Makes `owner` the current user and connects to SPI; finish_spi() undoes both.
 Saved begin_spi(Oid owner);
 void finish_spi(const Saved &saved);
 
@@ -34,21 +32,18 @@ void finish_spi(const Saved &saved);
 
 namespace idempotency::storage {
 
-// A statement's plan, kept for the backend's life (OwnerSpi::run_kept).
-// Zero-initialized: not prepared yet.
+// A plan kept for the backend's life (OwnerSpi::run_kept); zero: not prepared.
 struct KeptPlan {
   Oid first_type; // the type of $1 it was prepared for
   SPIPlanPtr plan;
-  // A custom plan, made at each execution, for a statement Citus routes:
-  // Citus 13.2.2 and 14.0.1 add the shard's local plan to a generic plan at
-  // each execution (Citus pull request 8824), so a kept generic plan would
-  // grow without bound.
+  // A custom plan for a statement Citus routes: Citus 13.2.2 and 14.0.1 add the
+  // shard's local plan to a generic plan at each execution (Citus pull request
+  // 8824), so a kept generic plan would grow without bound.
   bool custom;
 };
 static_assert(std::is_trivially_destructible_v<KeptPlan>);
 
-// Frees `kept`'s plan, if any, for the next run_kept to prepare again. Not
-// while the plan runs.
+// Frees `kept`'s plan, if any, for run_kept to make again; not while it runs.
 void forget_plan(KeptPlan &kept);
 
 class OwnerSpi {

@@ -1,9 +1,8 @@
-// The marks that keep a role with keys from being dropped
-// (docs/replication.md#dropped-roles): the pg_shdepend row of a privilege on
-// the key table's scope column, which DROP OWNED's event trigger deletes
-// with the keys. Marks are made only where that trigger exists (0.7 and
-// later). Also the statements that find and delete a role's keys, and the
-// scope column's type.
+// The marks that keep a role with keys from being dropped: the pg_shdepend row
+// of a privilege on the key table's scope column, which DROP OWNED's event
+// trigger deletes with the keys (docs/replication.md#dropped-roles). Marks are
+// made only where that trigger exists (0.7 and later). Also the statements that
+// find and delete a role's keys, and the scope column's type.
 #pragma once
 
 #include "idempotency/pg.hpp"
@@ -17,9 +16,8 @@ extern "C" {
 
 namespace idempotency::storage::role_marks {
 
-// Makes sure `role` has its mark on `keys` (opened and locked by the
-// caller), looked up once per backend until the table's relcache entry is
-// invalidated. Role 0 (a key of no role) has no mark.
+// Makes sure `role` has its mark on `keys` (opened and locked by the caller),
+// looked up once per backend until the table is invalidated; role 0 has none.
 void ensure(Relation keys, AttrNumber scope_column, Oid role);
 
 // The same for this node's relation of idempotency.tenant_keys, which the
@@ -43,8 +41,7 @@ void keep_marks_after_grant(const GrantStmt *grant);
 // RoleSpec), after PostgreSQL's own permission check.
 void drop_owned_keys(const List *roles);
 
-// A mark recorded by a (sub)transaction that does not commit goes with it,
-// so every remembered role is forgotten then.
+// An abort undoes the (sub)transaction's marks: remembered roles are forgotten.
 void at_commit();
 void at_abort();
 void at_subtransaction_abort();
@@ -60,8 +57,7 @@ struct Roles {
 };
 static_assert(std::is_trivially_destructible_v<Roles>);
 
-// Read through the primary key one role at a time, so that the cost grows
-// with the number of roles, not keys.
+// One role at a time through the primary key: cost grows with roles, not keys.
 Roles in_keys(Oid keys, AttrNumber scope_column);
 
 // With a snapshot taken now: keys committed while the caller waited for the
@@ -75,7 +71,6 @@ uint64 delete_in(Oid relid, Oid owner, Oid scope_type, Oid role);
 
 } // namespace idempotency::storage::role_keys
 
-// The I/O functions of idempotency.role_scope.
 namespace idempotency::storage {
 
 Datum role_scope_in(FunctionCallInfo fcinfo);

@@ -1,8 +1,7 @@
-// idempotency.tenant_keys, which Citus distributes co-located with the
-// business tables (docs/scale-out.md). A tenant's keys are read and written
-// only on the node that holds its shard: elsewhere Citus would send the key
-// and fn's writes through two connections to the same shard group, which it
-// does not allow.
+// idempotency.tenant_keys, which Citus distributes co-located with the business
+// tables (docs/scale-out.md). A tenant's keys are read and written only on the
+// node that holds its shard: elsewhere Citus would send the key and fn's writes
+// through two connections to one shard group, which it does not allow.
 #pragma once
 
 #include "idempotency/pg.hpp"
@@ -19,10 +18,9 @@ KeyTable table_for(const KeyRef &key);
 Oid tenant_type();
 
 // The store of KeyStore's tenant kind (storage/key_store.hpp). store raises
-// IK409 when a transaction that claimed the key on another node (around a
-// shard move) committed it first. relation() is, where Citus distributes the
-// table, its relation on this node; its roles and keys are those of the
-// shards on this node.
+// IK409 when a transaction that claimed the key on another node (around a shard
+// move) committed it first. relation() is the table where Citus distributes it;
+// its roles and keys are those of the shards on this node.
 KeyProbe probe(const KeyTable &table, const KeyRef &key, TimestampTz now);
 StoredRow store(const KeyTable &table, const KeyRef &key, const NewRow &row);
 bool remove(const KeyTable &table, const KeyRef &key, const KeyProbe &stored);

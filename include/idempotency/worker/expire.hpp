@@ -8,8 +8,7 @@ namespace idempotency::worker {
 // Called from _PG_init while shared_preload_libraries is processed.
 void register_launcher();
 
-// idempotency.expire(): one round now, in the caller's transaction; returns
-// how many keys it deleted.
+// idempotency.expire(): one round in this transaction; returns keys deleted.
 int64 expire_now();
 
 } // namespace idempotency::worker

@@ -27,8 +27,7 @@ struct RoundStatus {
   int64 rounds;
   int64 total_deleted;
   int64 failed_rounds;
-  // Expired rows kept because their tombstones were refused, and the first
-  // refusal ("SQLSTATE: message").
+  // Expired rows kept for refused tombstones; the first "SQLSTATE: message".
   int64 last_kept;
   char last_kept_reason[max_error_bytes];
   // Rounds that gave way to a timeout or a cancel: not failures.
